@@ -1,0 +1,30 @@
+// Tensor element types of GGUF files (the numbering of ggml's `ggml_type`) and their block layout.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace tpserve {
+
+enum class GgmlType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ6_K = 14,
+  kBF16 = 30,
+};
+
+struct GgmlTypeTraits {
+  std::string_view name;   // "Q4_1"
+  int64_t block_elements;  // elements per block (1 for unquantized types)
+  int64_t block_bytes;     // bytes per block
+};
+
+// Traits of a supported type; nullopt for a type number this build does not decode.
+std::optional<GgmlTypeTraits> GetGgmlTypeTraits(uint32_t type);
+
+}  // namespace tpserve

@@ -1,0 +1,109 @@
+// Read-only view of a GGUF v3 file over mmap (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md).
+//
+// Open() validates the whole header, metadata and tensor table before returning: every length
+// and count is checked against the bytes left in the file, every tensor's data range lies inside
+// the data section, so later accessors never read out of bounds. Errors name the field and its
+// byte offset, e.g. "gguf: tensor 'blk.0.attn_q.weight' at offset 1234: data ends past file end".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "model/ggml_type.h"
+#include "model/mapped_file.h"
+
+namespace tpserve {
+
+// GGUF metadata value types (gguf_metadata_value_type).
+enum class GgufValueType : uint32_t {
+  kUint8 = 0,
+  kInt8 = 1,
+  kUint16 = 2,
+  kInt16 = 3,
+  kUint32 = 4,
+  kInt32 = 5,
+  kFloat32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kUint64 = 10,
+  kInt64 = 11,
+  kFloat64 = 12,
+};
+
+struct GgufValue;
+struct GgufArray {
+  GgufValueType element_type;
+  std::vector<GgufValue> values;
+};
+
+// One metadata value. Integers of every width are widened into int64_t/uint64_t; `type` keeps the
+// type the file declared.
+struct GgufValue {
+  GgufValueType type;
+  std::variant<uint64_t, int64_t, double, bool, std::string, GgufArray> value;
+};
+
+struct GgufTensorInfo {
+  std::string name;
+  std::vector<int64_t> dims;  // ggml order: dims[0] is the contiguous (innermost) dimension
+  GgmlType type;
+  uint64_t offset;      // relative to the start of the data section
+  uint64_t num_bytes;   // bytes of data
+  int64_t num_elements;
+  int64_t rows() const;  // product of dims[1..]
+};
+
+class GgufFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
+  // Parses an in-memory image (used by tests that build corrupt files); `bytes` must outlive it.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Parse(absl::Span<const uint8_t> bytes,
+                                                         std::string display_name);
+
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t file_size() const { return bytes_.size(); }
+  // Bytes of the header, metadata and tensor table: hashing them identifies the model file.
+  absl::Span<const uint8_t> header_bytes() const { return bytes_.subspan(0, data_offset_); }
+
+  const GgufValue* Find(std::string_view key) const;
+  // Typed getters: NOT_FOUND when absent, INVALID_ARGUMENT naming the key when of another type.
+  // Integer getters accept any integer type whose value fits.
+  absl::StatusOr<uint64_t> GetUint(std::string_view key) const;
+  absl::StatusOr<double> GetFloat(std::string_view key) const;  // float32 or float64
+  absl::StatusOr<bool> GetBool(std::string_view key) const;
+  absl::StatusOr<std::string> GetString(std::string_view key) const;
+  absl::StatusOr<std::vector<std::string>> GetStringArray(std::string_view key) const;
+  absl::StatusOr<std::vector<int64_t>> GetIntArray(std::string_view key) const;
+  absl::StatusOr<std::vector<double>> GetFloatArray(std::string_view key) const;
+  const std::vector<std::string>& keys() const { return keys_; }  // in file order
+
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  const GgufTensorInfo* FindTensor(std::string_view name) const;
+  // The tensor's bytes inside the mapping; valid while this GgufFile lives.
+  absl::Span<const uint8_t> TensorData(const GgufTensorInfo& tensor) const;
+
+ private:
+  GgufFile() = default;
+
+  std::unique_ptr<MappedFile> mapping_;  // null for Parse()
+  absl::Span<const uint8_t> bytes_;
+  std::string display_name_;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  std::vector<std::string> keys_;
+  absl::flat_hash_map<std::string, GgufValue> metadata_;
+  std::vector<GgufTensorInfo> tensors_;
+  absl::flat_hash_map<std::string, size_t> tensor_index_;
+};
+
+}  // namespace tpserve
