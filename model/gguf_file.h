@@ -21,6 +21,12 @@
 
 namespace tpserve {
 
+// Limits that keep a hostile file from exhausting memory or stack.
+inline constexpr int kGgufMaxArrayDepth = 3;       // arrays of arrays of arrays, no deeper
+inline constexpr uint64_t kGgufMaxMetadataValues = uint64_t{1} << 23;  // array elements, in total
+inline constexpr int kGgufMaxDims = 4;
+inline constexpr uint64_t kGgufMaxAlignment = uint64_t{1} << 30;
+
 // GGUF metadata value types (gguf_metadata_value_type).
 enum class GgufValueType : uint32_t {
   kUint8 = 0,
@@ -63,6 +69,8 @@ struct GgufTensorInfo {
 
 class GgufFile {
  public:
+  // Maps and validates the file. Every error is INVALID_ARGUMENT with a one-line message naming
+  // the field and its byte offset, except the mapping's own errors (see MappedFile::Open).
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
   // Parses an in-memory image (used by tests that build corrupt files); `bytes` must outlive it.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Parse(absl::Span<const uint8_t> bytes,
@@ -92,6 +100,7 @@ class GgufFile {
   absl::Span<const uint8_t> TensorData(const GgufTensorInfo& tensor) const;
 
  private:
+  friend class GgufParser;  // fills the fields below; defined in gguf_file.cc
   GgufFile() = default;
 
   std::unique_ptr<MappedFile> mapping_;  // null for Parse()

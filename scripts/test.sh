@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, fetches the model, builds, and runs every test.
+# Also builds the GGUF parser tests with AddressSanitizer and runs them on corrupt files.
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+jobs="$(nproc)"
+
+scripts/setup.sh
+scripts/fetch-model.sh
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs" "$@"
+
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTPSERVE_ASAN=ON
+cmake --build build-asan -j "$jobs" --target gguf_rejects_bad_files_test
+ctest --test-dir build-asan --output-on-failure -R '^gguf_rejects_bad_files$'

@@ -1,0 +1,41 @@
+// The paged KV pool of one rank: for every layer, K and V for `num_blocks` blocks of
+// `block_size` tokens of the rank's KV heads. Block ids are global (assigned by the
+// coordinator); every rank stores its own heads under the same id.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tpserve {
+
+struct KvCacheShape {
+  int64_t num_layers = 0;
+  int64_t num_blocks = 0;
+  int64_t block_size = 16;
+  int64_t num_kv_heads = 0;  // local to this rank
+  int64_t head_dim = 0;
+
+  int64_t floats_per_block() const { return block_size * num_kv_heads * head_dim; }
+  // Bytes one block costs across all layers, K and V.
+  int64_t bytes_per_block() const {
+    return 2 * num_layers * floats_per_block() * static_cast<int64_t>(sizeof(float));
+  }
+};
+
+class KvCache {
+ public:
+  explicit KvCache(const KvCacheShape& shape);
+
+  const KvCacheShape& shape() const { return shape_; }
+  // [num_blocks, block_size, num_kv_heads, head_dim] of `layer`.
+  float* keys(int64_t layer) { return keys_[layer].data(); }
+  float* values(int64_t layer) { return values_[layer].data(); }
+  int64_t bytes() const { return shape_.num_blocks * shape_.bytes_per_block(); }
+
+ private:
+  KvCacheShape shape_;
+  std::vector<std::vector<float>> keys_;    // [num_layers][num_blocks * floats_per_block]
+  std::vector<std::vector<float>> values_;  // same
+};
+
+}  // namespace tpserve

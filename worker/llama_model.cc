@@ -1,0 +1,207 @@
+#include "worker/llama_model.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "common/status_macros.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/rms_norm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/silu_mul.h"
+
+namespace tpserve {
+
+LlamaModel::LlamaModel(const ModelConfig& config, const ShardLayout& layout, ModelWeights weights,
+                       Communicator* comm, KvCache* kv_cache)
+    : config_(config),
+      layout_(layout),
+      weights_(std::move(weights)),
+      comm_(comm),
+      kv_cache_(kv_cache) {
+  TP_CHECK(comm_->rank() == layout_.rank && comm_->world_size() == layout_.world_size);
+  TP_CHECK(kv_cache_->shape().num_layers == config_.num_layers);
+  TP_CHECK(kv_cache_->shape().num_kv_heads == layout_.kv_heads.size);
+  TP_CHECK(kv_cache_->shape().head_dim == config_.head_dim);
+}
+
+absl::Status LlamaModel::Validate(const ForwardBatch& batch) const {
+  const int64_t n = batch.num_tokens();
+  const int64_t seqs = batch.num_seqs();
+  if (n == 0) return absl::InvalidArgumentError("forward batch has no tokens");
+  if (static_cast<int64_t>(batch.positions.size()) != n ||
+      static_cast<int64_t>(batch.slot_mapping.size()) != n ||
+      static_cast<int64_t>(batch.query_start.size()) != seqs + 1 ||
+      static_cast<int64_t>(batch.block_tables.size()) != seqs * batch.max_blocks_per_seq ||
+      batch.query_start.front() != 0 || batch.query_start.back() != n) {
+    return absl::InvalidArgumentError("forward batch arrays have inconsistent lengths");
+  }
+  const KvCacheShape& kv = kv_cache_->shape();
+  const int64_t slots = kv.num_blocks * kv.block_size;
+  for (int64_t i = 0; i < n; ++i) {
+    if (batch.token_ids[i] < 0 || batch.token_ids[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", batch.token_ids[i],
+                                                     " is outside the vocabulary of ",
+                                                     config_.vocab_size));
+    }
+    if (batch.slot_mapping[i] < 0 || batch.slot_mapping[i] >= slots) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KV slot ", batch.slot_mapping[i], " is outside the pool of ", slots));
+    }
+  }
+  for (int64_t s = 0; s < seqs; ++s) {
+    const int64_t q_len = batch.query_start[s + 1] - batch.query_start[s];
+    const int64_t context = batch.context_lens[s];
+    if (q_len <= 0 || context < q_len || context > config_.context_length ||
+        (context + kv.block_size - 1) / kv.block_size > batch.max_blocks_per_seq) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " of the batch has ", q_len,
+                                                     " new tokens and context ", context,
+                                                     ", which its block table cannot hold"));
+    }
+    for (int64_t b = 0; b < batch.max_blocks_per_seq; ++b) {
+      const int32_t block = batch.block_tables[s * batch.max_blocks_per_seq + b];
+      if (block < 0 || block >= kv.num_blocks) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("block id ", block, " is outside the pool of ", kv.num_blocks));
+      }
+    }
+  }
+  for (int32_t index : batch.logits_indices) {
+    if (index < 0 || index >= n) {
+      return absl::InvalidArgumentError(absl::StrCat("logits index ", index, " out of range"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
+  RETURN_IF_ERROR(Validate(batch));
+  const int64_t n = batch.num_tokens();
+  const int64_t hidden = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  std::vector<float> residual(n * hidden);  // [n, hidden]
+  std::vector<float> normed(n * hidden);    // [n, hidden]
+  std::vector<float> partial(n * hidden);   // [n, hidden], this rank's share before all-reduce
+  cpu::Embedding(weights_.token_embedding.data(), config_.vocab_size, hidden,
+                 batch.token_ids.data(), n, residual.data());
+  for (int layer = 0; layer < config_.num_layers; ++layer) {
+    const LayerWeights& w = weights_.layers[layer];
+    cpu::RmsNorm(residual.data(), w.attn_norm.data(), n, hidden, eps, normed.data());
+    Attention(layer, batch, normed.data(), partial.data());
+    RETURN_IF_ERROR(comm_->AllReduceSum(partial.data(), n * hidden));
+    for (int64_t i = 0; i < n * hidden; ++i) residual[i] += partial[i];
+    cpu::RmsNorm(residual.data(), w.ffn_norm.data(), n, hidden, eps, normed.data());
+    Mlp(layer, normed.data(), n, partial.data());
+    RETURN_IF_ERROR(comm_->AllReduceSum(partial.data(), n * hidden));
+    for (int64_t i = 0; i < n * hidden; ++i) residual[i] += partial[i];
+  }
+  return Logits(batch, residual.data(), logits);
+}
+
+void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* normed, float* out) {
+  const LayerWeights& w = weights_.layers[layer];
+  const int64_t n = batch.num_tokens();
+  const int64_t hidden = config_.hidden_size;
+  const int64_t head_dim = config_.head_dim;
+  const int64_t q_heads = layout_.q_heads.size;
+  const int64_t kv_heads = layout_.kv_heads.size;
+  const int64_t q_width = q_heads * head_dim;
+  const int64_t kv_width = kv_heads * head_dim;
+  const int64_t qkv_width = q_width + 2 * kv_width;
+
+  std::vector<float> qkv(n * qkv_width);  // [n, q | k | v]
+  cpu::MatmulBT(normed, w.qkv.data(), n, qkv_width, hidden, qkv.data());
+  std::vector<float> q(n * q_width);   // [n, q_heads, head_dim]
+  std::vector<float> k(n * kv_width);  // [n, kv_heads, head_dim]
+  std::vector<float> v(n * kv_width);  // [n, kv_heads, head_dim]
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = qkv.data() + t * qkv_width;
+    std::copy(row, row + q_width, q.data() + t * q_width);
+    std::copy(row + q_width, row + q_width + kv_width, k.data() + t * kv_width);
+    std::copy(row + q_width + kv_width, row + qkv_width, v.data() + t * kv_width);
+  }
+  const float theta = static_cast<float>(config_.rope_theta);
+  cpu::ApplyRope(q.data(), batch.positions.data(), n, q_heads, head_dim, config_.rope_dims, theta,
+                 cpu::RopeStyle::kAdjacentPairs);
+  cpu::ApplyRope(k.data(), batch.positions.data(), n, kv_heads, head_dim, config_.rope_dims, theta,
+                 cpu::RopeStyle::kAdjacentPairs);
+  cpu::WriteKvCache(k.data(), v.data(), batch.slot_mapping.data(), n, kv_heads, head_dim,
+                    kv_cache_->keys(layer), kv_cache_->values(layer));
+
+  std::vector<float> attn(n * q_width);  // [n, q_heads, head_dim]
+  cpu::PagedAttentionParams params;
+  params.q = q.data();
+  params.k_cache = kv_cache_->keys(layer);
+  params.v_cache = kv_cache_->values(layer);
+  params.num_seqs = batch.num_seqs();
+  params.query_start = batch.query_start.data();
+  params.context_lens = batch.context_lens.data();
+  params.block_tables = batch.block_tables.data();
+  params.max_blocks_per_seq = batch.max_blocks_per_seq;
+  params.num_heads = q_heads;
+  params.num_kv_heads = kv_heads;
+  params.head_dim = head_dim;
+  params.block_size = kv_cache_->shape().block_size;
+  params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  params.out = attn.data();
+  cpu::PagedAttention(params);
+  cpu::MatmulBT(attn.data(), w.attn_output.data(), n, hidden, q_width, out);
+}
+
+void LlamaModel::Mlp(int layer, const float* normed, int64_t num_tokens, float* out) {
+  const LayerWeights& w = weights_.layers[layer];
+  const int64_t hidden = config_.hidden_size;
+  const int64_t ffn = layout_.ffn.size;
+  std::vector<float> gate_up(num_tokens * 2 * ffn);  // [n, gate | up]
+  cpu::MatmulBT(normed, w.gate_up.data(), num_tokens, 2 * ffn, hidden, gate_up.data());
+  std::vector<float> act(num_tokens * ffn);  // [n, ffn_local]
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* row = gate_up.data() + t * 2 * ffn;
+    cpu::SiluMul(row, row + ffn, ffn, act.data() + t * ffn);
+  }
+  cpu::MatmulBT(act.data(), w.down.data(), num_tokens, hidden, ffn, out);
+}
+
+absl::Status LlamaModel::Logits(const ForwardBatch& batch, const float* hidden_states,
+                                std::vector<float>* logits) {
+  const int64_t hidden = config_.hidden_size;
+  const int64_t m = batch.num_logits();
+  std::vector<float> selected(m * hidden);  // [m, hidden]
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = hidden_states + int64_t{batch.logits_indices[i]} * hidden;
+    std::copy(row, row + hidden, selected.data() + i * hidden);
+  }
+  std::vector<float> normed(m * hidden);
+  cpu::RmsNorm(selected.data(), weights_.output_norm.data(), m, hidden,
+               static_cast<float>(config_.rms_norm_eps), normed.data());
+  const float* head = weights_.lm_head.empty()
+                          ? weights_.token_embedding.data() + layout_.vocab.begin * hidden
+                          : weights_.lm_head.data();
+  const int64_t local_vocab = layout_.vocab.size;
+  std::vector<float> local(m * local_vocab);  // [m, vocab_local]
+  cpu::MatmulBT(normed.data(), head, m, local_vocab, hidden, local.data());
+
+  const int world = layout_.world_size;
+  const int64_t vocab = config_.vocab_size;
+  std::vector<int64_t> counts(world);
+  for (int r = 0; r < world; ++r) counts[r] = m * BalancedRange(vocab, r, world).size;
+  std::vector<float> gathered(layout_.rank == 0 ? m * vocab : 0);  // rank chunks [m, vocab_r]
+  RETURN_IF_ERROR(comm_->GatherToRoot(local.data(), counts, gathered.data()));
+  logits->clear();
+  if (layout_.rank != 0) return absl::OkStatus();
+  logits->resize(m * vocab);
+  const float* chunk = gathered.data();
+  for (int r = 0; r < world; ++r) {
+    const Range range = BalancedRange(vocab, r, world);
+    for (int64_t i = 0; i < m; ++i) {
+      std::copy(chunk + i * range.size, chunk + (i + 1) * range.size,
+                logits->data() + i * vocab + range.begin);
+    }
+    chunk += m * range.size;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tpserve

@@ -1,0 +1,50 @@
+// The Llama forward pass of one tensor-parallel rank on the CPU (fp32).
+//
+// Per layer: RMSNorm → fused QKV (column-parallel by heads) → RoPE → KV write into the paged pool
+// → paged causal GQA attention → o_proj (row-parallel) → all-reduce → residual; RMSNorm →
+// gate/up (column-parallel) → SiLU·mul → down (row-parallel) → all-reduce → residual. The final
+// norm and the vocab-parallel lm_head run only for the tokens whose logits are wanted, and the
+// logits are gathered on rank 0.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "model/model_config.h"
+#include "worker/comm/communicator.h"
+#include "worker/forward_batch.h"
+#include "worker/kv_cache.h"
+#include "worker/model_weights.h"
+#include "worker/shard_layout.h"
+
+namespace tpserve {
+
+class LlamaModel {
+ public:
+  // `comm` and `kv_cache` must outlive the model. The cache's shape must match the layout.
+  LlamaModel(const ModelConfig& config, const ShardLayout& layout, ModelWeights weights,
+             Communicator* comm, KvCache* kv_cache);
+
+  // Runs one step. On rank 0 `logits` becomes [batch.num_logits(), vocab_size]; on other ranks it
+  // is left empty. INVALID_ARGUMENT when the batch names tokens, blocks or positions outside the
+  // model or the pool; the cache is not touched then.
+  absl::Status Forward(const ForwardBatch& batch, std::vector<float>* logits);
+
+  const ModelConfig& config() const { return config_; }
+  const ShardLayout& layout() const { return layout_; }
+  const ModelWeights& weights() const { return weights_; }
+
+ private:
+  absl::Status Validate(const ForwardBatch& batch) const;
+  void Attention(int layer, const ForwardBatch& batch, const float* normed, float* out);
+  void Mlp(int layer, const float* normed, int64_t num_tokens, float* out);
+  absl::Status Logits(const ForwardBatch& batch, const float* hidden, std::vector<float>* logits);
+
+  const ModelConfig config_;
+  const ShardLayout layout_;
+  const ModelWeights weights_;
+  Communicator* const comm_;
+  KvCache* const kv_cache_;
+};
+
+}  // namespace tpserve

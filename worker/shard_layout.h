@@ -1,0 +1,40 @@
+// Which slice of every layer a tensor-parallel rank owns (Megatron-style, see DESIGN.md):
+// attention by whole heads, the MLP by a balanced range of the intermediate dimension, the
+// lm_head by a balanced range of the vocabulary.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/model_config.h"
+
+namespace tpserve {
+
+struct Range {
+  int64_t begin = 0;
+  int64_t size = 0;
+  int64_t end() const { return begin + size; }
+};
+
+struct ShardLayout {
+  int rank = 0;
+  int world_size = 1;
+  Range q_heads;   // query heads owned
+  Range kv_heads;  // KV heads owned; replicated across ranks when world_size > num_kv_heads
+  Range ffn;       // columns of gate/up, rows of down
+  Range vocab;     // lm_head rows
+
+  // INVALID_ARGUMENT naming the head counts and the valid sizes when `world_size` cannot split
+  // the model's heads.
+  static absl::StatusOr<ShardLayout> Make(const ModelConfig& config, int rank, int world_size);
+};
+
+// The tensor-parallel sizes that can split `config`: divisors of the head count that either
+// divide the KV head count or are a multiple of it. "1, 3, 9" for SmolLM2-135M.
+std::string ValidTensorParallelSizes(const ModelConfig& config);
+
+// The balanced share of `total` items for `rank` of `world_size`: sizes differ by at most one.
+Range BalancedRange(int64_t total, int rank, int world_size);
+
+}  // namespace tpserve
