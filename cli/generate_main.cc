@@ -30,6 +30,7 @@ struct Flags {
   float top_p = 1.0f;
   uint64_t seed = 0;
   bool chat = false;
+  bool ignore_eos = false;
 };
 
 absl::Status Generate(const Flags& flags) {
@@ -83,8 +84,8 @@ absl::Status Generate(const Flags& flags) {
     position += static_cast<int32_t>(step_tokens.size());
     const int32_t token = cpu::Sample(logits.data(), vocab, sampling, rng);
     ++generated;
-    if (tokenizer->IsEndOfGeneration(token)) break;
-    const std::string piece = detokenizer.Push(token);
+    if (!flags.ignore_eos && tokenizer->IsEndOfGeneration(token)) break;
+    const std::string piece = detokenizer.Add(token);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
     step_tokens = {token};
@@ -92,6 +93,7 @@ absl::Status Generate(const Flags& flags) {
   const std::string rest = detokenizer.Flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fputc('\n', stdout);
+  std::fflush(stdout);
   const auto end = Clock::now();
   const double prefill_s = std::chrono::duration<double>(decode_start - start).count();
   const double decode_s = std::chrono::duration<double>(end - decode_start).count();
@@ -122,6 +124,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--seed", flags.seed, "sampling seed");
   app.add_flag("--chat", flags.chat, "wrap the prompt in the model's chat template");
+  app.add_flag("--ignore-eos", flags.ignore_eos, "keep generating past end-of-generation tokens");
   CLI11_PARSE(app, argc, argv);
   const absl::Status status = tpserve::Generate(flags);
   if (!status.ok()) {

@@ -5,11 +5,15 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 
 namespace tpserve {
 namespace {
+
+// The headers use std::string_view; this Abseil build's string_view is its own type.
+absl::string_view View(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 static_assert(std::endian::native == std::endian::little,
               "GGUF data is little-endian; this decoder reads it in place");
@@ -171,15 +175,15 @@ absl::StatusOr<uint64_t> GgmlBytesFor(GgmlType type, int64_t num_elements) {
         absl::StrCat("ggml type ", static_cast<uint32_t>(type), " is not supported"));
   }
   if (num_elements < 0 || num_elements % traits->block_elements != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(num_elements, " elements of ", traits->name,
-                                                   " are not a whole number of ",
-                                                   traits->block_elements, "-element blocks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(num_elements, " elements of ", View(traits->name),
+                     " are not a whole number of ", traits->block_elements, "-element blocks"));
   }
   const uint64_t blocks = static_cast<uint64_t>(num_elements / traits->block_elements);
   const uint64_t block_bytes = static_cast<uint64_t>(traits->block_bytes);
   if (blocks > std::numeric_limits<uint64_t>::max() / block_bytes) {
     return absl::OutOfRangeError(
-        absl::StrCat(num_elements, " elements of ", traits->name, " overflow a 64-bit size"));
+        absl::StrCat(num_elements, " elements of ", View(traits->name), " overflow a 64-bit size"));
   }
   return blocks * block_bytes;
 }
@@ -189,7 +193,7 @@ absl::Status Dequantize(GgmlType type, absl::Span<const uint8_t> src, absl::Span
   absl::StatusOr<uint64_t> want_bytes = GgmlBytesFor(type, n);
   if (!want_bytes.ok()) return want_bytes.status();
   if (src.size() != *want_bytes) {
-    const std::string_view name = GetGgmlTypeTraits(static_cast<uint32_t>(type))->name;
+    const absl::string_view name = View(GetGgmlTypeTraits(static_cast<uint32_t>(type))->name);
     return absl::InvalidArgumentError(absl::StrCat("dequantize: ", n, " elements of ", name,
                                                    " need ", *want_bytes, " bytes, got ",
                                                    src.size()));

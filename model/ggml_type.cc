@@ -12,11 +12,11 @@ std::optional<GgmlTypeTraits> GetGgmlTypeTraits(uint32_t type) {
     case GgmlType::kBF16:
       return GgmlTypeTraits{"BF16", 1, 2};
     case GgmlType::kQ4_0:
-      return GgmlTypeTraits{"Q4_0", 32, 2 + 16};            // d, qs[16]
+      return GgmlTypeTraits{"Q4_0", 32, 2 + 16};  // d, qs[16]
     case GgmlType::kQ4_1:
-      return GgmlTypeTraits{"Q4_1", 32, 2 + 2 + 16};        // d, m, qs[16]
+      return GgmlTypeTraits{"Q4_1", 32, 2 + 2 + 16};  // d, m, qs[16]
     case GgmlType::kQ8_0:
-      return GgmlTypeTraits{"Q8_0", 32, 2 + 32};            // d, qs[32]
+      return GgmlTypeTraits{"Q8_0", 32, 2 + 32};  // d, qs[32]
     case GgmlType::kQ4_K:
       return GgmlTypeTraits{"Q4_K", 256, 2 + 2 + 12 + 128};  // d, dmin, scales[12], qs[128]
     case GgmlType::kQ6_K:

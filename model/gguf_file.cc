@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -22,25 +23,41 @@ constexpr uint32_t kHeaderBytes = 4 + 4 + 8 + 8;  // magic, version, tensor_coun
 constexpr uint64_t kDefaultAlignment = 32;
 constexpr uint32_t kMaxValueType = static_cast<uint32_t>(GgufValueType::kFloat64);
 // Smallest encodings, used to reject counts that cannot fit in the bytes left before reserving.
-constexpr uint64_t kMinKvBytes = 8 + 4 + 1;                 // empty key, type, uint8 value
-constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;     // empty name, n_dims = 0, type, offset
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;              // empty key, type, uint8 value
+constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // empty name, n_dims = 0, type, offset
 constexpr size_t kMaxQuotedChars = 96;
 
-std::string_view ValueTypeName(GgufValueType type) {
+// The public API takes std::string_view; this Abseil build's string_view is its own type.
+absl::string_view View(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+absl::string_view ValueTypeName(GgufValueType type) {
   switch (type) {
-    case GgufValueType::kUint8: return "uint8";
-    case GgufValueType::kInt8: return "int8";
-    case GgufValueType::kUint16: return "uint16";
-    case GgufValueType::kInt16: return "int16";
-    case GgufValueType::kUint32: return "uint32";
-    case GgufValueType::kInt32: return "int32";
-    case GgufValueType::kFloat32: return "float32";
-    case GgufValueType::kBool: return "bool";
-    case GgufValueType::kString: return "string";
-    case GgufValueType::kArray: return "array";
-    case GgufValueType::kUint64: return "uint64";
-    case GgufValueType::kInt64: return "int64";
-    case GgufValueType::kFloat64: return "float64";
+    case GgufValueType::kUint8:
+      return "uint8";
+    case GgufValueType::kInt8:
+      return "int8";
+    case GgufValueType::kUint16:
+      return "uint16";
+    case GgufValueType::kInt16:
+      return "int16";
+    case GgufValueType::kUint32:
+      return "uint32";
+    case GgufValueType::kInt32:
+      return "int32";
+    case GgufValueType::kFloat32:
+      return "float32";
+    case GgufValueType::kBool:
+      return "bool";
+    case GgufValueType::kString:
+      return "string";
+    case GgufValueType::kArray:
+      return "array";
+    case GgufValueType::kUint64:
+      return "uint64";
+    case GgufValueType::kInt64:
+      return "int64";
+    case GgufValueType::kFloat64:
+      return "float64";
   }
   return "unknown";
 }
@@ -71,7 +88,7 @@ uint64_t MinEncodedBytes(GgufValueType type) {
 }
 
 // A name read from the file, quoted, escaped and bounded so that messages stay one short line.
-std::string Quote(std::string_view name) {
+std::string Quote(absl::string_view name) {
   std::string out = "'";
   out += absl::CHexEscape(name.substr(0, kMaxQuotedChars));
   if (name.size() > kMaxQuotedChars) out += "...";
@@ -82,7 +99,7 @@ std::string Quote(std::string_view name) {
 // Names the field being read, e.g. "kv 'tokenizer.ggml.tokens' value[17]". Array elements
 // chain to their array so the name is only built when an error is reported.
 struct Field {
-  std::string_view base;
+  absl::string_view base;
   const Field* parent = nullptr;
   uint64_t index = 0;
 
@@ -93,12 +110,12 @@ struct Field {
 };
 
 bool IsUnsigned(GgufValueType t) {
-  return t == GgufValueType::kUint8 || t == GgufValueType::kUint16 ||
-         t == GgufValueType::kUint32 || t == GgufValueType::kUint64;
+  return t == GgufValueType::kUint8 || t == GgufValueType::kUint16 || t == GgufValueType::kUint32 ||
+         t == GgufValueType::kUint64;
 }
 bool IsSigned(GgufValueType t) {
-  return t == GgufValueType::kInt8 || t == GgufValueType::kInt16 ||
-         t == GgufValueType::kInt32 || t == GgufValueType::kInt64;
+  return t == GgufValueType::kInt8 || t == GgufValueType::kInt16 || t == GgufValueType::kInt32 ||
+         t == GgufValueType::kInt64;
 }
 bool IsFloat(GgufValueType t) {
   return t == GgufValueType::kFloat32 || t == GgufValueType::kFloat64;
@@ -136,7 +153,7 @@ class GgufParser {
  private:
   uint64_t remaining() const { return bytes_.size() - pos_; }
 
-  absl::Status Error(uint64_t offset, std::string_view field, std::string_view problem) const {
+  absl::Status Error(uint64_t offset, absl::string_view field, absl::string_view problem) const {
     return absl::InvalidArgumentError(absl::StrCat("gguf: ", out_->display_name_, ": ", field,
                                                    " at offset ", offset, ": ", problem));
   }
@@ -155,12 +172,12 @@ class GgufParser {
   }
 
   absl::Status ReadString(const Field& field, std::string* out) {
-    uint64_t length;
+    uint64_t length = 0;
     RETURN_IF_ERROR(ReadPod(field, &length));
     if (length > remaining()) {
-      return Error(pos_ - 8, field.ToString(),
-                   absl::StrCat("string length ", length, " exceeds the ", remaining(),
-                                " bytes left"));
+      return Error(
+          pos_ - 8, field.ToString(),
+          absl::StrCat("string length ", length, " exceeds the ", remaining(), " bytes left"));
     }
     out->assign(reinterpret_cast<const char*>(bytes_.data() + pos_), length);
     pos_ += length;
@@ -169,7 +186,7 @@ class GgufParser {
 
   absl::Status ReadValueType(const Field& field, GgufValueType* out) {
     const uint64_t offset = pos_;
-    uint32_t raw;
+    uint32_t raw = 0;
     RETURN_IF_ERROR(ReadPod(field, &raw));
     if (raw > kMaxValueType) {
       return Error(offset, field.ToString(), absl::StrCat("unknown value type ", raw));
@@ -183,7 +200,7 @@ class GgufParser {
     if (std::memcmp(bytes_.data(), "GGUF", 4) != 0) {
       return Error(0, "magic",
                    absl::StrCat("expected \"GGUF\", found 0x",
-                                absl::BytesToHexString(std::string_view(
+                                absl::BytesToHexString(absl::string_view(
                                     reinterpret_cast<const char*>(bytes_.data()), 4))));
     }
     pos_ = 4;
@@ -197,9 +214,9 @@ class GgufParser {
     RETURN_IF_ERROR(ReadPod(Field{"tensor_count"}, &tensor_count_));
     RETURN_IF_ERROR(ReadPod(Field{"kv_count"}, &kv_count_));
     if (tensor_count_ > remaining() / kMinTensorInfoBytes) {
-      return Error(8, "tensor_count",
-                   absl::StrCat(tensor_count_, " tensors cannot fit in the ", remaining(),
-                                " bytes left"));
+      return Error(
+          8, "tensor_count",
+          absl::StrCat(tensor_count_, " tensors cannot fit in the ", remaining(), " bytes left"));
     }
     if (kv_count_ > remaining() / kMinKvBytes) {
       return Error(16, "kv_count",
@@ -233,19 +250,29 @@ class GgufParser {
   // Reads a value whose type `out->type` is already known. `depth` counts enclosing arrays.
   absl::Status ReadValue(const Field& field, int depth, GgufValue* out) {
     switch (out->type) {
-      case GgufValueType::kUint8: return ReadNumber<uint8_t, uint64_t>(field, out);
-      case GgufValueType::kInt8: return ReadNumber<int8_t, int64_t>(field, out);
-      case GgufValueType::kUint16: return ReadNumber<uint16_t, uint64_t>(field, out);
-      case GgufValueType::kInt16: return ReadNumber<int16_t, int64_t>(field, out);
-      case GgufValueType::kUint32: return ReadNumber<uint32_t, uint64_t>(field, out);
-      case GgufValueType::kInt32: return ReadNumber<int32_t, int64_t>(field, out);
-      case GgufValueType::kUint64: return ReadNumber<uint64_t, uint64_t>(field, out);
-      case GgufValueType::kInt64: return ReadNumber<int64_t, int64_t>(field, out);
-      case GgufValueType::kFloat32: return ReadNumber<float, double>(field, out);
-      case GgufValueType::kFloat64: return ReadNumber<double, double>(field, out);
+      case GgufValueType::kUint8:
+        return ReadNumber<uint8_t, uint64_t>(field, out);
+      case GgufValueType::kInt8:
+        return ReadNumber<int8_t, int64_t>(field, out);
+      case GgufValueType::kUint16:
+        return ReadNumber<uint16_t, uint64_t>(field, out);
+      case GgufValueType::kInt16:
+        return ReadNumber<int16_t, int64_t>(field, out);
+      case GgufValueType::kUint32:
+        return ReadNumber<uint32_t, uint64_t>(field, out);
+      case GgufValueType::kInt32:
+        return ReadNumber<int32_t, int64_t>(field, out);
+      case GgufValueType::kUint64:
+        return ReadNumber<uint64_t, uint64_t>(field, out);
+      case GgufValueType::kInt64:
+        return ReadNumber<int64_t, int64_t>(field, out);
+      case GgufValueType::kFloat32:
+        return ReadNumber<float, double>(field, out);
+      case GgufValueType::kFloat64:
+        return ReadNumber<double, double>(field, out);
       case GgufValueType::kBool: {
         const uint64_t offset = pos_;
-        uint8_t b;
+        uint8_t b = 0;
         RETURN_IF_ERROR(ReadPod(field, &b));
         if (b > 1) {
           return Error(offset, field.ToString(), absl::StrCat("bool byte ", b, " is not 0 or 1"));
@@ -267,7 +294,7 @@ class GgufParser {
 
   template <typename Stored, typename Widened>
   absl::Status ReadNumber(const Field& field, GgufValue* out) {
-    Stored v;
+    Stored v{};
     RETURN_IF_ERROR(ReadPod(field, &v));
     out->value = static_cast<Widened>(v);
     return absl::OkStatus();
@@ -280,22 +307,19 @@ class GgufParser {
                    absl::StrCat("arrays nested deeper than ", kGgufMaxArrayDepth, " levels"));
     }
     GgufArray array;
-    const Field type_field{"element type", &field, 0};
-    uint32_t raw_type;
+    uint32_t raw_type = 0;
     RETURN_IF_ERROR(ReadPod(field, &raw_type));
     if (raw_type > kMaxValueType) {
-      return Error(offset, field.ToString(),
-                   absl::StrCat("unknown array element type ", raw_type));
+      return Error(offset, field.ToString(), absl::StrCat("unknown array element type ", raw_type));
     }
     array.element_type = static_cast<GgufValueType>(raw_type);
-    uint64_t length;
+    uint64_t length = 0;
     RETURN_IF_ERROR(ReadPod(field, &length));
     const uint64_t min_bytes = MinEncodedBytes(array.element_type);
     if (length > remaining() / min_bytes) {
       return Error(pos_ - 8, field.ToString(),
-                   absl::StrCat("array length ", length, " of ",
-                                ValueTypeName(array.element_type), " cannot fit in the ",
-                                remaining(), " bytes left"));
+                   absl::StrCat("array length ", length, " of ", ValueTypeName(array.element_type),
+                                " cannot fit in the ", remaining(), " bytes left"));
     }
     if (length > values_budget_) {
       return Error(pos_ - 8, field.ToString(),
@@ -343,7 +367,7 @@ class GgufParser {
 
     const std::string dims_field = prefix + "n_dims";
     const uint64_t n_dims_offset = pos_;
-    uint32_t n_dims;
+    uint32_t n_dims = 0;
     RETURN_IF_ERROR(ReadPod(Field{dims_field}, &n_dims));
     if (n_dims > kGgufMaxDims) {
       return Error(n_dims_offset, dims_field,
@@ -354,7 +378,7 @@ class GgufParser {
     for (uint32_t d = 0; d < n_dims; ++d) {
       const std::string dim_field = absl::StrCat(prefix, "dims[", d, "]");
       const uint64_t dim_offset = pos_;
-      uint64_t dim;
+      uint64_t dim = 0;
       RETURN_IF_ERROR(ReadPod(Field{dim_field}, &dim));
       if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         return Error(dim_offset, dim_field, absl::StrCat(dim, " does not fit in int64"));
@@ -369,7 +393,7 @@ class GgufParser {
 
     const std::string type_field = prefix + "type";
     const uint64_t type_offset = pos_;
-    uint32_t raw_type;
+    uint32_t raw_type = 0;
     RETURN_IF_ERROR(ReadPod(Field{type_field}, &raw_type));
     const std::optional<GgmlTypeTraits> traits = GetGgmlTypeTraits(raw_type);
     if (!traits.has_value()) {
@@ -381,7 +405,7 @@ class GgufParser {
     if (row_elements % traits->block_elements != 0) {
       return Error(type_offset, type_field,
                    absl::StrCat("dims[0] = ", row_elements, " is not a multiple of the ",
-                                traits->name, " block of ", traits->block_elements));
+                                View(traits->name), " block of ", traits->block_elements));
     }
     absl::StatusOr<uint64_t> num_bytes = GgmlBytesFor(t.type, t.num_elements);
     if (!num_bytes.ok()) return Error(type_offset, type_field, num_bytes.status().message());
@@ -391,9 +415,9 @@ class GgufParser {
     const uint64_t offset_offset = pos_;
     RETURN_IF_ERROR(ReadPod(Field{offset_field}, &t.offset));
     if (t.offset % out_->alignment_ != 0) {
-      return Error(offset_offset, offset_field,
-                   absl::StrCat(t.offset, " is not a multiple of the alignment ",
-                                out_->alignment_));
+      return Error(
+          offset_offset, offset_field,
+          absl::StrCat(t.offset, " is not a multiple of the alignment ", out_->alignment_));
     }
     out_->tensor_index_.emplace(t.name, out_->tensors_.size());
     out_->tensors_.push_back(std::move(t));
@@ -458,28 +482,28 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(absl::Span<const uint8
 }
 
 const GgufValue* GgufFile::Find(std::string_view key) const {
-  auto it = metadata_.find(key);
+  auto it = metadata_.find(View(key));
   return it == metadata_.end() ? nullptr : &it->second;
 }
 
 namespace {
 
 absl::Status NotFound(std::string_view key) {
-  return absl::NotFoundError(absl::StrCat("gguf: key ", Quote(key), " not found"));
+  return absl::NotFoundError(absl::StrCat("gguf: key ", Quote(View(key)), " not found"));
 }
 
-absl::Status WrongType(std::string_view key, const GgufValue& v, std::string_view want) {
+absl::Status WrongType(std::string_view key, const GgufValue& v, absl::string_view want) {
   std::string have(ValueTypeName(v.type));
   if (v.type == GgufValueType::kArray) {
     absl::StrAppend(&have, " of ", ValueTypeName(std::get<GgufArray>(v.value).element_type));
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("gguf: key ", Quote(key), " has type ", have, ", want ", want));
+      absl::StrCat("gguf: key ", Quote(View(key)), " has type ", have, ", want ", want));
 }
 
 // The array at `key` when its elements satisfy `accept`.
 absl::StatusOr<const GgufArray*> FindArray(const GgufFile& file, std::string_view key,
-                                           bool (*accept)(GgufValueType), std::string_view want) {
+                                           bool (*accept)(GgufValueType), absl::string_view want) {
   const GgufValue* v = file.Find(key);
   if (v == nullptr) return NotFound(key);
   if (v->type != GgufValueType::kArray) return WrongType(key, *v, want);
@@ -498,7 +522,7 @@ absl::StatusOr<uint64_t> GgufFile::GetUint(std::string_view key) const {
     const int64_t i = std::get<int64_t>(v->value);
     if (i < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("gguf: key ", Quote(key), " is negative (", i, "), want unsigned"));
+          absl::StrCat("gguf: key ", Quote(View(key)), " is negative (", i, "), want unsigned"));
     }
     return static_cast<uint64_t>(i);
   }
@@ -527,10 +551,10 @@ absl::StatusOr<std::string> GgufFile::GetString(std::string_view key) const {
 }
 
 absl::StatusOr<std::vector<std::string>> GgufFile::GetStringArray(std::string_view key) const {
-  ASSIGN_OR_RETURN(
-      const GgufArray* array,
-      FindArray(*this, key, [](GgufValueType t) { return t == GgufValueType::kString; },
-                "array of string"));
+  ASSIGN_OR_RETURN(const GgufArray* array,
+                   FindArray(
+                       *this, key, [](GgufValueType t) { return t == GgufValueType::kString; },
+                       "array of string"));
   std::vector<std::string> out;
   out.reserve(array->values.size());
   for (const GgufValue& v : array->values) out.push_back(std::get<std::string>(v.value));
@@ -538,17 +562,17 @@ absl::StatusOr<std::vector<std::string>> GgufFile::GetStringArray(std::string_vi
 }
 
 absl::StatusOr<std::vector<int64_t>> GgufFile::GetIntArray(std::string_view key) const {
-  ASSIGN_OR_RETURN(
-      const GgufArray* array,
-      FindArray(*this, key, [](GgufValueType t) { return IsUnsigned(t) || IsSigned(t); },
-                "array of integers"));
+  ASSIGN_OR_RETURN(const GgufArray* array,
+                   FindArray(
+                       *this, key, [](GgufValueType t) { return IsUnsigned(t) || IsSigned(t); },
+                       "array of integers"));
   std::vector<int64_t> out;
   out.reserve(array->values.size());
   for (size_t i = 0; i < array->values.size(); ++i) {
     const std::optional<int64_t> value = AsInt64(array->values[i]);
     if (!value.has_value()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("gguf: key ", Quote(key), " element ", i, " does not fit in int64"));
+          absl::StrCat("gguf: key ", Quote(View(key)), " element ", i, " does not fit in int64"));
     }
     out.push_back(*value);
   }
@@ -565,7 +589,7 @@ absl::StatusOr<std::vector<double>> GgufFile::GetFloatArray(std::string_view key
 }
 
 const GgufTensorInfo* GgufFile::FindTensor(std::string_view name) const {
-  auto it = tensor_index_.find(name);
+  auto it = tensor_index_.find(View(name));
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 

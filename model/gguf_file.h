@@ -1,9 +1,13 @@
-// Read-only view of a GGUF v3 file over mmap (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md).
+// Read-only view of a GGUF v3 file over mmap
+// (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md).
 //
 // Open() validates the whole header, metadata and tensor table before returning: every length
-// and count is checked against the bytes left in the file, every tensor's data range lies inside
-// the data section, so later accessors never read out of bounds. Errors name the field and its
-// byte offset, e.g. "gguf: tensor 'blk.0.attn_q.weight' at offset 1234: data ends past file end".
+// and count is checked against the bytes left in the file before anything is reserved, every
+// tensor's data range lies inside the data section, so later accessors never read out of bounds.
+// Versions 2 and 3 are read (same layout); the file must be little-endian. Errors are one line
+// naming the file, the field and its byte offset, e.g. "gguf: m.gguf: tensor
+// 'blk.0.attn_q.weight' offset at offset 1234: 97 is not a multiple of the alignment 32".
+// Names read from the file appear C-escaped and cut at 96 bytes.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +26,8 @@
 namespace tpserve {
 
 // Limits that keep a hostile file from exhausting memory or stack.
-inline constexpr int kGgufMaxArrayDepth = 3;       // arrays of arrays of arrays, no deeper
-inline constexpr uint64_t kGgufMaxMetadataValues = uint64_t{1} << 23;  // array elements, in total
+inline constexpr int kGgufMaxArrayDepth = 3;  // arrays of arrays of arrays, no deeper
+inline constexpr uint64_t kGgufMaxMetadataValues = uint64_t{1} << 22;  // array elements, in total
 inline constexpr int kGgufMaxDims = 4;
 inline constexpr uint64_t kGgufMaxAlignment = uint64_t{1} << 30;
 
@@ -50,8 +54,8 @@ struct GgufArray {
   std::vector<GgufValue> values;
 };
 
-// One metadata value. Integers of every width are widened into int64_t/uint64_t; `type` keeps the
-// type the file declared.
+// One metadata value, widened: unsigned integers to uint64_t, signed to int64_t, float32 and
+// float64 to double. `type` keeps the type the file declared.
 struct GgufValue {
   GgufValueType type;
   std::variant<uint64_t, int64_t, double, bool, std::string, GgufArray> value;
@@ -61,8 +65,8 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // ggml order: dims[0] is the contiguous (innermost) dimension
   GgmlType type;
-  uint64_t offset;      // relative to the start of the data section
-  uint64_t num_bytes;   // bytes of data
+  uint64_t offset;     // relative to the start of the data section
+  uint64_t num_bytes;  // bytes of data
   int64_t num_elements;
   int64_t rows() const;  // product of dims[1..]
 };

@@ -26,7 +26,7 @@ class FdCloser {
   int fd_;
 };
 
-absl::Status ErrnoError(int error_number, std::string_view what, const std::string& path) {
+absl::Status ErrnoError(int error_number, absl::string_view what, const std::string& path) {
   return absl::ErrnoToStatus(error_number, absl::StrCat(what, " '", path, "'"));
 }
 
@@ -47,8 +47,7 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
 
   void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (data == MAP_FAILED) return ErrnoError(errno, "mmap", path);
-  return std::unique_ptr<MappedFile>(
-      new MappedFile(path, static_cast<const uint8_t*>(data), size));
+  return std::unique_ptr<MappedFile>(new MappedFile(path, static_cast<const uint8_t*>(data), size));
 }
 
 MappedFile::~MappedFile() {

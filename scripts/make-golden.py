@@ -4,7 +4,15 @@
   tokenizer: tests/golden/tokenizer_corpus.json (list of strings)
              -> tests/golden/tokenizer_ids.json ([{"text", "ids"}])
   logits:    tests/golden/logit_prompts.json (list of strings, special tokens allowed)
-             -> tests/golden/logits_top20.json ([{"prompt", "ids", "top": [[[id, logit] x20] per position]}])
+             -> tests/golden/logits_top20.json and logits_top20_q8act.json
+                ([{"prompt", "ids", "top": [[[id, logit] x20] per position]}])
+
+Two logits references. llama.cpp multiplies Q4_1/Q8_0 weights with activations rounded to 8 bits
+per 32-element block; that rounding changes logits by ~0.2 (as much as between two fp32
+implementations that merely sum in another order and then round), so near-ties flip. The main
+reference therefore runs llama.cpp on the same weights decoded to F32 by the `gguf` package (an
+independent decoder) with an F32 KV cache: the model's exact function, computed by llama.cpp.
+logits_top20_q8act.json keeps what llama.cpp computes on the quantized file itself.
 
 A developer tool (pip install -r scripts/requirements-golden.txt); tests only read its output.
 """
@@ -13,8 +21,13 @@ import json
 import os
 import sys
 
+import tempfile
+
+import gguf
 import numpy as np
 from llama_cpp import Llama
+
+GGML_TYPE_F32 = 0
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
@@ -42,7 +55,28 @@ def tokenizer_golden(llm):
     save("tokenizer_ids.json", out)
 
 
-def logits_golden(llm):
+def write_f32_copy(src, dst):
+    """Writes `src` with every tensor decoded to F32 and the metadata unchanged."""
+    reader = gguf.GGUFReader(src)
+    writer = gguf.GGUFWriter(dst, arch=reader.fields["general.architecture"].contents())
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        value = field.contents()
+        if name == "general.file_type":
+            value = int(gguf.LlamaFileType.ALL_F32)
+        sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(name, value, field.types[0], sub_type=sub_type)
+    for tensor in reader.tensors:
+        data = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
+        writer.add_tensor(tensor.name, data.reshape(list(reversed(tensor.shape.tolist()))))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file(progress=False)
+    writer.close()
+
+
+def logits_golden(llm, out_name):
     prompts = load("logit_prompts.json")
     out = []
     for i, prompt in enumerate(prompts):
@@ -56,7 +90,7 @@ def logits_golden(llm):
             top.append([[int(t), round(float(row[t]), 5)] for t in order])
         out.append({"prompt": prompt, "ids": ids, "top": top})
         print(f"prompt {i + 1}/{len(prompts)}: {len(ids)} positions", file=sys.stderr)
-    save("logits_top20.json", out)
+    save(out_name, out)
 
 
 def main():
@@ -65,12 +99,20 @@ def main():
     parser.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    llm = Llama(model_path=args.model, n_ctx=2048, n_batch=512, logits_all=True,
-                n_threads=args.threads, verbose=False)
+    def open_model(path, **kwargs):
+        return Llama(model_path=path, n_ctx=2048, n_batch=512, logits_all=True,
+                     n_threads=args.threads, verbose=False, **kwargs)
+
+    llm = open_model(args.model)
     if args.what in ("tokenizer", "all"):
         tokenizer_golden(llm)
     if args.what in ("logits", "all"):
-        logits_golden(llm)
+        logits_golden(llm, "logits_top20_q8act.json")
+        with tempfile.TemporaryDirectory() as tmp:
+            f32 = os.path.join(tmp, "model-f32.gguf")
+            write_f32_copy(args.model, f32)
+            logits_golden(open_model(f32, type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32),
+                          "logits_top20.json")
 
 
 if __name__ == "__main__":

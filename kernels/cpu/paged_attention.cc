@@ -1,0 +1,158 @@
+#include "kernels/cpu/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/check.h"
+
+namespace tpserve::cpu {
+namespace {
+
+// a . b over n floats, with eight independent partial sums so that the compiler can vectorize it
+// without -ffast-math (which it needs to reorder a single running sum).
+float Dot(const float* a, const float* b, int64_t n) {
+  float partial[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) partial[j] += a[i + j] * b[i + j];
+  }
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+         ((partial[4] + partial[5]) + (partial[6] + partial[7])) + tail;
+}
+
+// The loops below work in fixed chunks of 8 plus a scalar tail: at -O2 GCC only vectorizes loops
+// whose trip count needs no scalar epilogue, and this shape gives it one without -ffast-math.
+
+// y[:] += w * x[:] over n floats; x and y do not overlap.
+inline void Axpy(float w, const float* __restrict x, float* __restrict y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) y[i + j] += w * x[i + j];
+  }
+  for (; i < n; ++i) y[i] += w * x[i];
+}
+
+// y[:] = w * x[:] over n floats; x and y are the same array or do not overlap.
+inline void Scale(float w, const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) y[i + j] = w * x[i + j];
+  }
+  for (; i < n; ++i) y[i] = w * x[i];
+}
+
+// Attention of the `group` query heads that share KV head `kv_head`, for one token, over cache
+// positions [0, num_positions). Each K and V row is loaded once for the whole group.
+//   q:       [group, head_dim], the group's query heads (adjacent in q)
+//   table:   the sequence's block ids
+//   scratch: [group * (block_size + head_dim + 2)] floats
+//   out:     [group, head_dim]
+void AttendGroup(const PagedAttentionParams& p, int64_t group, const float* q, const int32_t* table,
+                 int64_t num_positions, int64_t kv_head, float* scratch, float* out) {
+  const int64_t head_dim = p.head_dim;
+  const int64_t block_size = p.block_size;
+  const int64_t slot_stride = p.num_kv_heads * head_dim;  // floats between consecutive slots
+  float* scores = scratch;                                // [group, block_size]
+  float* acc = scores + group * block_size;               // [group, head_dim], unnormalized output
+  float* running_max = acc + group * head_dim;            // [group]
+  float* running_sum = running_max + group;  // [group], sum of exp(score - running_max)
+  std::fill(acc, acc + group * head_dim, 0.0f);
+  std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
+  std::fill(running_sum, running_sum + group, 0.0f);
+
+  for (int64_t b = 0; b * block_size < num_positions; ++b) {
+    const int64_t in_block = std::min(block_size, num_positions - b * block_size);
+    const int64_t base = int64_t{table[b]} * block_size * slot_stride + kv_head * head_dim;
+    const float* k = p.k_cache + base;
+    const float* v = p.v_cache + base;
+
+    for (int64_t j = 0; j < in_block; ++j) {
+      for (int64_t h = 0; h < group; ++h) {
+        scores[h * block_size + j] = Dot(q + h * head_dim, k + j * slot_stride, head_dim) * p.scale;
+      }
+    }
+    for (int64_t h = 0; h < group; ++h) {
+      float* s = scores + h * block_size;
+      const float block_max = *std::max_element(s, s + in_block);
+      if (block_max > running_max[h]) {
+        // Rescale what was accumulated under the old maximum (exp(-inf) = 0 on the first block).
+        const float correction = std::exp(running_max[h] - block_max);
+        running_sum[h] *= correction;
+        Scale(correction, acc + h * head_dim, acc + h * head_dim, head_dim);
+        running_max[h] = block_max;
+      }
+      for (int64_t j = 0; j < in_block; ++j) {
+        s[j] = std::exp(s[j] - running_max[h]);  // the score becomes its softmax weight
+        running_sum[h] += s[j];
+      }
+    }
+    for (int64_t j = 0; j < in_block; ++j) {
+      const float* vj = v + j * slot_stride;
+      for (int64_t h = 0; h < group; ++h) {
+        Axpy(scores[h * block_size + j], vj, acc + h * head_dim, head_dim);
+      }
+    }
+  }
+  for (int64_t h = 0; h < group; ++h) {
+    Scale(1.0f / running_sum[h], acc + h * head_dim, out + h * head_dim, head_dim);
+  }
+}
+
+}  // namespace
+
+void WriteKvCache(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
+                  int64_t num_kv_heads, int64_t head_dim, float* k_cache, float* v_cache) {
+  TP_CHECK(num_tokens >= 0 && num_kv_heads > 0 && head_dim > 0);
+  const int64_t row = num_kv_heads * head_dim;  // one token, all KV heads: contiguous in both
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;
+    std::memcpy(k_cache + slot * row, k + t * row, row * sizeof(float));
+    std::memcpy(v_cache + slot * row, v + t * row, row * sizeof(float));
+  }
+}
+
+void PagedAttention(const PagedAttentionParams& p) {
+  TP_CHECK(p.num_seqs >= 0 && p.num_heads > 0 && p.num_kv_heads > 0 && p.head_dim > 0);
+  TP_CHECK(p.num_heads % p.num_kv_heads == 0);
+  TP_CHECK(p.block_size > 0 && p.max_blocks_per_seq >= 0);
+  TP_CHECK(p.query_start[0] == 0);
+  for (int64_t s = 0; s < p.num_seqs; ++s) {
+    const int64_t q_len = int64_t{p.query_start[s + 1]} - p.query_start[s];
+    const int64_t context = p.context_lens[s];
+    TP_CHECK_MSG(q_len >= 0 && q_len <= context, "query tokens must be the end of the context");
+    TP_CHECK_MSG(context <= p.max_blocks_per_seq * p.block_size, "context exceeds block table");
+    const int32_t* table = p.block_tables + s * p.max_blocks_per_seq;
+    for (int64_t b = 0; b * p.block_size < context; ++b) TP_CHECK(table[b] >= 0);
+  }
+  const int64_t num_tokens = p.query_start[p.num_seqs];
+  const int64_t group = p.num_heads / p.num_kv_heads;  // query heads per KV head
+  const int64_t work = num_tokens * p.num_kv_heads;
+
+#pragma omp parallel if (work > 1)
+  {
+    std::vector<float> scratch(group * (p.block_size + p.head_dim + 2));  // per thread
+    // Positions differ per token, so the work per item differs: hand them out dynamically.
+#pragma omp for schedule(dynamic, 2)
+    for (int64_t item = 0; item < work; ++item) {
+      const int64_t token = item / p.num_kv_heads;
+      const int64_t kv_head = item % p.num_kv_heads;
+      // The sequence owning `token`: the first s with query_start[s + 1] > token.
+      const int64_t s = std::upper_bound(p.query_start + 1, p.query_start + p.num_seqs + 1, token) -
+                        (p.query_start + 1);
+      const int64_t q_len = int64_t{p.query_start[s + 1]} - p.query_start[s];
+      const int64_t position = p.context_lens[s] - q_len + (token - p.query_start[s]);
+      const int64_t first_head = token * p.num_heads + kv_head * group;
+      AttendGroup(p, group, p.q + first_head * p.head_dim,
+                  p.block_tables + s * p.max_blocks_per_seq, position + 1, kv_head, scratch.data(),
+                  p.out + first_head * p.head_dim);
+    }
+  }
+}
+
+}  // namespace tpserve::cpu

@@ -1,0 +1,49 @@
+#include "kernels/cpu/rope.h"
+
+#include <cmath>
+#include <vector>
+
+#include "common/check.h"
+
+namespace tpserve::cpu {
+
+void ApplyRope(float* x, const int32_t* positions, int64_t num_tokens, int64_t num_heads,
+               int64_t head_dim, int64_t rope_dims, float theta_base, RopeStyle style) {
+  TP_CHECK(num_tokens >= 0 && num_heads > 0 && head_dim > 0);
+  TP_CHECK(rope_dims > 0 && rope_dims % 2 == 0 && rope_dims <= head_dim);
+  TP_CHECK(theta_base > 0.0f);
+  const int64_t half = rope_dims / 2;
+  // inv_freq[i] = theta_base^(-2i / rope_dims), [half].
+  std::vector<double> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[i] = std::pow(static_cast<double>(theta_base),
+                           -2.0 * static_cast<double>(i) / static_cast<double>(rope_dims));
+  }
+  // Pair i is (x[first * i], x[first * i + second]).
+  const bool adjacent = style == RopeStyle::kAdjacentPairs;
+  const int64_t first = adjacent ? 2 : 1;
+  const int64_t second = adjacent ? 1 : half;
+  const int64_t token_stride = num_heads * head_dim;
+
+#pragma omp parallel for schedule(static) if (num_tokens * token_stride >= (int64_t{1} << 16))
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const double pos = static_cast<double>(positions[t]);
+    float* xt = x + t * token_stride;
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = pos * inv_freq[i];
+      const float c = static_cast<float>(std::cos(angle));
+      const float s = static_cast<float>(std::sin(angle));
+      const int64_t i0 = first * i;
+      const int64_t i1 = i0 + second;
+      for (int64_t h = 0; h < num_heads; ++h) {
+        float* xh = xt + h * head_dim;
+        const float x0 = xh[i0];
+        const float x1 = xh[i1];
+        xh[i0] = x0 * c - x1 * s;
+        xh[i1] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+}  // namespace tpserve::cpu

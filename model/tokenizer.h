@@ -1,0 +1,123 @@
+// Byte-level BPE tokenizer (GGUF `tokenizer.ggml.model` = "gpt2") that produces the same ids as
+// llama.cpp's llama_tokenize(add_special = false) for the same vocabulary.
+//
+// Encode:
+//   1. Special tokens (types control, user-defined and unknown; only user-defined when
+//      `parse_special` is false) are cut out of the text first, longest token text first; each
+//      occurrence becomes that token and the text around it is encoded on its own.
+//   2. The pre-tokenizer (pre_tokenizer.h) splits the rest into words.
+//   3. Each word's bytes are mapped to GPT-2's printable characters (byte 0x20 -> U+0120 'Ġ',
+//      ...), split into those characters, and adjacent symbols are merged, lowest merge rank
+//      first (leftmost on ties), until no pair of neighbours has a rank.
+//   4. A final symbol that is not a token falls back to the tokens of its characters, one per
+//      byte. A byte the vocabulary has no token for is dropped, as llama.cpp drops it
+//      (SmolLM2 has none for 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D, nor for the lead bytes
+//      0xF1..0xF4 of characters from U+40000 up), so such text does not round-trip.
+//
+// Thread-safe: every method is const and keeps no state between calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "model/pre_tokenizer.h"
+
+namespace tpserve {
+
+class GgufFile;
+
+// GGUF `tokenizer.ggml.token_type` values.
+enum class TokenType : int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
+};
+
+// Everything the tokenizer needs, as a GGUF file stores it. -1 means "absent" for every id.
+struct TokenizerData {
+  std::vector<std::string> tokens;     // [vocab_size] byte-mapped token text
+  std::vector<TokenType> token_types;  // [vocab_size], or empty for all kNormal
+  std::vector<std::string> merges;     // "left right", rank = index
+  std::string pre_tokenizer;           // tokenizer.ggml.pre, e.g. "smollm"
+  bool add_bos = false;                // whether callers prepend bos_id to a prompt
+  int32_t bos_id = -1;
+  int32_t eos_id = -1;
+  // Further ids the file names and llama.cpp counts as ending generation.
+  int32_t eot_id = -1;
+  int32_t eom_id = -1;
+  int32_t fim_pad_id = -1;
+  int32_t fim_rep_id = -1;
+  int32_t fim_sep_id = -1;
+};
+
+class Tokenizer {
+ public:
+  // INVALID_ARGUMENT when the data is inconsistent (sizes, ids out of range, duplicate tokens,
+  // unknown pre-tokenizer name).
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(TokenizerData data);
+  // Reads the tokenizer.ggml.* keys. Only `tokenizer.ggml.model` = "gpt2" is supported.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
+
+  // Token ids for `text`, without BOS (see add_bos()). INVALID_ARGUMENT naming the byte offset
+  // when `text` is not valid UTF-8 (overlong forms, surrogates and bytes 0xF5..0xFF included).
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool parse_special) const;
+
+  // The bytes the tokens stand for: normal tokens unmapped to bytes, byte tokens (<0xXX>) as
+  // that byte, control, unknown and user-defined tokens as their text, unused and undefined
+  // tokens as nothing. May end inside a UTF-8 sequence. Precondition: every id is in
+  // [0, vocab_size()); check ids that come from clients first.
+  std::string Decode(absl::Span<const int32_t> ids) const;
+  // Decode() of one token, without a copy.
+  std::string_view TokenBytes(int32_t id) const;
+  // The token's text as stored in the vocabulary (byte-mapped for normal tokens).
+  const std::string& TokenText(int32_t id) const;
+  TokenType token_type(int32_t id) const;
+  // The token of one raw byte, if the vocabulary has one.
+  std::optional<int32_t> ByteToken(uint8_t byte) const;
+
+  int32_t vocab_size() const { return static_cast<int32_t>(tokens_.size()); }
+  int32_t bos_id() const { return bos_id_; }  // -1 when the model has none
+  int32_t eos_id() const { return eos_id_; }  // -1 when the model has none
+  bool add_bos() const { return add_bos_; }
+  // True for the ids llama.cpp stops generation at: eos, the file's eot/eom/FIM pad, repo and
+  // separator ids, and tokens named like <|im_end|>, <|eot_id|>, <|endoftext|>, <|end_of_text|>.
+  bool IsEndOfGeneration(int32_t id) const { return end_of_generation_.contains(id); }
+  const PreTokenizer& pre_tokenizer() const { return pre_tokenizer_; }
+
+ private:
+  Tokenizer(TokenizerData data, PreTokenizer pre_tokenizer);
+
+  // Appends the ids of `text`, which holds no special tokens.
+  void EncodeText(std::string_view text, std::vector<int32_t>* ids) const;
+  // Appends the ids of one pre-tokenized word given in byte-mapped form.
+  void EncodeWord(const std::string& mapped, std::vector<int32_t>* ids) const;
+  std::optional<int32_t> Find(std::string_view text) const;
+
+  // Constant after construction.
+  std::vector<std::string> tokens_;                        // [vocab_size]
+  std::vector<TokenType> types_;                           // [vocab_size]
+  std::vector<std::string> bytes_;                         // [vocab_size] Decode() of each token
+  absl::flat_hash_map<std::string, int32_t> token_ids_;    // text -> id
+  absl::flat_hash_map<std::string, int32_t> merge_ranks_;  // "left right" -> rank
+  std::vector<int32_t> special_ids_;  // types control/user-defined/unknown, longest text first
+  std::optional<int32_t> byte_tokens_[256];
+  absl::flat_hash_set<int32_t> end_of_generation_;
+  PreTokenizer pre_tokenizer_;
+  int32_t bos_id_;
+  int32_t eos_id_;
+  bool add_bos_;
+};
+
+}  // namespace tpserve

@@ -1,0 +1,259 @@
+#include "kernels/cpu/paged_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace tpserve::cpu {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<float> RandomVector(int64_t n, float scale, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(WriteKvCacheTest, StoresEachTokenAtItsSlotAndSkipsNegativeSlots) {
+  const int64_t num_blocks = 4, block_size = 2, kv_heads = 2, head_dim = 3;
+  const int64_t row = kv_heads * head_dim;
+  // Token t holds 100 t + i in K and -(100 t + i) in V.
+  std::vector<float> k(4 * row), v(4 * row);
+  for (int64_t t = 0; t < 4; ++t) {
+    for (int64_t i = 0; i < row; ++i) {
+      k[t * row + i] = 100.0f * t + i;
+      v[t * row + i] = -(100.0f * t + i);
+    }
+  }
+  const std::vector<int64_t> slots = {
+      7, 0, -1, 4};  // block 3 offset 1, block 0 offset 0, skip, block 2 offset 0
+  std::vector<float> k_cache(num_blocks * block_size * row, kNaN);
+  std::vector<float> v_cache(num_blocks * block_size * row, kNaN);
+  WriteKvCache(k.data(), v.data(), slots.data(), 4, kv_heads, head_dim, k_cache.data(),
+               v_cache.data());
+  for (int64_t slot = 0; slot < num_blocks * block_size; ++slot) {
+    const auto it = std::find(slots.begin(), slots.end(), slot);
+    for (int64_t i = 0; i < row; ++i) {
+      if (it == slots.end()) {
+        EXPECT_TRUE(std::isnan(k_cache[slot * row + i])) << "slot " << slot << " was written";
+        EXPECT_TRUE(std::isnan(v_cache[slot * row + i])) << "slot " << slot << " was written";
+      } else {
+        const int64_t t = it - slots.begin();
+        EXPECT_EQ(k_cache[slot * row + i], 100.0f * t + i);
+        EXPECT_EQ(v_cache[slot * row + i], -(100.0f * t + i));
+      }
+    }
+  }
+}
+
+struct Sequence {
+  int32_t context_len;  // cached tokens after this step
+  int32_t q_len;        // tokens computed this step: the last q_len of the context
+};
+
+struct AttentionCase {
+  int64_t group;  // query heads per KV head
+  int64_t block_size;
+  int64_t head_dim = 64;
+  float q_magnitude = 1.0f;  // |q| elements up to this; large values test the stable softmax
+};
+
+std::string CaseName(const AttentionCase& c) {
+  return "group " + std::to_string(c.group) + ", block_size " + std::to_string(c.block_size) +
+         ", head_dim " + std::to_string(c.head_dim);
+}
+
+void PrintTo(const AttentionCase& c, std::ostream* os) { *os << CaseName(c); }
+
+// A mixed batch: prefill, decode, chunked prefill (context > q_len > 1), a one-token sequence,
+// a decode at an exact block boundary, and a sequence with no tokens this step.
+const std::vector<Sequence>& MixedBatch() {
+  static const std::vector<Sequence> kBatch = {
+      {37, 37}, {50, 1}, {40, 7}, {1, 1}, {16, 1}, {33, 0}, {21, 5},
+  };
+  return kBatch;
+}
+
+// Runs PagedAttention on the MixedBatch with K/V scattered over non-sequential blocks and
+// returns the largest |out - reference|, where the reference is softmax attention in double over
+// contiguous, unpaged K/V.
+double MaxErrorAgainstNaive(const AttentionCase& c) {
+  const std::vector<Sequence>& seqs = MixedBatch();
+  const int64_t num_seqs = seqs.size();
+  const int64_t kv_heads = 2;
+  const int64_t num_heads = kv_heads * c.group;
+  const int64_t head_dim = c.head_dim;
+  const int64_t bs = c.block_size;
+  const int64_t row = kv_heads * head_dim;  // floats per token in K or V
+  std::mt19937_64 rng(1234 + 10 * c.group + bs);
+
+  // Block tables: scattered ids from a shuffled pool; sequence 2 (context 40) gets [5, 2, 7]
+  // when block_size is 16. Unused entries stay -1 and must never be read.
+  int64_t max_blocks = 0, needed = 0;
+  for (const Sequence& s : seqs) {
+    const int64_t blocks = (s.context_len + bs - 1) / bs;
+    max_blocks = std::max(max_blocks, blocks + 1);
+    needed += blocks;
+  }
+  const int64_t num_blocks = needed + 5;
+  std::vector<int32_t> pool;
+  for (int32_t b = 0; b < num_blocks; ++b) {
+    if (bs != 16 || (b != 5 && b != 2 && b != 7)) pool.push_back(b);
+  }
+  std::shuffle(pool.begin(), pool.end(), rng);
+  std::vector<int32_t> block_tables(num_seqs * max_blocks, -1);
+  size_t next = 0;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const int64_t blocks = (seqs[s].context_len + bs - 1) / bs;
+    for (int64_t b = 0; b < blocks; ++b) {
+      block_tables[s * max_blocks + b] =
+          (bs == 16 && s == 2) ? std::vector<int32_t>{5, 2, 7}[b] : pool[next++];
+    }
+  }
+
+  // Each sequence's whole K/V history [context_len, kv_heads, head_dim], written into the cache
+  // (NaN everywhere else, so reading an unwritten slot poisons the output).
+  std::vector<std::vector<float>> k_full(num_seqs), v_full(num_seqs);
+  std::vector<float> k_cache(num_blocks * bs * row, kNaN), v_cache(num_blocks * bs * row, kNaN);
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const int64_t ctx = seqs[s].context_len;
+    k_full[s] = RandomVector(ctx * row, 1.0f, rng);
+    v_full[s] = RandomVector(ctx * row, 1.0f, rng);
+    std::vector<int64_t> slots(ctx);
+    for (int64_t pos = 0; pos < ctx; ++pos) {
+      slots[pos] = int64_t{block_tables[s * max_blocks + pos / bs]} * bs + pos % bs;
+    }
+    WriteKvCache(k_full[s].data(), v_full[s].data(), slots.data(), ctx, kv_heads, head_dim,
+                 k_cache.data(), v_cache.data());
+  }
+
+  std::vector<int32_t> query_start = {0}, context_lens;
+  for (const Sequence& s : seqs) {
+    query_start.push_back(query_start.back() + s.q_len);
+    context_lens.push_back(s.context_len);
+  }
+  const int64_t num_tokens = query_start.back();
+  const std::vector<float> q = RandomVector(num_tokens * num_heads * head_dim, c.q_magnitude, rng);
+  std::vector<float> out(num_tokens * num_heads * head_dim, kNaN);
+
+  PagedAttentionParams p;
+  p.q = q.data();
+  p.k_cache = k_cache.data();
+  p.v_cache = v_cache.data();
+  p.num_seqs = num_seqs;
+  p.query_start = query_start.data();
+  p.context_lens = context_lens.data();
+  p.block_tables = block_tables.data();
+  p.max_blocks_per_seq = max_blocks;
+  p.num_heads = num_heads;
+  p.num_kv_heads = kv_heads;
+  p.head_dim = head_dim;
+  p.block_size = bs;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  p.out = out.data();
+  PagedAttention(p);
+
+  double max_error = 0.0;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const int64_t q_len = seqs[s].q_len;
+    for (int64_t j = 0; j < q_len; ++j) {
+      const int64_t token = query_start[s] + j;
+      const int64_t position = seqs[s].context_len - q_len + j;
+      for (int64_t h = 0; h < num_heads; ++h) {
+        const int64_t g = h / c.group;
+        const float* qh = q.data() + (token * num_heads + h) * head_dim;
+        std::vector<double> scores(position + 1);
+        double max_score = -std::numeric_limits<double>::infinity();
+        for (int64_t pos = 0; pos <= position; ++pos) {
+          const float* kp = k_full[s].data() + pos * row + g * head_dim;
+          double dot = 0;
+          for (int64_t d = 0; d < head_dim; ++d) dot += double{qh[d]} * kp[d];
+          scores[pos] = dot * p.scale;
+          max_score = std::max(max_score, scores[pos]);
+        }
+        double sum = 0;
+        for (double& sc : scores) sum += (sc = std::exp(sc - max_score));
+        for (int64_t d = 0; d < head_dim; ++d) {
+          double want = 0;
+          for (int64_t pos = 0; pos <= position; ++pos) {
+            want += scores[pos] / sum * v_full[s][pos * row + g * head_dim + d];
+          }
+          const double got = out[(token * num_heads + h) * head_dim + d];
+          if (!std::isfinite(got)) return std::numeric_limits<double>::infinity();
+          max_error = std::max(max_error, std::abs(got - want));
+        }
+      }
+    }
+  }
+  return max_error;
+}
+
+class PagedAttentionTest : public testing::TestWithParam<AttentionCase> {};
+
+TEST_P(PagedAttentionTest, MatchesNaiveContiguousAttention) {
+  EXPECT_LT(MaxErrorAgainstNaive(GetParam()), 1e-5) << CaseName(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(GqaAndBlockSizes, PagedAttentionTest,
+                         testing::Values(AttentionCase{1, 16}, AttentionCase{3, 16},
+                                         AttentionCase{4, 16}, AttentionCase{1, 1},
+                                         AttentionCase{3, 1}, AttentionCase{4, 1},
+                                         AttentionCase{3, 5},
+                                         AttentionCase{2, 16, /*head_dim=*/128},
+                                         AttentionCase{1, 16, /*head_dim=*/12}),
+                         [](const testing::TestParamInfo<AttentionCase>& info) {
+                           return "Group" + std::to_string(info.param.group) + "Block" +
+                                  std::to_string(info.param.block_size) + "HeadDim" +
+                                  std::to_string(info.param.head_dim);
+                         });
+
+// Scores in the hundreds overflow a softmax that does not subtract the maximum. The tolerance is
+// looser because fp32 rounding of a score grows with its size (~1e-4 absolute at |score| ~ 100).
+TEST(PagedAttentionStabilityTest, LargeScoresStayFiniteAndAccurate) {
+  for (int64_t block_size : {16, 1}) {
+    AttentionCase c{3, block_size};
+    c.q_magnitude = 100.0f;
+    EXPECT_LT(MaxErrorAgainstNaive(c), 1e-3) << CaseName(c);
+  }
+}
+
+TEST(PagedAttentionEdgeTest, SingleCachedTokenReturnsItsValue) {
+  // One position: softmax of a single score is 1, so out = V exactly, whatever q is.
+  const int64_t head_dim = 4;
+  const std::vector<float> q = {100, -3, 7, 0.5f};
+  const std::vector<float> k_cache = {1, 2, 3, 4};
+  const std::vector<float> v_cache = {0.25f, -1, 8, 3};
+  const int32_t query_start[] = {0, 1};
+  const int32_t context_lens[] = {1};
+  const int32_t block_tables[] = {0};
+  std::vector<float> out(head_dim);
+  PagedAttentionParams p;
+  p.q = q.data();
+  p.k_cache = k_cache.data();
+  p.v_cache = v_cache.data();
+  p.num_seqs = 1;
+  p.query_start = query_start;
+  p.context_lens = context_lens;
+  p.block_tables = block_tables;
+  p.max_blocks_per_seq = 1;
+  p.num_heads = 1;
+  p.num_kv_heads = 1;
+  p.head_dim = head_dim;
+  p.block_size = 1;
+  p.scale = 0.5f;
+  p.out = out.data();
+  PagedAttention(p);
+  EXPECT_EQ(out, v_cache);
+}
+
+}  // namespace
+}  // namespace tpserve::cpu

@@ -1,0 +1,205 @@
+// Teacher-forced logits of LlamaModel against llama.cpp's, written by scripts/make-golden.py:
+// - logits_top20.json: llama.cpp on the same weights decoded to F32 by the `gguf` package, F32 KV
+//   cache. tpserve computes in fp32 on weights dequantized at load, so this is the model's exact
+//   function computed twice, and the two must agree to fp32 rounding.
+// - logits_top20_q8act.json: llama.cpp on the Q4_1 file itself, whose kernels round activations
+//   to 8 bits per block. That rounding moves logits by ~0.2, so near-ties flip: a looser bar.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "worker/comm/single_rank_communicator.h"
+#include "worker/forward_batch.h"
+#include "worker/model_runner.h"
+
+namespace tpserve {
+namespace {
+
+constexpr int64_t kBlockSize = 16;
+constexpr int kTopK = 20;
+
+struct GoldenPrompt {
+  std::vector<int32_t> ids;
+  std::vector<std::vector<std::pair<int32_t, float>>> top;  // [position][rank] = (id, logit)
+};
+
+std::vector<GoldenPrompt> LoadGolden(const std::string& name) {
+  std::ifstream in(std::string(TPSERVE_GOLDEN_DIR) + "/" + name);
+  EXPECT_TRUE(in.good()) << "missing tests/golden/" << name;
+  const nlohmann::json json = nlohmann::json::parse(in);
+  std::vector<GoldenPrompt> prompts;
+  for (const auto& entry : json) {
+    GoldenPrompt prompt;
+    prompt.ids = entry["ids"].get<std::vector<int32_t>>();
+    for (const auto& position : entry["top"]) {
+      std::vector<std::pair<int32_t, float>> row;
+      for (const auto& pair : position) row.emplace_back(pair[0].get<int32_t>(), pair[1].get<float>());
+      prompt.top.push_back(std::move(row));
+    }
+    prompts.push_back(std::move(prompt));
+  }
+  return prompts;
+}
+
+int64_t BlocksFor(int64_t tokens) { return (tokens + kBlockSize - 1) / kBlockSize; }
+
+// KL(p || q) where p and q are softmaxes restricted to llama.cpp's top-k ids.
+double TopKDivergence(const std::vector<std::pair<int32_t, float>>& reference, const float* ours) {
+  double p_max = reference[0].second, q_max = ours[reference[0].first];
+  for (const auto& [id, logit] : reference) q_max = std::max<double>(q_max, ours[id]);
+  double p_sum = 0, q_sum = 0;
+  for (const auto& [id, logit] : reference) {
+    p_sum += std::exp(logit - p_max);
+    q_sum += std::exp(ours[id] - q_max);
+  }
+  double kl = 0;
+  for (const auto& [id, logit] : reference) {
+    const double log_p = logit - p_max - std::log(p_sum);
+    const double log_q = ours[id] - q_max - std::log(q_sum);
+    kl += std::exp(log_p) * (log_p - log_q);
+  }
+  return kl;
+}
+
+int32_t Argmax(const float* row, int64_t n) {
+  return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
+
+class LogitsMatchLlamaCpp : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    golden_ = LoadGolden("logits_top20.json");
+    ASSERT_GE(golden_.size(), 8u);
+    int64_t blocks = 0;
+    for (const auto& p : golden_) blocks += 2 * BlocksFor(p.ids.size());
+    ModelRunnerOptions options;
+    options.model_path = TPSERVE_MODEL_PATH;
+    options.block_size = kBlockSize;
+    options.kv_cache_blocks = blocks;
+    auto runner = ModelRunner::Create(options, &comm_);
+    ASSERT_TRUE(runner.ok()) << runner.status()
+                             << " (run scripts/fetch-model.sh to fetch the model)";
+    runner_ = std::move(runner).value();
+    vocab_ = runner_->config().vocab_size;
+  }
+
+  // Gives every sequence its own blocks, handed out from the top of the pool down so that block
+  // tables are not the identity.
+  std::vector<int32_t> TakeBlocks(int64_t tokens) {
+    std::vector<int32_t> table;
+    for (int64_t i = 0; i < BlocksFor(tokens); ++i) {
+      table.push_back(static_cast<int32_t>(runner_->kv_cache().shape().num_blocks - 1 - next_++));
+    }
+    return table;
+  }
+
+  SingleRankCommunicator comm_;
+  std::vector<GoldenPrompt> golden_;
+  std::unique_ptr<ModelRunner> runner_;
+  int64_t vocab_ = 0;
+  int64_t next_ = 0;
+};
+
+struct Agreement {
+  int64_t positions = 0;
+  double top1 = 0;
+  double kl_mean = 0;
+  double kl_max = 0;
+  double mean_abs_diff = 0;  // over the reference's top 20
+};
+
+Agreement Compare(const std::vector<GoldenPrompt>& golden, const std::vector<float>& logits,
+                  int64_t vocab, const char* label) {
+  Agreement result;
+  int64_t agree = 0;
+  double kl_sum = 0, diff_sum = 0;
+  const float* row = logits.data();
+  for (const auto& prompt : golden) {
+    for (const auto& reference : prompt.top) {
+      EXPECT_EQ(reference.size(), static_cast<size_t>(kTopK));
+      agree += Argmax(row, vocab) == reference[0].first;
+      const double kl = TopKDivergence(reference, row);
+      kl_sum += kl;
+      result.kl_max = std::max(result.kl_max, kl);
+      for (const auto& [id, logit] : reference) diff_sum += std::fabs(row[id] - logit);
+      ++result.positions;
+      row += vocab;
+    }
+  }
+  result.top1 = static_cast<double>(agree) / result.positions;
+  result.kl_mean = kl_sum / result.positions;
+  result.mean_abs_diff = diff_sum / (result.positions * kTopK);
+  std::printf("%s: %zu prompts, %lld positions, top-1 agreement %.4f (%lld/%lld), mean top-20 "
+              "KL %.2e (max %.2e), mean |logit difference| on the top 20 %.2e\n",
+              label, golden.size(), static_cast<long long>(result.positions), result.top1,
+              static_cast<long long>(agree), static_cast<long long>(result.positions),
+              result.kl_mean, result.kl_max, result.mean_abs_diff);
+  return result;
+}
+
+TEST_F(LogitsMatchLlamaCpp, AllPromptsInOneBatch) {
+  ForwardBatchBuilder builder(kBlockSize);
+  for (const auto& prompt : golden_) {
+    builder.AddSequence(prompt.ids, 0, TakeBlocks(prompt.ids.size()), /*all_logits=*/true);
+  }
+  std::vector<float> logits;
+  ASSERT_TRUE(runner_->model().Forward(builder.Build(), &logits).ok());
+
+  const Agreement exact = Compare(golden_, logits, vocab_, "vs llama.cpp, F32 weights");
+  EXPECT_GE(exact.positions, 500);
+  EXPECT_GE(exact.top1, 0.98);
+  EXPECT_LT(exact.kl_mean, 0.02);
+  EXPECT_LT(exact.mean_abs_diff, 1e-3);
+
+  const std::vector<GoldenPrompt> quantized = LoadGolden("logits_top20_q8act.json");
+  ASSERT_EQ(quantized.size(), golden_.size());
+  const Agreement rounded =
+      Compare(quantized, logits, vocab_, "vs llama.cpp, Q4_1 weights with 8-bit activations");
+  EXPECT_GE(rounded.top1, 0.95);
+  EXPECT_LT(rounded.kl_mean, 0.02);
+}
+
+// Chunked prefill reads earlier chunks back from the paged cache: the logits must be those of
+// one whole-prompt pass over the same tokens.
+TEST_F(LogitsMatchLlamaCpp, ChunkedPrefillEqualsWholePrompt) {
+  const GoldenPrompt& prompt = golden_[0];
+  const int64_t n = prompt.ids.size();
+  std::vector<float> whole;
+  {
+    ForwardBatchBuilder builder(kBlockSize);
+    builder.AddSequence(prompt.ids, 0, TakeBlocks(n), /*all_logits=*/true);
+    ASSERT_TRUE(runner_->model().Forward(builder.Build(), &whole).ok());
+  }
+  const std::vector<int32_t> table = TakeBlocks(n);
+  constexpr int64_t kChunk = 13;
+  double max_diff = 0;
+  int64_t agree = 0;
+  for (int64_t start = 0; start < n; start += kChunk) {
+    const int64_t len = std::min(kChunk, n - start);
+    ForwardBatchBuilder builder(kBlockSize);
+    builder.AddSequence(absl::MakeConstSpan(prompt.ids).subspan(start, len),
+                        static_cast<int32_t>(start), table, /*all_logits=*/true);
+    std::vector<float> chunk;
+    ASSERT_TRUE(runner_->model().Forward(builder.Build(), &chunk).ok());
+    for (int64_t i = 0; i < len; ++i) {
+      const float* ours = chunk.data() + i * vocab_;
+      const float* ref = whole.data() + (start + i) * vocab_;
+      for (int64_t v = 0; v < vocab_; ++v) {
+        max_diff = std::max<double>(max_diff, std::fabs(ours[v] - ref[v]));
+      }
+      agree += Argmax(ours, vocab_) == prompt.top[start + i][0].first;
+    }
+  }
+  std::printf("chunked prefill: max |logit difference| %.2e, top-1 agreement with llama.cpp "
+              "%lld/%lld\n",
+              max_diff, static_cast<long long>(agree), static_cast<long long>(n));
+  EXPECT_LE(max_diff, 1e-3);
+  EXPECT_GE(static_cast<double>(agree) / n, 0.98);
+}
+
+}  // namespace
+}  // namespace tpserve
