@@ -4,7 +4,7 @@ set -euo pipefail
 
 packages=(
   cmake g++ make pkg-config python3 python3-pip
-  libabsl-dev libicu-dev libopenblas-dev nlohmann-json3-dev libcli11-dev
+  libabsl-dev libicu-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libgloo-dev libcpp-httplib-dev

@@ -1,0 +1,157 @@
+#include "coordinator/cluster_service.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "grpcpp/grpcpp.h"
+
+namespace tpserve {
+namespace {
+
+constexpr char kLog[] = "cluster";
+// How often waits look at cancellation of their call.
+constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
+
+std::string Describe(const RegisteredWorker& w) {
+  return absl::StrCat(w.address, " (host ", w.hostname, ", pid ", w.pid, ")");
+}
+
+}  // namespace
+
+ClusterServiceImpl::LivenessProbe ClusterServiceImpl::StatusProbe(absl::Duration timeout) {
+  return [timeout](const std::string& address) {
+    auto stub = v1::WorkerService::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    v1::WorkerStatusRequest request;
+    v1::WorkerStatusResponse response;
+    return stub->Status(&context, request, &response).ok();
+  };
+}
+
+ClusterServiceImpl::ClusterServiceImpl(int world_size, LivenessProbe probe)
+    : world_size_(world_size), probe_(std::move(probe)) {}
+
+grpc::Status ClusterServiceImpl::Register(grpc::ServerContext* context,
+                                          const v1::RegisterRequest* request,
+                                          v1::RegisterResponse* response) {
+  const int rank = request->rank();
+  if (rank < 0 || rank >= world_size_) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("rank ", rank, " is outside the world of ", world_size_,
+                                     " ranks (valid ranks: 0..", world_size_ - 1, ")"));
+  }
+  if (request->address().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("rank ", rank, " registered without an address"));
+  }
+  RegisteredWorker worker{rank, request->address(), request->hostname(), request->pid()};
+
+  std::optional<RegisteredWorker> previous;
+  {
+    absl::MutexLock lock(&mutex_);
+    auto it = workers_.find(rank);
+    if (it != workers_.end()) previous = it->second;
+  }
+  if (previous.has_value()) {
+    if (previous->address == worker.address && previous->pid == worker.pid) {
+      return grpc::Status::OK;  // the same worker retrying
+    }
+    // Probe without the lock: a live duplicate is refused, a dead predecessor is replaced.
+    if (probe_(previous->address)) {
+      LogWarning(kLog, "refused rank %d from %s: rank held by live %s", rank, Describe(worker),
+                 Describe(*previous));
+      return grpc::Status(
+          grpc::StatusCode::ALREADY_EXISTS,
+          absl::StrCat("rank ", rank, " is already registered by ", previous->address,
+                       ", which still answers; refusing ", worker.address));
+    }
+    LogWarning(kLog, "rank %d re-registered at %s; previous %s does not answer", rank,
+               Describe(worker), Describe(*previous));
+  } else {
+    LogInfo(kLog, "rank %d registered at %s", rank, Describe(worker));
+  }
+  absl::MutexLock lock(&mutex_);
+  workers_[rank] = std::move(worker);
+  return grpc::Status::OK;
+}
+
+grpc::Status ClusterServiceImpl::StoreSet(grpc::ServerContext* context,
+                                          const v1::StoreSetRequest* request,
+                                          v1::StoreSetResponse* response) {
+  absl::MutexLock lock(&mutex_);
+  store_[request->key()] = request->value();
+  return grpc::Status::OK;
+}
+
+grpc::Status ClusterServiceImpl::StoreGet(grpc::ServerContext* context,
+                                          const v1::StoreGetRequest* request,
+                                          v1::StoreGetResponse* response) {
+  const absl::Duration timeout = request->timeout_ms() > 0
+                                     ? absl::Milliseconds(request->timeout_ms())
+                                     : kDefaultStoreGetTimeout;
+  const absl::Time deadline =
+      std::min(absl::Now() + timeout, absl::FromChrono(context->deadline()));
+  const std::string& key = request->key();
+  auto present = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return store_.contains(key);
+  };
+  absl::MutexLock lock(&mutex_);
+  while (!present()) {
+    if (context->IsCancelled()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED,
+                          absl::StrCat("store get '", key, "' cancelled by the caller"));
+    }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          absl::StrCat("store key '", key, "' was not set within ",
+                                       absl::FormatDuration(timeout)));
+    }
+    mutex_.AwaitWithDeadline(absl::Condition(&present), std::min(deadline, now + kPollInterval));
+  }
+  response->set_value(store_.at(key));
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<std::vector<RegisteredWorker>> ClusterServiceImpl::WaitForAllRanks(
+    absl::Time deadline, const absl::Notification* stop) {
+  auto all = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return static_cast<int>(workers_.size()) == world_size_;
+  };
+  absl::MutexLock lock(&mutex_);
+  while (!all()) {
+    if (stop != nullptr && stop->HasBeenNotified()) {
+      return absl::CancelledError("stopped while waiting for workers to register");
+    }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("ranks ", MissingRanksLocked(), " of ", world_size_,
+                       " did not register in time"));
+    }
+    mutex_.AwaitWithDeadline(absl::Condition(&all), std::min(deadline, now + kPollInterval));
+  }
+  std::vector<RegisteredWorker> workers;
+  for (const auto& [rank, worker] : workers_) workers.push_back(worker);
+  return workers;
+}
+
+std::string ClusterServiceImpl::MissingRanks() const {
+  absl::MutexLock lock(&mutex_);
+  return MissingRanksLocked();
+}
+
+std::string ClusterServiceImpl::MissingRanksLocked() const {
+  std::vector<int> missing;
+  for (int rank = 0; rank < world_size_; ++rank) {
+    if (!workers_.contains(rank)) missing.push_back(rank);
+  }
+  return absl::StrJoin(missing, ", ");
+}
+
+}  // namespace tpserve
