@@ -55,16 +55,6 @@ void AppendCodePoint(UChar32 c, std::string* out) {
   out->append(reinterpret_cast<const char*>(buffer), length);
 }
 
-// GPT-2 form of raw bytes: every byte becomes its mapped character.
-std::string MapBytes(std::string_view bytes) {
-  std::string mapped;
-  mapped.reserve(bytes.size() * 2);
-  for (const char byte : bytes) {
-    AppendCodePoint(ByteToCodePoint(static_cast<uint8_t>(byte)), &mapped);
-  }
-  return mapped;
-}
-
 absl::Status ValidateUtf8(std::string_view text) {
   const auto* bytes = reinterpret_cast<const uint8_t*>(text.data());
   const int32_t length = static_cast<int32_t>(text.size());
@@ -146,6 +136,15 @@ bool IsByteTokenText(const std::string& text) {
 }
 
 }  // namespace
+
+std::string MapBytes(std::string_view bytes) {
+  std::string mapped;
+  mapped.reserve(bytes.size() * 2);
+  for (const char byte : bytes) {
+    AppendCodePoint(ByteToCodePoint(static_cast<uint8_t>(byte)), &mapped);
+  }
+  return mapped;
+}
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerData data) {
   ASSIGN_OR_RETURN(PreTokenizer pre_tokenizer, PreTokenizer::Create(data.pre_tokenizer));

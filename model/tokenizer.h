@@ -62,6 +62,10 @@ struct TokenizerData {
   int32_t fim_sep_id = -1;
 };
 
+// GPT-2 byte-level form of raw bytes, as vocabularies of byte-level BPE store them: every byte
+// becomes one printable character ("\n" → "Ċ", " " → "Ġ").
+std::string MapBytes(std::string_view bytes);
+
 class Tokenizer {
  public:
   // INVALID_ARGUMENT when the data is inconsistent (sizes, ids out of range, duplicate tokens,

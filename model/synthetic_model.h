@@ -1,0 +1,34 @@
+// Random-weight Llama models of any shape, written as GGUF files, so that tensor-parallel sizes
+// and shapes that no bundled model has (8 heads at T=8, Llama-3-8B dimensions) can be tested.
+// The vocabulary is byte-level: three special tokens, the 256 bytes, then filler tokens.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "model/ggml_type.h"
+
+namespace tpserve {
+
+struct SyntheticModelSpec {
+  int64_t layers = 2;
+  int64_t hidden = 256;
+  int64_t heads = 8;
+  int64_t kv_heads = 4;
+  int64_t ffn = 512;
+  int64_t vocab = 512;  // at least 259: 3 specials + 256 bytes
+  int64_t context_length = 4096;
+  double rope_theta = 10000.0;
+  GgmlType dtype = GgmlType::kF32;  // kF32, kF16, kBF16 or kQ8_0 for the matrices
+  uint64_t seed = 1;
+};
+
+// INVALID_ARGUMENT naming the field for an impossible shape (heads not dividing hidden, …).
+absl::Status ValidateSyntheticModelSpec(const SyntheticModelSpec& spec);
+
+// Writes the model to `path`. Weights are N(0, 1/fan_in) so activations keep their scale through
+// the layers; norm weights are near 1.
+absl::Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::string& path);
+
+}  // namespace tpserve
