@@ -7,18 +7,15 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <optional>
 #include <string>
-#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "common/subprocess.h"
+#include "cli/local_cluster.h"
 #include "grpcpp/grpcpp.h"
 #include "model/chat_template.h"
 #include "model/gguf_file.h"
@@ -44,133 +41,22 @@ struct Flags {
   bool once = false;
 };
 
-struct Child {
-  std::string name;  // "coordinator", "worker rank 2"
-  Subprocess process;
-};
-
-class Cluster {
- public:
-  explicit Cluster(const Flags& flags) : flags_(flags) {}
-  ~Cluster() { StopAll(); }
-
-  absl::Status Start();
-  // Waits until the coordinator reports SERVING; fails when a child dies or on timeout.
-  absl::Status WaitReady();
-  absl::Status AnswerPrompt();
-  // Returns when a signal arrives (OK) or a child dies (the error names it).
-  absl::Status Supervise();
-  void StopAll();
-
-  const std::string& address() const { return address_; }
-
- private:
-  absl::Status CheckChildren();
-  std::string Binary(const std::string& name) const;
-
-  const Flags flags_;
-  std::string address_;
-  std::vector<Child> children_;  // coordinator first
-  std::unique_ptr<v1::InferenceService::Stub> stub_;
-};
-
-std::string Cluster::Binary(const std::string& name) const {
-  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name).string();
+std::string BinaryDir() {
+  return std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
 }
 
-absl::Status Cluster::CheckChildren() {
-  for (Child& child : children_) {
-    if (std::optional<int> status = child.process.Poll()) {
-      return absl::UnavailableError(absl::StrCat(child.name, " (pid ", child.process.pid(), ") ",
-                                                 DescribeWaitStatus(*status)));
-    }
-  }
-  if (g_stop_signal != 0) return absl::CancelledError(strsignal(g_stop_signal));
-  return absl::OkStatus();
-}
-
-absl::Status Cluster::Start() {
-  char dir_template[] = "/tmp/tpserve-XXXXXX";
-  if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
-  const std::string port_file = std::string(dir_template) + "/port";
-  std::vector<std::string> args = {Binary("tpserve-coordinator"),
-                                   "--model", flags_.model,
-                                   "--world-size", std::to_string(flags_.tp),
-                                   "--host", flags_.host,
-                                   "--port", std::to_string(flags_.port),
-                                   "--port-file", port_file};
-  if (flags_.kv_cache_blocks > 0) {
-    args.insert(args.end(), {"--kv-cache-blocks", std::to_string(flags_.kv_cache_blocks)});
-  }
-  ASSIGN_OR_RETURN(Subprocess coordinator, Subprocess::Start(args));
-  children_.push_back({"coordinator", std::move(coordinator)});
-
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  std::string port;
-  while (port.empty()) {
-    RETURN_IF_ERROR(CheckChildren());
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError("the coordinator did not start listening within 30 s");
-    }
-    std::ifstream in(port_file);
-    std::getline(in, port);
-    if (port.empty()) absl::SleepFor(absl::Milliseconds(20));
-  }
-  std::filesystem::remove_all(dir_template);
-  address_ = absl::StrCat(flags_.host, ":", port);
-  LogInfo("tpserve", "coordinator listening on %s; starting %d workers", address_, flags_.tp);
-  for (int rank = 0; rank < flags_.tp; ++rank) {
-    ASSIGN_OR_RETURN(Subprocess worker,
-                     Subprocess::Start({Binary("tpserve-worker"), "--coordinator", address_,
-                                        "--rank", std::to_string(rank), "--model", flags_.model,
-                                        "--host", flags_.host}));
-    children_.push_back({absl::StrCat("worker rank ", rank), std::move(worker)});
-  }
-  grpc::ChannelArguments channel_args;
-  channel_args.SetMaxReceiveMessageSize(256 << 20);
-  stub_ = v1::InferenceService::NewStub(grpc::CreateCustomChannel(
-      address_, grpc::InsecureChannelCredentials(), channel_args));
-  return absl::OkStatus();
-}
-
-absl::Status Cluster::WaitReady() {
-  const absl::Time deadline = absl::Now() + absl::Seconds(flags_.ready_timeout_s);
-  std::string last_message;
-  while (true) {
-    RETURN_IF_ERROR(CheckChildren());
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    v1::HealthResponse health;
-    const grpc::Status status = stub_->Health(&context, v1::HealthRequest(), &health);
-    if (status.ok() && health.state() == v1::HealthResponse::STATE_SERVING) return absl::OkStatus();
-    if (status.ok() && health.state() == v1::HealthResponse::STATE_DEGRADED) {
-      return absl::UnavailableError(absl::StrCat("cluster degraded: ", health.message()));
-    }
-    if (status.ok() && health.message() != last_message) {
-      last_message = health.message();
-      LogInfo("tpserve", "waiting: %s", last_message);
-    }
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("the cluster was not ready within ",
-                                                      flags_.ready_timeout_s, " s: ",
-                                                      last_message));
-    }
-    absl::SleepFor(absl::Milliseconds(200));
-  }
-}
-
-absl::Status Cluster::AnswerPrompt() {
-  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(flags_.model));
+absl::Status AnswerPrompt(const Flags& flags, LocalCluster& cluster) {
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(flags.model));
   ASSIGN_OR_RETURN(const std::string source, file->GetString("tokenizer.chat_template"));
   ASSIGN_OR_RETURN(const ChatTemplate chat_template, ChatTemplate::Detect(source));
   v1::GenerateRequest request;
-  request.set_text(chat_template.Apply({{"user", flags_.prompt}}, /*add_generation_prompt=*/true));
-  request.set_max_tokens(flags_.max_tokens);
+  request.set_text(chat_template.Apply({{"user", flags.prompt}}, /*add_generation_prompt=*/true));
+  request.set_max_tokens(flags.max_tokens);
   request.mutable_sampling()->set_temperature(0.0f);
   grpc::ClientContext context;
-  auto reader = stub_->Generate(&context, request);
+  auto reader = cluster.inference().Generate(&context, request);
   v1::GenerateResponse chunk;
-  std::printf("> %s\n", flags_.prompt.c_str());
+  std::printf("> %s\n", flags.prompt.c_str());
   while (reader->Read(&chunk)) {
     std::fwrite(chunk.text().data(), 1, chunk.text().size(), stdout);
     std::fflush(stdout);
@@ -183,21 +69,39 @@ absl::Status Cluster::AnswerPrompt() {
   return absl::OkStatus();
 }
 
-absl::Status Cluster::Supervise() {
-  while (true) {
-    const absl::Status status = CheckChildren();
-    if (absl::IsCancelled(status)) return absl::OkStatus();
-    RETURN_IF_ERROR(status);
+// Returns OK on Ctrl-C / SIGTERM, or the error naming the child that died.
+absl::Status Supervise(LocalCluster& cluster) {
+  while (g_stop_signal == 0) {
+    RETURN_IF_ERROR(cluster.CheckChildren());
     absl::SleepFor(absl::Milliseconds(100));
   }
+  return absl::OkStatus();
 }
 
-void Cluster::StopAll() {
-  // The coordinator first: it shuts its workers down; the rest get SIGTERM.
-  for (Child& child : children_) {
-    if (child.process.running()) child.process.Stop(absl::Seconds(10));
-  }
-  children_.clear();
+absl::Status Serve(const Flags& flags) {
+  LocalClusterOptions options;
+  options.bin_dir = BinaryDir();
+  options.model = flags.model;
+  options.world_size = flags.tp;
+  options.host = flags.host;
+  options.port = flags.port;
+  options.kv_cache_blocks = flags.kv_cache_blocks;
+  ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
+  LogInfo("tpserve", "coordinator listening on %s; started %d workers", cluster->address(),
+          flags.tp);
+  RETURN_IF_ERROR(cluster->WaitReady(absl::Seconds(flags.ready_timeout_s)));
+  // Until now the default handlers apply: a signal kills this process and PR_SET_PDEATHSIG
+  // takes the children with it. From here on, a signal stops the cluster in order.
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  std::printf("tpserve: serving %s with tensor parallelism %d on %s; gRPC at %s\n",
+              flags.model.c_str(), flags.tp, flags.device.c_str(), cluster->address().c_str());
+  std::fflush(stdout);
+  if (!flags.prompt.empty()) RETURN_IF_ERROR(AnswerPrompt(flags, *cluster));
+  if (flags.once) return absl::OkStatus();
+  std::printf("tpserve: Ctrl-C stops the cluster\n");
+  std::fflush(stdout);
+  return Supervise(*cluster);
 }
 
 int Run(const Flags& flags) {
@@ -206,24 +110,8 @@ int Run(const Flags& flags) {
                  flags.device.c_str());
     return 2;
   }
-  signal(SIGINT, OnSignal);
-  signal(SIGTERM, OnSignal);
-  Cluster cluster(flags);
-  absl::Status status = cluster.Start();
-  if (status.ok()) status = cluster.WaitReady();
-  if (status.ok()) {
-    std::printf("tpserve: serving %s with tensor parallelism %d on %s; gRPC at %s\n",
-                flags.model.c_str(), flags.tp, flags.device.c_str(), cluster.address().c_str());
-    std::fflush(stdout);
-  }
-  if (status.ok() && !flags.prompt.empty()) status = cluster.AnswerPrompt();
-  if (status.ok() && !flags.once) {
-    std::printf("tpserve: Ctrl-C stops the cluster\n");
-    std::fflush(stdout);
-    status = cluster.Supervise();
-  }
-  cluster.StopAll();
-  if (!status.ok() && !absl::IsCancelled(status)) {
+  const absl::Status status = Serve(flags);
+  if (!status.ok()) {
     std::fprintf(stderr, "tpserve: %s; stopped every process\n",
                  std::string(status.message()).c_str());
     return 1;

@@ -1,0 +1,135 @@
+#include "cli/local_cluster.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+
+namespace tpserve {
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    const LocalClusterOptions& options) {
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster(options));
+  char dir_template[] = "/tmp/tpserve-port-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+  const std::string port_file = std::string(dir_template) + "/port";
+  std::vector<std::string> args = {options.bin_dir + "/tpserve-coordinator",
+                                   "--model", options.model,
+                                   "--world-size", std::to_string(options.world_size),
+                                   "--host", options.host,
+                                   "--port", std::to_string(options.port),
+                                   "--port-file", port_file};
+  if (options.kv_cache_blocks > 0) {
+    args.insert(args.end(), {"--kv-cache-blocks", std::to_string(options.kv_cache_blocks)});
+  }
+  args.insert(args.end(), options.coordinator_args.begin(), options.coordinator_args.end());
+  RETURN_IF_ERROR(cluster->StartChild("coordinator", -1, args));
+
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  std::string port;
+  while (port.empty()) {
+    const absl::Status alive = cluster->CheckChildren();
+    if (!alive.ok()) {
+      std::filesystem::remove_all(dir_template);
+      return alive;
+    }
+    if (absl::Now() > deadline) {
+      std::filesystem::remove_all(dir_template);
+      return absl::DeadlineExceededError("the coordinator did not start listening within 30 s");
+    }
+    std::ifstream in(port_file);
+    std::getline(in, port);
+    if (port.empty()) absl::SleepFor(absl::Milliseconds(20));
+  }
+  std::filesystem::remove_all(dir_template);
+  cluster->address_ = absl::StrCat(options.host, ":", port);
+
+  std::vector<int> ranks = options.ranks;
+  if (ranks.empty()) {
+    for (int rank = 0; rank < options.world_size; ++rank) ranks.push_back(rank);
+  }
+  for (int rank : ranks) {
+    const auto model = options.worker_models.find(rank);
+    RETURN_IF_ERROR(cluster->StartChild(
+        absl::StrCat("worker-", rank), rank,
+        {options.bin_dir + "/tpserve-worker", "--coordinator", cluster->address_, "--rank",
+         std::to_string(rank), "--model",
+         model == options.worker_models.end() ? options.model : model->second, "--host",
+         options.host}));
+  }
+  grpc::ChannelArguments channel_args;
+  channel_args.SetMaxReceiveMessageSize(256 << 20);
+  cluster->inference_ = v1::InferenceService::NewStub(grpc::CreateCustomChannel(
+      cluster->address_, grpc::InsecureChannelCredentials(), channel_args));
+  return cluster;
+}
+
+LocalCluster::~LocalCluster() { StopAll(); }
+
+std::string LocalCluster::LogPath(const std::string& name) const {
+  return options_.log_dir.empty() ? "" : options_.log_dir + "/" + name + ".log";
+}
+
+absl::Status LocalCluster::StartChild(const std::string& name, int rank,
+                                      std::vector<std::string> args) {
+  ASSIGN_OR_RETURN(Subprocess process, Subprocess::Start(args, LogPath(name)));
+  children_.push_back({name, rank, std::move(process)});
+  return absl::OkStatus();
+}
+
+Subprocess* LocalCluster::worker(int rank) {
+  for (Child& child : children_) {
+    if (child.rank == rank) return &child.process;
+  }
+  return nullptr;
+}
+
+absl::Status LocalCluster::CheckChildren() {
+  for (Child& child : children_) {
+    if (std::optional<int> status = child.process.Poll()) {
+      return absl::UnavailableError(absl::StrCat(child.name, " (pid ", child.process.pid(), ") ",
+                                                 DescribeWaitStatus(*status)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::WaitReady(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  std::string last_message;
+  while (true) {
+    RETURN_IF_ERROR(CheckChildren());
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    v1::HealthResponse health;
+    const grpc::Status status = inference_->Health(&context, v1::HealthRequest(), &health);
+    if (status.ok() && health.state() == v1::HealthResponse::STATE_SERVING) {
+      return absl::OkStatus();
+    }
+    if (status.ok() && health.state() == v1::HealthResponse::STATE_DEGRADED) {
+      return absl::UnavailableError(absl::StrCat("cluster degraded: ", health.message()));
+    }
+    if (status.ok() && health.message() != last_message) {
+      last_message = health.message();
+      LogInfo("cluster", "waiting: %s", last_message);
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the cluster was not ready within ", absl::FormatDuration(timeout), ": ", last_message));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+void LocalCluster::StopAll() {
+  // The coordinator first: it shuts its workers down; the rest then get SIGTERM.
+  for (Child& child : children_) {
+    if (child.process.running()) child.process.Stop(absl::Seconds(10));
+  }
+}
+
+}  // namespace tpserve

@@ -1,0 +1,67 @@
+// A coordinator and its workers as child processes on this host: what the `tpserve` launcher
+// runs, and what integration tests and benchmarks start. Ports are chosen at run time; every
+// child is stopped when the LocalCluster goes away (and dies with this process).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/subprocess.h"
+#include "tpserve/v1/inference.grpc.pb.h"
+
+namespace tpserve {
+
+struct LocalClusterOptions {
+  std::string bin_dir;  // holds tpserve-coordinator and tpserve-worker
+  std::string model;
+  int world_size = 1;
+  std::string host = "127.0.0.1";
+  int port = 0;  // coordinator port; 0 = any free port
+  int64_t kv_cache_blocks = 0;
+  std::vector<std::string> coordinator_args;  // further coordinator flags
+  std::map<int, std::string> worker_models;   // per-rank model path overrides
+  std::vector<int> ranks;                     // ranks to start; empty = every rank
+  std::string log_dir;  // each child's output goes to <log_dir>/<name>.log; empty = inherited
+};
+
+class LocalCluster {
+ public:
+  // Starts the coordinator, waits (up to 30 s) for it to listen, then starts the workers.
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const LocalClusterOptions& options);
+  ~LocalCluster();
+
+  // Waits until the coordinator reports SERVING. Fails with the cause when a child dies, the
+  // cluster is degraded, or `timeout` passes. Logs progress messages as they change.
+  absl::Status WaitReady(absl::Duration timeout);
+  // OK while every child runs; otherwise UNAVAILABLE naming the first that ended and how.
+  absl::Status CheckChildren();
+  void StopAll();
+
+  const std::string& address() const { return address_; }
+  Subprocess& coordinator() { return children_.front().process; }
+  // The worker process of `rank`, or null when it was not started.
+  Subprocess* worker(int rank);
+  v1::InferenceService::Stub& inference() { return *inference_; }
+  std::string LogPath(const std::string& name) const;
+
+ private:
+  struct Child {
+    std::string name;  // "coordinator", "worker-1"
+    int rank;          // -1 for the coordinator
+    Subprocess process;
+  };
+
+  explicit LocalCluster(const LocalClusterOptions& options) : options_(options) {}
+  absl::Status StartChild(const std::string& name, int rank, std::vector<std::string> args);
+
+  const LocalClusterOptions options_;
+  std::string address_;
+  std::vector<Child> children_;  // the coordinator first
+  std::unique_ptr<v1::InferenceService::Stub> inference_;
+};
+
+}  // namespace tpserve
