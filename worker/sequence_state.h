@@ -28,7 +28,9 @@ struct SequenceState {
   absl::Span<const int32_t> prompt() const {
     return absl::MakeConstSpan(tokens).subspan(0, prompt_len);
   }
-  absl::Span<const int32_t> output() const { return absl::MakeConstSpan(tokens).subspan(prompt_len); }
+  absl::Span<const int32_t> output() const {
+    return absl::MakeConstSpan(tokens).subspan(prompt_len);
+  }
 };
 
 using SequenceMap = absl::flat_hash_map<uint64_t, SequenceState>;

@@ -1,10 +1,10 @@
 #include "worker/comm/coordinator_store.h"
 
-#include <algorithm>
-#include <thread>
-
 #include <gloo/common/error.h>
 #include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 
@@ -26,8 +26,7 @@ std::chrono::system_clock::time_point RpcDeadline(milliseconds timeout) {
 }
 
 std::string Describe(const grpc::Status& status) {
-  return absl::StrCat("code ", static_cast<int>(status.error_code()), ": ",
-                      status.error_message());
+  return absl::StrCat("code ", static_cast<int>(status.error_code()), ": ", status.error_message());
 }
 
 }  // namespace
@@ -57,9 +56,7 @@ std::vector<char> CoordinatorStore::get(const std::string& key) {
   return Fetch(key, kDefaultTimeout);
 }
 
-void CoordinatorStore::wait(const std::vector<std::string>& keys) {
-  wait(keys, kDefaultTimeout);
-}
+void CoordinatorStore::wait(const std::vector<std::string>& keys) { wait(keys, kDefaultTimeout); }
 
 void CoordinatorStore::wait(const std::vector<std::string>& keys, const milliseconds& timeout) {
   const bool unlimited = timeout == milliseconds::zero();

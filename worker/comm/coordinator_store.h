@@ -10,12 +10,12 @@
 // Thread-safety: the methods may be called from any thread (the gRPC stub is thread-safe).
 #pragma once
 
+#include <gloo/rendezvous/store.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gloo/rendezvous/store.h>
 
 #include "tpserve/v1/worker.grpc.pb.h"
 

@@ -21,7 +21,8 @@ std::vector<float> Penalized(const SamplerOptions& options, std::vector<int32_t>
 
 void ExpectLogits(const std::vector<float>& actual, const std::vector<float>& expected) {
   ASSERT_EQ(actual.size(), expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) EXPECT_FLOAT_EQ(actual[i], expected[i]) << "id " << i;
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_FLOAT_EQ(actual[i], expected[i]) << "id " << i;
 }
 
 TEST(SamplerPenalties, RepetitionDividesPositiveAndMultipliesNegativeForSeenTokens) {

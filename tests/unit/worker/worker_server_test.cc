@@ -1,0 +1,347 @@
+// WorkerServer in this process on 127.0.0.1, world size 1, driven through a real gRPC channel
+// with the bundled model; results are checked against ModelRunner run directly.
+#include "worker/worker_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/comm/single_rank_communicator.h"
+#include "worker/forward_batch.h"
+#include "worker/model_runner.h"
+
+namespace tpserve {
+namespace {
+
+constexpr int64_t kBlockSize = 16;
+constexpr int64_t kBlocks = 64;
+const std::vector<int32_t> kPrompt = {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 30, 2};
+
+std::unique_ptr<v1::WorkerService::Stub> Connect(const WorkerServer& server) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  return v1::WorkerService::NewStub(
+      grpc::CreateCustomChannel(server.address(), grpc::InsecureChannelCredentials(), args));
+}
+
+v1::InitRequest InitRequest() {
+  v1::InitRequest init;
+  init.set_rank(0);
+  init.set_world_size(1);
+  init.set_device(v1::DEVICE_CPU);
+  init.set_block_size(kBlockSize);
+  init.set_kv_cache_blocks(kBlocks);
+  return init;
+}
+
+class WorkerServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    WorkerServerOptions options;
+    options.model_path = TPSERVE_MODEL_PATH;
+    auto server = WorkerServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+    comm_ = new SingleRankCommunicator();
+    ModelRunnerOptions runner_options;
+    runner_options.model_path = TPSERVE_MODEL_PATH;
+    runner_options.block_size = kBlockSize;
+    runner_options.kv_cache_blocks = kBlocks;
+    auto runner = ModelRunner::Create(runner_options, comm_);
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    reference_ = runner->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete reference_;
+    delete comm_;
+  }
+
+  // Every test starts a fresh group: Init resets step ids and sequences, keeps the shard.
+  void SetUp() override {
+    stub_ = Connect(*server_);
+    v1::InitResponse init_response;
+    ASSERT_TRUE(Call(&v1::WorkerService::Stub::Init, InitRequest(), &init_response).ok());
+    v1::LoadShardResponse load;
+    const grpc::Status status =
+        Call(&v1::WorkerService::Stub::LoadShard, v1::LoadShardRequest(), &load);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(load.kv_cache_blocks(), kBlocks);
+    vocab_ = load.vocab_size();
+    ASSERT_EQ(vocab_, reference_->config().vocab_size);
+  }
+
+  template <typename Method, typename Request, typename Response>
+  grpc::Status Call(Method method, const Request& request, Response* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    return (stub_.get()->*method)(&context, request, response);
+  }
+
+  grpc::Status Step(const v1::StepRequest& request, v1::StepResponse* response) {
+    return Call(&v1::WorkerService::Stub::Step, request, response);
+  }
+
+  // The next step of this test: step ids count from 1 after each Init.
+  v1::StepRequest NextStep() {
+    v1::StepRequest request;
+    request.set_step_id(++step_id_);
+    return request;
+  }
+
+  // Logits of the reference runner for one sequence.
+  std::vector<float> Reference(const std::vector<int32_t>& tokens, int32_t start,
+                               const std::vector<int32_t>& table, bool all_logits) {
+    ForwardBatchBuilder builder(kBlockSize);
+    builder.AddSequence(tokens, start, table, all_logits);
+    std::vector<float> logits;
+    EXPECT_TRUE(reference_->model().Forward(builder.Build(), &logits).ok());
+    return logits;
+  }
+
+  static WorkerServer* server_;
+  static SingleRankCommunicator* comm_;
+  static ModelRunner* reference_;
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  int64_t vocab_ = 0;
+  uint64_t step_id_ = 0;
+};
+
+WorkerServer* WorkerServerTest::server_ = nullptr;
+SingleRankCommunicator* WorkerServerTest::comm_ = nullptr;
+ModelRunner* WorkerServerTest::reference_ = nullptr;
+
+v1::ScheduledSequence* Schedule(v1::StepRequest* request, uint64_t seq_id,
+                                const std::vector<int32_t>& tokens, int32_t start,
+                                const std::vector<int32_t>& new_blocks, bool sample) {
+  v1::ScheduledSequence* s = request->add_sequences();
+  s->set_seq_id(seq_id);
+  s->mutable_token_ids()->Add(tokens.begin(), tokens.end());
+  s->set_start_position(start);
+  s->mutable_new_block_ids()->Add(new_blocks.begin(), new_blocks.end());
+  s->set_sample(sample);
+  return s;
+}
+
+void AddNew(v1::StepRequest* request, uint64_t seq_id, const std::vector<int32_t>& prompt) {
+  v1::NewSequence* s = request->add_new_sequences();
+  s->set_seq_id(seq_id);
+  s->mutable_prompt_token_ids()->Add(prompt.begin(), prompt.end());
+}
+
+TEST(WorkerServerLifecycle, StepBeforeLoadShardIsFailedPrecondition) {
+  WorkerServerOptions options;
+  options.model_path = "/nonexistent/model.gguf";
+  auto server = WorkerServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = Connect(**server);
+  {
+    grpc::ClientContext context;
+    v1::StepRequest step;
+    step.set_step_id(1);
+    v1::StepResponse response;
+    EXPECT_EQ(stub->Step(&context, step, &response).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  {
+    grpc::ClientContext context;
+    v1::InitResponse response;
+    ASSERT_TRUE(stub->Init(&context, InitRequest(), &response).ok());
+  }
+  grpc::ClientContext context;
+  v1::LoadShardResponse response;
+  const grpc::Status status = stub->LoadShard(&context, {}, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(status.error_message().find("/nonexistent/model.gguf"), std::string::npos)
+      << status.error_message();
+  // Shutdown answers, then the owner's WaitForShutdownRequest returns and it stops the server.
+  grpc::ClientContext shutdown_context;
+  v1::ShutdownResponse shutdown;
+  EXPECT_TRUE(stub->Shutdown(&shutdown_context, {}, &shutdown).ok());
+  (*server)->WaitForShutdownRequest();
+  (*server)->Stop();
+}
+
+TEST_F(WorkerServerTest, StepsRunStrictlyInOrder) {
+  v1::StepResponse response;
+  v1::StepRequest gap;
+  gap.set_step_id(2);
+  grpc::Status status = Step(gap, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(status.error_message().find("step_id 2"), std::string::npos) << status.error_message();
+  EXPECT_NE(status.error_message().find("must be 1"), std::string::npos) << status.error_message();
+  ASSERT_TRUE(Step(NextStep(), &response).ok());
+  EXPECT_EQ(response.step_id(), 1u);
+  v1::StepRequest repeat;
+  repeat.set_step_id(1);
+  status = Step(repeat, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(status.error_message().find("must be 2"), std::string::npos) << status.error_message();
+  EXPECT_TRUE(Step(NextStep(), &response).ok());
+}
+
+TEST_F(WorkerServerTest, ChunkedPrefillThenGreedyDecodeMatchesModelRunner) {
+  // Blocks 5 and 9: positions 0-15 and 16-31. Prefill in two chunks, then decode one token a step.
+  const std::vector<int32_t> table = {5, 9};
+  const std::vector<int32_t> chunk1(kPrompt.begin(), kPrompt.begin() + 7);
+  const std::vector<int32_t> chunk2(kPrompt.begin() + 7, kPrompt.end());
+  std::vector<int32_t> expected;
+  Reference(chunk1, 0, table, false);
+  std::vector<float> logits = Reference(chunk2, 7, table, false);
+  int32_t position = static_cast<int32_t>(kPrompt.size());
+  for (int i = 0; i < 8; ++i) {
+    expected.push_back(
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    logits = Reference({expected.back()}, position++, table, false);
+  }
+
+  v1::StepResponse response;
+  v1::StepRequest step = NextStep();
+  AddNew(&step, 42, kPrompt);
+  Schedule(&step, 42, chunk1, 0, {5}, /*sample=*/false);
+  ASSERT_TRUE(Step(step, &response).ok());
+  EXPECT_EQ(response.outputs_size(), 0);
+  step = NextStep();
+  Schedule(&step, 42, chunk2, 7, {}, /*sample=*/true);
+  std::vector<int32_t> actual;
+  position = static_cast<int32_t>(kPrompt.size());
+  for (int i = 0; i < 8; ++i) {
+    const grpc::Status status = Step(step, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(response.outputs_size(), 1);
+    EXPECT_EQ(response.outputs(0).seq_id(), 42u);
+    EXPECT_EQ(response.outputs(0).logits_size(), 0);
+    actual.push_back(response.outputs(0).token_id());
+    step = NextStep();
+    Schedule(&step, 42, {actual.back()}, position,
+             position == 16 ? std::vector<int32_t>{9} : std::vector<int32_t>{},
+             /*sample=*/true);
+    ++position;
+  }
+  EXPECT_EQ(actual, expected);
+
+  v1::WorkerStatusResponse status;
+  ASSERT_TRUE(Call(&v1::WorkerService::Stub::Status, v1::WorkerStatusRequest(), &status).ok());
+  EXPECT_EQ(status.state(), "serving");
+  EXPECT_EQ(status.last_step_id(), step_id_ - 1);
+  EXPECT_EQ(status.kv_cache_blocks(), kBlocks);
+  EXPECT_GT(status.weight_bytes(), 0);
+  EXPECT_GT(status.step_latency_p50_ms(), 0);
+}
+
+TEST_F(WorkerServerTest, AllLogitsReturnsEveryRowOfTheRightSize) {
+  const std::vector<int32_t> tokens(kPrompt.begin(), kPrompt.begin() + 5);
+  v1::StepRequest step = NextStep();
+  AddNew(&step, 7, tokens);
+  Schedule(&step, 7, tokens, 0, {3}, /*sample=*/false)->set_all_logits(true);
+  v1::StepResponse response;
+  const grpc::Status status = Step(step, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.outputs_size(), 1);
+  EXPECT_EQ(response.outputs(0).token_id(), -1);
+  ASSERT_EQ(response.outputs(0).logits_size(), 5 * vocab_);
+  const std::vector<float> expected = Reference(tokens, 0, {3}, /*all_logits=*/true);
+  ASSERT_EQ(static_cast<int64_t>(expected.size()), 5 * vocab_);
+  float max_diff = 0;
+  for (int64_t i = 0; i < 5 * vocab_; ++i) {
+    max_diff = std::max(max_diff, std::abs(expected[i] - response.outputs(0).logits(i)));
+  }
+  EXPECT_LT(max_diff, 1e-4f);
+}
+
+TEST_F(WorkerServerTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) {
+  struct Case {
+    const char* name;
+    std::function<void(v1::StepRequest*)> build;
+    const char* message;  // expected in the error
+  };
+  const std::vector<int32_t> prompt(kPrompt.begin(), kPrompt.begin() + 4);
+  const std::vector<Case> cases = {
+      {"unknown seq id", [&](v1::StepRequest* r) { Schedule(r, 999, prompt, 0, {0}, true); },
+       "sequence 999 is unknown"},
+      {"block id outside the pool",
+       [&](v1::StepRequest* r) {
+         AddNew(r, 1, prompt);
+         Schedule(r, 1, prompt, 0, {kBlocks}, true);
+       },
+       "outside the KV pool"},
+      {"missing blocks",
+       [&](v1::StepRequest* r) {
+         AddNew(r, 1, prompt);
+         Schedule(r, 1, prompt, 0, {}, true);
+       },
+       "missing new_block_ids"},
+      {"token outside the vocabulary",
+       [&](v1::StepRequest* r) {
+         AddNew(r, 1, prompt);
+         Schedule(r, 1, {1, 1 << 30}, 0, {0}, true);
+       },
+       "outside the vocabulary"},
+      {"negative temperature",
+       [&](v1::StepRequest* r) {
+         AddNew(r, 1, prompt);
+         r->mutable_new_sequences(0)->mutable_sampling()->set_temperature(-1);
+       },
+       "temperature"},
+      {"duplicate new sequence",
+       [&](v1::StepRequest* r) {
+         AddNew(r, 1, prompt);
+         AddNew(r, 1, prompt);
+       },
+       "already exists"},
+  };
+  for (const Case& c : cases) {
+    v1::StepRequest step = NextStep();
+    c.build(&step);
+    v1::StepResponse response;
+    const grpc::Status status = Step(step, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.name;
+    EXPECT_NE(status.error_message().find(c.message), std::string::npos)
+        << c.name << ": " << status.error_message();
+  }
+  // Rejected steps added nothing: sequence 1 is new again, and it runs.
+  v1::StepRequest step = NextStep();
+  AddNew(&step, 1, prompt);
+  Schedule(&step, 1, prompt, 0, {0}, true);
+  v1::StepResponse response;
+  grpc::Status status = Step(step, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.outputs_size(), 1);
+  // A start position that does not follow the computed ones.
+  step = NextStep();
+  Schedule(&step, 1, {response.outputs(0).token_id()}, 2, {}, true);
+  status = Step(step, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("4 positions are computed"), std::string::npos)
+      << status.error_message();
+  // Finished sequences are gone at the start of the step.
+  step = NextStep();
+  step.add_finished_seq_ids(1);
+  Schedule(&step, 1, {5}, 4, {}, true);
+  status = Step(step, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("sequence 1 is unknown"), std::string::npos);
+}
+
+// Last: it reloads the shard with a pool sized from a byte budget.
+TEST_F(WorkerServerTest, KvPoolIsSizedFromTheByteBudgetWhenNoBlockCountIsGiven) {
+  const KvCacheShape& shape = reference_->kv_cache().shape();
+  v1::InitRequest init = InitRequest();
+  init.set_kv_cache_blocks(0);
+  init.set_kv_cache_bytes(10 * shape.bytes_per_block() + 1);
+  v1::InitResponse init_response;
+  ASSERT_TRUE(Call(&v1::WorkerService::Stub::Init, init, &init_response).ok());
+  v1::LoadShardResponse load;
+  ASSERT_TRUE(Call(&v1::WorkerService::Stub::LoadShard, v1::LoadShardRequest(), &load).ok());
+  EXPECT_EQ(load.kv_cache_blocks(), 10);
+  EXPECT_EQ(load.context_length(), reference_->config().context_length);
+  EXPECT_EQ(load.model_file_size(), reference_->file().file_size());
+  EXPECT_EQ(load.model_fingerprint().size(), 16u);
+}
+
+}  // namespace
+}  // namespace tpserve

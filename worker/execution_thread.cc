@@ -1,0 +1,43 @@
+#include "worker/execution_thread.h"
+
+namespace tpserve {
+
+ExecutionThread::ExecutionThread() : thread_([this] { Loop(); }) {}
+
+ExecutionThread::~ExecutionThread() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+void ExecutionThread::Run(std::function<void()> fn) {
+  Task task{std::move(fn)};
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(&task);
+  mu_.Await(absl::Condition(
+      +[](Task* t) { return t->done; }, &task));
+}
+
+void ExecutionThread::Loop() {
+  while (true) {
+    Task* task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](ExecutionThread* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+            return self->stopping_ || !self->queue_.empty();
+          },
+          this));
+      if (queue_.empty()) return;  // stopping_ and drained
+      task = queue_.front();
+      queue_.pop_front();
+    }
+    task->fn();
+    absl::MutexLock lock(&mu_);
+    task->done = true;
+  }
+}
+
+}  // namespace tpserve

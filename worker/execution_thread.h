@@ -1,0 +1,39 @@
+// The worker's one execution thread (DESIGN.md "Threads"): gRPC threads hand it work and wait for
+// the result, so steps, loads and collectives all run on this thread, one at a time, in arrival
+// order.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+
+namespace tpserve {
+
+class ExecutionThread {
+ public:
+  ExecutionThread();
+  // Finishes the queued work, then joins the thread.
+  ~ExecutionThread();
+  ExecutionThread(const ExecutionThread&) = delete;
+  ExecutionThread& operator=(const ExecutionThread&) = delete;
+
+  // Runs `fn` on the execution thread and returns when it has returned.
+  void Run(std::function<void()> fn);
+
+ private:
+  struct Task {
+    std::function<void()> fn;
+    bool done = false;
+  };
+
+  void Loop();
+
+  absl::Mutex mu_;
+  std::deque<Task*> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // Started last, in the constructor.
+};
+
+}  // namespace tpserve

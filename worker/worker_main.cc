@@ -1,0 +1,130 @@
+// tpserve-worker: one tensor-parallel rank. Serves WorkerService, registers with the coordinator,
+// then does what the coordinator asks until Shutdown or SIGTERM/SIGINT (exit 0). Exits 1 with one
+// line when it cannot serve or register.
+#include <grpcpp/grpcpp.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "tpserve/v1/worker.grpc.pb.h"
+#include "worker/worker_server.h"
+
+namespace tpserve {
+namespace {
+
+struct Flags {
+  std::string coordinator;
+  int rank = -1;
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 0;
+  int register_timeout_s = 30;
+};
+
+// Registers `address` as `rank`, retrying while the coordinator is unreachable. Returns an empty
+// string on success, else the line to print.
+std::string Register(const Flags& flags, WorkerServer& server) {
+  using Clock = std::chrono::steady_clock;
+  auto stub = v1::ClusterService::NewStub(
+      grpc::CreateChannel(flags.coordinator, grpc::InsecureChannelCredentials()));
+  v1::RegisterRequest request;
+  request.set_rank(flags.rank);
+  request.set_address(server.address());
+  request.set_hostname(server.hostname());
+  request.set_pid(static_cast<int32_t>(getpid()));
+  const auto deadline = Clock::now() + std::chrono::seconds(flags.register_timeout_s);
+  while (!server.shutdown_requested()) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    v1::RegisterResponse response;
+    const grpc::Status status = stub->Register(&context, request, &response);
+    if (status.ok()) return "";
+    const bool unreachable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                             status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!unreachable) {
+      return absl::StrCat("tpserve-worker: the coordinator at ", flags.coordinator,
+                          " refused rank ", flags.rank, ": ", status.error_message());
+    }
+    if (Clock::now() >= deadline) {
+      return absl::StrCat("tpserve-worker: cannot reach the coordinator at ", flags.coordinator,
+                          " within --register-timeout ", flags.register_timeout_s, " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  return "";  // A signal arrived while registering: shut down normally.
+}
+
+int Run(const Flags& flags) {
+  // Block the stop signals in every thread; one thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  WorkerServerOptions options;
+  options.rank = flags.rank;
+  options.model_path = flags.model;
+  options.host = flags.host;
+  options.port = flags.port;
+  auto server = WorkerServer::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "tpserve-worker: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  WorkerServer* worker = server->get();
+  std::thread([worker, stop_signals] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    LogInfo("worker", "received %s: shutting down", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    worker->RequestShutdown();
+  }).detach();
+  LogInfo("worker", "rank %d: serving on %s (pid %d)", flags.rank, worker->address(),
+          static_cast<int>(getpid()));
+
+  const std::string error = Register(flags, *worker);
+  if (!error.empty()) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    return 1;
+  }
+  if (!worker->shutdown_requested()) {
+    LogInfo("worker", "rank %d: registered with the coordinator at %s as %s", flags.rank,
+            flags.coordinator, worker->address());
+  }
+  worker->WaitForShutdownRequest();
+  worker->Stop();
+  LogInfo("worker", "rank %d: stopped", flags.rank);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tpserve
+
+int main(int argc, char** argv) {
+  tpserve::Flags flags;
+  CLI::App app{"tpserve worker: serves one tensor-parallel rank for the coordinator"};
+  app.add_option("--coordinator", flags.coordinator, "HOST:PORT of the coordinator")->required();
+  app.add_option("--rank", flags.rank, "this worker's rank")
+      ->required()
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--model", flags.model, "GGUF model file")->required();
+  app.add_option("--host", flags.host, "address to bind and advertise (gRPC and Gloo)")
+      ->capture_default_str();
+  app.add_option("--port", flags.port, "port to serve on; 0 picks a free one")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--register-timeout", flags.register_timeout_s,
+                 "seconds to keep trying to reach the coordinator")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
+  CLI11_PARSE(app, argc, argv);
+  return tpserve::Run(flags);
+}

@@ -1,0 +1,362 @@
+#include "worker/worker_server.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "worker/comm/coordinator_store.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/single_rank_communicator.h"
+#include "worker/shard_layout.h"
+#include "worker/step_batch.h"
+
+namespace tpserve {
+namespace {
+
+constexpr int64_t kDefaultBlockSize = 16;
+constexpr size_t kLatencyWindow = 128;  // steps the p50 is taken over
+constexpr double kSlowStepMs = 1000;    // steps slower than this are logged
+
+std::string Hostname() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
+  return name;
+}
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+// 64-bit FNV-1a as 16 hex digits.
+std::string Fingerprint(absl::Span<const uint8_t> bytes) {
+  uint64_t hash = 14695981039346656037ull;
+  for (uint8_t b : bytes) hash = (hash ^ b) * 1099511628211ull;
+  return absl::StrFormat("%016x", hash);
+}
+
+absl::Status LoadError(const std::string& path, const absl::Status& status) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("cannot load model '", path, "': ", status.message()));
+}
+
+}  // namespace
+
+WorkerServer::WorkerServer(const WorkerServerOptions& options)
+    : options_(options), hostname_(Hostname()) {}
+
+absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
+    const WorkerServerOptions& options) {
+  std::unique_ptr<WorkerServer> worker(new WorkerServer(options));
+  const std::string host = options.host.find(':') != std::string::npos
+                               ? absl::StrCat("[", options.host, "]")
+                               : options.host;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat(host, ":", options.port), grpc::InsecureServerCredentials(),
+                           &port);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.RegisterService(worker.get());
+  worker->server_ = builder.BuildAndStart();
+  if (worker->server_ == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve WorkerService on ", host, ":", options.port));
+  }
+  worker->address_ = absl::StrCat(host, ":", port);
+  return worker;
+}
+
+WorkerServer::~WorkerServer() { Stop(); }
+
+void WorkerServer::Stop() {
+  if (server_ == nullptr) return;
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server_->Wait();
+  server_.reset();
+}
+
+void WorkerServer::WaitForShutdownRequest() {
+  absl::MutexLock lock(&status_mu_);
+  status_mu_.Await(absl::Condition(&shutdown_requested_));
+}
+
+void WorkerServer::RequestShutdown() {
+  absl::MutexLock lock(&status_mu_);
+  shutdown_requested_ = true;
+}
+
+bool WorkerServer::shutdown_requested() {
+  absl::MutexLock lock(&status_mu_);
+  return shutdown_requested_;
+}
+
+void WorkerServer::SetState(const std::string& state, const std::string& error) {
+  absl::MutexLock lock(&status_mu_);
+  state_ = state;
+  error_ = error;
+}
+
+grpc::Status WorkerServer::Execute(const std::function<absl::Status()>& fn) {
+  absl::Status status;
+  exec_.Run([&] { status = fn(); });
+  return ToGrpc(status);
+}
+
+// ---- RPCs ------------------------------------------------------------------------------------
+
+grpc::Status WorkerServer::Init(grpc::ServerContext*, const v1::InitRequest* request,
+                                v1::InitResponse* response) {
+  response->set_hostname(hostname_);
+  response->set_device_name("cpu");
+  return Execute([&] { return DoInit(*request); });
+}
+
+grpc::Status WorkerServer::LoadShard(grpc::ServerContext*, const v1::LoadShardRequest*,
+                                     v1::LoadShardResponse* response) {
+  return Execute([&] { return DoLoadShard(response); });
+}
+
+grpc::Status WorkerServer::Step(grpc::ServerContext*, const v1::StepRequest* request,
+                                v1::StepResponse* response) {
+  return Execute([&] { return DoStep(*request, response); });
+}
+
+grpc::Status WorkerServer::Status(grpc::ServerContext*, const v1::WorkerStatusRequest*,
+                                  v1::WorkerStatusResponse* response) {
+  absl::MutexLock lock(&status_mu_);
+  response->set_rank(options_.rank);
+  response->set_state(state_);
+  response->set_hostname(hostname_);
+  response->set_device_name("cpu");
+  response->set_weight_bytes(weight_bytes_);
+  response->set_kv_cache_blocks(kv_cache_blocks_);
+  response->set_last_step_id(status_last_step_id_);
+  if (!step_ms_.empty()) {
+    std::vector<double> sorted(step_ms_.begin(), step_ms_.end());
+    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+    response->set_step_latency_p50_ms(sorted[sorted.size() / 2]);
+  }
+  response->set_error(error_);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServer::Shutdown(grpc::ServerContext*, const v1::ShutdownRequest*,
+                                    v1::ShutdownResponse*) {
+  LogInfo("worker", "rank %d: Shutdown requested", options_.rank);
+  RequestShutdown();  // The main thread stops the server once this reply is on its way.
+  return grpc::Status::OK;
+}
+
+// ---- Execution thread ------------------------------------------------------------------------
+
+absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
+  const int rank = request.rank(), world = request.world_size();
+  if (rank != options_.rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Init names rank ", rank, " but this worker is rank ", options_.rank));
+  }
+  if (world < 1 || rank >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Init: rank ", rank, " is not in a world of ", world));
+  }
+  if (request.device() == v1::DEVICE_CUDA) {
+    return absl::UnimplementedError("Init: DEVICE_CUDA is not implemented yet; use DEVICE_CPU");
+  }
+  if (request.block_size() < 0 || request.kv_cache_blocks() < 0 || request.kv_cache_bytes() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Init: block_size (", request.block_size(), "), kv_cache_blocks (",
+                     request.kv_cache_blocks(), ") and kv_cache_bytes (", request.kv_cache_bytes(),
+                     ") must not be negative"));
+  }
+  std::unique_ptr<Communicator> comm;
+  if (world == 1) {
+    comm = std::make_unique<SingleRankCommunicator>();
+  } else {
+    if (request.group_id().empty() || request.coordinator_address().empty()) {
+      return absl::InvalidArgumentError(
+          "Init: a world of more than one rank needs group_id and coordinator_address");
+    }
+    GlooOptions gloo;
+    gloo.host = options_.host;
+    auto store =
+        std::make_shared<CoordinatorStore>(request.coordinator_address(), request.group_id());
+    auto gloo_comm = GlooCommunicator::Create(rank, world, std::move(store), gloo);
+    if (!gloo_comm.ok()) {
+      SetState("failed", std::string(gloo_comm.status().message()));
+      return gloo_comm.status();
+    }
+    comm = *std::move(gloo_comm);
+  }
+  v1::InitRequest group = request;
+  if (group.block_size() == 0) group.set_block_size(kDefaultBlockSize);
+  const std::string model_path =
+      request.model_path().empty() ? options_.model_path : request.model_path();
+  const bool keep_shard = runner_ != nullptr && comm_->world_size() == world &&
+                          model_path == model_path_ && group.block_size() == group_.block_size() &&
+                          group.kv_cache_blocks() == group_.kv_cache_blocks() &&
+                          group.kv_cache_bytes() == group_.kv_cache_bytes();
+  if (!keep_shard) runner_.reset();  // Before the communicator it points to changes.
+  if (comm_ == nullptr) {
+    comm_ = std::make_unique<SwappableCommunicator>(std::move(comm));
+  } else {
+    comm_->Reset(std::move(comm));
+  }
+  initialized_ = true;
+  group_ = std::move(group);
+  model_path_ = model_path;
+  sequences_.clear();
+  last_step_id_ = 0;
+  {
+    absl::MutexLock lock(&status_mu_);
+    state_ = keep_shard ? "loaded" : "initialized";
+    error_.clear();
+    status_last_step_id_ = 0;
+    if (!keep_shard) weight_bytes_ = kv_cache_blocks_ = 0;
+  }
+  LogInfo("worker", "rank %d/%d: init (group '%s', cpu, %s)", rank, world, group_.group_id(),
+          keep_shard ? "keeping the loaded shard" : "shard not loaded");
+  return absl::OkStatus();
+}
+
+absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
+  if (!initialized_) return absl::FailedPreconditionError("LoadShard before Init");
+  if (runner_ != nullptr) {  // Already loaded for this group: the same answer.
+    *response = loaded_;
+    return absl::OkStatus();
+  }
+  ModelRunnerOptions options;
+  options.model_path = model_path_;
+  options.block_size = group_.block_size();
+  options.kv_cache_blocks = group_.kv_cache_blocks();
+  if (options.kv_cache_blocks == 0) {  // Size the pool from the byte budget.
+    auto file = GgufFile::Open(model_path_);
+    if (!file.ok()) return LoadError(model_path_, file.status());
+    auto config = ModelConfig::FromGguf(**file);
+    if (!config.ok()) return LoadError(model_path_, config.status());
+    auto layout = ShardLayout::Make(*config, comm_->rank(), comm_->world_size());
+    if (!layout.ok()) return LoadError(model_path_, layout.status());
+    KvCacheShape shape;
+    shape.num_layers = config->num_layers;
+    shape.block_size = options.block_size;
+    shape.num_kv_heads = layout->kv_heads.size;
+    shape.head_dim = config->head_dim;
+    const int64_t budget =
+        group_.kv_cache_bytes() > 0 ? group_.kv_cache_bytes() : options_.default_kv_cache_bytes;
+    options.kv_cache_blocks = budget / shape.bytes_per_block();
+    if (options.kv_cache_blocks == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("a KV budget of ", budget,
+                                                     " bytes holds no block of ",
+                                                     shape.bytes_per_block(), " bytes"));
+    }
+  }
+  auto runner = ModelRunner::Create(options, comm_.get());
+  if (!runner.ok()) return LoadError(model_path_, runner.status());
+  runner_ = *std::move(runner);
+  loaded_.Clear();
+  loaded_.set_weight_bytes(runner_->model().weights().resident_bytes());
+  loaded_.set_kv_cache_blocks(runner_->kv_cache().shape().num_blocks);
+  loaded_.set_model_file_size(runner_->file().file_size());
+  loaded_.set_model_fingerprint(Fingerprint(runner_->file().header_bytes()));
+  loaded_.set_vocab_size(runner_->config().vocab_size);
+  loaded_.set_context_length(runner_->config().context_length);
+  *response = loaded_;
+  {
+    absl::MutexLock lock(&status_mu_);
+    state_ = "loaded";
+    error_.clear();
+    weight_bytes_ = loaded_.weight_bytes();
+    kv_cache_blocks_ = loaded_.kv_cache_blocks();
+  }
+  LogInfo("worker", "rank %d/%d: loaded %s (weights %.1f MiB, %lld KV blocks, fingerprint %s)",
+          comm_->rank(), comm_->world_size(), model_path_, loaded_.weight_bytes() / 1048576.0,
+          static_cast<long long>(loaded_.kv_cache_blocks()), loaded_.model_fingerprint());
+  return absl::OkStatus();
+}
+
+absl::Status WorkerServer::DoStep(const v1::StepRequest& request, v1::StepResponse* response) {
+  if (runner_ == nullptr) {
+    return absl::FailedPreconditionError("Step before LoadShard (call Init, then LoadShard)");
+  }
+  if (request.step_id() != last_step_id_ + 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("step_id ", request.step_id(), " out of order: the last step was ",
+                     last_step_id_, ", so the next must be ", last_step_id_ + 1));
+  }
+  last_step_id_ = request.step_id();  // Consumed even when the step is rejected below.
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status status = RunStep(request, response);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  response->set_step_id(request.step_id());
+  response->set_compute_ms(ms);
+  {
+    absl::MutexLock lock(&status_mu_);
+    status_last_step_id_ = request.step_id();
+    step_ms_.push_back(ms);
+    if (step_ms_.size() > kLatencyWindow) step_ms_.pop_front();
+    if (status.ok() && state_ == "loaded") state_ = "serving";
+  }
+  if (!status.ok()) {
+    LogWarning("worker", "rank %d: step %llu failed: %s", comm_->rank(),
+               static_cast<unsigned long long>(request.step_id()), std::string(status.message()));
+  } else if (ms > kSlowStepMs) {
+    LogWarning("worker", "rank %d: step %llu took %.0f ms (%d sequences)", comm_->rank(),
+               static_cast<unsigned long long>(request.step_id()), ms, request.sequences_size());
+  }
+  return status;
+}
+
+// Finished sequences are dropped first, whatever happens next. The rest is all or nothing: a
+// rejected step adds no sequence and changes no sequence's state.
+absl::Status WorkerServer::RunStep(const v1::StepRequest& request, v1::StepResponse* response) {
+  for (uint64_t id : request.finished_seq_ids()) sequences_.erase(id);  // Unknown ids: no-op.
+  const ModelConfig& config = runner_->config();
+  std::vector<std::pair<uint64_t, SequenceState>> added;
+  for (const v1::NewSequence& s : request.new_sequences()) {
+    const bool duplicate = std::any_of(added.begin(), added.end(),
+                                       [&](const auto& a) { return a.first == s.seq_id(); });
+    if (sequences_.contains(s.seq_id()) || duplicate) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("new sequence ", s.seq_id(), " already exists (finish it first)"));
+    }
+    ASSIGN_OR_RETURN(SequenceState state, MakeSequenceState(s, config.vocab_size));
+    added.emplace_back(s.seq_id(), std::move(state));
+  }
+  for (auto& [id, state] : added) sequences_.emplace(id, std::move(state));
+  auto forget_added = [&] {
+    for (const auto& [id, state] : added) sequences_.erase(id);
+  };
+  if (request.sequences().empty()) return absl::OkStatus();
+
+  BatchLimits limits;
+  limits.block_size = runner_->kv_cache().shape().block_size;
+  limits.num_blocks = runner_->kv_cache().shape().num_blocks;
+  limits.vocab_size = config.vocab_size;
+  limits.context_length = config.context_length;
+  absl::StatusOr<StepPlan> plan = BuildForwardBatch(request, sequences_, limits);
+  if (!plan.ok()) {
+    forget_added();
+    return plan.status();
+  }
+  const absl::Status forward = runner_->model().Forward(plan->batch, &logits_);
+  if (!forward.ok()) {
+    forget_added();
+    if (forward.code() != absl::StatusCode::kInvalidArgument) {
+      SetState("failed", std::string(forward.message()));  // The group is broken: re-Init.
+    }
+    return forward;
+  }
+  CommitStep(request, *plan, &sequences_);
+  if (comm_->rank() == 0) {
+    WriteStepOutputs(request, *plan, logits_, config.vocab_size, &sequences_, response);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tpserve

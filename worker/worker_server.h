@@ -1,0 +1,117 @@
+// WorkerServer: one rank's WorkerService (DESIGN.md "Worker protocol", "Threads").
+//
+// gRPC threads only hand Init, LoadShard and Step to the ExecutionThread and wait, so the model,
+// the KV pool, the per-sequence state and every collective are touched by that one thread, in
+// arrival order. Status is answered from a separate snapshot, so heartbeats never wait behind a
+// step or a rendezvous.
+//
+// Lifecycle: Init (rank, world, communicator) → LoadShard → Step (step_id 1, 2, …) → Shutdown.
+// Init may come again to re-form the group: it replaces the communicator, drops every sequence
+// and restarts step ids at 1; the loaded shard is kept when rank, world size, model path, block
+// size and KV settings are unchanged (LoadShard then answers without reloading), else it is
+// released and LoadShard must be called again.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "tpserve/v1/worker.grpc.pb.h"
+#include "worker/comm/swappable_communicator.h"
+#include "worker/execution_thread.h"
+#include "worker/model_runner.h"
+#include "worker/sequence_state.h"
+
+namespace tpserve {
+
+struct WorkerServerOptions {
+  int rank = 0;                    // the rank this worker registers as; Init must agree
+  std::string model_path;          // InitRequest.model_path overrides it when non-empty
+  std::string host = "127.0.0.1";  // bound and advertised, for gRPC and for Gloo
+  int port = 0;                    // 0: any free port
+  int64_t default_kv_cache_bytes = int64_t{256} << 20;  // when Init gives neither blocks nor bytes
+};
+
+// Both directions: a step's logits can be [tokens, vocab] floats.
+inline constexpr int kMaxMessageBytes = 256 << 20;
+
+class WorkerServer final : public v1::WorkerService::Service {
+ public:
+  // Binds host:port and starts serving.
+  static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(const WorkerServerOptions& options);
+  ~WorkerServer() override;
+
+  const std::string& address() const { return address_; }  // "host:bound_port"
+  const std::string& hostname() const { return hostname_; }
+
+  // Blocks until the Shutdown RPC or RequestShutdown.
+  void WaitForShutdownRequest();
+  void RequestShutdown();
+  bool shutdown_requested();
+  // Stops serving (in-flight calls get a short grace period) and finishes the queued work.
+  // Idempotent; the destructor calls it.
+  void Stop();
+
+  grpc::Status Init(grpc::ServerContext*, const v1::InitRequest* request,
+                    v1::InitResponse* response) override;
+  grpc::Status LoadShard(grpc::ServerContext*, const v1::LoadShardRequest* request,
+                         v1::LoadShardResponse* response) override;
+  grpc::Status Step(grpc::ServerContext*, const v1::StepRequest* request,
+                    v1::StepResponse* response) override;
+  grpc::Status Status(grpc::ServerContext*, const v1::WorkerStatusRequest* request,
+                      v1::WorkerStatusResponse* response) override;
+  grpc::Status Shutdown(grpc::ServerContext*, const v1::ShutdownRequest* request,
+                        v1::ShutdownResponse* response) override;
+
+ private:
+  explicit WorkerServer(const WorkerServerOptions& options);
+
+  // Runs `fn` on the execution thread; its Status becomes the RPC's.
+  grpc::Status Execute(const std::function<absl::Status()>& fn);
+
+  // Execution thread only.
+  absl::Status DoInit(const v1::InitRequest& request);
+  absl::Status DoLoadShard(v1::LoadShardResponse* response);
+  absl::Status DoStep(const v1::StepRequest& request, v1::StepResponse* response);
+  absl::Status RunStep(const v1::StepRequest& request, v1::StepResponse* response);
+  void SetState(const std::string& state, const std::string& error);
+
+  // Constant after Start.
+  const WorkerServerOptions options_;
+  const std::string hostname_;
+  std::string address_;
+  std::unique_ptr<grpc::Server> server_;
+
+  // Owned by the execution thread. `group_` is the last accepted Init; `runner_` holds a pointer
+  // to `comm_`, which is why re-forming a group swaps what `comm_` forwards to.
+  bool initialized_ = false;
+  v1::InitRequest group_;
+  std::string model_path_;  // effective path after Init
+  std::unique_ptr<SwappableCommunicator> comm_;
+  std::unique_ptr<ModelRunner> runner_;
+  v1::LoadShardResponse loaded_;  // answer for the loaded shard
+  SequenceMap sequences_;
+  uint64_t last_step_id_ = 0;
+  std::vector<float> logits_;  // [num_logits, vocab] of the last step, reused
+
+  // The snapshot Status answers from, and the shutdown flag.
+  absl::Mutex status_mu_;
+  std::string state_ ABSL_GUARDED_BY(status_mu_) = "starting";
+  std::string error_ ABSL_GUARDED_BY(status_mu_);
+  int64_t weight_bytes_ ABSL_GUARDED_BY(status_mu_) = 0;
+  int64_t kv_cache_blocks_ ABSL_GUARDED_BY(status_mu_) = 0;
+  uint64_t status_last_step_id_ ABSL_GUARDED_BY(status_mu_) = 0;
+  std::deque<double> step_ms_ ABSL_GUARDED_BY(status_mu_);  // the most recent steps
+  bool shutdown_requested_ ABSL_GUARDED_BY(status_mu_) = false;
+
+  // Last: destroyed first, so queued work finishes while everything above still exists.
+  ExecutionThread exec_;
+};
+
+}  // namespace tpserve
