@@ -97,9 +97,8 @@ grpc::Status ClusterServiceImpl::StoreGet(grpc::ServerContext* context,
   const absl::Time deadline =
       std::min(absl::Now() + timeout, absl::FromChrono(context->deadline()));
   const std::string& key = request->key();
-  auto present = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-    return store_.contains(key);
-  };
+  auto present = [this, &key]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return store_.contains(key); };
   absl::MutexLock lock(&mutex_);
   while (!present()) {
     if (context->IsCancelled()) {
@@ -108,9 +107,9 @@ grpc::Status ClusterServiceImpl::StoreGet(grpc::ServerContext* context,
     }
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                          absl::StrCat("store key '", key, "' was not set within ",
-                                       absl::FormatDuration(timeout)));
+      return grpc::Status(
+          grpc::StatusCode::DEADLINE_EXCEEDED,
+          absl::StrCat("store key '", key, "' was not set within ", absl::FormatDuration(timeout)));
     }
     mutex_.AwaitWithDeadline(absl::Condition(&present), std::min(deadline, now + kPollInterval));
   }
@@ -130,12 +129,20 @@ absl::StatusOr<std::vector<RegisteredWorker>> ClusterServiceImpl::WaitForAllRank
     }
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("ranks ", MissingRanksLocked(), " of ", world_size_,
-                       " did not register in time"));
+      return absl::DeadlineExceededError(absl::StrCat("ranks ", MissingRanksLocked(), " of ",
+                                                      world_size_, " did not register in time"));
     }
     mutex_.AwaitWithDeadline(absl::Condition(&all), std::min(deadline, now + kPollInterval));
   }
+  return RegisteredLocked();
+}
+
+std::vector<RegisteredWorker> ClusterServiceImpl::Registered() const {
+  absl::MutexLock lock(&mutex_);
+  return RegisteredLocked();
+}
+
+std::vector<RegisteredWorker> ClusterServiceImpl::RegisteredLocked() const {
   std::vector<RegisteredWorker> workers;
   for (const auto& [rank, worker] : workers_) workers.push_back(worker);
   return workers;

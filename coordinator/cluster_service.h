@@ -60,16 +60,19 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
 
   // Ranks that have not registered, e.g. "1, 2".
   std::string MissingRanks() const;
+  // The workers registered so far, by rank.
+  std::vector<RegisteredWorker> Registered() const;
 
  private:
   std::string MissingRanksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  std::vector<RegisteredWorker> RegisteredLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   // Constant after construction.
   const int world_size_;
   const LivenessProbe probe_;
 
   mutable absl::Mutex mutex_;
-  std::map<int, RegisteredWorker> workers_ ABSL_GUARDED_BY(mutex_);           // by rank
+  std::map<int, RegisteredWorker> workers_ ABSL_GUARDED_BY(mutex_);  // by rank
   absl::flat_hash_map<std::string, std::string> store_ ABSL_GUARDED_BY(mutex_);
 };
 

@@ -1,0 +1,250 @@
+// tpserve-coordinator: serves InferenceService and ClusterService on one port, waits for the
+// --world-size workers to register, initializes and loads them, then runs the engine until
+// SIGTERM/SIGINT. Exits 1 when start-up fails (bad flags, unsplittable model, missing ranks,
+// Init or LoadShard errors), 0 after a signal.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "common/logging.h"
+#include "coordinator/cluster_service.h"
+#include "coordinator/engine.h"
+#include "coordinator/heartbeat_monitor.h"
+#include "coordinator/inference_service.h"
+#include "coordinator/worker_pool.h"
+#include "grpcpp/grpcpp.h"
+#include "model/gguf_file.h"
+#include "model/model_config.h"
+#include "model/tokenizer.h"
+#include "worker/shard_layout.h"
+
+namespace tpserve {
+namespace {
+
+constexpr char kLog[] = "coordinator";
+constexpr absl::Duration kLoadTimeout = absl::Minutes(10);
+constexpr absl::Duration kHeartbeatInterval = absl::Seconds(1);
+constexpr absl::Duration kHeartbeatTimeout = absl::Seconds(2);
+constexpr absl::Duration kShutdownTimeout = absl::Seconds(5);
+constexpr absl::Duration kRegisterProbeTimeout = absl::Seconds(1);
+
+struct Flags {
+  std::string model;
+  int world_size = 0;
+  std::string host = "127.0.0.1";
+  int port = 0;
+  std::string port_file;
+  double startup_timeout_s = 60;
+  double step_timeout_s = 30;
+  int64_t kv_cache_blocks = 0;
+  int block_size = 16;
+};
+
+std::string JoinHostPort(const std::string& host, int port) {
+  if (host.find(':') != std::string::npos) return absl::StrCat("[", host, "]:", port);
+  return absl::StrCat(host, ":", port);
+}
+
+std::string RandomGroupId() {
+  std::random_device random;
+  return absl::StrFormat("%08x%08x", random(), random());
+}
+
+// Written to a temporary name and renamed, so a reader never sees a partial file.
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp);
+    out << port << "\n";
+    if (!out.good()) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// Blocks SIGINT/SIGTERM in every thread (call before starting any) and notifies `stop` from a
+// dedicated thread when one arrives.
+void HandleSignals(absl::Notification* stop) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::thread([signals, stop] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    LogInfo(kLog, "received %s; shutting down", signal == SIGINT ? "SIGINT" : "SIGTERM");
+    stop->Notify();
+  }).detach();
+}
+
+// Tells the workers that did register to exit, when start-up fails before a pool exists.
+void ShutdownRegistered(const std::vector<RegisteredWorker>& workers) {
+  for (const RegisteredWorker& w : workers) {
+    auto stub = v1::WorkerService::NewStub(
+        grpc::CreateChannel(w.address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kShutdownTimeout));
+    v1::ShutdownRequest request;
+    v1::ShutdownResponse response;
+    stub->Shutdown(&context, request, &response);
+  }
+}
+
+int Fail(const std::string& message) {
+  LogError(kLog, "%s", message);
+  return 1;
+}
+
+int Run(const Flags& flags) {
+  // The model file gives the tokenizer and the head counts that decide the tensor-parallel split.
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(flags.model);
+  if (!file.ok()) return Fail(absl::StrCat("--model: ", file.status().message()));
+  absl::StatusOr<ModelConfig> config = ModelConfig::FromGguf(**file);
+  if (!config.ok()) return Fail(absl::StrCat("--model: ", config.status().message()));
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::FromGguf(**file);
+  if (!tokenizer.ok()) return Fail(absl::StrCat("--model: ", tokenizer.status().message()));
+  if (absl::StatusOr<ShardLayout> layout = ShardLayout::Make(*config, 0, flags.world_size);
+      !layout.ok()) {
+    return Fail(absl::StrCat("--world-size ", flags.world_size, ": ", layout.status().message()));
+  }
+  LogInfo(kLog, "model %s: %s", flags.model, config->DebugString());
+
+  absl::Notification stop;
+  HandleSignals(&stop);
+
+  ClusterServiceImpl cluster(flags.world_size,
+                             ClusterServiceImpl::StatusProbe(kRegisterProbeTimeout));
+  InferenceServiceImpl inference(tokenizer->get(), flags.world_size);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(JoinHostPort(flags.host, flags.port), grpc::InsecureServerCredentials(),
+                           &port);
+  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  builder.RegisterService(&cluster);
+  builder.RegisterService(&inference);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail(absl::StrCat("cannot listen on ", JoinHostPort(flags.host, flags.port),
+                             " (--host, --port)"));
+  }
+  const std::string address = JoinHostPort(flags.host, port);
+  std::printf("tpserve-coordinator listening on %s\n", address.c_str());
+  std::fflush(stdout);
+  if (!flags.port_file.empty() && !WritePortFile(flags.port_file, port)) {
+    return Fail(absl::StrCat("--port-file: cannot write ", flags.port_file));
+  }
+  LogInfo(kLog, "listening on %s; waiting for %d workers to register", address, flags.world_size);
+
+  // Start-up: registration, Init (the collective rendezvous), LoadShard.
+  absl::StatusOr<std::vector<RegisteredWorker>> workers =
+      cluster.WaitForAllRanks(absl::Now() + absl::Seconds(flags.startup_timeout_s), &stop);
+  if (!workers.ok()) {
+    ShutdownRegistered(cluster.Registered());
+    if (stop.HasBeenNotified()) return 0;
+    return Fail(absl::StrCat("start-up timed out after ", flags.startup_timeout_s,
+                             " s (--startup-timeout): missing ranks ", cluster.MissingRanks(),
+                             " of --world-size ", flags.world_size));
+  }
+  WorkerPool pool(*workers);
+  WorkerInitOptions init;
+  init.group_id = RandomGroupId();
+  init.coordinator_address = address;
+  // Empty: each worker loads the file of its own --model (paths are per host); LoadShard then
+  // checks by size and fingerprint that every rank loaded the same model.
+  init.model_path = "";
+  init.block_size = flags.block_size;
+  init.kv_cache_blocks = flags.kv_cache_blocks;
+  LogInfo(kLog, "all %d ranks registered; Init with group %s", flags.world_size, init.group_id);
+  if (absl::Status s = pool.Init(init, absl::Seconds(flags.startup_timeout_s)); !s.ok()) {
+    pool.Shutdown(kShutdownTimeout);
+    return Fail(s.ToString());
+  }
+  if (stop.HasBeenNotified()) {
+    pool.Shutdown(kShutdownTimeout);
+    return 0;
+  }
+  absl::StatusOr<LoadedModel> loaded = pool.LoadShard(kLoadTimeout);
+  if (!loaded.ok()) {
+    pool.Shutdown(kShutdownTimeout);
+    return Fail(loaded.status().ToString());
+  }
+
+  EngineOptions options;
+  options.block_size = flags.block_size;
+  options.num_blocks = static_cast<int32_t>(loaded->kv_cache_blocks);
+  options.context_length =
+      loaded->context_length > 0 ? loaded->context_length : config->context_length;
+  options.vocab_size = loaded->vocab_size > 0 ? loaded->vocab_size : config->vocab_size;
+  options.step_timeout = absl::Seconds(flags.step_timeout_s);
+  Engine engine(options, &pool, tokenizer->get());
+  engine.Start();
+  {
+    HeartbeatMonitor heartbeat(&pool, kHeartbeatInterval, kHeartbeatTimeout,
+                               [&engine](const absl::Status& s) { engine.MarkDegraded(s); });
+    inference.SetEngine(&engine);
+    LogInfo(kLog,
+            "serving: %d ranks, %d KV blocks of %d tokens, context %d, vocab %d, %d weight "
+            "bytes in all",
+            flags.world_size, options.num_blocks, options.block_size, options.context_length,
+            options.vocab_size, loaded->weight_bytes);
+    if (stop.HasBeenNotified()) LogInfo(kLog, "stop requested during start-up");
+    stop.WaitForNotification();
+  }
+  engine.Stop();
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  pool.Shutdown(kShutdownTimeout);
+  LogInfo(kLog, "stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace tpserve
+
+int main(int argc, char** argv) {
+  tpserve::Flags flags;
+  CLI::App app{"tpserve coordinator: drives tensor-parallel workers and serves InferenceService"};
+  app.add_option("--model", flags.model, "GGUF model file (tokenizer and config are read here)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--world-size", flags.world_size, "number of worker ranks (tensor-parallel size)")
+      ->required()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--host", flags.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", flags.port, "port to listen on; 0 picks a free one")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--port-file", flags.port_file, "write the chosen port to this file");
+  app.add_option("--startup-timeout", flags.startup_timeout_s,
+                 "seconds to wait for every rank to register (and for Init)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--step-timeout", flags.step_timeout_s,
+                 "seconds a step may take on every rank before the cluster is degraded")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--kv-cache-blocks", flags.kv_cache_blocks,
+                 "KV blocks per rank; 0 lets the workers decide")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--block-size", flags.block_size, "tokens per KV block")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 1;  // --help is 0; every flag error exits 1
+  }
+  return tpserve::Run(flags);
+}

@@ -1,0 +1,172 @@
+#include "coordinator/inference_service.h"
+
+#include <random>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "model/detokenizer.h"
+
+namespace tpserve {
+namespace {
+
+constexpr char kLog[] = "inference";
+// How often a call waiting on the engine looks at its client's cancellation.
+constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+v1::SamplingParams ToSamplingParams(const v1::Sampling& s) {
+  v1::SamplingParams p;
+  p.set_temperature(s.has_temperature() ? s.temperature() : 1.0f);
+  p.set_top_k(s.top_k());
+  p.set_top_p(s.has_top_p() ? s.top_p() : 1.0f);
+  p.set_min_p(s.min_p());
+  p.set_repetition_penalty(s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f);
+  p.set_presence_penalty(s.presence_penalty());
+  p.set_frequency_penalty(s.frequency_penalty());
+  if (s.has_seed()) {
+    p.set_seed(s.seed());
+  } else {
+    thread_local std::mt19937_64 random_seeds{std::random_device{}()};
+    p.set_seed(random_seeds());
+  }
+  return p;
+}
+
+}  // namespace
+
+InferenceServiceImpl::InferenceServiceImpl(const Tokenizer* tokenizer, int world_size)
+    : tokenizer_(tokenizer), world_size_(world_size) {}
+
+absl::StatusOr<Engine*> InferenceServiceImpl::GetEngine() const {
+  Engine* engine = engine_.load();
+  if (engine == nullptr) {
+    return absl::UnavailableError("cluster is starting: workers are not loaded yet");
+  }
+  return engine;
+}
+
+absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(
+    const v1::GenerateRequest& request) const {
+  GenerateParams params;
+  switch (request.prompt_case()) {
+    case v1::GenerateRequest::kText: {
+      ASSIGN_OR_RETURN(params.prompt, tokenizer_->Encode(request.text(), /*parse_special=*/true));
+      if (tokenizer_->add_bos() && tokenizer_->bos_id() >= 0 &&
+          (params.prompt.empty() || params.prompt[0] != tokenizer_->bos_id())) {
+        params.prompt.insert(params.prompt.begin(), tokenizer_->bos_id());
+      }
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds:
+      params.prompt.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
+      break;
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      return absl::InvalidArgumentError("the request has no prompt: set text or token_ids");
+  }
+  params.max_tokens = request.max_tokens();
+  params.sampling = ToSamplingParams(request.sampling());
+  params.ignore_eos = request.ignore_eos();
+  params.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
+  return params;
+}
+
+absl::StatusOr<StreamUpdate> InferenceServiceImpl::WaitDone(grpc::ServerContext* context,
+                                                            RequestStream& stream) {
+  while (true) {
+    StreamUpdate update = stream.Wait(kCancelPoll);
+    if (update.done) return update;
+    if (context->IsCancelled()) {
+      stream.Cancel();
+      return absl::CancelledError("the client cancelled the call");
+    }
+  }
+}
+
+grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
+                                            const v1::GenerateRequest* request,
+                                            grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  absl::StatusOr<Engine*> engine = GetEngine();
+  if (!engine.ok()) return ToGrpc(engine.status());
+  absl::StatusOr<GenerateParams> params = ToParams(*request);
+  if (!params.ok()) return ToGrpc(params.status());
+  absl::StatusOr<std::shared_ptr<RequestStream>> stream =
+      (*engine)->SubmitGenerate(*std::move(params));
+  if (!stream.ok()) {
+    LogInfo(kLog, "Generate from %s refused: %s", context->peer(), stream.status().ToString());
+    return ToGrpc(stream.status());
+  }
+  RequestStream& s = **stream;
+  IncrementalDetokenizer detokenizer(*tokenizer_);
+  while (true) {
+    StreamUpdate update = s.Wait(kCancelPoll);
+    if (context->IsCancelled()) {
+      s.Cancel();
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the call");
+    }
+    if (update.done && !update.status.ok()) return ToGrpc(update.status);
+    if (update.token_ids.empty() && !update.done) continue;
+
+    v1::GenerateResponse chunk;
+    std::string text;
+    for (int32_t id : update.token_ids) {
+      chunk.add_token_ids(id);
+      text += detokenizer.Add(id);
+    }
+    if (update.done) {
+      text += detokenizer.Flush();
+      chunk.set_finish_reason(FinishReasonName(*update.finish_reason));
+      chunk.mutable_usage()->set_prompt_tokens(update.prompt_tokens);
+      chunk.mutable_usage()->set_completion_tokens(update.completion_tokens);
+    }
+    chunk.set_text(std::move(text));
+    if (!writer->Write(chunk)) {
+      s.Cancel();
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    }
+    if (update.done) return grpc::Status::OK;
+  }
+}
+
+grpc::Status InferenceServiceImpl::Score(grpc::ServerContext* context,
+                                         const v1::ScoreRequest* request,
+                                         v1::ScoreResponse* response) {
+  absl::StatusOr<Engine*> engine = GetEngine();
+  if (!engine.ok()) return ToGrpc(engine.status());
+  std::vector<int32_t> prompt(request->prompt().ids().begin(), request->prompt().ids().end());
+  absl::StatusOr<std::shared_ptr<RequestStream>> stream = (*engine)->SubmitScore(prompt);
+  if (!stream.ok()) return ToGrpc(stream.status());
+  absl::StatusOr<StreamUpdate> update = WaitDone(context, **stream);
+  if (!update.ok()) return ToGrpc(update.status());
+  if (!update->status.ok()) return ToGrpc(update->status);
+  const int64_t vocab = (*engine)->options().vocab_size;
+  const float* logits = update->logits.data();
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    response->add_positions()->mutable_logits()->Add(logits + i * vocab, logits + (i + 1) * vocab);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceServiceImpl::Health(grpc::ServerContext* context,
+                                          const v1::HealthRequest* request,
+                                          v1::HealthResponse* response) {
+  response->set_world_size(world_size_);
+  absl::StatusOr<Engine*> engine = GetEngine();
+  if (!engine.ok()) {
+    response->set_state(v1::HealthResponse::STATE_STARTING);
+    response->set_message(std::string(engine.status().message()));
+    return grpc::Status::OK;
+  }
+  absl::Status health = (*engine)->health();
+  response->set_state(health.ok() ? v1::HealthResponse::STATE_SERVING
+                                  : v1::HealthResponse::STATE_DEGRADED);
+  response->set_message(std::string(health.message()));
+  return grpc::Status::OK;
+}
+
+}  // namespace tpserve

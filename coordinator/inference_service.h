@@ -1,0 +1,47 @@
+// InferenceService (inference.proto) over the engine: the public gRPC edge, where requests are
+// tokenized and absl::Status becomes grpc::Status. Generate streams text through an
+// IncrementalDetokenizer so every chunk is whole UTF-8.
+//
+// Thread-safe: gRPC's sync server runs each call on its own thread.
+#pragma once
+
+#include <atomic>
+
+#include "absl/status/statusor.h"
+#include "coordinator/engine.h"
+#include "model/tokenizer.h"
+#include "tpserve/v1/inference.grpc.pb.h"
+
+namespace tpserve {
+
+class InferenceServiceImpl final : public v1::InferenceService::Service {
+ public:
+  // `tokenizer` must outlive the service.
+  InferenceServiceImpl(const Tokenizer* tokenizer, int world_size);
+
+  // Until an engine is set, Generate and Score answer UNAVAILABLE "cluster is starting" and
+  // Health says STATE_STARTING. `engine` must outlive the server.
+  void SetEngine(Engine* engine) { engine_.store(engine); }
+
+  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  grpc::Status Score(grpc::ServerContext* context, const v1::ScoreRequest* request,
+                     v1::ScoreResponse* response) override;
+  grpc::Status Health(grpc::ServerContext* context, const v1::HealthRequest* request,
+                      v1::HealthResponse* response) override;
+
+ private:
+  // The request as the engine takes it: prompt tokenized, sampling defaults filled in.
+  absl::StatusOr<GenerateParams> ToParams(const v1::GenerateRequest& request) const;
+  // The engine, or UNAVAILABLE while starting.
+  absl::StatusOr<Engine*> GetEngine() const;
+  // Waits for the stream's final update; CANCELLED (and the stream cancelled) when the client
+  // goes away first.
+  absl::StatusOr<StreamUpdate> WaitDone(grpc::ServerContext* context, RequestStream& stream);
+
+  const Tokenizer* const tokenizer_;
+  const int world_size_;
+  std::atomic<Engine*> engine_{nullptr};
+};
+
+}  // namespace tpserve

@@ -1,0 +1,32 @@
+#include "coordinator/scheduled_batch.h"
+
+namespace tpserve {
+
+v1::StepRequest ToStepRequest(const ScheduledBatch& batch, uint64_t step_id, int64_t deadline_ms) {
+  v1::StepRequest request;
+  request.set_step_id(step_id);
+  request.set_deadline_ms(deadline_ms);
+  for (const ScheduledBatch::Entry& entry : batch.entries) {
+    const Sequence& seq = *entry.seq;
+    if (entry.is_new) {
+      v1::NewSequence* added = request.add_new_sequences();
+      added->set_seq_id(seq.seq_id);
+      *added->mutable_sampling() = seq.params.sampling;
+      added->mutable_prompt_token_ids()->Add(seq.tokens.begin(),
+                                             seq.tokens.begin() + seq.prompt_len);
+    }
+    v1::ScheduledSequence* scheduled = request.add_sequences();
+    scheduled->set_seq_id(seq.seq_id);
+    scheduled->mutable_token_ids()->Add(seq.tokens.begin() + entry.start, seq.tokens.end());
+    scheduled->set_start_position(entry.start);
+    scheduled->mutable_new_block_ids()->Add(entry.new_block_ids.begin(), entry.new_block_ids.end());
+    const bool score = seq.kind == Sequence::Kind::kScore;
+    scheduled->set_sample(!score);
+    scheduled->set_all_logits(score);
+  }
+  request.mutable_finished_seq_ids()->Add(batch.finished_seq_ids.begin(),
+                                          batch.finished_seq_ids.end());
+  return request;
+}
+
+}  // namespace tpserve

@@ -1,0 +1,274 @@
+#include "coordinator/worker_pool.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "common/check.h"
+#include "common/logging.h"
+
+namespace tpserve {
+namespace {
+
+constexpr char kLog[] = "workers";
+
+// After the first failed call, how long CallAll waits for the other ranks before cancelling.
+constexpr absl::Duration kFailureGrace = absl::Seconds(1);
+// After a failed step, how long each rank has to answer Status (to tell dead ranks from peers).
+constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
+
+absl::StatusCode ToAbsl(grpc::StatusCode code) { return static_cast<absl::StatusCode>(code); }
+
+}  // namespace
+
+WorkerPool::WorkerPool(std::vector<RegisteredWorker> workers) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  args.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  for (int rank = 0; rank < static_cast<int>(workers.size()); ++rank) {
+    TP_CHECK(workers[rank].rank == rank);
+    auto channel =
+        grpc::CreateCustomChannel(workers[rank].address, grpc::InsecureChannelCredentials(), args);
+    ranks_.push_back({std::move(workers[rank]), v1::WorkerService::NewStub(channel)});
+  }
+}
+
+std::vector<grpc::Status> WorkerPool::CallAll(absl::Duration timeout, bool cancel_on_failure,
+                                              const StartCall& start) const {
+  const int n = world_size();
+  std::vector<grpc::Status> statuses(n);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
+  const auto deadline = absl::ToChronoTime(absl::Now() + timeout);
+  for (auto& context : contexts) {
+    context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(deadline);
+  }
+  absl::Mutex mutex;
+  int pending = n;
+  std::optional<absl::Time> first_failure;
+  for (int rank = 0; rank < n; ++rank) {
+    start(rank, ranks_[rank].stub->async(), contexts[rank].get(), [&, rank](grpc::Status s) {
+      absl::MutexLock lock(&mutex);
+      if (!s.ok() && !first_failure.has_value()) first_failure = absl::Now();
+      statuses[rank] = std::move(s);
+      --pending;
+    });
+  }
+  auto all_done = [&pending]() { return pending == 0; };
+  auto done_or_failed = [&]() { return pending == 0 || first_failure.has_value(); };
+  mutex.Lock();
+  if (cancel_on_failure) {
+    mutex.Await(absl::Condition(&done_or_failed));
+  } else {
+    mutex.Await(absl::Condition(&all_done));
+  }
+  if (pending > 0) {
+    // Give the other ranks a moment to report: a dead rank's call fails at once, while live
+    // ranks stuck in a collective with it would only answer at the deadline. Then cancel them.
+    mutex.AwaitWithDeadline(absl::Condition(&all_done), *first_failure + kFailureGrace);
+    if (pending > 0) {
+      mutex.Unlock();  // cancelling may run a callback, which takes `mutex`, on this thread
+      for (auto& context : contexts) context->TryCancel();
+      mutex.Lock();
+    }
+    mutex.Await(absl::Condition(&all_done));
+  }
+  mutex.Unlock();
+  return statuses;
+}
+
+std::vector<int> WorkerPool::FailedRanks(const std::vector<grpc::Status>& statuses) const {
+  const bool any_real_failure = std::any_of(statuses.begin(), statuses.end(), [](auto& s) {
+    return !s.ok() && s.error_code() != grpc::StatusCode::CANCELLED;
+  });
+  std::vector<int> failed;
+  for (int rank = 0; rank < world_size(); ++rank) {
+    const grpc::Status& s = statuses[rank];
+    if (s.ok() || (any_real_failure && s.error_code() == grpc::StatusCode::CANCELLED)) continue;
+    failed.push_back(rank);
+  }
+  return failed;
+}
+
+std::string WorkerPool::DescribeFailure(int rank, const grpc::Status& status,
+                                        absl::Duration timeout, const char* separator) const {
+  std::string cause = status.error_message();
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    cause = absl::StrCat("no answer within ", absl::FormatDuration(timeout));
+  }
+  return absl::StrCat("rank ", rank, " (", ranks_[rank].info.address, ")", separator,
+                      absl::StatusCodeToString(ToAbsl(status.error_code())), ": ", cause);
+}
+
+std::string WorkerPool::DescribeFailures(const std::vector<grpc::Status>& statuses,
+                                         absl::Duration timeout) const {
+  std::vector<std::string> parts;
+  for (int rank : FailedRanks(statuses)) {
+    parts.push_back(DescribeFailure(rank, statuses[rank], timeout));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+std::string WorkerPool::ExplainStepFailure(const std::vector<grpc::Status>& statuses,
+                                           absl::Duration timeout) const {
+  const v1::WorkerStatusRequest request;
+  std::vector<v1::WorkerStatusResponse> responses(world_size());
+  const auto probes = CallAll(kProbeTimeout, /*cancel_on_failure=*/false,
+                              [&](int rank, auto* stub, auto* context, auto done) {
+                                stub->Status(context, &request, &responses[rank], done);
+                              });
+  std::vector<std::string> down;
+  std::vector<std::string> peers;
+  for (int rank : FailedRanks(statuses)) {
+    if (probes[rank].ok()) {
+      peers.push_back(DescribeFailure(rank, statuses[rank], timeout));
+    } else {
+      down.push_back(DescribeFailure(rank, statuses[rank], timeout, " is down: "));
+    }
+  }
+  if (down.empty()) return absl::StrJoin(peers, "; ");
+  std::string message = absl::StrJoin(down, "; ");
+  if (!peers.empty()) {
+    absl::StrAppend(&message, "; ranks that failed with it: ", absl::StrJoin(peers, "; "));
+  }
+  return message;
+}
+
+absl::Status WorkerPool::Init(const WorkerInitOptions& options, absl::Duration timeout) {
+  std::vector<v1::InitRequest> requests(world_size());
+  std::vector<v1::InitResponse> responses(world_size());
+  for (int rank = 0; rank < world_size(); ++rank) {
+    v1::InitRequest& r = requests[rank];
+    r.set_rank(rank);
+    r.set_world_size(world_size());
+    r.set_device(options.device);
+    r.set_group_id(options.group_id);
+    r.set_coordinator_address(options.coordinator_address);
+    r.set_model_path(options.model_path);
+    r.set_block_size(options.block_size);
+    r.set_kv_cache_blocks(options.kv_cache_blocks);
+  }
+  auto statuses = CallAll(timeout, /*cancel_on_failure=*/true,
+                          [&](int rank, auto* stub, auto* context, auto done) {
+                            stub->Init(context, &requests[rank], &responses[rank], done);
+                          });
+  for (int rank = 0; rank < world_size(); ++rank) {
+    if (!statuses[rank].ok()) {
+      return absl::Status(ToAbsl(statuses[rank].error_code()),
+                          absl::StrCat("Init failed: ", DescribeFailures(statuses, timeout)));
+    }
+  }
+  for (int rank = 0; rank < world_size(); ++rank) {
+    LogInfo(kLog, "rank %d initialized: host %s, device %s", rank, responses[rank].hostname(),
+            responses[rank].device_name());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoadedModel> WorkerPool::LoadShard(absl::Duration timeout) {
+  const v1::LoadShardRequest request;
+  std::vector<v1::LoadShardResponse> responses(world_size());
+  auto statuses = CallAll(timeout, /*cancel_on_failure=*/false,
+                          [&](int rank, auto* stub, auto* context, auto done) {
+                            stub->LoadShard(context, &request, &responses[rank], done);
+                          });
+  for (int rank = 0; rank < world_size(); ++rank) {
+    if (!statuses[rank].ok()) {
+      return absl::Status(ToAbsl(statuses[rank].error_code()),
+                          absl::StrCat("LoadShard failed: ", DescribeFailures(statuses, timeout)));
+    }
+  }
+  const v1::LoadShardResponse& first = responses[0];
+  std::vector<std::string> differing;
+  for (int rank = 1; rank < world_size(); ++rank) {
+    const v1::LoadShardResponse& r = responses[rank];
+    if (r.model_file_size() != first.model_file_size() ||
+        r.model_fingerprint() != first.model_fingerprint()) {
+      differing.push_back(absl::StrCat("rank ", rank, " (", ranks_[rank].info.address, ") loaded ",
+                                       r.model_file_size(), " bytes, fingerprint ",
+                                       r.model_fingerprint()));
+    }
+  }
+  if (!differing.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ranks loaded different model files: rank 0 (", ranks_[0].info.address,
+                     ") loaded ", first.model_file_size(), " bytes, fingerprint ",
+                     first.model_fingerprint(), "; ", absl::StrJoin(differing, "; ")));
+  }
+  LoadedModel model;
+  model.kv_cache_blocks = first.kv_cache_blocks();
+  model.vocab_size = first.vocab_size();
+  model.context_length = first.context_length();
+  model.model_file_size = first.model_file_size();
+  model.model_fingerprint = first.model_fingerprint();
+  for (int rank = 0; rank < world_size(); ++rank) {
+    const v1::LoadShardResponse& r = responses[rank];
+    model.kv_cache_blocks = std::min(model.kv_cache_blocks, r.kv_cache_blocks());
+    model.weight_bytes += r.weight_bytes();
+    LogInfo(kLog, "rank %d loaded its shard: %d weight bytes, %d KV blocks", rank, r.weight_bytes(),
+            r.kv_cache_blocks());
+  }
+  if (model.kv_cache_blocks <= 0) {
+    return absl::FailedPreconditionError("a rank reported a KV cache of 0 blocks");
+  }
+  return model;
+}
+
+absl::StatusOr<v1::StepResponse> WorkerPool::Step(const v1::StepRequest& request,
+                                                  absl::Duration timeout) {
+  std::vector<v1::StepResponse> responses(world_size());
+  auto statuses = CallAll(timeout, /*cancel_on_failure=*/true,
+                          [&](int rank, auto* stub, auto* context, auto done) {
+                            stub->Step(context, &request, &responses[rank], done);
+                          });
+  if (!FailedRanks(statuses).empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("step ", request.step_id(), ": ", ExplainStepFailure(statuses, timeout)));
+  }
+  if (responses[0].step_id() != request.step_id()) {
+    return absl::UnavailableError(absl::StrCat("step ", request.step_id(), ": rank 0 (",
+                                               ranks_[0].info.address, ") answered step ",
+                                               responses[0].step_id()));
+  }
+  return std::move(responses[0]);
+}
+
+absl::Status WorkerPool::Heartbeat(absl::Duration timeout) {
+  const v1::WorkerStatusRequest request;
+  std::vector<v1::WorkerStatusResponse> responses(world_size());
+  auto statuses = CallAll(timeout, /*cancel_on_failure=*/false,
+                          [&](int rank, auto* stub, auto* context, auto done) {
+                            stub->Status(context, &request, &responses[rank], done);
+                          });
+  std::vector<std::string> problems;
+  const std::string failures = DescribeFailures(statuses, timeout);
+  if (!failures.empty()) problems.push_back(failures);
+  for (int rank = 0; rank < world_size(); ++rank) {
+    if (statuses[rank].ok() && responses[rank].state() == "failed") {
+      problems.push_back(absl::StrCat("rank ", rank, " (", ranks_[rank].info.address,
+                                      ") reports failed: ", responses[rank].error()));
+    }
+  }
+  if (problems.empty()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("heartbeat: ", absl::StrJoin(problems, "; ")));
+}
+
+void WorkerPool::Shutdown(absl::Duration timeout) {
+  const v1::ShutdownRequest request;
+  std::vector<v1::ShutdownResponse> responses(world_size());
+  auto statuses = CallAll(timeout, /*cancel_on_failure=*/false,
+                          [&](int rank, auto* stub, auto* context, auto done) {
+                            stub->Shutdown(context, &request, &responses[rank], done);
+                          });
+  const std::string failures = DescribeFailures(statuses, timeout);
+  if (failures.empty()) {
+    LogInfo(kLog, "all %d ranks acknowledged Shutdown", world_size());
+  } else {
+    LogWarning(kLog, "Shutdown: %s", failures);
+  }
+}
+
+}  // namespace tpserve

@@ -1,0 +1,104 @@
+// gRPC clients for the N worker ranks. Every collective-bearing call (Init, LoadShard, Step) goes
+// to all ranks at once: the ranks meet inside collectives, so a call sent to one rank after
+// another would deadlock. See DESIGN.md "Worker protocol" and "Failure model".
+//
+// Thread-safe: Step (engine thread), Heartbeat (heartbeat thread) and Shutdown may overlap.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator/cluster_service.h"
+#include "grpcpp/grpcpp.h"
+#include "tpserve/v1/worker.grpc.pb.h"
+
+namespace tpserve {
+
+// Largest gRPC message either side sends or accepts: Score logits are [positions × vocab] floats.
+inline constexpr int kMaxGrpcMessageBytes = 256 << 20;
+
+struct WorkerInitOptions {
+  std::string group_id;             // fresh per group incarnation; prefixes the store keys
+  std::string coordinator_address;  // where ClusterService serves, host:port
+  std::string model_path;           // empty: each worker uses its own --model
+  v1::Device device = v1::DEVICE_CPU;
+  int64_t block_size = 16;
+  int64_t kv_cache_blocks = 0;  // 0: each worker decides
+};
+
+// What the ranks agreed on after LoadShard.
+struct LoadedModel {
+  int64_t kv_cache_blocks = 0;  // the minimum over ranks
+  int64_t vocab_size = 0;
+  int64_t context_length = 0;
+  uint64_t model_file_size = 0;
+  std::string model_fingerprint;
+  int64_t weight_bytes = 0;  // summed over ranks
+};
+
+class WorkerPool {
+ public:
+  // `workers[i]` must be rank i. Channels connect lazily.
+  explicit WorkerPool(std::vector<RegisteredWorker> workers);
+
+  int world_size() const { return static_cast<int>(ranks_.size()); }
+  const RegisteredWorker& worker(int rank) const { return ranks_[rank].info; }
+
+  // Init on every rank at once. On failure: the first failing rank's code, message naming every
+  // failing rank with its address and the worker's message.
+  absl::Status Init(const WorkerInitOptions& options, absl::Duration timeout);
+  // LoadShard on every rank at once, then checks that the ranks loaded the same file:
+  // FAILED_PRECONDITION naming the ranks whose size or fingerprint differ from rank 0's.
+  absl::StatusOr<LoadedModel> LoadShard(absl::Duration timeout);
+  // Sends `request` to every rank at once and waits for all; returns rank 0's answer.
+  // UNAVAILABLE naming the failing rank(s), their addresses and causes when any rank fails or
+  // misses `timeout`; ranks that no longer answer Status come first, as "down". A second after the
+  // first failure the calls still outstanding are cancelled, since their ranks would otherwise sit
+  // in a collective waiting for the failed one.
+  absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request, absl::Duration timeout);
+  // Status on every rank. UNAVAILABLE naming the ranks that do not answer within `timeout` or
+  // report the state "failed".
+  absl::Status Heartbeat(absl::Duration timeout);
+  // Shutdown on every rank; failures are logged, not returned.
+  void Shutdown(absl::Duration timeout);
+
+ private:
+  struct Rank {
+    RegisteredWorker info;
+    std::unique_ptr<v1::WorkerService::Stub> stub;
+  };
+  // Issues one call on `rank`'s stub; must arrange for `done` to run once.
+  using StartCall =
+      std::function<void(int rank, v1::WorkerService::StubInterface::async_interface* stub,
+                         grpc::ClientContext* context, std::function<void(grpc::Status)> done)>;
+
+  // Starts a call on every rank at once and waits for all of them; statuses by rank. With
+  // `cancel_on_failure`, the calls still running a second after the first failure are
+  // cancelled.
+  std::vector<grpc::Status> CallAll(absl::Duration timeout, bool cancel_on_failure,
+                                    const StartCall& start) const;
+  // The ranks whose call failed; calls we cancelled ourselves are left out when another rank
+  // failed first.
+  std::vector<int> FailedRanks(const std::vector<grpc::Status>& statuses) const;
+  // "rank 2 (127.0.0.1:4000): UNAVAILABLE: Socket closed", with `separator` after the address.
+  std::string DescribeFailure(int rank, const grpc::Status& status, absl::Duration timeout,
+                              const char* separator = ": ") const;
+  // DescribeFailure of every failed rank, joined by "; ".
+  std::string DescribeFailures(const std::vector<grpc::Status>& statuses,
+                               absl::Duration timeout) const;
+  // Like DescribeFailures, but probes every rank with Status first and names the ranks that no
+  // longer answer first ("rank 1 (addr) is down: UNAVAILABLE: Socket closed; ranks that failed
+  // with it: rank 0 ..."): when one rank dies its peers' collectives fail too, and the dead
+  // rank is the cause.
+  std::string ExplainStepFailure(const std::vector<grpc::Status>& statuses,
+                                 absl::Duration timeout) const;
+
+  std::vector<Rank> ranks_;  // [world_size], constant after construction
+};
+
+}  // namespace tpserve

@@ -1,0 +1,130 @@
+#include "tests/integration/cluster_test_util.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
+
+namespace tpserve::testing {
+namespace {
+
+std::string MakeTempDir(const std::string& prefix) {
+  std::string path = "/tmp/" + prefix + "-XXXXXX";
+  return mkdtemp(path.data());
+}
+
+std::string Tail(const std::string& path, int lines) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  for (std::string line; std::getline(in, line);) all.push_back(line);
+  std::string out;
+  for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0;
+       i < all.size(); ++i) {
+    absl::StrAppend(&out, all[i], "\n");
+  }
+  return out;
+}
+
+}  // namespace
+
+LocalClusterOptions ClusterOptions(const std::string& model, int world_size) {
+  LocalClusterOptions options;
+  options.bin_dir = TPSERVE_BIN_DIR;
+  options.model = model;
+  options.world_size = world_size;
+  options.log_dir = MakeTempDir("tpserve-test-logs");
+  return options;
+}
+
+std::string LogTails(const LocalClusterOptions& options, int lines) {
+  std::string out;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(options.log_dir, error)) {
+    absl::StrAppend(&out, "---- ", entry.path().filename().string(), "\n",
+                    Tail(entry.path().string(), lines));
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> StartServing(const LocalClusterOptions& options,
+                                                           absl::Duration timeout) {
+  auto cluster = LocalCluster::Start(options);
+  if (!cluster.ok()) return cluster.status();
+  const absl::Status ready = (*cluster)->WaitReady(timeout);
+  if (!ready.ok()) {
+    return absl::Status(ready.code(), absl::StrCat(ready.message(), "\n", LogTails(options)));
+  }
+  return cluster;
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> Score(LocalCluster& cluster,
+                                                      const std::vector<int32_t>& ids) {
+  v1::ScoreRequest request;
+  for (int32_t id : ids) request.mutable_prompt()->add_ids(id);
+  v1::ScoreResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  const grpc::Status status = cluster.inference().Score(&context, request, &response);
+  if (!status.ok()) return absl::UnavailableError("Score: " + status.error_message());
+  std::vector<std::vector<float>> logits;
+  for (const auto& position : response.positions()) {
+    logits.emplace_back(position.logits().begin(), position.logits().end());
+  }
+  return logits;
+}
+
+absl::StatusOr<std::vector<int32_t>> GenerateGreedy(LocalCluster& cluster,
+                                                    const std::vector<int32_t>& ids,
+                                                    int max_tokens) {
+  v1::GenerateRequest request;
+  for (int32_t id : ids) request.mutable_token_ids()->add_ids(id);
+  request.set_max_tokens(max_tokens);
+  request.set_ignore_eos(true);
+  request.mutable_sampling()->set_temperature(0.0f);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+  auto reader = cluster.inference().Generate(&context, request);
+  std::vector<int32_t> out;
+  v1::GenerateResponse chunk;
+  while (reader->Read(&chunk)) out.insert(out.end(), chunk.token_ids().begin(), chunk.token_ids().end());
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return absl::UnavailableError("Generate: " + status.error_message());
+  return out;
+}
+
+std::vector<std::vector<int32_t>> GoldenPromptIds() {
+  std::ifstream in(std::string(TPSERVE_GOLDEN_DIR) + "/logits_top20.json");
+  const nlohmann::json json = nlohmann::json::parse(in);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& entry : json) prompts.push_back(entry["ids"].get<std::vector<int32_t>>());
+  return prompts;
+}
+
+CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration limit) {
+  const std::string dir = MakeTempDir("tpserve-cmd");
+  const std::string log = dir + "/output.log";
+  CommandResult result;
+  const absl::Time start = absl::Now();
+  auto process = Subprocess::Start(argv, log);
+  if (!process.ok()) {
+    result.output = std::string(process.status().message());
+    return result;
+  }
+  const std::optional<int> status = process->Wait(limit);
+  result.finished = status.has_value();
+  result.wait_status = status.has_value() ? *status : process->Stop(absl::Seconds(1));
+  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  result.output = text.str();
+  std::filesystem::remove_all(dir);
+  return result;
+}
+
+}  // namespace tpserve::testing

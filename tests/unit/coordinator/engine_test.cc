@@ -1,0 +1,331 @@
+// The coordinator's request path (InferenceService → Engine → WorkerPool) over real gRPC, with
+// fake workers standing in for the model (see fake_worker.h).
+#include "coordinator/engine.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coordinator/heartbeat_monitor.h"
+#include "coordinator/inference_service.h"
+#include "coordinator/worker_pool.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "model/detokenizer.h"
+#include "model/gguf_file.h"
+#include "tests/unit/coordinator/fake_worker.h"
+
+namespace tpserve::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Generated {
+  grpc::Status status;
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::string finish_reason;
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+};
+
+std::vector<int32_t> Expected(std::vector<int32_t> context, int n) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(FakeWorker::NextToken(context));
+    context.push_back(out.back());
+  }
+  return out;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto file = GgufFile::Open(TPSERVE_MODEL_PATH);
+    ASSERT_TRUE(file.ok()) << file.status();
+    auto tokenizer = Tokenizer::FromGguf(**file);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    tokenizer_ = tokenizer->release();
+  }
+
+  // Starts fakes (one per entry), the pool, the engine and the service.
+  void StartWorkers(std::vector<FakeWorkerOptions> ranks) {
+    std::vector<RegisteredWorker> registered;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      fakes_.push_back(std::make_unique<FakeWorker>(ranks[r]));
+      registered.push_back({static_cast<int>(r), fakes_.back()->address(), "fake", 0});
+    }
+    pool_ = std::make_unique<WorkerPool>(registered);
+    WorkerInitOptions init;
+    init.group_id = "test";
+    init.block_size = block_size_;
+    ASSERT_TRUE(pool_->Init(init, absl::Seconds(5)).ok());
+  }
+  void StartEngine(const LoadedModel& loaded, EngineOptions options) {
+    options.block_size = block_size_;
+    options.num_blocks = static_cast<int32_t>(loaded.kv_cache_blocks);
+    options.context_length = loaded.context_length;
+    options.vocab_size = loaded.vocab_size;
+    engine_ = std::make_unique<Engine>(options, pool_.get(), tokenizer_);
+    engine_->Start();
+    service_ = std::make_unique<InferenceServiceImpl>(tokenizer_, pool_->world_size());
+    service_->SetEngine(engine_.get());
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+    stub_ = v1::InferenceService::NewStub(grpc::CreateCustomChannel(
+        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args));
+  }
+  void Start(std::vector<FakeWorkerOptions> ranks, EngineOptions options = {}) {
+    StartWorkers(std::move(ranks));
+    auto loaded = pool_->LoadShard(absl::Seconds(5));
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    StartEngine(*loaded, options);
+  }
+
+  void TearDown() override {
+    fakes_.clear();  // releases hanging steps
+    if (engine_) engine_->Stop();
+    if (server_) server_->Shutdown(std::chrono::system_clock::now());
+    for (const auto& fake : fakes_) EXPECT_THAT(fake->errors(), ::testing::IsEmpty());
+  }
+  void ExpectConsistentSteps() {
+    for (const auto& fake : fakes_) EXPECT_THAT(fake->errors(), ::testing::IsEmpty());
+  }
+
+  Generated Generate(const v1::GenerateRequest& request) {
+    Generated out;
+    grpc::ClientContext context;
+    auto reader = stub_->Generate(&context, request);
+    v1::GenerateResponse chunk;
+    while (reader->Read(&chunk)) {
+      out.tokens.insert(out.tokens.end(), chunk.token_ids().begin(), chunk.token_ids().end());
+      out.text += chunk.text();
+      if (!chunk.finish_reason().empty()) {
+        out.finish_reason = chunk.finish_reason();
+        out.prompt_tokens = chunk.usage().prompt_tokens();
+        out.completion_tokens = chunk.usage().completion_tokens();
+      }
+    }
+    out.status = reader->Finish();
+    return out;
+  }
+  static v1::GenerateRequest Request(std::vector<int32_t> prompt, int max_tokens) {
+    v1::GenerateRequest request;
+    request.mutable_token_ids()->mutable_ids()->Add(prompt.begin(), prompt.end());
+    request.set_max_tokens(max_tokens);
+    return request;
+  }
+
+  static const Tokenizer* tokenizer_;
+  int32_t block_size_ = 4;
+  std::vector<std::unique_ptr<FakeWorker>> fakes_;
+  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<InferenceServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::InferenceService::Stub> stub_;
+};
+
+const Tokenizer* EngineTest::tokenizer_ = nullptr;
+
+TEST_F(EngineTest, GenerateStreamsUntilMaxTokens) {
+  Start({{}, {}, {}});
+  const std::vector<int32_t> prompt = {300, 301, 302, 303, 304, 305};
+  Generated out = Generate(Request(prompt, 9));
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(out.tokens, Expected(prompt, 9));
+  // Random byte tokens make invalid UTF-8: compare with one detokenizer over all the tokens.
+  IncrementalDetokenizer detokenizer(*tokenizer_);
+  std::string text;
+  for (int32_t id : out.tokens) text += detokenizer.Add(id);
+  EXPECT_EQ(out.text, text + detokenizer.Flush());
+  EXPECT_EQ(out.finish_reason, "length");
+  EXPECT_EQ(out.prompt_tokens, 6);
+  EXPECT_EQ(out.completion_tokens, 9);
+  ExpectConsistentSteps();
+}
+
+TEST_F(EngineTest, StopTokenEndsGenerationAndIsNotStreamed) {
+  Start({{}, {}});
+  const std::vector<int32_t> prompt = {500, 501};
+  const std::vector<int32_t> expected = Expected(prompt, 5);
+  v1::GenerateRequest request = Request(prompt, 20);
+  request.add_stop_token_ids(expected[2]);
+  Generated out = Generate(request);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(out.tokens, std::vector<int32_t>(expected.begin(), expected.begin() + 2));
+  EXPECT_EQ(out.finish_reason, "stop");
+  EXPECT_EQ(out.completion_tokens, 3);
+}
+
+TEST_F(EngineTest, ConcurrentRequestsSurvivePreemption) {
+  // 8 blocks of 4 tokens; each request grows to 5 + 14 = 19 tokens (5 blocks).
+  FakeWorkerOptions small;
+  small.kv_cache_blocks = 8;
+  Start({small, small, small});
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 5; ++i) prompts.push_back({200 + i, 210 + i, 220, 230, 240 + i});
+  std::vector<Generated> outs(prompts.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    clients.emplace_back([&, i] { outs[i] = Generate(Request(prompts[i], 14)); });
+  }
+  for (auto& client : clients) client.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(outs[i].status.ok()) << i << ": " << outs[i].status.error_message();
+    EXPECT_EQ(outs[i].tokens, Expected(prompts[i], 14)) << i;
+  }
+  ExpectConsistentSteps();
+}
+
+TEST_F(EngineTest, ScoreReturnsLogitsOfEveryPosition) {
+  FakeWorkerOptions options;
+  options.vocab_size = 50;
+  Start({options, options, options});
+  v1::ScoreRequest request;
+  for (int32_t t : {7, 8, 9, 10, 11}) request.mutable_prompt()->add_ids(t);
+  v1::ScoreResponse response;
+  grpc::ClientContext context;
+  grpc::Status status = stub_->Score(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.positions_size(), 5);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(response.positions(i).logits_size(), 50);
+    EXPECT_FLOAT_EQ(response.positions(i).logits(3), FakeWorker::Logit(7 + i, 3));
+  }
+  // The scored sequence is dropped on the workers with the next step.
+  Generated out = Generate(Request({400}, 2));
+  ASSERT_TRUE(out.status.ok());
+  ExpectConsistentSteps();
+}
+
+TEST_F(EngineTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) {
+  FakeWorkerOptions options;
+  options.context_length = 32;
+  Start({options});
+  Generated too_long = Generate(Request(std::vector<int32_t>(33, 300), 1));
+  EXPECT_EQ(too_long.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(too_long.status.error_message(), HasSubstr("context length is 32"));
+  Generated bad_token = Generate(Request({300, 1 << 30}, 1));
+  EXPECT_EQ(bad_token.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::GenerateRequest bad_top_p = Request({300}, 1);
+  bad_top_p.mutable_sampling()->set_top_p(1.5f);
+  EXPECT_EQ(Generate(bad_top_p).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Generate(v1::GenerateRequest()).status.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  // A prompt of the whole context still gets one token, then "length".
+  Generated full = Generate(Request(std::vector<int32_t>(32, 300), 5));
+  ASSERT_TRUE(full.status.ok()) << full.status.error_message();
+  EXPECT_EQ(full.tokens.size(), 1u);
+  EXPECT_EQ(full.finish_reason, "length");
+}
+
+TEST_F(EngineTest, TextPromptIsTokenized) {
+  Start({{}});
+  v1::GenerateRequest request;
+  request.set_text("Hello world");
+  request.set_max_tokens(3);
+  Generated out = Generate(request);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  auto ids = tokenizer_->Encode("Hello world", true);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(out.prompt_tokens, static_cast<int32_t>(ids->size()) + (tokenizer_->add_bos() ? 1 : 0));
+  EXPECT_EQ(out.tokens.size(), 3u);
+}
+
+TEST_F(EngineTest, FailedStepDegradesTheCluster) {
+  FakeWorkerOptions failing;
+  failing.fail_at_step = 3;
+  Start({{}, {}, failing});
+  Generated out = Generate(Request({300, 301}, 10));
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(out.status.error_message(), HasSubstr("rank 2"));
+  EXPECT_THAT(out.status.error_message(), HasSubstr("injected failure"));
+  EXPECT_THAT(out.status.error_message(), ::testing::Not(HasSubstr("rank 0")));
+
+  grpc::ClientContext context;
+  v1::HealthResponse health;
+  ASSERT_TRUE(stub_->Health(&context, v1::HealthRequest(), &health).ok());
+  EXPECT_EQ(health.state(), v1::HealthResponse::STATE_DEGRADED);
+  EXPECT_THAT(health.message(), HasSubstr("rank 2"));
+
+  Generated refused = Generate(Request({300}, 1));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("cluster degraded: "));
+}
+
+TEST_F(EngineTest, MissedStepDeadlineNamesTheRank) {
+  FakeWorkerOptions hanging;
+  hanging.hang_at_step = 2;
+  EngineOptions options;
+  options.step_timeout = absl::Milliseconds(500);
+  Start({{}, hanging, {}}, options);
+  const absl::Time start = absl::Now();
+  Generated out = Generate(Request({300, 301}, 10));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(out.status.error_message(), HasSubstr("rank 1"));
+  EXPECT_THAT(out.status.error_message(), HasSubstr("no answer within 500ms"));
+}
+
+TEST_F(EngineTest, LoadShardChecksThatRanksAgree) {
+  FakeWorkerOptions other;
+  other.model_file_size = 999;
+  StartWorkers({{}, other, {}});
+  auto loaded = pool_->LoadShard(absl::Seconds(5));
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(loaded.status().message(), HasSubstr("rank 1"));
+  EXPECT_THAT(loaded.status().message(), HasSubstr("999 bytes"));
+  EXPECT_THAT(loaded.status().message(), ::testing::Not(HasSubstr("rank 2")));
+}
+
+TEST_F(EngineTest, LoadShardErrorNamesTheRankAndCarriesTheMessage) {
+  FakeWorkerOptions missing;
+  missing.load_error = "cannot open /nonexistent/model.gguf";
+  StartWorkers({{}, {}, missing});
+  auto loaded = pool_->LoadShard(absl::Seconds(5));
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(loaded.status().message(), HasSubstr("rank 2"));
+  EXPECT_THAT(loaded.status().message(), HasSubstr("/nonexistent/model.gguf"));
+}
+
+TEST_F(EngineTest, KvCapacityIsTheMinimumOverRanks) {
+  FakeWorkerOptions a, b;
+  a.kv_cache_blocks = 40;
+  b.kv_cache_blocks = 30;
+  StartWorkers({a, b});
+  auto loaded = pool_->LoadShard(absl::Seconds(5));
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->kv_cache_blocks, 30);
+}
+
+TEST_F(EngineTest, HeartbeatReportsAFailedRank) {
+  FakeWorkerOptions failed;
+  failed.state = "failed";
+  StartWorkers({{}, failed});
+  absl::Notification reported;
+  std::string message;
+  {
+    HeartbeatMonitor monitor(pool_.get(), absl::Milliseconds(50), absl::Seconds(1),
+                             [&](const absl::Status& s) {
+                               if (!reported.HasBeenNotified()) {
+                                 message = std::string(s.message());
+                                 reported.Notify();
+                               }
+                             });
+    ASSERT_TRUE(reported.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  }
+  EXPECT_THAT(message, HasSubstr("rank 1"));
+  EXPECT_THAT(message, HasSubstr("injected fault"));
+}
+
+}  // namespace
+}  // namespace tpserve::testing

@@ -1,0 +1,137 @@
+#include "tests/unit/coordinator/fake_worker.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tpserve::testing {
+
+FakeWorker::FakeWorker(FakeWorkerOptions options) : options_(std::move(options)) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxSendMessageSize(256 << 20);
+  builder.RegisterService(this);
+  server_ = builder.BuildAndStart();
+  address_ = absl::StrCat("127.0.0.1:", port);
+}
+
+FakeWorker::~FakeWorker() {
+  release_.Notify();
+  server_->Shutdown(std::chrono::system_clock::now());
+}
+
+std::vector<std::string> FakeWorker::errors() const {
+  absl::MutexLock lock(&mutex_);
+  return errors_;
+}
+
+void FakeWorker::Error(std::string message) {
+  errors_.push_back(absl::StrCat("rank ", rank_, ": ", message));
+}
+
+int32_t FakeWorker::NextToken(const std::vector<int32_t>& context) {
+  int64_t h = static_cast<int64_t>(context.size());
+  for (int32_t t : context) h = (h * 31 + t) % 1000003;
+  return static_cast<int32_t>(100 + h % 900);
+}
+
+grpc::Status FakeWorker::Init(grpc::ServerContext*, const v1::InitRequest* request,
+                              v1::InitResponse* response) {
+  absl::MutexLock lock(&mutex_);
+  rank_ = request->rank();
+  block_size_ = request->block_size();
+  response->set_hostname("fake");
+  response->set_device_name("cpu");
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeWorker::LoadShard(grpc::ServerContext*, const v1::LoadShardRequest*,
+                                   v1::LoadShardResponse* response) {
+  if (!options_.load_error.empty()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, options_.load_error);
+  }
+  response->set_weight_bytes(100);
+  response->set_kv_cache_blocks(options_.kv_cache_blocks);
+  response->set_model_file_size(options_.model_file_size);
+  response->set_model_fingerprint(options_.fingerprint);
+  response->set_vocab_size(options_.vocab_size);
+  response->set_context_length(options_.context_length);
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeWorker::Step(grpc::ServerContext*, const v1::StepRequest* request,
+                              v1::StepResponse* response) {
+  if (request->step_id() == options_.hang_at_step) {
+    release_.WaitForNotificationWithTimeout(absl::Seconds(20));
+    return grpc::Status(grpc::StatusCode::ABORTED, "released");
+  }
+  if (request->step_id() == options_.fail_at_step) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected failure");
+  }
+  absl::MutexLock lock(&mutex_);
+  if (request->step_id() != last_step_ + 1) {
+    Error(absl::StrCat("step ", request->step_id(), " after ", last_step_));
+  }
+  last_step_ = request->step_id();
+  response->set_step_id(request->step_id());
+  for (uint64_t id : request->finished_seq_ids()) {
+    auto it = seqs_.find(id);
+    if (it == seqs_.end()) {
+      Error(absl::StrCat("finished unknown sequence ", id));
+      continue;
+    }
+    for (int32_t b : it->second.blocks) owned_blocks_.erase(b);
+    seqs_.erase(it);
+  }
+  for (const v1::NewSequence& added : request->new_sequences()) {
+    if (seqs_.contains(added.seq_id())) Error(absl::StrCat("sequence ", added.seq_id(), " again"));
+    seqs_[added.seq_id()] = Seq{};
+  }
+  for (const v1::ScheduledSequence& s : request->sequences()) {
+    auto it = seqs_.find(s.seq_id());
+    if (it == seqs_.end()) {
+      Error(absl::StrCat("scheduled unknown sequence ", s.seq_id()));
+      continue;
+    }
+    Seq& seq = it->second;
+    if (s.start_position() != static_cast<int32_t>(seq.tokens.size())) {
+      Error(absl::StrCat("sequence ", s.seq_id(), " starts at ", s.start_position(), " after ",
+                         seq.tokens.size(), " tokens"));
+    }
+    for (int32_t b : s.new_block_ids()) {
+      if (!owned_blocks_.insert(b).second) Error(absl::StrCat("block ", b, " is in use"));
+      seq.blocks.push_back(b);
+    }
+    seq.tokens.insert(seq.tokens.end(), s.token_ids().begin(), s.token_ids().end());
+    if (static_cast<int64_t>(seq.blocks.size()) * block_size_ <
+        static_cast<int64_t>(seq.tokens.size())) {
+      Error(absl::StrCat("sequence ", s.seq_id(), " has ", seq.tokens.size(), " tokens in ",
+                         seq.blocks.size(), " blocks"));
+    }
+    if (rank_ != 0) continue;
+    v1::SequenceOutput* out = response->add_outputs();
+    out->set_seq_id(s.seq_id());
+    if (s.sample()) out->set_token_id(NextToken(seq.tokens));
+    if (s.all_logits()) {
+      for (int32_t t : s.token_ids()) {
+        for (int64_t v = 0; v < options_.vocab_size; ++v) out->add_logits(Logit(t, v));
+      }
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeWorker::Status(grpc::ServerContext*, const v1::WorkerStatusRequest*,
+                                v1::WorkerStatusResponse* response) {
+  absl::MutexLock lock(&mutex_);
+  response->set_rank(rank_);
+  response->set_state(options_.state);
+  if (options_.state == "failed") response->set_error("injected fault");
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeWorker::Shutdown(grpc::ServerContext*, const v1::ShutdownRequest*,
+                                  v1::ShutdownResponse*) {
+  return grpc::Status::OK;
+}
+
+}  // namespace tpserve::testing

@@ -1,0 +1,78 @@
+// A WorkerService for coordinator tests: serves on 127.0.0.1, runs a deterministic stand-in
+// "model" (the next token is a function of the whole sequence), and checks that the steps it
+// receives are consistent (step ids consecutive, positions continuing each sequence, block
+// tables covering the tokens, no block owned by two live sequences).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/grpcpp.h"
+#include "tpserve/v1/worker.grpc.pb.h"
+
+namespace tpserve::testing {
+
+struct FakeWorkerOptions {
+  int64_t kv_cache_blocks = 64;
+  int64_t vocab_size = 1000;
+  int64_t context_length = 256;
+  uint64_t model_file_size = 1000;
+  std::string fingerprint = "fingerprint";
+  std::string load_error;         // LoadShard fails with NOT_FOUND and this message
+  uint64_t fail_at_step = 0;      // Step answers UNAVAILABLE "injected failure" at this step id
+  uint64_t hang_at_step = 0;      // Step does not answer this step id until the worker goes away
+  std::string state = "serving";  // what Status reports
+};
+
+class FakeWorker final : public v1::WorkerService::Service {
+ public:
+  explicit FakeWorker(FakeWorkerOptions options);
+  ~FakeWorker() override;
+
+  const std::string& address() const { return address_; }
+  // Inconsistencies seen in the steps so far.
+  std::vector<std::string> errors() const;
+
+  // The stand-in model.
+  static int32_t NextToken(const std::vector<int32_t>& context);
+  static float Logit(int32_t token, int64_t v) { return token * 0.25f + v * 0.001f; }
+
+  grpc::Status Init(grpc::ServerContext*, const v1::InitRequest* request,
+                    v1::InitResponse* response) override;
+  grpc::Status LoadShard(grpc::ServerContext*, const v1::LoadShardRequest*,
+                         v1::LoadShardResponse* response) override;
+  grpc::Status Step(grpc::ServerContext*, const v1::StepRequest* request,
+                    v1::StepResponse* response) override;
+  grpc::Status Status(grpc::ServerContext*, const v1::WorkerStatusRequest*,
+                      v1::WorkerStatusResponse* response) override;
+  grpc::Status Shutdown(grpc::ServerContext*, const v1::ShutdownRequest*,
+                        v1::ShutdownResponse*) override;
+
+ private:
+  struct Seq {
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> blocks;
+  };
+  void Error(std::string message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+
+  const FakeWorkerOptions options_;
+  absl::Notification release_;  // ends a hang
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+
+  mutable absl::Mutex mutex_;
+  int rank_ ABSL_GUARDED_BY(mutex_) = -1;
+  int64_t block_size_ ABSL_GUARDED_BY(mutex_) = 16;
+  uint64_t last_step_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::map<uint64_t, Seq> seqs_ ABSL_GUARDED_BY(mutex_);
+  std::set<int32_t> owned_blocks_ ABSL_GUARDED_BY(mutex_);
+  std::vector<std::string> errors_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace tpserve::testing
