@@ -16,7 +16,7 @@ struct ClusterOutputs {
   std::vector<std::vector<int32_t>> continuations;      // [prompt][kContinuation]
 };
 
-ClusterOutputs Run(int world_size, const std::vector<std::vector<int32_t>>& prompts) {
+ClusterOutputs RunCluster(int world_size, const std::vector<std::vector<int32_t>>& prompts) {
   ClusterOutputs out;
   LocalClusterOptions options = ClusterOptions(TPSERVE_MODEL_PATH, world_size);
   auto cluster = StartServing(options, absl::Seconds(120));
@@ -38,8 +38,8 @@ ClusterOutputs Run(int world_size, const std::vector<std::vector<int32_t>>& prom
 TEST(TpEquivalenceSmolLM2, ThreeRanksMatchOne) {
   const std::vector<std::vector<int32_t>> prompts = GoldenPromptIds();
   ASSERT_GE(prompts.size(), 8u);
-  const ClusterOutputs one = Run(1, prompts);
-  const ClusterOutputs three = Run(3, prompts);
+  const ClusterOutputs one = RunCluster(1, prompts);
+  const ClusterOutputs three = RunCluster(3, prompts);
   ASSERT_EQ(one.logits.size(), prompts.size());
   ASSERT_EQ(three.logits.size(), prompts.size());
   double max_diff = 0;
