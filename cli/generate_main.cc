@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/sampling.h"
+#include "kernels/cpu/threads.h"
 #include "model/chat_template.h"
 #include "model/detokenizer.h"
 #include "model/tokenizer.h"
@@ -31,9 +32,11 @@ struct Flags {
   uint64_t seed = 0;
   bool chat = false;
   bool ignore_eos = false;
+  int threads = 0;
 };
 
 absl::Status Generate(const Flags& flags) {
+  cpu::SetCpuThreads(flags.threads);
   constexpr int64_t kBlockSize = 16;
   SingleRankCommunicator comm;
   ModelRunnerOptions options;
@@ -124,6 +127,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--seed", flags.seed, "sampling seed");
   app.add_flag("--chat", flags.chat, "wrap the prompt in the model's chat template");
+  app.add_option("--threads", flags.threads, "CPU threads (0 = every core)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--ignore-eos", flags.ignore_eos, "keep generating past end-of-generation tokens");
   CLI11_PARSE(app, argc, argv);
   const absl::Status status = tpserve::Generate(flags);

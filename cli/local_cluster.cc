@@ -1,5 +1,6 @@
 #include "cli/local_cluster.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -7,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/threads.h"
 #include "grpcpp/grpcpp.h"
 
 namespace tpserve {
@@ -52,6 +54,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   if (ranks.empty()) {
     for (int rank = 0; rank < options.world_size; ++rank) ranks.push_back(rank);
   }
+  const int threads = options.worker_threads > 0
+                          ? options.worker_threads
+                          : std::max(1, cpu::AvailableCores() / static_cast<int>(ranks.size()));
   for (int rank : ranks) {
     const auto model = options.worker_models.find(rank);
     RETURN_IF_ERROR(cluster->StartChild(
@@ -59,7 +64,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
         {options.bin_dir + "/tpserve-worker", "--coordinator", cluster->address_, "--rank",
          std::to_string(rank), "--model",
          model == options.worker_models.end() ? options.model : model->second, "--host",
-         options.host}));
+         options.host, "--threads", std::to_string(threads)}));
   }
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxReceiveMessageSize(256 << 20);

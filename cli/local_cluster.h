@@ -22,6 +22,7 @@ struct LocalClusterOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // coordinator port; 0 = any free port
   int64_t kv_cache_blocks = 0;
+  int worker_threads = 0;  // per worker; 0 = the host's cores split evenly between the workers
   std::vector<std::string> coordinator_args;  // further coordinator flags
   std::map<int, std::string> worker_models;   // per-rank model path overrides
   std::vector<int> ranks;                     // ranks to start; empty = every rank

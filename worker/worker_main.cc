@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "kernels/cpu/threads.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "tpserve/v1/worker.grpc.pb.h"
@@ -27,6 +28,7 @@ struct Flags {
   std::string host = "127.0.0.1";
   int port = 0;
   int register_timeout_s = 30;
+  int threads = 0;
 };
 
 // Registers `address` as `rank`, retrying while the coordinator is unreachable. Returns an empty
@@ -63,6 +65,7 @@ std::string Register(const Flags& flags, WorkerServer& server) {
 }
 
 int Run(const Flags& flags) {
+  cpu::SetCpuThreads(flags.threads);
   // Block the stop signals in every thread; one thread waits for them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -125,6 +128,11 @@ int main(int argc, char** argv) {
                  "seconds to keep trying to reach the coordinator")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
+  app.add_option("--threads", flags.threads,
+                 "CPU threads for this rank's kernels; 0 = every core (give each of several "
+                 "workers on one host its share)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   return tpserve::Run(flags);
 }
