@@ -8,16 +8,10 @@
 #include <random>
 #include <vector>
 
+#include "tests/unit/kernels/random_vector.h"
+
 namespace tpserve::cpu {
 namespace {
-
-std::vector<float> RandomVector(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 struct Shape {
   int64_t m, n, k;
@@ -57,8 +51,8 @@ TEST(MatmulBTTest, MatchesNaiveLoop) {
                           {64, 64, 64}, {3, 1536, 64}, {130, 70, 300}};
   uint64_t seed = 1;
   for (const Shape& s : shapes) {
-    const std::vector<float> a = RandomVector(s.m * s.k, seed++);
-    const std::vector<float> b = RandomVector(s.n * s.k, seed++);
+    const std::vector<float> a = RandomVector(s.m * s.k, 1.0f, seed++);
+    const std::vector<float> b = RandomVector(s.n * s.k, 1.0f, seed++);
     // beta = 0 must not read c: start from NaN.
     std::vector<float> c(s.m * s.n, std::numeric_limits<float>::quiet_NaN());
     MatmulBT(a.data(), b.data(), s.m, s.n, s.k, c.data());
@@ -68,9 +62,9 @@ TEST(MatmulBTTest, MatchesNaiveLoop) {
 
 TEST(MatmulBTTest, Accumulates) {
   const Shape s = {9, 31, 130};
-  const std::vector<float> a = RandomVector(s.m * s.k, 11);
-  const std::vector<float> b = RandomVector(s.n * s.k, 12);
-  const std::vector<float> c0 = RandomVector(s.m * s.n, 13);
+  const std::vector<float> a = RandomVector(s.m * s.k, 1.0f, 11);
+  const std::vector<float> b = RandomVector(s.n * s.k, 1.0f, 12);
+  const std::vector<float> c0 = RandomVector(s.m * s.n, 1.0f, 13);
   std::vector<float> c = c0;
   MatmulBT(a.data(), b.data(), s.m, s.n, s.k, c.data(), /*accumulate=*/true);
   ExpectMatchesNaive(a, b, c, c0, s);

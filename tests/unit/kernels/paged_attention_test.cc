@@ -11,17 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/kernels/random_vector.h"
+
 namespace tpserve::cpu {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-std::vector<float> RandomVector(int64_t n, float scale, std::mt19937_64& rng) {
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 TEST(WriteKvCacheTest, StoresEachTokenAtItsSlotAndSkipsNegativeSlots) {
   const int64_t num_blocks = 4, block_size = 2, kv_heads = 2, head_dim = 3;

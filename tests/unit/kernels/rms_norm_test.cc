@@ -7,16 +7,10 @@
 #include <random>
 #include <vector>
 
+#include "tests/unit/kernels/random_vector.h"
+
 namespace tpserve::cpu {
 namespace {
-
-std::vector<float> RandomVector(int64_t n, float scale, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // The formula, in double: x / sqrt(mean(x^2) + eps) * weight.
 std::vector<double> NaiveRmsNorm(const std::vector<float>& x, const std::vector<float>& weight,

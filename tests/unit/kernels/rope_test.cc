@@ -7,16 +7,10 @@
 #include <random>
 #include <vector>
 
+#include "tests/unit/kernels/random_vector.h"
+
 namespace tpserve::cpu {
 namespace {
-
-std::vector<float> RandomVector(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // ggml's "normal" mode, written as ggml does (theta multiplied by theta_scale per pair), but in
 // double. x: [num_tokens, num_heads, head_dim].
@@ -109,7 +103,7 @@ TEST(RopeTest, HandComputedRotateHalf) {
 
 TEST(RopeTest, PositionZeroIsIdentity) {
   for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
-    const std::vector<float> x = RandomVector(3 * 64, 1);
+    const std::vector<float> x = RandomVector(3 * 64, 1.0f, 1);
     std::vector<float> y = x;
     const int32_t position = 0;
     ApplyRope(y.data(), &position, 1, 3, 64, 64, 10000.0f, style);
@@ -131,7 +125,7 @@ TEST(RopeTest, MatchesNaiveReferences) {
   for (const RopeCase& c : cases) {
     for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
       const std::vector<float> x =
-          RandomVector(positions.size() * num_heads * c.head_dim, c.head_dim);
+          RandomVector(positions.size() * num_heads * c.head_dim, 1.0f, c.head_dim);
       std::vector<float> y = x;
       ApplyRope(y.data(), positions.data(), positions.size(), num_heads, c.head_dim, c.rope_dims,
                 c.base, style);
@@ -159,7 +153,7 @@ TEST(RopeTest, EvensThenOddsTurnsAdjacentPairsIntoRotateHalf) {
   const std::vector<int32_t> positions = {0, 3, 99, 4096};
   for (const RopeCase& c : {RopeCase{64, 64, 10000.0f}, RopeCase{64, 48, 500000.0f}}) {
     const int64_t num_heads = 2;
-    const std::vector<float> x = RandomVector(positions.size() * num_heads * c.head_dim, 9);
+    const std::vector<float> x = RandomVector(positions.size() * num_heads * c.head_dim, 1.0f, 9);
     std::vector<float> adjacent = x;
     ApplyRope(adjacent.data(), positions.data(), positions.size(), num_heads, c.head_dim,
               c.rope_dims, c.base, RopeStyle::kAdjacentPairs);
@@ -175,8 +169,8 @@ TEST(RopeTest, EvensThenOddsTurnsAdjacentPairsIntoRotateHalf) {
 TEST(RopeTest, DotProductDependsOnlyOnRelativePosition) {
   const int64_t head_dim = 64;
   for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
-    const std::vector<float> q = RandomVector(head_dim, 21);
-    const std::vector<float> k = RandomVector(head_dim, 22);
+    const std::vector<float> q = RandomVector(head_dim, 1.0f, 21);
+    const std::vector<float> k = RandomVector(head_dim, 1.0f, 22);
     auto rotated_dot = [&](int32_t m, int32_t n) {
       std::vector<float> qm = q, kn = k;
       ApplyRope(qm.data(), &m, 1, 1, head_dim, head_dim, 10000.0f, style);
