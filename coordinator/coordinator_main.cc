@@ -1,4 +1,4 @@
-// tpserve-coordinator: serves InferenceService and ClusterService on one port, waits for the
+// tpserve-coordinator: serves InferenceService, AdminService and ClusterService on one port, waits for the
 // --world-size workers to register, initializes and loads them, then runs the engine until
 // SIGTERM/SIGINT. Exits 1 when start-up fails (bad flags, unsplittable model, missing ranks,
 // Init or LoadShard errors), 0 after a signal.
@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "common/logging.h"
+#include "coordinator/admin_service.h"
 #include "coordinator/cluster_service.h"
 #include "coordinator/engine.h"
 #include "coordinator/heartbeat_monitor.h"
@@ -126,6 +127,7 @@ int Run(const Flags& flags) {
   ClusterServiceImpl cluster(flags.world_size,
                              ClusterServiceImpl::StatusProbe(kRegisterProbeTimeout));
   InferenceServiceImpl inference(tokenizer->get(), flags.world_size);
+  AdminServiceImpl admin(&cluster, flags.world_size, flags.model);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(JoinHostPort(flags.host, flags.port), grpc::InsecureServerCredentials(),
@@ -134,6 +136,7 @@ int Run(const Flags& flags) {
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   builder.RegisterService(&cluster);
   builder.RegisterService(&inference);
+  builder.RegisterService(&admin);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return Fail(absl::StrCat("cannot listen on ", JoinHostPort(flags.host, flags.port),
@@ -193,6 +196,7 @@ int Run(const Flags& flags) {
   {
     HeartbeatMonitor heartbeat(&pool, kHeartbeatInterval, kHeartbeatTimeout,
                                [&engine](const absl::Status& s) { engine.MarkDegraded(s); });
+    admin.SetServing(&pool, &engine);
     inference.SetEngine(&engine);
     LogInfo(kLog,
             "serving: %d ranks, %d KV blocks of %d tokens, context %d, vocab %d, %d weight "

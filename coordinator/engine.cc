@@ -161,7 +161,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Enqueue(std::unique_ptr<S
 }
 
 void Engine::Run() {
-  while (TakeSubmitted()) {
+  for (;;) {
+    PublishBlockUsage();
+    if (!TakeSubmitted()) break;
     absl::Status health;
     {
       absl::MutexLock lock(&mutex_);
@@ -173,6 +175,7 @@ void Engine::Run() {
     }
     DropCancelled();
     ScheduledBatch batch = Schedule();
+    PublishBlockUsage();
     if (batch.empty()) continue;
     ++step_id_;
     const int64_t deadline_ms = absl::ToUnixMillis(absl::Now() + options_.step_timeout);
@@ -185,6 +188,11 @@ void Engine::Run() {
     Apply(batch, *response);
   }
   FailAll(absl::UnavailableError("coordinator is shutting down"));
+  PublishBlockUsage();
+}
+
+void Engine::PublishBlockUsage() {
+  blocks_used_.store(blocks_.num_blocks() - blocks_.num_free(), std::memory_order_relaxed);
 }
 
 bool Engine::TakeSubmitted() {

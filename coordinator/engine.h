@@ -18,6 +18,7 @@
 // Thread-safe API: front-end threads call Submit*/health, any thread MarkDegraded.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -76,6 +77,8 @@ class Engine {
   absl::Status health() const;
 
   const EngineOptions& options() const { return options_; }
+  // KV blocks in use as of the last engine step (any thread; published by the engine thread).
+  int32_t num_blocks_used() const { return blocks_used_.load(std::memory_order_relaxed); }
 
  private:
   // Runs on the engine thread until Stop().
@@ -91,6 +94,8 @@ class Engine {
   void Apply(const ScheduledBatch& batch, const v1::StepResponse& response);
   // Fails every request the engine holds with `status`.
   void FailAll(const absl::Status& status);
+  // Stores the block pool's usage for num_blocks_used() (engine thread).
+  void PublishBlockUsage();
 
   // Frees `seq`'s blocks and queues its worker id for finished_seq_ids (engine thread).
   void Release(Sequence& seq);
@@ -115,6 +120,9 @@ class Engine {
   std::vector<uint64_t> finished_seq_ids_;          // sent with the next step
   uint64_t next_seq_id_ = 1;
   uint64_t step_id_ = 0;
+
+  // num_blocks - blocks_.num_free(), published before and after each step.
+  std::atomic<int32_t> blocks_used_{0};
 
   mutable absl::Mutex mutex_;
   std::vector<std::unique_ptr<Sequence>> submitted_ ABSL_GUARDED_BY(mutex_);

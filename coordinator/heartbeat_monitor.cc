@@ -17,10 +17,10 @@ HeartbeatMonitor::~HeartbeatMonitor() {
 }
 
 void HeartbeatMonitor::Run() {
-  while (!stop_.WaitForNotificationWithTimeout(interval_)) {
+  do {
     absl::Status status = pool_->Heartbeat(timeout_);
     if (!status.ok() && !stop_.HasBeenNotified()) on_failure_(status);
-  }
+  } while (!stop_.WaitForNotificationWithTimeout(interval_));
 }
 
 }  // namespace tpserve

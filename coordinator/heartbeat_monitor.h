@@ -14,7 +14,7 @@ namespace tpserve {
 
 class HeartbeatMonitor {
  public:
-  // Starts the heartbeat thread. `on_failure` runs on it after every failed round, with
+  // Starts the heartbeat thread; the first round runs at once. `on_failure` runs on it after every failed round, with
   // WorkerPool::Heartbeat's status; `pool` must outlive the monitor.
   HeartbeatMonitor(WorkerPool* pool, absl::Duration interval, absl::Duration timeout,
                    std::function<void(const absl::Status&)> on_failure);

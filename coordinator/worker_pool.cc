@@ -32,8 +32,14 @@ WorkerPool::WorkerPool(std::vector<RegisteredWorker> workers) {
     TP_CHECK(workers[rank].rank == rank);
     auto channel =
         grpc::CreateCustomChannel(workers[rank].address, grpc::InsecureChannelCredentials(), args);
+    reports_.emplace_back().info = workers[rank];
     ranks_.push_back({std::move(workers[rank]), v1::WorkerService::NewStub(channel)});
   }
+}
+
+std::vector<RankReport> WorkerPool::Reports() const {
+  absl::MutexLock lock(&reports_mutex_);
+  return reports_;
 }
 
 std::vector<grpc::Status> WorkerPool::CallAll(absl::Duration timeout, bool cancel_on_failure,
@@ -161,9 +167,11 @@ absl::Status WorkerPool::Init(const WorkerInitOptions& options, absl::Duration t
                           absl::StrCat("Init failed: ", DescribeFailures(statuses, timeout)));
     }
   }
+  absl::MutexLock lock(&reports_mutex_);
   for (int rank = 0; rank < world_size(); ++rank) {
     LogInfo(kLog, "rank %d initialized: host %s, device %s", rank, responses[rank].hostname(),
             responses[rank].device_name());
+    reports_[rank].device_name = responses[rank].device_name();
   }
   return absl::OkStatus();
 }
@@ -197,6 +205,10 @@ absl::StatusOr<LoadedModel> WorkerPool::LoadShard(absl::Duration timeout) {
         absl::StrCat("ranks loaded different model files: rank 0 (", ranks_[0].info.address,
                      ") loaded ", first.model_file_size(), " bytes, fingerprint ",
                      first.model_fingerprint(), "; ", absl::StrJoin(differing, "; ")));
+  }
+  {
+    absl::MutexLock lock(&reports_mutex_);
+    for (int rank = 0; rank < world_size(); ++rank) reports_[rank].loaded = responses[rank];
   }
   LoadedModel model;
   model.kv_cache_blocks = first.kv_cache_blocks();
@@ -243,6 +255,20 @@ absl::Status WorkerPool::Heartbeat(absl::Duration timeout) {
                           [&](int rank, auto* stub, auto* context, auto done) {
                             stub->Status(context, &request, &responses[rank], done);
                           });
+  {
+    const absl::Time now = absl::Now();
+    absl::MutexLock lock(&reports_mutex_);
+    for (int rank = 0; rank < world_size(); ++rank) {
+      RankReport& report = reports_[rank];
+      if (statuses[rank].ok()) {
+        report.status = responses[rank];
+        report.status_time = now;
+        if (!responses[rank].error().empty()) report.last_error = responses[rank].error();
+      } else {
+        report.last_error = DescribeFailure(rank, statuses[rank], timeout);
+      }
+    }
+  }
   std::vector<std::string> problems;
   const std::string failures = DescribeFailures(statuses, timeout);
   if (!failures.empty()) problems.push_back(failures);

@@ -8,10 +8,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/cluster_service.h"
 #include "grpcpp/grpcpp.h"
@@ -41,6 +44,18 @@ struct LoadedModel {
   int64_t weight_bytes = 0;  // summed over ranks
 };
 
+// What the pool last learned about one rank (for AdminService).
+struct RankReport {
+  RegisteredWorker info;
+  std::string device_name;                         // from Init
+  std::optional<v1::LoadShardResponse> loaded;     // set once LoadShard succeeded
+  std::optional<v1::WorkerStatusResponse> status;  // answer to the last successful heartbeat
+  absl::Time status_time = absl::InfinitePast();   // when `status` arrived
+  // The last heartbeat failure naming this rank, or the error the worker itself reported;
+  // kept after the rank recovers.
+  std::string last_error;
+};
+
 class WorkerPool {
  public:
   // `workers[i]` must be rank i. Channels connect lazily.
@@ -66,6 +81,9 @@ class WorkerPool {
   absl::Status Heartbeat(absl::Duration timeout);
   // Shutdown on every rank; failures are logged, not returned.
   void Shutdown(absl::Duration timeout);
+
+  // [world_size], by rank: the LoadShard answers and the latest heartbeat of each rank.
+  std::vector<RankReport> Reports() const;
 
  private:
   struct Rank {
@@ -99,6 +117,10 @@ class WorkerPool {
                                  absl::Duration timeout) const;
 
   std::vector<Rank> ranks_;  // [world_size], constant after construction
+
+  mutable absl::Mutex reports_mutex_;
+  // [world_size]: written by LoadShard and Heartbeat, read by Reports.
+  std::vector<RankReport> reports_ ABSL_GUARDED_BY(reports_mutex_);
 };
 
 }  // namespace tpserve

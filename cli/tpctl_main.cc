@@ -1,0 +1,157 @@
+// tpctl: operator commands against a running coordinator's AdminService.
+//
+//   tpctl [--coordinator HOST:PORT] [--json] [--timeout S] status
+//
+// The address comes from --coordinator, else $TPSERVE_COORDINATOR. Exits 0 on success, 1 when
+// the flags are wrong, the coordinator cannot be reached within --timeout, or the call fails;
+// the error is one line on stderr naming the address.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
+#include "tpserve/v1/admin.grpc.pb.h"
+
+namespace tpserve {
+namespace {
+
+struct Flags {
+  std::string coordinator;
+  bool json = false;
+  double timeout_s = 5;
+};
+
+std::string StateName(v1::HealthResponse::State state) {
+  switch (state) {
+    case v1::HealthResponse::STATE_STARTING:
+      return "starting";
+    case v1::HealthResponse::STATE_SERVING:
+      return "serving";
+    case v1::HealthResponse::STATE_DEGRADED:
+      return "degraded";
+    default:
+      return "unknown";
+  }
+}
+
+// Left-aligned columns, two spaces apart.
+void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      absl::StrAppend(&line, row[i]);
+      if (i + 1 < row.size()) line.append(widths[i] - row[i].size() + 2, ' ');
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+void PrintStatus(const v1::ClusterStatusResponse& r) {
+  std::string head = absl::StrCat("cluster ", StateName(r.state()), ": ", r.world_size(),
+                                  " ranks, model ", r.model_path(), ", KV ", r.kv_blocks_used(),
+                                  "/", r.kv_blocks_total(), " blocks of ", r.kv_block_size(),
+                                  " tokens");
+  if (!r.message().empty()) absl::StrAppend(&head, " (", r.message(), ")");
+  std::printf("%s\n", head.c_str());
+  std::vector<std::vector<std::string>> rows = {{"RANK", "ADDRESS", "HOST", "DEVICE", "STATE",
+                                                 "WEIGHTS (MiB)", "KV USED/TOTAL", "HEARTBEAT",
+                                                 "STEP P50", "LAST ERROR"}};
+  for (const v1::ShardStatus& s : r.shards()) {
+    rows.push_back({
+        absl::StrCat(s.rank()),
+        s.address(),
+        s.hostname().empty() ? "-" : s.hostname(),
+        s.device().empty() ? "-" : s.device(),
+        s.state(),
+        absl::StrFormat("%.1f", s.weight_bytes() / 1048576.0),
+        absl::StrCat(s.kv_blocks_used(), "/", s.kv_blocks_total()),
+        s.heartbeat_age_ms() < 0 ? "-" : absl::StrFormat("%.1fs ago", s.heartbeat_age_ms() / 1e3),
+        s.step_latency_p50_ms() > 0 ? absl::StrFormat("%.1f ms", s.step_latency_p50_ms()) : "-",
+        s.last_error().empty() ? "-" : s.last_error(),
+    });
+  }
+  PrintTable(rows);
+}
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "tpctl: %s\n", message.c_str());
+  return 1;
+}
+
+int RunStatus(const Flags& flags) {
+  auto stub = v1::AdminService::NewStub(
+      grpc::CreateChannel(flags.coordinator, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000)));
+  v1::ClusterStatusResponse response;
+  const grpc::Status status = stub->ClusterStatus(&context, v1::ClusterStatusRequest(), &response);
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return Fail(absl::StrCat("cannot reach coordinator at ", flags.coordinator, ": ",
+                             status.error_message()));
+  }
+  if (!status.ok()) {
+    return Fail(absl::StrCat("ClusterStatus on ", flags.coordinator, " failed: ",
+                             status.error_message()));
+  }
+  if (flags.json) {
+    google::protobuf::util::JsonPrintOptions options;
+    options.add_whitespace = true;
+    options.always_print_primitive_fields = true;
+    options.preserve_proto_field_names = true;
+    std::string json;
+    if (!google::protobuf::util::MessageToJsonString(response, &json, options).ok()) {
+      return Fail("cannot print the response as JSON");
+    }
+    std::printf("%s", json.c_str());
+    return 0;
+  }
+  PrintStatus(response);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tpserve
+
+int main(int argc, char** argv) {
+  tpserve::Flags flags;
+  CLI::App app{"tpctl: operate a running tpserve cluster through the coordinator"};
+  app.require_subcommand(1);
+  app.add_option("--coordinator", flags.coordinator,
+                 "coordinator address HOST:PORT (default: $TPSERVE_COORDINATOR)");
+  app.add_flag("--json", flags.json, "print the response as JSON");
+  app.add_option("--timeout", flags.timeout_s, "seconds to wait for the coordinator")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  CLI::App* status = app.add_subcommand("status", "cluster state and one row per shard");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 1;
+  }
+  if (flags.coordinator.empty()) {
+    const char* env = std::getenv("TPSERVE_COORDINATOR");
+    if (env == nullptr || *env == '\0') {
+      std::fprintf(stderr, "tpctl: --coordinator: required when TPSERVE_COORDINATOR is not set\n");
+      return 1;
+    }
+    flags.coordinator = env;
+  }
+  if (status->parsed()) return tpserve::RunStatus(flags);
+  return 1;
+}

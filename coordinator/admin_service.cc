@@ -1,0 +1,86 @@
+#include "coordinator/admin_service.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace tpserve {
+
+AdminServiceImpl::AdminServiceImpl(const ClusterServiceImpl* cluster, int world_size,
+                                   std::string model_path)
+    : cluster_(cluster), world_size_(world_size), model_path_(std::move(model_path)) {}
+
+void AdminServiceImpl::SetServing(const WorkerPool* pool, const Engine* engine) {
+  absl::MutexLock lock(&mutex_);
+  pool_ = pool;
+  engine_ = engine;
+}
+
+grpc::Status AdminServiceImpl::ClusterStatus(grpc::ServerContext* context,
+                                             const v1::ClusterStatusRequest* request,
+                                             v1::ClusterStatusResponse* response) {
+  const WorkerPool* pool;
+  const Engine* engine;
+  {
+    absl::MutexLock lock(&mutex_);
+    pool = pool_;
+    engine = engine_;
+  }
+  response->set_world_size(world_size_);
+  response->set_model_path(model_path_);
+  if (pool == nullptr || engine == nullptr) {
+    const std::vector<RegisteredWorker> registered = cluster_->Registered();
+    response->set_state(v1::HealthResponse::STATE_STARTING);
+    response->set_message(absl::StrCat("cluster is starting: ", registered.size(), " of ",
+                                       world_size_, " ranks registered"));
+    for (const RegisteredWorker& w : registered) {
+      v1::ShardStatus* shard = response->add_shards();
+      shard->set_rank(w.rank);
+      shard->set_address(w.address);
+      shard->set_hostname(w.hostname);
+      shard->set_state("registered");
+      shard->set_heartbeat_age_ms(-1);
+    }
+    return grpc::Status::OK;
+  }
+
+  const absl::Status health = engine->health();
+  response->set_state(health.ok() ? v1::HealthResponse::STATE_SERVING
+                                  : v1::HealthResponse::STATE_DEGRADED);
+  response->set_message(std::string(health.message()));
+  const int64_t used = engine->num_blocks_used();
+  response->set_kv_block_size(engine->options().block_size);
+  response->set_kv_blocks_total(engine->options().num_blocks);
+  response->set_kv_blocks_used(used);
+
+  const absl::Time now = absl::Now();
+  for (const RankReport& report : pool->Reports()) {
+    v1::ShardStatus* shard = response->add_shards();
+    shard->set_rank(report.info.rank);
+    shard->set_address(report.info.address);
+    shard->set_hostname(report.info.hostname);
+    shard->set_device(report.device_name);
+    shard->set_kv_blocks_used(used);
+    shard->set_last_error(report.last_error);
+    shard->set_state(report.loaded.has_value() ? "loaded" : "registered");
+    if (report.loaded.has_value()) {
+      shard->set_weight_bytes(report.loaded->weight_bytes());
+      shard->set_kv_blocks_total(report.loaded->kv_cache_blocks());
+    }
+    shard->set_heartbeat_age_ms(-1);
+    if (report.status.has_value()) {
+      const v1::WorkerStatusResponse& status = *report.status;
+      if (!status.hostname().empty()) shard->set_hostname(status.hostname());
+      if (!status.device_name().empty()) shard->set_device(status.device_name());
+      shard->set_state(status.state());
+      shard->set_step_latency_p50_ms(status.step_latency_p50_ms());
+      if (status.kv_cache_blocks() > 0) shard->set_kv_blocks_total(status.kv_cache_blocks());
+      shard->set_heartbeat_age_ms(absl::ToInt64Milliseconds(now - report.status_time));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace tpserve
