@@ -166,7 +166,8 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
         absl::StrCat("Init: rank ", rank, " is not in a world of ", world));
   }
   if (request.device() == v1::DEVICE_CUDA) {
-    return absl::UnimplementedError("Init: DEVICE_CUDA is not implemented yet; use DEVICE_CPU");
+    return absl::UnimplementedError(
+        "Init: DEVICE_CUDA: the CUDA model runner is not built yet; use DEVICE_CPU");
   }
   if (request.block_size() < 0 || request.kv_cache_blocks() < 0 || request.kv_cache_bytes() < 0) {
     return absl::InvalidArgumentError(

@@ -2,6 +2,7 @@
 // cluster computes on SmolLM2: teacher-forced logits within 1e-3 and identical greedy text.
 #include <cmath>
 #include <cstdio>
+#include <future>
 
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_test_util.h"
@@ -27,8 +28,15 @@ ClusterOutputs RunCluster(int world_size, const std::vector<std::vector<int32_t>
     EXPECT_TRUE(logits.ok()) << logits.status() << "\n" << LogTails(options);
     if (logits.ok()) out.logits.push_back(*std::move(logits));
   }
+  // All prompts at once, so the engine decodes them as one batch.
+  std::vector<std::future<absl::StatusOr<std::vector<int32_t>>>> pending;
   for (const auto& ids : prompts) {
-    auto tokens = GenerateGreedy(**cluster, ids, kContinuation);
+    pending.push_back(std::async(std::launch::async, [&cluster, &ids] {
+      return GenerateGreedy(**cluster, ids, kContinuation);
+    }));
+  }
+  for (auto& future : pending) {
+    auto tokens = future.get();
     EXPECT_TRUE(tokens.ok()) << tokens.status() << "\n" << LogTails(options);
     if (tokens.ok()) out.continuations.push_back(*std::move(tokens));
   }

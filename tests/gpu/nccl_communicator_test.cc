@@ -1,0 +1,169 @@
+// NcclCommunicator on real GPUs: a world of 1, and a world of N = the number of visible devices
+// (ranks as threads, rank r on device r) when N > 1. The ranks meet through an in-process
+// gloo::rendezvous::HashStore. Values are small integers, so the sums are exact in float.
+#include "worker/comm/nccl_communicator.h"
+
+#include <cuda_runtime_api.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/cuda_check.h"
+
+namespace tpserve {
+namespace {
+
+// The number of visible devices, or 0 with the reason in `why`. Any error from
+// cudaGetDeviceCount (no driver, driver too old) means "no device".
+int VisibleDevices(std::string* why) {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    *why = std::string("no CUDA device: ") + cudaGetErrorString(error);
+    return 0;
+  }
+  if (count == 0) *why = "no CUDA device: 0 devices visible";
+  return count;
+}
+
+#define SKIP_WITHOUT_DEVICE(min_devices)                                                     \
+  std::string skip_reason;                                                                   \
+  const int devices = VisibleDevices(&skip_reason);                                          \
+  if (devices == 0) GTEST_SKIP() << skip_reason;                                             \
+  if (devices < (min_devices)) {                                                             \
+    GTEST_SKIP() << "needs " << (min_devices) << " CUDA devices, " << devices << " visible"; \
+  }
+
+// A device buffer of floats, freed on scope exit.
+class DeviceFloats {
+ public:
+  explicit DeviceFloats(int64_t count) : count_(count) {
+    CUDA_CHECK(cudaMalloc(&data_, std::max<int64_t>(count, 1) * sizeof(float)));
+  }
+  ~DeviceFloats() { CUDA_CHECK(cudaFree(data_)); }
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+
+  float* get() { return data_; }
+  void Upload(const std::vector<float>& host) {
+    CUDA_CHECK(cudaMemcpy(data_, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  std::vector<float> Download() const {
+    std::vector<float> host(count_);
+    CUDA_CHECK(cudaMemcpy(host.data(), data_, count_ * sizeof(float), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  const int64_t count_;
+  float* data_ = nullptr;
+};
+
+// Rank r's i-th value in the all-reduce: small integers, so every partial sum is exact.
+float AllReduceInput(int rank, int64_t i) { return static_cast<float>(i % 1000 + 7 * rank); }
+// Rank r's i-th value in the gather.
+float GatherInput(int rank, int64_t i) { return static_cast<float>(rank * 100000 + i); }
+// Uneven per-rank counts: rank r sends 3 + 5r floats (one rank of a world > 2 sends none).
+std::vector<int64_t> GatherCounts(int world) {
+  std::vector<int64_t> counts(world);
+  for (int r = 0; r < world; ++r) counts[r] = (world > 2 && r == 1) ? 0 : 3 + 5 * r;
+  return counts;
+}
+
+// Runs the all-reduce of 1 and 1<<20 floats and the uneven gather on one rank, with EXPECTs.
+void RunRank(int rank, int world, std::shared_ptr<gloo::rendezvous::Store> store) {
+  auto comm = NcclCommunicator::Create(rank, world, /*device=*/rank, store, absl::Seconds(60));
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  EXPECT_EQ((*comm)->rank(), rank);
+  EXPECT_EQ((*comm)->world_size(), world);
+  EXPECT_NE((*comm)->stream(), nullptr);
+
+  for (const int64_t count : {int64_t{1}, int64_t{1} << 20}) {
+    std::vector<float> host(count);
+    for (int64_t i = 0; i < count; ++i) host[i] = AllReduceInput(rank, i);
+    DeviceFloats data(count);
+    data.Upload(host);
+    ASSERT_TRUE((*comm)->AllReduceSum(data.get(), count).ok());
+    const std::vector<float> sum = data.Download();
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      float expected = 0;
+      for (int r = 0; r < world; ++r) expected += AllReduceInput(r, i);
+      if (sum[i] != expected && ++mismatches <= 5) {
+        ADD_FAILURE() << "rank " << rank << " count " << count << " [" << i << "] = " << sum[i]
+                      << ", expected " << expected;
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << "rank " << rank << " count " << count;
+  }
+
+  const std::vector<int64_t> counts = GatherCounts(world);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  std::vector<float> mine(counts[rank]);
+  for (int64_t i = 0; i < counts[rank]; ++i) mine[i] = GatherInput(rank, i);
+  DeviceFloats send(counts[rank]);
+  send.Upload(mine);
+  DeviceFloats recv(total);
+  ASSERT_TRUE((*comm)->GatherToRoot(send.get(), counts, recv.get()).ok());
+  if (rank == 0) {
+    std::vector<float> expected;
+    for (int r = 0; r < world; ++r) {
+      for (int64_t i = 0; i < counts[r]; ++i) expected.push_back(GatherInput(r, i));
+    }
+    EXPECT_EQ(recv.Download(), expected);
+  }
+}
+
+TEST(NcclCommunicatorTest, WorldOfOne) {
+  SKIP_WITHOUT_DEVICE(1);
+  RunRank(0, 1, std::make_shared<gloo::rendezvous::HashStore>());
+}
+
+TEST(NcclCommunicatorTest, OneRankPerDevice) {
+  SKIP_WITHOUT_DEVICE(2);
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < devices; ++r)
+    ranks.emplace_back([r, devices, store] { RunRank(r, devices, store); });
+  for (std::thread& t : ranks) t.join();
+}
+
+TEST(NcclCommunicatorTest, BadDeviceIsAnError) {
+  SKIP_WITHOUT_DEVICE(1);
+  auto comm = NcclCommunicator::Create(
+      0, 1, /*device=*/devices, std::make_shared<gloo::rendezvous::HashStore>(), absl::Seconds(1));
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument) << comm.status();
+}
+
+TEST(NcclCommunicatorTest, MissingUniqueIdTimesOut) {
+  SKIP_WITHOUT_DEVICE(1);
+  // Rank 1 of 2 waits for rank 0, which never comes.
+  auto comm = NcclCommunicator::Create(
+      1, 2, /*device=*/0, std::make_shared<gloo::rendezvous::HashStore>(), absl::Milliseconds(200));
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
+}
+
+// The one test that runs on a machine without a GPU: Create fails with a Status, never aborts.
+TEST(NcclCommunicatorTest, NoDeviceIsAStatus) {
+  std::string reason;
+  if (VisibleDevices(&reason) > 0) GTEST_SKIP() << "a CUDA device is visible";
+  auto comm = NcclCommunicator::Create(
+      0, 1, /*device=*/0, std::make_shared<gloo::rendezvous::HashStore>(), absl::Seconds(1));
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kFailedPrecondition) << comm.status();
+  EXPECT_NE(comm.status().message().find("rank 0"), absl::string_view::npos) << comm.status();
+  EXPECT_NE(comm.status().message().find("no CUDA device"), absl::string_view::npos)
+      << comm.status();
+}
+
+}  // namespace
+}  // namespace tpserve

@@ -1,0 +1,206 @@
+#include "worker/comm/nccl_communicator.h"
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/cuda_check.h"
+#include "common/logging.h"
+
+namespace tpserve {
+namespace {
+
+// The store throws (gloo::IoException and friends); a text with "timeout" / "timed out" is a key
+// that did not appear in time, anything else a broken store.
+absl::Status StoreError(int rank, absl::string_view op, const std::exception& e) {
+  const std::string what = e.what();
+  const std::string lower = absl::AsciiStrToLower(what);
+  const bool timed_out =
+      absl::StrContains(lower, "timeout") || absl::StrContains(lower, "timed out");
+  const std::string message =
+      absl::StrCat("NCCL rank ", rank, ": ", op, " '", NcclCommunicator::kUniqueIdKey,
+                   "' in the rendezvous store failed: ", what);
+  return timed_out ? absl::DeadlineExceededError(message) : absl::UnavailableError(message);
+}
+
+// Rank 0 creates the id and publishes it; the others wait for it.
+absl::StatusOr<ncclUniqueId> ExchangeUniqueId(int rank, gloo::rendezvous::Store& store,
+                                              absl::Duration timeout) {
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  if (rank == 0) {
+    absl::Status status = NcclStatus(ncclGetUniqueId(&id), "NCCL rank 0: ncclGetUniqueId");
+    if (!status.ok()) return status;
+    const char* bytes = reinterpret_cast<const char*>(&id);
+    try {
+      store.set(NcclCommunicator::kUniqueIdKey, std::vector<char>(bytes, bytes + sizeof(id)));
+    } catch (const std::exception& e) {
+      return StoreError(rank, "publishing", e);
+    }
+    return id;
+  }
+  std::vector<char> bytes;
+  try {
+    store.wait({NcclCommunicator::kUniqueIdKey}, absl::ToChronoMilliseconds(timeout));
+    bytes = store.get(NcclCommunicator::kUniqueIdKey);
+  } catch (const std::exception& e) {
+    return StoreError(rank,
+                      absl::StrCat("waiting ", absl::FormatDuration(timeout), " for rank 0's"), e);
+  }
+  if (bytes.size() != sizeof(id)) {
+    return absl::DataLossError(absl::StrCat("NCCL rank ", rank, ": '",
+                                            NcclCommunicator::kUniqueIdKey, "' holds ",
+                                            bytes.size(), " bytes, expected ", sizeof(id)));
+  }
+  std::memcpy(&id, bytes.data(), sizeof(id));
+  return id;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
+    int rank, int world_size, int device, std::shared_ptr<gloo::rendezvous::Store> store,
+    absl::Duration timeout) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NCCL: rank ", rank, " is not in a world of ", world_size));
+  }
+  if (store == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("NCCL rank ", rank, ": no rendezvous store"));
+  }
+  // Any error here (no driver, driver too old, no GPU) means "no device".
+  int device_count = 0;
+  const cudaError_t count_error = cudaGetDeviceCount(&device_count);
+  if (count_error != cudaSuccess || device_count == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "NCCL rank ", rank, ": no CUDA device: ",
+        count_error != cudaSuccess ? cudaGetErrorString(count_error) : "0 devices visible"));
+  }
+  if (device < 0 || device >= device_count) {
+    return absl::InvalidArgumentError(absl::StrCat("NCCL rank ", rank, ": device ", device,
+                                                   " does not exist (", device_count, " visible)"));
+  }
+  absl::Status status = CudaStatus(
+      cudaSetDevice(device), absl::StrCat("NCCL rank ", rank, ": cudaSetDevice(", device, ")"));
+  if (!status.ok()) return status;
+
+  absl::StatusOr<ncclUniqueId> id = ExchangeUniqueId(rank, *store, timeout);
+  if (!id.ok()) return id.status();
+
+  cudaStream_t stream = nullptr;
+  status = CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                      absl::StrCat("NCCL rank ", rank, ": cudaStreamCreate"));
+  if (!status.ok()) return status;
+  // From here the object owns the stream, and the comm once it exists.
+  std::unique_ptr<NcclCommunicator> comm(new NcclCommunicator(rank, world_size, device, stream));
+  ncclComm_t nccl = nullptr;
+  status = NcclStatus(ncclCommInitRank(&nccl, world_size, *id, rank),
+                      absl::StrCat("NCCL rank ", rank, " of ", world_size, ": ncclCommInitRank"));
+  if (!status.ok()) {
+    if (nccl != nullptr) ncclCommAbort(nccl);
+    return status;
+  }
+  comm->comm_ = nccl;
+  return comm;
+}
+
+NcclCommunicator::NcclCommunicator(int rank, int world_size, int device, cudaStream_t stream)
+    : rank_(rank), world_size_(world_size), device_(device), stream_(stream) {}
+
+NcclCommunicator::~NcclCommunicator() {
+  // Teardown failures (a sticky CUDA error after a device fault) are logged, not fatal: the
+  // process may be tearing down because of exactly that error.
+  cudaSetDevice(device_);
+  if (comm_ != nullptr) {
+    const ncclResult_t result = error_.ok() ? ncclCommDestroy(comm_) : ncclCommAbort(comm_);
+    if (result != ncclSuccess) {
+      LogWarning("nccl", "rank %d: releasing the NCCL communicator failed: %s", rank_,
+                 ncclGetErrorString(result));
+    }
+  }
+  const cudaError_t error = cudaStreamDestroy(stream_);
+  if (error != cudaSuccess) {
+    LogWarning("nccl", "rank %d: cudaStreamDestroy failed: %s", rank_, cudaGetErrorString(error));
+  }
+}
+
+absl::Status NcclCommunicator::Fail(absl::Status status) {
+  if (error_.ok()) error_ = status;
+  return status;
+}
+
+absl::Status NcclCommunicator::AllReduceSum(float* data, int64_t count) {
+  if (!error_.ok()) return error_;
+  if (count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NCCL rank ", rank_, ": AllReduceSum of ", count, " floats"));
+  }
+  if (count == 0) return absl::OkStatus();
+  const std::string context =
+      absl::StrCat("NCCL rank ", rank_, ": AllReduceSum of ", count, " floats");
+  absl::Status status = CudaStatus(cudaSetDevice(device_), context);
+  if (status.ok()) {
+    status = NcclStatus(
+        ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat, ncclSum, comm_, stream_),
+        context);
+  }
+  if (status.ok()) status = CudaStatus(cudaStreamSynchronize(stream_), context);
+  return status.ok() ? status : Fail(std::move(status));
+}
+
+absl::Status NcclCommunicator::GatherToRoot(const float* send, absl::Span<const int64_t> counts,
+                                            float* recv) {
+  if (!error_.ok()) return error_;
+  if (static_cast<int>(counts.size()) != world_size_) {
+    return absl::InvalidArgumentError(absl::StrCat("NCCL rank ", rank_, ": GatherToRoot got ",
+                                                   counts.size(), " counts for a world of ",
+                                                   world_size_));
+  }
+  for (int64_t count : counts) {
+    if (count < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("NCCL rank ", rank_, ": GatherToRoot count ", count, " is negative"));
+    }
+  }
+  const std::string context = absl::StrCat("NCCL rank ", rank_, ": GatherToRoot");
+  absl::Status status = CudaStatus(cudaSetDevice(device_), context);
+  if (!status.ok()) return Fail(std::move(status));
+
+  if (rank_ == 0 && counts[0] > 0) {
+    status = CudaStatus(cudaMemcpyAsync(recv, send, static_cast<size_t>(counts[0]) * sizeof(float),
+                                        cudaMemcpyDeviceToDevice, stream_),
+                        context);
+    if (!status.ok()) return Fail(std::move(status));
+  }
+  status = NcclStatus(ncclGroupStart(), context);
+  if (!status.ok()) return Fail(std::move(status));
+  if (rank_ == 0) {
+    int64_t offset = counts[0];
+    for (int r = 1; r < world_size_ && status.ok(); ++r) {
+      if (counts[r] > 0) {
+        status = NcclStatus(
+            ncclRecv(recv + offset, static_cast<size_t>(counts[r]), ncclFloat, r, comm_, stream_),
+            absl::StrCat(context, ": ncclRecv from rank ", r));
+      }
+      offset += counts[r];
+    }
+  } else if (counts[rank_] > 0) {
+    status =
+        NcclStatus(ncclSend(send, static_cast<size_t>(counts[rank_]), ncclFloat, 0, comm_, stream_),
+                   absl::StrCat(context, ": ncclSend"));
+  }
+  // The group must be closed even when a call inside it failed.
+  const absl::Status end = NcclStatus(ncclGroupEnd(), absl::StrCat(context, ": ncclGroupEnd"));
+  if (status.ok()) status = end;
+  if (status.ok()) status = CudaStatus(cudaStreamSynchronize(stream_), context);
+  return status.ok() ? status : Fail(std::move(status));
+}
+
+}  // namespace tpserve

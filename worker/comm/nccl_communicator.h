@@ -1,0 +1,93 @@
+// NcclCommunicator: the CUDA Communicator, one NCCL communicator per rank and one GPU per rank.
+// Built only when CUDA is on (TPSERVE_CUDA); include it only from CUDA-enabled sources.
+//
+// Bootstrap: rank 0 creates the ncclUniqueId and publishes it in a gloo::rendezvous::Store under
+// "nccl_unique_id"; the other ranks wait for it there. In the server the store is the
+// CoordinatorStore, which prefixes every key with the group id, so the id from rank 0 is relayed
+// by the coordinator and a re-formed group never reads an old id. Then every rank calls
+// ncclCommInitRank, which waits for all `world_size` ranks.
+//
+// POINTER CONTRACT: unlike the CPU communicators, AllReduceSum and GatherToRoot take DEVICE
+// pointers (memory on this rank's `device`), not host pointers. The CUDA model runner passes its
+// device activations straight in.
+//
+// Errors are returned as absl::Status naming the rank, never aborts: FAILED_PRECONDITION when the
+// machine has no usable CUDA device, INVALID_ARGUMENT for a bad rank or device id,
+// DEADLINE_EXCEEDED when the unique id did not appear in the store in time, UNAVAILABLE for other
+// store or NCCL transport failures. After a failed collective the communicator stays broken: every
+// later call returns the first error again, and the destructor aborts the NCCL communicator
+// instead of destroying it. Recover by forming a new group.
+//
+// Limitation: the timeout bounds the unique-id exchange only; ncclCommInitRank itself waits for
+// the other ranks with NCCL's own bootstrap timeouts.
+//
+// Thread-safety: none. Calls come from the worker's execution thread only, in the same order on
+// every rank (see communicator.h). Each call makes `device` current on the calling thread.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <gloo/rendezvous/store.h>
+#include <nccl.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "worker/comm/communicator.h"
+
+namespace tpserve {
+
+class NcclCommunicator : public Communicator {
+ public:
+  // The store key rank 0 publishes the ncclUniqueId under (sizeof(ncclUniqueId) raw bytes).
+  static constexpr const char* kUniqueIdKey = "nccl_unique_id";
+
+  // Joins the group of `world_size` ranks as `rank` on CUDA device `device` (an ordinal on this
+  // machine). Non-zero ranks wait up to `timeout` for rank 0's unique id in `store`. Blocks in
+  // ncclCommInitRank until every rank has joined. The store's keys must be fresh for this group.
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(
+      int rank, int world_size, int device, std::shared_ptr<gloo::rendezvous::Store> store,
+      absl::Duration timeout);
+
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  int device() const { return device_; }
+  // The stream the collectives run on; owned by this communicator.
+  cudaStream_t stream() const { return stream_; }
+
+  // `data`: DEVICE pointer, [count] floats. ncclAllReduce (sum) on stream(), then waits for the
+  // stream, so the result is ready on return. (A later change runs it on the compute stream and
+  // drops the synchronization.)
+  absl::Status AllReduceSum(float* data, int64_t count) override;
+
+  // `send`: DEVICE pointer, [counts[rank]] floats. `recv`: DEVICE pointer on rank 0,
+  // [sum(counts)] floats; unused elsewhere. Rank 0 copies its own part and receives every other
+  // rank's part at its offset (ncclRecv/ncclSend in one NCCL group); ranks with a count of 0 send
+  // nothing. Waits for stream() before returning.
+  absl::Status GatherToRoot(const float* send, absl::Span<const int64_t> counts,
+                            float* recv) override;
+
+ private:
+  NcclCommunicator(int rank, int world_size, int device, cudaStream_t stream);
+
+  // Records the first collective failure (the communicator is broken from then on).
+  absl::Status Fail(absl::Status status);
+
+  // Constant after construction.
+  const int rank_;
+  const int world_size_;
+  const int device_;
+  const cudaStream_t stream_;  // Owned: destroyed in the destructor.
+  ncclComm_t comm_ = nullptr;  // Owned; set once by Create.
+
+  absl::Status error_;  // The first collective failure; OK while healthy.
+};
+
+}  // namespace tpserve
