@@ -5,8 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/status_macros.h"
-#include "kernels/cpu/embedding.h"
-#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
@@ -84,8 +82,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, std::vector<float>* 
   std::vector<float> residual(n * hidden);  // [n, hidden]
   std::vector<float> normed(n * hidden);    // [n, hidden]
   std::vector<float> partial(n * hidden);   // [n, hidden], this rank's share before all-reduce
-  cpu::Embedding(weights_.token_embedding.data(), config_.vocab_size, hidden,
-                 batch.token_ids.data(), n, residual.data());
+  LookupRows(weights_.token_embedding, batch.token_ids.data(), n, residual.data());
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
     cpu::RmsNorm(residual.data(), w.attn_norm.data(), n, hidden, eps, normed.data());
@@ -112,7 +109,8 @@ void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* no
   const int64_t qkv_width = q_width + 2 * kv_width;
 
   std::vector<float> qkv(n * qkv_width);  // [n, q | k | v]
-  cpu::MatmulBT(normed, w.qkv.data(), n, qkv_width, hidden, qkv.data());
+  TP_CHECK(w.qkv.rows == qkv_width && w.qkv.cols == hidden);
+  ApplyLinear(w.qkv, normed, n, qkv.data());
   std::vector<float> q(n * q_width);   // [n, q_heads, head_dim]
   std::vector<float> k(n * kv_width);  // [n, kv_heads, head_dim]
   std::vector<float> v(n * kv_width);  // [n, kv_heads, head_dim]
@@ -147,7 +145,7 @@ void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* no
   params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   params.out = attn.data();
   cpu::PagedAttention(params);
-  cpu::MatmulBT(attn.data(), w.attn_output.data(), n, hidden, q_width, out);
+  ApplyLinear(w.attn_output, attn.data(), n, out);
 }
 
 void LlamaModel::Mlp(int layer, const float* normed, int64_t num_tokens, float* out) {
@@ -155,13 +153,13 @@ void LlamaModel::Mlp(int layer, const float* normed, int64_t num_tokens, float* 
   const int64_t hidden = config_.hidden_size;
   const int64_t ffn = layout_.ffn.size;
   std::vector<float> gate_up(num_tokens * 2 * ffn);  // [n, gate | up]
-  cpu::MatmulBT(normed, w.gate_up.data(), num_tokens, 2 * ffn, hidden, gate_up.data());
+  ApplyLinear(w.gate_up, normed, num_tokens, gate_up.data());
   std::vector<float> act(num_tokens * ffn);  // [n, ffn_local]
   for (int64_t t = 0; t < num_tokens; ++t) {
     const float* row = gate_up.data() + t * 2 * ffn;
     cpu::SiluMul(row, row + ffn, ffn, act.data() + t * ffn);
   }
-  cpu::MatmulBT(act.data(), w.down.data(), num_tokens, hidden, ffn, out);
+  ApplyLinear(w.down, act.data(), num_tokens, out);
 }
 
 absl::Status LlamaModel::Logits(const ForwardBatch& batch, const float* hidden_states,
@@ -176,12 +174,13 @@ absl::Status LlamaModel::Logits(const ForwardBatch& batch, const float* hidden_s
   std::vector<float> normed(m * hidden);
   cpu::RmsNorm(selected.data(), weights_.output_norm.data(), m, hidden,
                static_cast<float>(config_.rms_norm_eps), normed.data());
-  const float* head = weights_.lm_head.empty()
-                          ? weights_.token_embedding.data() + layout_.vocab.begin * hidden
-                          : weights_.lm_head.data();
   const int64_t local_vocab = layout_.vocab.size;
   std::vector<float> local(m * local_vocab);  // [m, vocab_local]
-  cpu::MatmulBT(normed.data(), head, m, local_vocab, hidden, local.data());
+  if (weights_.lm_head.rows == 0) {  // tied: this rank's vocabulary rows of the embedding
+    ApplyLinearRows(weights_.token_embedding, layout_.vocab, normed.data(), m, local.data());
+  } else {
+    ApplyLinear(weights_.lm_head, normed.data(), m, local.data());
+  }
 
   const int world = layout_.world_size;
   const int64_t vocab = config_.vocab_size;

@@ -1,4 +1,5 @@
-// The Llama forward pass of one tensor-parallel rank on the CPU (fp32).
+// The Llama forward pass of one tensor-parallel rank on the CPU: fp32 activations; linear weights
+// in GGUF blocks or fp32 (see Linear in model_weights.h).
 //
 // Per layer: RMSNorm → fused QKV (column-parallel by heads) → RoPE → KV write into the paged pool
 // → paged causal GQA attention → o_proj (row-parallel) → all-reduce → residual; RMSNorm →

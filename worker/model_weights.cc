@@ -1,14 +1,75 @@
 #include "worker/model_weights.h"
 
+#include "common/check.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quantized_matmul.h"
+
 namespace tpserve {
+namespace {
+
+cpu::BlockFormat FormatOf(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_0: return cpu::BlockFormat::kQ4_0;
+    case GgmlType::kQ4_1: return cpu::BlockFormat::kQ4_1;
+    case GgmlType::kQ8_0: return cpu::BlockFormat::kQ8_0;
+    default: break;
+  }
+  TP_CHECK(false);
+  return cpu::BlockFormat::kQ8_0;
+}
+
+}  // namespace
+
+bool KeepsBlocks(GgmlType type) {
+  return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ8_0;
+}
+
+int64_t Linear::row_bytes() const {
+  if (!quantized()) return cols * static_cast<int64_t>(sizeof(float));
+  return cols / cpu::kBlockElements * cpu::BlockBytes(FormatOf(type));
+}
+
+int64_t Linear::resident_bytes() const {
+  return static_cast<int64_t>(blocks.size() + values.size() * sizeof(float));
+}
+
+void ApplyLinearRows(const Linear& w, Range rows, const float* x, int64_t m, float* y) {
+  TP_CHECK(rows.begin >= 0 && rows.size >= 0 && rows.end() <= w.rows);
+  if (w.quantized()) {
+    cpu::QuantizedMatmulBT(x, FormatOf(w.type), w.blocks.data() + rows.begin * w.row_bytes(), m,
+                           rows.size, w.cols, y);
+  } else {
+    cpu::MatmulBT(x, w.values.data() + rows.begin * w.cols, m, rows.size, w.cols, y);
+  }
+}
+
+void ApplyLinear(const Linear& w, const float* x, int64_t m, float* y) {
+  ApplyLinearRows(w, {0, w.rows}, x, m, y);
+}
+
+void LookupRows(const Linear& w, const int32_t* ids, int64_t n, float* out) {
+  if (!w.quantized()) {
+    cpu::Embedding(w.values.data(), w.rows, w.cols, ids, n, out);
+    return;
+  }
+  const int64_t row_bytes = w.row_bytes();
+  for (int64_t i = 0; i < n; ++i) {
+    TP_CHECK(ids[i] >= 0 && ids[i] < w.rows);
+    cpu::DequantizeBlockRows(FormatOf(w.type), w.blocks.data() + ids[i] * row_bytes, 1, w.cols,
+                             out + i * w.cols);
+  }
+}
 
 int64_t ModelWeights::resident_bytes() const {
-  int64_t floats = token_embedding.size() + output_norm.size() + lm_head.size();
+  int64_t bytes = token_embedding.resident_bytes() + lm_head.resident_bytes() +
+                  static_cast<int64_t>(output_norm.size() * sizeof(float));
   for (const LayerWeights& layer : layers) {
-    floats += layer.attn_norm.size() + layer.qkv.size() + layer.attn_output.size() +
-              layer.ffn_norm.size() + layer.gate_up.size() + layer.down.size();
+    bytes += static_cast<int64_t>((layer.attn_norm.size() + layer.ffn_norm.size()) * sizeof(float));
+    bytes += layer.qkv.resident_bytes() + layer.attn_output.resident_bytes() +
+             layer.gate_up.resident_bytes() + layer.down.resident_bytes();
   }
-  return floats * static_cast<int64_t>(sizeof(float));
+  return bytes;
 }
 
 }  // namespace tpserve

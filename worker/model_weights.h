@@ -1,30 +1,67 @@
-// The fp32 weights of one tensor-parallel rank. Linear weights are rows of output features:
+// The weights of one tensor-parallel rank. Linear weights are rows of output features:
 // [out_features, in_features], so y = x · Wᵀ.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "model/ggml_type.h"
+#include "worker/shard_layout.h"
+
 namespace tpserve {
+
+// A linear weight [rows, cols] as this rank holds it: GGUF blocks for Q4_0, Q4_1 and Q8_0 (read
+// directly by cpu::QuantizedMatmulBT), fp32 for every other type and for slices that cut through
+// blocks.
+struct Linear {
+  GgmlType type = GgmlType::kF32;  // kF32: `values` holds the weight; otherwise `blocks` does
+  std::vector<uint8_t> blocks;     // rows × (cols / 32) blocks of `type`, row-major
+  std::vector<float> values;       // [rows, cols] when type == kF32
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  bool quantized() const { return type != GgmlType::kF32; }
+  int64_t row_bytes() const;  // bytes of one row as stored
+  int64_t resident_bytes() const;
+};
+
+// True when this build keeps `type` in blocks (Q4_0, Q4_1, Q8_0).
+bool KeepsBlocks(GgmlType type);
+
+// y[m, w.rows] = x[m, w.cols] · wᵀ. Small m reads the blocks (GEMV), large m runs SGEMM on
+// decoded tiles; fp32 weights go through cpu::MatmulBT.
+void ApplyLinear(const Linear& w, const float* x, int64_t m, float* y);
+
+// y[m, rows.size] = x[m, w.cols] · w[rows]ᵀ: the rows [rows.begin, rows.end()) of `w` only (the
+// tied lm_head: this rank's vocabulary rows of the embedding).
+void ApplyLinearRows(const Linear& w, Range rows, const float* x, int64_t m, float* y);
+
+// out[i, :] = w[ids[i], :] decoded to fp32, for i in [0, n): the embedding lookup. Every id must
+// lie in [0, w.rows) (TP_CHECK).
+void LookupRows(const Linear& w, const int32_t* ids, int64_t n, float* out);
 
 struct LayerWeights {
   std::vector<float> attn_norm;  // [hidden]
-  // q, k and v projections stacked by rows so one GEMM computes all three:
+  // q, k and v projections stacked by rows so one matmul computes all three:
   // [(q_heads + 2 * kv_heads) * head_dim, hidden], local heads only.
-  std::vector<float> qkv;
-  std::vector<float> attn_output;  // [hidden, q_heads * head_dim] (row-parallel)
-  std::vector<float> ffn_norm;     // [hidden]
-  std::vector<float> gate_up;      // [2 * ffn_local, hidden]: gate rows, then up rows
-  std::vector<float> down;         // [hidden, ffn_local] (row-parallel)
+  Linear qkv;
+  Linear attn_output;           // [hidden, q_heads * head_dim] (row-parallel)
+  std::vector<float> ffn_norm;  // [hidden]
+  Linear gate_up;               // [2 * ffn_local, hidden]: gate rows, then up rows
+  Linear down;                  // [hidden, ffn_local] (row-parallel)
 };
 
 struct ModelWeights {
-  std::vector<float> token_embedding;  // [vocab, hidden], replicated
-  std::vector<float> output_norm;      // [hidden]
-  // [vocab_local, hidden]; empty when the embedding is tied, then rows of token_embedding serve.
-  std::vector<float> lm_head;
+  // [vocab, hidden], replicated on every rank, kept in its file format when KeepsBlocks (Q8_0 in
+  // SmolLM2: 30 MiB instead of 108 MiB fp32); the lookup decodes only the rows it needs.
+  Linear token_embedding;
+  std::vector<float> output_norm;  // [hidden]
+  // [vocab_local, hidden]; empty (rows == 0) when the embedding is tied: then this rank's
+  // vocabulary rows of token_embedding serve, read in place, so no second copy exists.
+  Linear lm_head;
   std::vector<LayerWeights> layers;
 
+  // Bytes of every weight as stored (blocks or fp32).
   int64_t resident_bytes() const;
 };
 

@@ -1,5 +1,6 @@
 #include "worker/shard_loader.h"
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -7,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/quantized_matmul.h"
 #include "model/dequantize.h"
 
 namespace tpserve {
@@ -48,6 +50,71 @@ absl::Status ReadColumns(const GgufFile& file, const GgufTensorInfo& tensor, int
   return absl::OkStatus();
 }
 
+// One source of rows of a stacked Linear: rows [rows.begin, rows.end()) of `tensor`.
+struct RowSlice {
+  const GgufTensorInfo* tensor;
+  Range rows;
+};
+
+// The slices stacked by rows into one [Σ rows, cols] Linear. Column-parallel slices are whole
+// rows, so when every slice has the same block type that GEMV reads, its blocks are copied as
+// they are; otherwise the rows are decoded to fp32.
+absl::StatusOr<Linear> LoadRows(const GgufFile& file, int64_t cols,
+                                std::initializer_list<RowSlice> slices) {
+  Linear w;
+  w.cols = cols;
+  w.type = slices.begin()->tensor->type;
+  for (const RowSlice& slice : slices) {
+    w.rows += slice.rows.size;
+    if (slice.tensor->type != w.type) w.type = GgmlType::kF32;
+  }
+  if (!KeepsBlocks(w.type)) w.type = GgmlType::kF32;
+  if (w.quantized()) {
+    ASSIGN_OR_RETURN(const uint64_t row_bytes, GgmlBytesFor(w.type, cols));
+    w.blocks.reserve(w.rows * row_bytes);
+    for (const RowSlice& slice : slices) {
+      const auto data = file.TensorData(*slice.tensor)
+                            .subspan(slice.rows.begin * row_bytes, slice.rows.size * row_bytes);
+      w.blocks.insert(w.blocks.end(), data.begin(), data.end());
+    }
+    return w;
+  }
+  w.values.resize(w.rows * cols);
+  float* dst = w.values.data();
+  for (const RowSlice& slice : slices) {
+    RETURN_IF_ERROR(ReadRows(file, *slice.tensor, cols, slice.rows, dst));
+    dst += slice.rows.size * cols;
+  }
+  return w;
+}
+
+// Columns [cols.begin, cols.end()) of every row of a [rows, total_cols] tensor (row-parallel).
+// When the slice starts and ends on block boundaries each row's blocks in it are copied;
+// otherwise the tensor is decoded to fp32.
+absl::StatusOr<Linear> LoadColumns(const GgufFile& file, const GgufTensorInfo& tensor,
+                                   int64_t rows, int64_t total_cols, Range cols) {
+  Linear w;
+  w.rows = rows;
+  w.cols = cols.size;
+  const bool aligned = cols.begin % cpu::kBlockElements == 0 && cols.size % cpu::kBlockElements == 0;
+  if (KeepsBlocks(tensor.type) && aligned) {
+    w.type = tensor.type;
+    ASSIGN_OR_RETURN(const uint64_t row_bytes, GgmlBytesFor(tensor.type, total_cols));
+    ASSIGN_OR_RETURN(const uint64_t skip_bytes, GgmlBytesFor(tensor.type, cols.begin));
+    ASSIGN_OR_RETURN(const uint64_t slice_bytes, GgmlBytesFor(tensor.type, cols.size));
+    const auto data = file.TensorData(tensor);
+    w.blocks.reserve(rows * slice_bytes);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto row = data.subspan(r * row_bytes + skip_bytes, slice_bytes);
+      w.blocks.insert(w.blocks.end(), row.begin(), row.end());
+    }
+    return w;
+  }
+  w.values.resize(rows * cols.size);
+  RETURN_IF_ERROR(ReadColumns(file, tensor, rows, total_cols, cols, w.values.data()));
+  return w;
+}
+
 absl::StatusOr<std::vector<float>> LoadVector(const GgufFile& file, const std::string& name,
                                               int64_t size) {
   ASSIGN_OR_RETURN(const GgufTensorInfo* tensor, FindMatrix(file, name, 1, size));
@@ -67,7 +134,6 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
 
   const int64_t q_rows = layout.q_heads.size * head_dim;
   const int64_t kv_rows = layout.kv_heads.size * head_dim;
-  w.qkv.resize((q_rows + 2 * kv_rows) * hidden);
   ASSIGN_OR_RETURN(const GgufTensorInfo* wq,
                    FindMatrix(file, prefix + "attn_q.weight", config.num_heads * head_dim, hidden));
   ASSIGN_OR_RETURN(const GgufTensorInfo* wk, FindMatrix(file, prefix + "attn_k.weight",
@@ -76,16 +142,12 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
                                                         config.num_kv_heads * head_dim, hidden));
   const Range q_range{layout.q_heads.begin * head_dim, q_rows};
   const Range kv_range{layout.kv_heads.begin * head_dim, kv_rows};
-  RETURN_IF_ERROR(ReadRows(file, *wq, hidden, q_range, w.qkv.data()));
-  RETURN_IF_ERROR(ReadRows(file, *wk, hidden, kv_range, w.qkv.data() + q_rows * hidden));
-  RETURN_IF_ERROR(
-      ReadRows(file, *wv, hidden, kv_range, w.qkv.data() + (q_rows + kv_rows) * hidden));
+  ASSIGN_OR_RETURN(w.qkv, LoadRows(file, hidden, {{wq, q_range}, {wk, kv_range}, {wv, kv_range}}));
 
   ASSIGN_OR_RETURN(const GgufTensorInfo* wo, FindMatrix(file, prefix + "attn_output.weight",
                                                         hidden, config.num_heads * head_dim));
-  w.attn_output.resize(hidden * q_rows);
-  RETURN_IF_ERROR(ReadColumns(file, *wo, hidden, config.num_heads * head_dim, q_range,
-                              w.attn_output.data()));
+  ASSIGN_OR_RETURN(w.attn_output,
+                   LoadColumns(file, *wo, hidden, config.num_heads * head_dim, q_range));
 
   const int64_t ffn = config.intermediate_size;
   ASSIGN_OR_RETURN(const GgufTensorInfo* gate,
@@ -93,12 +155,8 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
   ASSIGN_OR_RETURN(const GgufTensorInfo* up, FindMatrix(file, prefix + "ffn_up.weight", ffn, hidden));
   ASSIGN_OR_RETURN(const GgufTensorInfo* down,
                    FindMatrix(file, prefix + "ffn_down.weight", hidden, ffn));
-  w.gate_up.resize(2 * layout.ffn.size * hidden);
-  RETURN_IF_ERROR(ReadRows(file, *gate, hidden, layout.ffn, w.gate_up.data()));
-  RETURN_IF_ERROR(
-      ReadRows(file, *up, hidden, layout.ffn, w.gate_up.data() + layout.ffn.size * hidden));
-  w.down.resize(hidden * layout.ffn.size);
-  RETURN_IF_ERROR(ReadColumns(file, *down, hidden, ffn, layout.ffn, w.down.data()));
+  ASSIGN_OR_RETURN(w.gate_up, LoadRows(file, hidden, {{gate, layout.ffn}, {up, layout.ffn}}));
+  ASSIGN_OR_RETURN(w.down, LoadColumns(file, *down, hidden, ffn, layout.ffn));
   return w;
 }
 
@@ -110,15 +168,13 @@ absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& 
   ModelWeights weights;
   ASSIGN_OR_RETURN(const GgufTensorInfo* embedding,
                    FindMatrix(file, "token_embd.weight", config.vocab_size, hidden));
-  weights.token_embedding.resize(config.vocab_size * hidden);
-  RETURN_IF_ERROR(ReadRows(file, *embedding, hidden, {0, config.vocab_size},
-                           weights.token_embedding.data()));
+  ASSIGN_OR_RETURN(weights.token_embedding,
+                   LoadRows(file, hidden, {{embedding, {0, config.vocab_size}}}));
   ASSIGN_OR_RETURN(weights.output_norm, LoadVector(file, "output_norm.weight", hidden));
   if (!config.tie_word_embeddings) {
     ASSIGN_OR_RETURN(const GgufTensorInfo* output,
                      FindMatrix(file, "output.weight", config.vocab_size, hidden));
-    weights.lm_head.resize(layout.vocab.size * hidden);
-    RETURN_IF_ERROR(ReadRows(file, *output, hidden, layout.vocab, weights.lm_head.data()));
+    ASSIGN_OR_RETURN(weights.lm_head, LoadRows(file, hidden, {{output, layout.vocab}}));
   }
   for (int layer = 0; layer < config.num_layers; ++layer) {
     ASSIGN_OR_RETURN(LayerWeights w, LoadLayer(file, config, layout, layer));

@@ -1,5 +1,6 @@
-// Reads one rank's slices of a GGUF model into fp32 ModelWeights. Only the rank's rows (column-
-// parallel) or columns (row-parallel) are dequantized and kept; the file stays memory-mapped.
+// Reads one rank's slices of a GGUF model into ModelWeights. Only the rank's rows (column-
+// parallel) or columns (row-parallel) are kept: Q4_0/Q4_1/Q8_0 linears as copies of their blocks
+// (row-parallel slices when they fall on block boundaries), everything else decoded to fp32.
 #pragma once
 
 #include "absl/status/statusor.h"

@@ -1,11 +1,13 @@
 // Tensor parallelism splits the weights: at T=3 each rank holds about a third of the sharded
-// parts plus the replicated ones (token embedding and RMSNorm weights), and no rank holds the
-// whole model. Sizes come from AdminService.ClusterStatus.
+// parts plus the replicated ones (token embedding and RMSNorm weights, as stored), and no rank
+// holds the whole model. Sizes come from AdminService.ClusterStatus.
 #include <cstdio>
 #include <filesystem>
 
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "model/dequantize.h"
+#include "model/ggml_type.h"
 #include "model/gguf_file.h"
 #include "model/model_config.h"
 #include "tests/integration/cluster_test_util.h"
@@ -43,11 +45,19 @@ TEST(ShardMemory, EachRankHoldsItsShareAndTheReplicatedParts) {
   ASSERT_TRUE(file.ok()) << file.status();
   auto config = ModelConfig::FromGguf(**file);
   ASSERT_TRUE(config.ok()) << config.status();
-  // Replicated on every rank: token embedding [vocab, hidden] and every RMSNorm weight [hidden]
-  // (two per layer and the final one), fp32.
+  // Replicated on every rank, in bytes as stored: the token embedding [vocab, hidden], kept in its
+  // GGUF blocks when it is Q4_0/Q4_1/Q8_0 (worker/model_weights.h KeepsBlocks) and fp32
+  // otherwise, and every RMSNorm weight [hidden] (two per layer and the final one), fp32.
+  const GgufTensorInfo* embedding = (*file)->FindTensor("token_embd.weight");
+  ASSERT_NE(embedding, nullptr);
+  const int64_t embedding_elements = config->vocab_size * config->hidden_size;
+  const bool blocks = embedding->type == GgmlType::kQ4_0 || embedding->type == GgmlType::kQ4_1 ||
+                      embedding->type == GgmlType::kQ8_0;
+  auto embedding_bytes = GgmlBytesFor(embedding->type, embedding_elements);
+  ASSERT_TRUE(embedding_bytes.ok()) << embedding_bytes.status();
   const double replicated =
-      4.0 * (config->vocab_size * config->hidden_size +
-             (2 * config->num_layers + 1) * config->hidden_size);
+      (blocks ? static_cast<double>(*embedding_bytes) : 4.0 * embedding_elements) +
+      4.0 * (2 * config->num_layers + 1) * config->hidden_size;
 
   const std::vector<int64_t> one = ShardWeightBytes(1);
   ASSERT_EQ(one.size(), 1u);
