@@ -13,8 +13,8 @@ model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 prompt="$(python3 -c 'import json,sys; print("".join(json.load(open(sys.argv[1]))[i] for i in (1, 3, 5, 7, 9)))' \
   "$root/tests/golden/logit_prompts.json")"
 
-echo "== tpserve-generate (OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=$threads)"
-tp="$(OPENBLAS_NUM_THREADS="$threads" OMP_NUM_THREADS="$threads" "$root/build/bin/tpserve-generate" \
+echo "== tpserve-generate (--threads $threads)"
+tp="$("$root/build/bin/tpserve-generate" --threads "$threads" \
   --model "$model" --prompt "$prompt" --max-tokens "$max_tokens" --temperature 0 --ignore-eos 2>&1 >/dev/null \
   | grep -E '^(prefill|decode):')"
 echo "$tp"
