@@ -16,9 +16,15 @@ namespace tpserve {
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     const LocalClusterOptions& options) {
   std::unique_ptr<LocalCluster> cluster(new LocalCluster(options));
+  // The coordinator writes its port here once it listens; removed on every path out.
+  struct PortDir {
+    std::string path;
+    ~PortDir() { std::filesystem::remove_all(path); }
+  };
   char dir_template[] = "/tmp/tpserve-port-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
-  const std::string port_file = std::string(dir_template) + "/port";
+  const PortDir port_dir{dir_template};
+  const std::string port_file = port_dir.path + "/port";
   std::vector<std::string> args = {options.bin_dir + "/tpserve-coordinator",
                                    "--model", options.model,
                                    "--world-size", std::to_string(options.world_size),
@@ -34,20 +40,14 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   std::string port;
   while (port.empty()) {
-    const absl::Status alive = cluster->CheckChildren();
-    if (!alive.ok()) {
-      std::filesystem::remove_all(dir_template);
-      return alive;
-    }
+    RETURN_IF_ERROR(cluster->CheckChildren());
     if (absl::Now() > deadline) {
-      std::filesystem::remove_all(dir_template);
       return absl::DeadlineExceededError("the coordinator did not start listening within 30 s");
     }
     std::ifstream in(port_file);
     std::getline(in, port);
     if (port.empty()) absl::SleepFor(absl::Milliseconds(20));
   }
-  std::filesystem::remove_all(dir_template);
   cluster->address_ = absl::StrCat(options.host, ":", port);
 
   std::vector<int> ranks = options.ranks;

@@ -20,6 +20,9 @@ absl::StatusOr<Subprocess> Subprocess::Start(const std::vector<std::string>& arg
   std::vector<char*> args;
   for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
+  // Everything the child needs is prepared here: after fork() in a threaded process the child may
+  // only make async-signal-safe calls (no allocation) until exec.
+  const std::string exec_failed = absl::StrCat("exec ", argv[0], " failed\n");
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
@@ -33,8 +36,7 @@ absl::StatusOr<Subprocess> Subprocess::Start(const std::vector<std::string>& arg
       dup2(fd, STDERR_FILENO);
     }
     execv(args[0], args.data());
-    const std::string message = absl::StrCat("exec ", argv[0], ": ", std::strerror(errno), "\n");
-    (void)!write(STDERR_FILENO, message.data(), message.size());
+    (void)!write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
     _exit(127);
   }
   return Subprocess(pid);
@@ -64,6 +66,8 @@ std::optional<int> Subprocess::Poll() {
   int status = 0;
   const pid_t done = waitpid(pid_, &status, WNOHANG);
   if (done == pid_) exit_status_ = status;
+  // Reaped elsewhere (or SIGCHLD ignored): the child is gone, its status unknown.
+  if (done < 0 && errno == ECHILD) exit_status_ = 0;
   return exit_status_;
 }
 

@@ -1,5 +1,7 @@
 // RAII owner of a child process. The child gets SIGTERM if this process dies (PR_SET_PDEATHSIG),
 // so a killed launcher or test never leaves workers behind; the destructor kills and reaps it.
+// PR_SET_PDEATHSIG follows the thread that forked: call Start from a thread that lives as long
+// as the child (the main thread, or the thread that owns the Subprocess).
 #pragma once
 
 #include <sys/types.h>

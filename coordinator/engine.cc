@@ -26,14 +26,16 @@ absl::Status CheckSampling(const v1::SamplingParams& s) {
   if (s.top_k() < 0) return bad("top_k", s.top_k(), "must be >= 0 (0 disables it)");
   if (!(s.top_p() > 0 && s.top_p() <= 1)) return bad("top_p", s.top_p(), "must be in (0, 1]");
   if (!(s.min_p() >= 0 && s.min_p() <= 1)) return bad("min_p", s.min_p(), "must be in [0, 1]");
-  if (!std::isfinite(s.repetition_penalty()) || s.repetition_penalty() <= 0) {
-    return bad("repetition_penalty", s.repetition_penalty(), "must be > 0 (1 disables it)");
+  // Bounded so that penalized logits stay finite (logit / 1e-40 would be +inf).
+  if (!(s.repetition_penalty() >= 0.01f && s.repetition_penalty() <= 100.0f)) {
+    return bad("repetition_penalty", s.repetition_penalty(),
+               "must be in [0.01, 100] (1 disables it)");
   }
-  if (!std::isfinite(s.presence_penalty())) {
-    return bad("presence_penalty", s.presence_penalty(), "must be finite");
+  if (!(s.presence_penalty() >= -2.0f && s.presence_penalty() <= 2.0f)) {
+    return bad("presence_penalty", s.presence_penalty(), "must be in [-2, 2]");
   }
-  if (!std::isfinite(s.frequency_penalty())) {
-    return bad("frequency_penalty", s.frequency_penalty(), "must be finite");
+  if (!(s.frequency_penalty() >= -2.0f && s.frequency_penalty() <= 2.0f)) {
+    return bad("frequency_penalty", s.frequency_penalty(), "must be in [-2, 2]");
   }
   return absl::OkStatus();
 }

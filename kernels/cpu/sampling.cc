@@ -66,7 +66,9 @@ int32_t Sample(const float* logits, int64_t n, const SamplingParams& params, std
   TP_CHECK(params.temperature >= 0.0f && params.top_k >= 0);
   TP_CHECK(params.top_p > 0.0f && params.top_p <= 1.0f);
   TP_CHECK(params.min_p >= 0.0f && params.min_p <= 1.0f);
-  if (params.temperature == 0.0f || params.top_k == 1) return Argmax(logits, n);
+  // Below kGreedyTemperature, 1 / temperature overflows the exponent: the draw is the argmax.
+  constexpr float kGreedyTemperature = 1e-5f;
+  if (params.temperature < kGreedyTemperature || params.top_k == 1) return Argmax(logits, n);
 
   const bool use_top_k = params.top_k > 0 && params.top_k < n;
   const bool use_top_p = params.top_p < 1.0f;
@@ -84,14 +86,16 @@ int32_t Sample(const float* logits, int64_t n, const SamplingParams& params, std
   if (use_top_k) {
     SelectTopK(logits, n, params.top_k, &candidates);
     const float max_logit = candidates.front().logit;
-    TP_CHECK_MSG(std::isfinite(max_logit), "logits hold no finite maximum");
+    // An infinite or NaN maximum leaves no distribution to draw from; the argmax is the answer.
+    if (!std::isfinite(max_logit)) return Argmax(logits, n);
     for (Candidate& c : candidates) {
       c.weight = std::exp((c.logit - max_logit) * inv_temperature);
       mass += c.weight;
     }
   } else {
-    const float max_logit = logits[Argmax(logits, n)];
-    TP_CHECK_MSG(std::isfinite(max_logit), "logits hold no finite maximum");
+    const int32_t best = Argmax(logits, n);
+    const float max_logit = logits[best];
+    if (!std::isfinite(max_logit)) return best;
     std::vector<float>& weights = scratch.weights;
     weights.resize(n);
     double kept = 0.0;  // mass that passes min-p
@@ -150,6 +154,7 @@ int32_t Sample(const float* logits, int64_t n, const SamplingParams& params, std
     --keep;
   }
 
+  if (keep == 0) return Argmax(logits, n);
   double total = 0.0;
   for (int64_t i = 0; i < keep; ++i) total += candidates[i].weight;
   const double target = uniform(rng) * total;

@@ -22,8 +22,8 @@ struct SamplingParams {
 // top-k, then top-p (on the renormalized top-k distribution, tokens sorted by descending
 // probability, ties by lower id), then min-p; the kept tokens are renormalized and one
 // std::uniform_real_distribution<double> draw from rng picks among them, so the result is a
-// function of (logits, params, rng state). temperature == 0 or top_k == 1 returns Argmax and
-// leaves rng untouched.
+// function of (logits, params, rng state). temperature < 1e-5 or top_k == 1 returns Argmax and
+// leaves rng untouched, and so do logits whose maximum is not finite (+inf, NaN, all -inf).
 //   logits: [n], at least one finite; -inf marks a banned token.
 // Cost: one pass over the logits for top-k (a size-k heap), otherwise one exp per token plus,
 // for top-p, a sort of only the tokens that can be in the nucleus. Scratch buffers are reused

@@ -215,3 +215,34 @@ TEST(SampleTest, BannedTokensAreNeverDrawn) {
 
 }  // namespace
 }  // namespace tpserve::cpu
+
+namespace tpserve::cpu {
+namespace {
+
+// Client-chosen parameters (a tiny temperature, penalties that overflow a logit) must never
+// crash a worker: the draw falls back to the argmax.
+TEST(SampleTest, DegenerateInputsFallBackToArgmax) {
+  std::mt19937_64 rng(5);
+  const std::vector<float> logits = {0.5f, 2.0f, 1.0f, -1.0f};
+  SamplingParams tiny;
+  tiny.temperature = 1e-30f;
+  tiny.top_p = 0.5f;
+  tiny.min_p = 0.5f;
+  EXPECT_EQ(Sample(logits.data(), 4, tiny, rng), 1);
+
+  const std::vector<float> overflowed = {0.5f, std::numeric_limits<float>::infinity(), 1.0f};
+  SamplingParams warm;
+  warm.temperature = 1.0f;
+  EXPECT_EQ(Sample(overflowed.data(), 3, warm, rng), 1);
+  warm.top_k = 2;
+  EXPECT_EQ(Sample(overflowed.data(), 3, warm, rng), 1);
+
+  const std::vector<float> banned(3, -std::numeric_limits<float>::infinity());
+  warm.top_k = 0;
+  const int32_t id = Sample(banned.data(), 3, warm, rng);
+  EXPECT_GE(id, 0);
+  EXPECT_LT(id, 3);
+}
+
+}  // namespace
+}  // namespace tpserve::cpu
