@@ -115,6 +115,13 @@ int Run(const Flags& flags) {
   if (!config.ok()) return Fail(absl::StrCat("--model: ", config.status().message()));
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::FromGguf(**file);
   if (!tokenizer.ok()) return Fail(absl::StrCat("--model: ", tokenizer.status().message()));
+  // The coordinator checks client token ids against the tokenizer, workers against the config:
+  // the two must agree, or ids accepted here would be refused by every worker.
+  if ((*tokenizer)->vocab_size() != config->vocab_size) {
+    return Fail(absl::StrCat("--model: the tokenizer has ", (*tokenizer)->vocab_size(),
+                             " tokens but llama.vocab_size is ", config->vocab_size,
+                             "; tpserve needs them equal"));
+  }
   if (absl::StatusOr<ShardLayout> layout = ShardLayout::Make(*config, 0, flags.world_size);
       !layout.ok()) {
     return Fail(absl::StrCat("--world-size ", flags.world_size, ": ", layout.status().message()));
