@@ -35,6 +35,10 @@ struct Flags {
   std::string host = "127.0.0.1";
   int port = 0;
   int64_t kv_cache_blocks = 0;
+  int block_size = 16;
+  int max_num_batched_tokens = 2048;
+  int max_num_seqs = 256;
+  bool no_prefix_cache = false;
   int ready_timeout_s = 600;
   std::string prompt;
   int max_tokens = 64;
@@ -86,6 +90,11 @@ absl::Status Serve(const Flags& flags) {
   options.host = flags.host;
   options.port = flags.port;
   options.kv_cache_blocks = flags.kv_cache_blocks;
+  options.coordinator_args = {
+      absl::StrCat("--block-size=", flags.block_size),
+      absl::StrCat("--max-num-batched-tokens=", flags.max_num_batched_tokens),
+      absl::StrCat("--max-num-seqs=", flags.max_num_seqs)};
+  if (flags.no_prefix_cache) options.coordinator_args.push_back("--no-prefix-cache");
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
   LogInfo("tpserve", "coordinator listening on %s; started %d workers", cluster->address(),
           flags.tp);
@@ -135,6 +144,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 65535));
   app.add_option("--kv-cache-blocks", flags.kv_cache_blocks, "KV pool size (0 = workers decide)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--block-size", flags.block_size, "tokens per KV block")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--max-num-batched-tokens", flags.max_num_batched_tokens,
+                 "tokens run per step: decodes plus prefill chunks")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-num-seqs", flags.max_num_seqs, "sequences running at once")
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_flag("--no-prefix-cache", flags.no_prefix_cache,
+               "turn off the RadixAttention prefix cache");
   app.add_option("--ready-timeout", flags.ready_timeout_s, "seconds to wait for the cluster")
       ->check(CLI::PositiveNumber);
   app.add_option("--prompt", flags.prompt, "answer this chat prompt once the cluster is ready");

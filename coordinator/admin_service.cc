@@ -50,10 +50,17 @@ grpc::Status AdminServiceImpl::ClusterStatus(grpc::ServerContext* context,
   response->set_state(health.ok() ? v1::HealthResponse::STATE_SERVING
                                   : v1::HealthResponse::STATE_DEGRADED);
   response->set_message(std::string(health.message()));
-  const int64_t used = engine->num_blocks_used();
+  const EngineStats stats = engine->stats();
+  const int64_t used = stats.blocks_used();
   response->set_kv_block_size(engine->options().block_size);
-  response->set_kv_blocks_total(engine->options().num_blocks);
+  response->set_kv_blocks_total(stats.blocks_total);
   response->set_kv_blocks_used(used);
+  response->set_kv_blocks_cached(stats.blocks_cached);
+  response->set_num_requests_running(stats.num_running);
+  response->set_num_requests_waiting(stats.num_waiting);
+  response->set_num_preemptions(stats.counters.num_preemptions);
+  response->set_prefix_cache_query_tokens(stats.prefix_cache.query_tokens);
+  response->set_prefix_cache_hit_tokens(stats.prefix_cache.hit_tokens);
 
   const absl::Time now = absl::Now();
   for (const RankReport& report : pool->Reports()) {

@@ -4,8 +4,9 @@
 
 namespace tpserve {
 
-BlockPool::BlockPool(int32_t num_blocks) : in_use_(num_blocks, false) {
+BlockPool::BlockPool(int32_t num_blocks) {
   TP_CHECK(num_blocks >= 0);
+  ref_counts_.assign(num_blocks, 0);
   for (int32_t id = 0; id < num_blocks; ++id) free_.push_back(id);
 }
 
@@ -14,17 +15,29 @@ std::optional<std::vector<int32_t>> BlockPool::Allocate(int32_t n) {
   if (n > num_free()) return std::nullopt;
   std::vector<int32_t> ids(free_.begin(), free_.begin() + n);
   free_.erase(free_.begin(), free_.begin() + n);
-  for (int32_t id : ids) in_use_[id] = true;
+  for (int32_t id : ids) ref_counts_[id] = 1;
   return ids;
 }
 
-void BlockPool::Free(absl::Span<const int32_t> ids) {
+void BlockPool::Ref(absl::Span<const int32_t> ids) {
   for (int32_t id : ids) {
     TP_CHECK(id >= 0 && id < num_blocks());
-    TP_CHECK_MSG(in_use_[id], "block freed twice");
-    in_use_[id] = false;
-    free_.push_back(id);
+    TP_CHECK_MSG(ref_counts_[id] > 0, "Ref on a free block");
+    ++ref_counts_[id];
   }
+}
+
+void BlockPool::Release(absl::Span<const int32_t> ids) {
+  for (int32_t id : ids) {
+    TP_CHECK(id >= 0 && id < num_blocks());
+    TP_CHECK_MSG(ref_counts_[id] > 0, "released a free block");
+    if (--ref_counts_[id] == 0) free_.push_back(id);
+  }
+}
+
+int32_t BlockPool::ref_count(int32_t id) const {
+  TP_CHECK(id >= 0 && id < num_blocks());
+  return ref_counts_[id];
 }
 
 }  // namespace tpserve

@@ -49,7 +49,11 @@ struct Flags {
   double startup_timeout_s = 60;
   double step_timeout_s = 30;
   int64_t kv_cache_blocks = 0;
+  int64_t kv_cache_memory_mib = 0;
   int block_size = 16;
+  int max_num_batched_tokens = 2048;
+  int max_num_seqs = 256;
+  bool no_prefix_cache = false;
 };
 
 std::string JoinHostPort(const std::string& host, int port) {
@@ -176,6 +180,7 @@ int Run(const Flags& flags) {
   init.model_path = "";
   init.block_size = flags.block_size;
   init.kv_cache_blocks = flags.kv_cache_blocks;
+  init.kv_cache_bytes = flags.kv_cache_memory_mib << 20;
   LogInfo(kLog, "all %d ranks registered; Init with group %s", flags.world_size, init.group_id);
   if (absl::Status s = pool.Init(init, absl::Seconds(flags.startup_timeout_s)); !s.ok()) {
     pool.Shutdown(kShutdownTimeout);
@@ -198,6 +203,9 @@ int Run(const Flags& flags) {
       loaded->context_length > 0 ? loaded->context_length : config->context_length;
   options.vocab_size = loaded->vocab_size > 0 ? loaded->vocab_size : config->vocab_size;
   options.step_timeout = absl::Seconds(flags.step_timeout_s);
+  options.max_num_seqs = flags.max_num_seqs;
+  options.max_num_batched_tokens = flags.max_num_batched_tokens;
+  options.enable_prefix_cache = !flags.no_prefix_cache;
   Engine engine(options, &pool, tokenizer->get());
   engine.Start();
   {
@@ -207,9 +215,10 @@ int Run(const Flags& flags) {
     inference.SetEngine(&engine);
     LogInfo(kLog,
             "serving: %d ranks, %d KV blocks of %d tokens, context %d, vocab %d, %d weight "
-            "bytes in all",
+            "bytes in all; up to %d sequences and %d tokens per step, prefix cache %s",
             flags.world_size, options.num_blocks, options.block_size, options.context_length,
-            options.vocab_size, loaded->weight_bytes);
+            options.vocab_size, loaded->weight_bytes, options.max_num_seqs,
+            options.max_num_batched_tokens, options.enable_prefix_cache ? "on" : "off");
     if (stop.HasBeenNotified()) LogInfo(kLog, "stop requested during start-up");
     stop.WaitForNotification();
   }
@@ -246,9 +255,22 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--kv-cache-blocks", flags.kv_cache_blocks,
-                 "KV blocks per rank; 0 lets the workers decide")
+                 "KV blocks per rank; 0 sizes the pool from --kv-cache-memory")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-cache-memory", flags.kv_cache_memory_mib,
+                 "MiB of KV cache per rank when --kv-cache-blocks is 0; 0 = the worker's default")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  app.add_option("--max-num-batched-tokens", flags.max_num_batched_tokens,
+                 "tokens run per step: decodes plus prefill chunks")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-num-seqs", flags.max_num_seqs, "sequences running at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_flag("--no-prefix-cache", flags.no_prefix_cache,
+               "turn off the RadixAttention prefix cache");
   app.add_option("--block-size", flags.block_size, "tokens per KV block")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));

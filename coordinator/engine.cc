@@ -42,10 +42,35 @@ absl::Status CheckSampling(const v1::SamplingParams& s) {
 
 }  // namespace
 
+namespace {
+
+SchedulerOptions ToSchedulerOptions(const EngineOptions& options) {
+  SchedulerOptions s;
+  s.block_size = options.block_size;
+  s.max_num_seqs = options.max_num_seqs;
+  s.max_num_batched_tokens = options.max_num_batched_tokens;
+  s.max_logit_rows = static_cast<int32_t>(std::clamp<int64_t>(
+      kMaxScoreLogitBytes / (std::max<int64_t>(options.vocab_size, 1) * 4), 1,
+      options.max_num_batched_tokens));
+  s.context_length = options.context_length;
+  return s;
+}
+
+}  // namespace
+
 Engine::Engine(EngineOptions options, WorkerPool* pool, const Tokenizer* tokenizer)
-    : options_(options), pool_(pool), tokenizer_(tokenizer), blocks_(options.num_blocks) {
-  TP_CHECK(options_.block_size > 0 && options_.max_batch_size > 0);
+    : options_(options),
+      pool_(pool),
+      tokenizer_(tokenizer),
+      blocks_(options.num_blocks),
+      cache_(options.enable_prefix_cache
+                 ? std::make_unique<RadixCache>(options.block_size, &blocks_)
+                 : nullptr),
+      scheduler_(ToSchedulerOptions(options), &blocks_, cache_.get()) {
+  TP_CHECK(options_.block_size > 0 && options_.max_num_seqs > 0);
+  TP_CHECK(options_.max_num_batched_tokens > 0);
   TP_CHECK(options_.context_length > 0 && options_.vocab_size > 0);
+  PublishStats();
 }
 
 Engine::~Engine() { Stop(); }
@@ -163,9 +188,12 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Enqueue(std::unique_ptr<S
 }
 
 void Engine::Run() {
+  // Requests the scheduler holds but cannot run yet are retried at this pace.
+  constexpr absl::Duration kRetry = absl::Milliseconds(5);
+  bool ran = true;
   for (;;) {
-    PublishBlockUsage();
-    if (!TakeSubmitted()) break;
+    PublishStats();
+    if (!TakeSubmitted(ran ? absl::ZeroDuration() : kRetry)) break;
     absl::Status health;
     {
       absl::MutexLock lock(&mutex_);
@@ -176,9 +204,10 @@ void Engine::Run() {
       continue;
     }
     DropCancelled();
-    ScheduledBatch batch = Schedule();
-    PublishBlockUsage();
-    if (batch.empty()) continue;
+    ScheduledBatch batch = scheduler_.Schedule();
+    ran = !batch.empty();
+    if (!ran) continue;
+    PublishStats();
     ++step_id_;
     const int64_t deadline_ms = absl::ToUnixMillis(absl::Now() + options_.step_timeout);
     absl::StatusOr<v1::StepResponse> response =
@@ -190,146 +219,92 @@ void Engine::Run() {
     Apply(batch, *response);
   }
   FailAll(absl::UnavailableError("coordinator is shutting down"));
-  PublishBlockUsage();
+  PublishStats();
 }
 
-void Engine::PublishBlockUsage() {
-  blocks_used_.store(blocks_.num_blocks() - blocks_.num_free(), std::memory_order_relaxed);
+EngineStats Engine::stats() const {
+  absl::MutexLock lock(&stats_mutex_);
+  return stats_;
 }
 
-bool Engine::TakeSubmitted() {
-  const bool idle = waiting_.empty() && running_.empty();
-  absl::MutexLock lock(&mutex_);
-  if (idle) {
+void Engine::PublishStats() {
+  EngineStats stats;
+  stats.blocks_total = blocks_.num_blocks();
+  stats.blocks_free = blocks_.num_free();
+  if (cache_ != nullptr) {
+    stats.blocks_cached = cache_->num_cached_blocks();
+    stats.blocks_evictable = cache_->num_evictable_blocks();
+    stats.prefix_cache = cache_->stats();
+  }
+  stats.num_running = scheduler_.num_running();
+  stats.num_waiting = scheduler_.num_waiting();
+  stats.counters = scheduler_.counters();
+  absl::MutexLock lock(&stats_mutex_);
+  stats_ = stats;
+}
+
+bool Engine::TakeSubmitted(absl::Duration wait) {
+  const bool idle = scheduler_.idle();
+  std::vector<std::unique_ptr<Sequence>> submitted;
+  {
+    absl::MutexLock lock(&mutex_);
     auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
       return stopping_ || !submitted_.empty();
     };
-    mutex_.Await(absl::Condition(&wake));
+    if (idle) {
+      mutex_.Await(absl::Condition(&wake));
+    } else if (wait > absl::ZeroDuration()) {
+      mutex_.AwaitWithTimeout(absl::Condition(&wake), wait);
+    }
+    if (stopping_) return false;
+    submitted.swap(submitted_);
   }
-  for (auto& seq : submitted_) waiting_.push_back(std::move(seq));
-  submitted_.clear();
-  return !stopping_;
-}
-
-void Engine::Release(Sequence& seq) {
-  blocks_.Free(seq.block_ids);
-  seq.block_ids.clear();
-  if (seq.known_to_workers) finished_seq_ids_.push_back(seq.seq_id);
-  seq.known_to_workers = false;
-  seq.num_computed = 0;
-}
-
-std::unique_ptr<Sequence> Engine::TakeRunning(size_t index) {
-  std::unique_ptr<Sequence> seq = std::move(running_[index]);
-  running_.erase(running_.begin() + index);
-  return seq;
+  for (auto& seq : submitted) scheduler_.Add(std::move(seq));
+  return true;
 }
 
 void Engine::DropCancelled() {
-  auto drop = [this](std::unique_ptr<Sequence> seq) {
-    Release(*seq);
+  for (std::unique_ptr<Sequence>& seq : scheduler_.TakeCancelled()) {
     LogInfo(kLog, "request %d: cancelled by the client after %d tokens", seq->request_id,
             seq->num_generated());
     seq->stream->Fail(absl::CancelledError("cancelled by the client"));
-  };
-  for (size_t i = 0; i < running_.size();) {
-    if (running_[i]->stream->cancelled()) {
-      drop(TakeRunning(i));
-    } else {
-      ++i;
-    }
-  }
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if ((*it)->stream->cancelled()) {
-      drop(std::move(*it));
-      it = waiting_.erase(it);
-    } else {
-      ++it;
-    }
   }
 }
 
-void Engine::PreemptLast() {
-  std::unique_ptr<Sequence> seq = TakeRunning(running_.size() - 1);
-  LogInfo(kLog, "request %d: preempted for lack of KV blocks; will recompute %d tokens",
-          seq->request_id, seq->tokens.size());
-  Release(*seq);
-  waiting_.push_front(std::move(seq));
-}
-
-ScheduledBatch Engine::Schedule() {
-  ScheduledBatch batch;
-  // Decode: every running sequence runs its newest token.
-  bool preempted = false;
-  for (size_t i = 0; i < running_.size(); ++i) {
-    Sequence& seq = *running_[i];
-    const int32_t needed =
-        BlocksFor(seq.tokens.size()) - static_cast<int32_t>(seq.block_ids.size());
-    std::vector<int32_t> new_blocks;
-    if (needed > 0) {
-      std::optional<std::vector<int32_t>> ids;
-      while (!(ids = blocks_.Allocate(needed)) && i < running_.size()) {
-        PreemptLast();
-        preempted = true;
-      }
-      if (i >= running_.size()) break;  // `seq` itself was preempted
-      new_blocks = std::move(*ids);
-      seq.block_ids.insert(seq.block_ids.end(), new_blocks.begin(), new_blocks.end());
-    }
-    batch.entries.push_back({&seq, false, seq.num_computed, std::move(new_blocks)});
+bool Engine::ApplyScore(const ScheduledBatch::Entry& entry, const v1::SequenceOutput* output,
+                        uint64_t step_id) {
+  Sequence& seq = *entry.seq;
+  const int64_t expected = static_cast<int64_t>(entry.num_tokens) * options_.vocab_size;
+  if (output == nullptr || output->logits_size() != expected) {
+    seq.stream->Fail(absl::InternalError(
+        absl::StrCat("rank 0 returned ", output == nullptr ? 0 : output->logits_size(),
+                     " logits for step ", step_id, ", expected ", expected)));
+    return true;
   }
-  // Admit waiting sequences FCFS: the whole prompt (or everything, after preemption) at once.
-  // Not in a step that had to preempt: the pool is full, admitting would only thrash.
-  int64_t prefill_tokens = 0;
-  while (!preempted && !waiting_.empty() &&
-         static_cast<int32_t>(running_.size()) < options_.max_batch_size) {
-    Sequence& seq = *waiting_.front();
-    const int64_t n = static_cast<int64_t>(seq.tokens.size());
-    if (prefill_tokens > 0 && prefill_tokens + n > options_.max_prefill_tokens) break;
-    std::optional<std::vector<int32_t>> ids = blocks_.Allocate(BlocksFor(n));
-    if (!ids) break;
-    prefill_tokens += n;
-    seq.block_ids = *ids;
-    seq.seq_id = next_seq_id_++;
-    seq.known_to_workers = true;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-    batch.entries.push_back({&seq, true, 0, std::move(*ids)});
-  }
-  batch.finished_seq_ids = std::move(finished_seq_ids_);
-  finished_seq_ids_.clear();
-  if (batch.empty()) {
-    finished_seq_ids_ = std::move(batch.finished_seq_ids);  // nothing to send them with yet
-    batch.finished_seq_ids.clear();
-  }
-  return batch;
+  seq.score_logits.insert(seq.score_logits.end(), output->logits().begin(),
+                          output->logits().end());
+  if (seq.num_computed < static_cast<int32_t>(seq.tokens.size())) return false;
+  seq.stream->FinishScore(std::move(seq.score_logits), seq.prompt_len);
+  LogInfo(kLog, "request %d: scored %d positions in %.3f s", seq.request_id, seq.prompt_len,
+          absl::ToDoubleSeconds(absl::Now() - seq.arrival));
+  return true;
 }
 
 void Engine::Apply(const ScheduledBatch& batch, const v1::StepResponse& response) {
+  scheduler_.Commit(batch);
   absl::flat_hash_map<uint64_t, const v1::SequenceOutput*> outputs;
   for (const v1::SequenceOutput& output : response.outputs()) outputs[output.seq_id()] = &output;
 
   std::vector<Sequence*> done;  // finished (or failed) this step
   for (const ScheduledBatch::Entry& entry : batch.entries) {
     Sequence& seq = *entry.seq;
-    seq.num_computed = static_cast<int32_t>(seq.tokens.size());
     auto it = outputs.find(seq.seq_id);
     const v1::SequenceOutput* output = it == outputs.end() ? nullptr : it->second;
-
     if (seq.kind == Sequence::Kind::kScore) {
-      const int64_t expected = static_cast<int64_t>(seq.tokens.size()) * options_.vocab_size;
-      if (output == nullptr || output->logits_size() != expected) {
-        seq.stream->Fail(absl::InternalError(
-            absl::StrCat("rank 0 returned ", output == nullptr ? 0 : output->logits_size(),
-                         " logits for step ", response.step_id(), ", expected ", expected)));
-      } else {
-        seq.stream->FinishScore({output->logits().begin(), output->logits().end()}, seq.prompt_len);
-        LogInfo(kLog, "request %d: scored %d positions in %.3f s", seq.request_id, seq.prompt_len,
-                absl::ToDoubleSeconds(absl::Now() - seq.arrival));
-      }
-      done.push_back(&seq);
+      if (ApplyScore(entry, output, response.step_id())) done.push_back(&seq);
       continue;
     }
+    if (!entry.completes()) continue;  // a prefill chunk: nothing sampled yet
 
     if (output == nullptr || output->token_id() < 0 ||
         output->token_id() >= tokenizer_->vocab_size()) {
@@ -343,57 +318,33 @@ void Engine::Apply(const ScheduledBatch& batch, const v1::StepResponse& response
       continue;
     }
     const int32_t token = output->token_id();
-    seq.tokens.push_back(token);
-    const GenerateParams& p = seq.params;
-    const bool stop_token = (!p.ignore_eos && tokenizer_->IsEndOfGeneration(token)) ||
-                            std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
-                                p.stop_token_ids.end();
-    std::optional<FinishReason> finish;
-    if (stop_token) {
-      finish = FinishReason::kStop;
-    } else {
-      seq.stream->Push(token);
-      const int64_t n = static_cast<int64_t>(seq.tokens.size());
-      if ((p.max_tokens > 0 && seq.num_generated() >= p.max_tokens) ||
-          n >= options_.context_length || BlocksFor(n) > options_.num_blocks) {
-        finish = FinishReason::kLength;
-      }
-    }
+    const std::optional<FinishReason> finish =
+        scheduler_.AppendToken(seq, token, tokenizer_->IsEndOfGeneration(token));
+    if (finish != FinishReason::kStop) seq.stream->Push(token);
     if (finish.has_value()) {
-      seq.stream->Finish(*finish, seq.prompt_len, seq.num_generated());
-      LogInfo(kLog, "request %d: finished (%s), %d prompt + %d generated tokens in %.3f s",
-              seq.request_id, FinishReasonName(*finish), seq.prompt_len, seq.num_generated(),
+      seq.stream->Finish(*finish, seq.prompt_len, seq.num_generated(),
+                         std::max(seq.cached_prompt_tokens, 0));
+      LogInfo(kLog,
+              "request %d: finished (%s), %d prompt (%d cached) + %d generated tokens in %.3f s",
+              seq.request_id, FinishReasonName(*finish), seq.prompt_len,
+              std::max(seq.cached_prompt_tokens, 0), seq.num_generated(),
               absl::ToDoubleSeconds(absl::Now() - seq.arrival));
       done.push_back(&seq);
     }
   }
-  for (Sequence* seq : done) {
-    auto it = std::find_if(running_.begin(), running_.end(),
-                           [seq](const auto& s) { return s.get() == seq; });
-    TP_CHECK(it != running_.end());
-    std::unique_ptr<Sequence> finished = TakeRunning(it - running_.begin());
-    Release(*finished);
-  }
+  for (Sequence* seq : done) scheduler_.Finish(seq);
 }
 
 void Engine::FailAll(const absl::Status& status) {
   {
     absl::MutexLock lock(&mutex_);
-    for (auto& seq : submitted_) waiting_.push_back(std::move(seq));
+    for (auto& seq : submitted_) scheduler_.Add(std::move(seq));
     submitted_.clear();
   }
-  auto fail = [&](Sequence& seq) {
-    LogWarning(kLog, "request %d: failed: %s", seq.request_id, status.ToString());
-    seq.stream->Fail(status);
-    blocks_.Free(seq.block_ids);
-    seq.block_ids.clear();
-  };
-  for (auto& seq : running_) fail(*seq);
-  for (auto& seq : waiting_) fail(*seq);
-  running_.clear();
-  waiting_.clear();
-  // The workers' state is unknown now; a re-formed group starts from scratch.
-  finished_seq_ids_.clear();
+  for (std::unique_ptr<Sequence>& seq : scheduler_.TakeAll()) {
+    LogWarning(kLog, "request %d: failed: %s", seq->request_id, status.ToString());
+    seq->stream->Fail(status);
+  }
 }
 
 }  // namespace tpserve

@@ -1,26 +1,18 @@
-// The engine: one thread that owns every request, the block pool and the plan of each step, and
-// drives the workers in lockstep. Each step is three calls (nano-vllm's loop): Schedule() plans
-// a ScheduledBatch, WorkerPool::Step runs it on every rank, Apply() hands rank 0's results to
-// the requests. Planning and applying stay separate so that a later Scheduler (chunked prefill,
-// prefix cache) can replace Schedule() and plan step N+1 while step N runs.
-//
-// Batching for now: FCFS admission while blocks allow (up to max_batch_size sequences and
-// max_prefill_tokens per step, the first prompt always fits), whole-prompt prefill, one decode
-// token per running sequence per step. When a running sequence needs a block and none is free,
-// the most recently admitted running sequence is preempted: its blocks are freed and it is
-// requeued at the front, to be recomputed (prompt + generated tokens) under a fresh worker id.
+// The engine: one thread that owns every request, the block pool, the prefix cache and the
+// Scheduler, and drives the workers in lockstep. Each step is three calls (nano-vllm's loop):
+// Scheduler::Schedule() plans a ScheduledBatch, WorkerPool::Step runs it on every rank, Apply()
+// hands rank 0's results to the requests. Planning and applying stay separate so that step N+1
+// can later be planned while step N runs.
 //
 // Failure model (DESIGN.md): a failed step or heartbeat marks the cluster degraded; every
 // in-flight and waiting request then fails with UNAVAILABLE "cluster degraded: <rank and
 // cause>", new requests are refused with the same status, and the process keeps serving
 // Health. Re-forming the group when the ranks come back is not implemented yet.
 //
-// Thread-safe API: front-end threads call Submit*/health, any thread MarkDegraded.
+// Thread-safe API: front-end threads call Submit*/health/stats, any thread MarkDegraded.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -30,8 +22,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/block_pool.h"
+#include "coordinator/radix_cache.h"
 #include "coordinator/request_stream.h"
 #include "coordinator/scheduled_batch.h"
+#include "coordinator/scheduler.h"
 #include "coordinator/sequence.h"
 #include "coordinator/worker_pool.h"
 #include "model/tokenizer.h"
@@ -39,16 +33,31 @@
 namespace tpserve {
 
 struct EngineOptions {
-  int32_t block_size = 16;            // tokens per KV block
-  int32_t num_blocks = 0;             // KV blocks every rank holds
-  int64_t context_length = 0;         // positions the model supports
-  int64_t vocab_size = 0;             // logits per position
-  int32_t max_batch_size = 32;        // sequences per step
-  int32_t max_prefill_tokens = 8192;  // prompt tokens admitted per step (the first always fits)
+  int32_t block_size = 16;                // tokens per KV block
+  int32_t num_blocks = 0;                 // KV blocks every rank holds
+  int64_t context_length = 0;             // positions the model supports
+  int64_t vocab_size = 0;                 // logits per position
+  int32_t max_num_seqs = 256;             // running sequences per step
+  int32_t max_num_batched_tokens = 2048;  // tokens per step (prefill chunks + decodes)
+  bool enable_prefix_cache = true;
   absl::Duration step_timeout = absl::Seconds(30);
 };
 
-// Score logits must fit one gRPC message from rank 0.
+// What the engine thread last published, for the admin view and metrics.
+struct EngineStats {
+  int32_t blocks_total = 0;
+  int32_t blocks_free = 0;
+  int32_t blocks_cached = 0;     // in the prefix tree (some may also be used by requests)
+  int32_t blocks_evictable = 0;  // cached and used by no request
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  SchedulerCounters counters;
+  RadixCache::Stats prefix_cache;
+  // Blocks that requests hold now.
+  int32_t blocks_used() const { return blocks_total - blocks_free - blocks_evictable; }
+};
+
+// Score logits must fit one gRPC message: rank 0's reply for a step, and the client's reply.
 inline constexpr int64_t kMaxScoreLogitBytes = 240 << 20;
 
 class Engine {
@@ -67,8 +76,9 @@ class Engine {
   // pool, max_tokens < 0, or impossible sampling parameters; UNAVAILABLE when degraded or
   // stopping.
   absl::StatusOr<std::shared_ptr<RequestStream>> SubmitGenerate(GenerateParams params);
-  // Queues teacher-forced scoring of `prompt`: one step with every position's logits. The same
-  // prompt checks, plus INVALID_ARGUMENT when the logits would not fit one message.
+  // Queues teacher-forced scoring of `prompt`: every position's logits, computed in chunks that
+  // keep each step's reply under kMaxScoreLogitBytes. The same prompt checks, plus
+  // INVALID_ARGUMENT when all the logits would not fit the client's one reply message.
   absl::StatusOr<std::shared_ptr<RequestStream>> SubmitScore(std::vector<int32_t> prompt);
 
   // Marks the cluster degraded by `cause` (the first cause sticks) and wakes the engine.
@@ -77,32 +87,27 @@ class Engine {
   absl::Status health() const;
 
   const EngineOptions& options() const { return options_; }
-  // KV blocks in use as of the last engine step (any thread; published by the engine thread).
-  int32_t num_blocks_used() const { return blocks_used_.load(std::memory_order_relaxed); }
+  // As of the last engine step (any thread; published by the engine thread).
+  EngineStats stats() const;
 
  private:
   // Runs on the engine thread until Stop().
   void Run();
-  // Moves submitted requests into waiting_; blocks while there is nothing to do. False when
-  // stopping.
-  bool TakeSubmitted();
+  // Moves submitted requests into the scheduler; blocks while there is nothing to do, or up to
+  // `wait` when the scheduler holds requests it cannot run yet. False when stopping.
+  bool TakeSubmitted(absl::Duration wait);
   // Drops requests whose client went away (CANCELLED to the stream, blocks freed).
   void DropCancelled();
-  // Plans the next step; may preempt (see the class comment).
-  ScheduledBatch Schedule();
   // Applies rank 0's outputs: appends tokens, streams them, finishes sequences.
   void Apply(const ScheduledBatch& batch, const v1::StepResponse& response);
+  // The Score part of Apply: collects the entry's logit rows; true when the sequence is done.
+  bool ApplyScore(const ScheduledBatch::Entry& entry, const v1::SequenceOutput* output,
+                  uint64_t step_id);
   // Fails every request the engine holds with `status`.
   void FailAll(const absl::Status& status);
-  // Stores the block pool's usage for num_blocks_used() (engine thread).
-  void PublishBlockUsage();
+  // Stores what stats() returns (engine thread).
+  void PublishStats();
 
-  // Frees `seq`'s blocks and queues its worker id for finished_seq_ids (engine thread).
-  void Release(Sequence& seq);
-  // Running sequence at running_[index] leaves the batch: running_ stays in admission order.
-  std::unique_ptr<Sequence> TakeRunning(size_t index);
-  // Requeues the most recently admitted running sequence for recompute.
-  void PreemptLast();
   int32_t BlocksFor(int64_t num_tokens) const;
   // Checks shared by both Submit*: prompt ids, length, blocks, and serving state.
   absl::Status CheckPrompt(const std::vector<int32_t>& prompt) const;
@@ -113,16 +118,15 @@ class Engine {
   WorkerPool* const pool_;
   const Tokenizer* const tokenizer_;
 
-  // Engine thread only.
+  // Engine thread only. Destroyed in reverse order: the scheduler releases its blocks into the
+  // cache and the pool, the cache into the pool.
   BlockPool blocks_;
-  std::deque<std::unique_ptr<Sequence>> waiting_;   // FCFS; preempted ones go to the front
-  std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
-  std::vector<uint64_t> finished_seq_ids_;          // sent with the next step
-  uint64_t next_seq_id_ = 1;
+  std::unique_ptr<RadixCache> cache_;  // null with enable_prefix_cache off
+  Scheduler scheduler_;
   uint64_t step_id_ = 0;
 
-  // num_blocks - blocks_.num_free(), published before and after each step.
-  std::atomic<int32_t> blocks_used_{0};
+  mutable absl::Mutex stats_mutex_;
+  EngineStats stats_ ABSL_GUARDED_BY(stats_mutex_);
 
   mutable absl::Mutex mutex_;
   std::vector<std::unique_ptr<Sequence>> submitted_ ABSL_GUARDED_BY(mutex_);

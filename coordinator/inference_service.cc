@@ -123,6 +123,7 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
       chunk.set_finish_reason(FinishReasonName(*update.finish_reason));
       chunk.mutable_usage()->set_prompt_tokens(update.prompt_tokens);
       chunk.mutable_usage()->set_completion_tokens(update.completion_tokens);
+      chunk.mutable_usage()->set_cached_prompt_tokens(update.cached_prompt_tokens);
     }
     chunk.set_text(std::move(text));
     if (!writer->Write(chunk)) {

@@ -22,7 +22,8 @@ void RequestStream::Push(int32_t token_id) {
   pending_.token_ids.push_back(token_id);
 }
 
-void RequestStream::Finish(FinishReason reason, int32_t prompt_tokens, int32_t completion_tokens) {
+void RequestStream::Finish(FinishReason reason, int32_t prompt_tokens, int32_t completion_tokens,
+                           int32_t cached_prompt_tokens) {
   absl::MutexLock lock(&mutex_);
   TP_CHECK(!finished_);
   finished_ = true;
@@ -30,6 +31,7 @@ void RequestStream::Finish(FinishReason reason, int32_t prompt_tokens, int32_t c
   pending_.finish_reason = reason;
   pending_.prompt_tokens = prompt_tokens;
   pending_.completion_tokens = completion_tokens;
+  pending_.cached_prompt_tokens = cached_prompt_tokens;
 }
 
 void RequestStream::FinishScore(std::vector<float> logits, int32_t prompt_tokens) {

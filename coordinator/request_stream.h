@@ -27,6 +27,7 @@ struct StreamUpdate {
   std::optional<FinishReason> finish_reason;  // Generate only
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;  // includes a final stop token that is not streamed
+  int32_t cached_prompt_tokens = 0;  // prompt tokens taken from the prefix cache
   std::vector<float> logits;      // Score only: [prompt_tokens, vocab]
 };
 
@@ -38,7 +39,8 @@ class RequestStream {
 
   // Engine side. After Finish*/Fail nothing more may be pushed.
   void Push(int32_t token_id);
-  void Finish(FinishReason reason, int32_t prompt_tokens, int32_t completion_tokens);
+  void Finish(FinishReason reason, int32_t prompt_tokens, int32_t completion_tokens,
+              int32_t cached_prompt_tokens);
   void FinishScore(std::vector<float> logits, int32_t prompt_tokens);
   void Fail(absl::Status status);
   bool cancelled() const;

@@ -14,14 +14,17 @@ v1::StepRequest ToStepRequest(const ScheduledBatch& batch, uint64_t step_id, int
       *added->mutable_sampling() = seq.params.sampling;
       added->mutable_prompt_token_ids()->Add(seq.tokens.begin(),
                                              seq.tokens.begin() + seq.prompt_len);
+      added->mutable_output_token_ids()->Add(seq.tokens.begin() + seq.prompt_len,
+                                             seq.tokens.end());
     }
     v1::ScheduledSequence* scheduled = request.add_sequences();
     scheduled->set_seq_id(seq.seq_id);
-    scheduled->mutable_token_ids()->Add(seq.tokens.begin() + entry.start, seq.tokens.end());
+    scheduled->mutable_token_ids()->Add(seq.tokens.begin() + entry.start,
+                                        seq.tokens.begin() + entry.start + entry.num_tokens);
     scheduled->set_start_position(entry.start);
     scheduled->mutable_new_block_ids()->Add(entry.new_block_ids.begin(), entry.new_block_ids.end());
     const bool score = seq.kind == Sequence::Kind::kScore;
-    scheduled->set_sample(!score);
+    scheduled->set_sample(!score && entry.completes());
     scheduled->set_all_logits(score);
   }
   request.mutable_finished_seq_ids()->Add(batch.finished_seq_ids.begin(),

@@ -12,19 +12,28 @@ namespace tpserve {
 
 struct ScheduledBatch {
   struct Entry {
-    Sequence* seq = nullptr;  // owned by the engine
+    Sequence* seq = nullptr;  // owned by the scheduler
     bool is_new = false;      // first step of seq->seq_id on the workers: send a NewSequence
-    int32_t start = 0;        // position of the first token run; the tokens run are
-                              // seq->tokens[start, seq->tokens.size())
+    int32_t start = 0;        // position of the first token run (seq->num_computed)
+    int32_t num_tokens = 0;   // runs seq->tokens[start, start + num_tokens)
     std::vector<int32_t> new_block_ids;  // appended to the sequence's block table
+
+    // This step reaches the end of the known tokens: a Generate entry samples the next one.
+    bool completes() const { return start + num_tokens == static_cast<int32_t>(seq->tokens.size()); }
   };
   std::vector<Entry> entries;
   std::vector<uint64_t> finished_seq_ids;  // workers drop these sequences' state
 
   bool empty() const { return entries.empty(); }
+  int32_t num_tokens() const {
+    int32_t n = 0;
+    for (const Entry& e : entries) n += e.num_tokens;
+    return n;
+  }
 };
 
-// Generate entries sample the next token; Score entries ask for the logits of every position.
+// Generate entries sample the next token when they complete; Score entries ask for the logits
+// of every position they run.
 v1::StepRequest ToStepRequest(const ScheduledBatch& batch, uint64_t step_id, int64_t deadline_ms);
 
 }  // namespace tpserve

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "coordinator/radix_cache.h"
 #include "coordinator/request_stream.h"
 #include "tpserve/v1/worker.pb.h"
 
@@ -29,10 +30,18 @@ struct Sequence {
   GenerateParams params;
   std::vector<int32_t> tokens;  // prompt then generated tokens
   int32_t prompt_len = 0;
-  // Tokens whose K/V the workers hold; catches up with tokens.size() each step it runs.
+  // Tokens whose K/V the workers hold (computed or taken from the prefix cache); catches up
+  // with tokens.size() over one or more steps (chunked prefill), then runs one token per step.
   int32_t num_computed = 0;
-  std::vector<int32_t> block_ids;  // the block table; covers num_computed tokens and more
-  bool known_to_workers = false;   // sent as a NewSequence under seq_id
+  // The block table; the sequence holds one BlockPool reference on each. Covers num_computed
+  // tokens and possibly more.
+  std::vector<int32_t> block_ids;
+  bool known_to_workers = false;  // sent as a NewSequence under seq_id
+  // Prefix cache: the node this sequence locks (covers block_ids[0, num_cached_blocks)) or null.
+  RadixCache::Node* cache_node = nullptr;
+  int32_t num_cached_blocks = 0;
+  int32_t cached_prompt_tokens = -1;  // taken from the cache at first admission; -1 before
+  std::vector<float> score_logits;    // Score: rows received so far, [rows, vocab]
   std::shared_ptr<RequestStream> stream;
   absl::Time arrival;
 

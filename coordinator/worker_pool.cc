@@ -156,6 +156,7 @@ absl::Status WorkerPool::Init(const WorkerInitOptions& options, absl::Duration t
     r.set_model_path(options.model_path);
     r.set_block_size(options.block_size);
     r.set_kv_cache_blocks(options.kv_cache_blocks);
+    r.set_kv_cache_bytes(options.kv_cache_bytes);
   }
   auto statuses = CallAll(timeout, /*cancel_on_failure=*/true,
                           [&](int rank, auto* stub, auto* context, auto done) {

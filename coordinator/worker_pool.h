@@ -31,7 +31,8 @@ struct WorkerInitOptions {
   std::string model_path;           // empty: each worker uses its own --model
   v1::Device device = v1::DEVICE_CPU;
   int64_t block_size = 16;
-  int64_t kv_cache_blocks = 0;  // 0: each worker decides
+  int64_t kv_cache_blocks = 0;  // 0: each worker sizes its pool from kv_cache_bytes
+  int64_t kv_cache_bytes = 0;   // per rank; 0: the worker's default budget
 };
 
 // What the ranks agreed on after LoadShard.

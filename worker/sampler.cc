@@ -3,8 +3,21 @@
 #include <algorithm>
 
 namespace tpserve {
+namespace {
 
-Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {}
+// SplitMix64's finalizer: neighbouring (seed, index) pairs give unrelated streams.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+uint64_t SampleStreamSeed(uint64_t seed, size_t output_len) { return Mix(seed ^ Mix(output_len)); }
+
+Sampler::Sampler(const SamplerOptions& options) : options_(options) {}
 
 bool Sampler::HasPenalties() const {
   return options_.repetition_penalty != 1.0f || options_.presence_penalty != 0.0f ||
@@ -47,6 +60,7 @@ void Sampler::ApplyPenalties(absl::Span<float> logits, absl::Span<const int32_t>
 int32_t Sampler::Sample(absl::Span<const float> logits, absl::Span<const int32_t> prompt,
                         absl::Span<const int32_t> output) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
+  rng_.seed(SampleStreamSeed(options_.seed, output.size()));
   if (!HasPenalties()) return cpu::Sample(logits.data(), vocab, options_.sampling, rng_);
   scratch_.assign(logits.begin(), logits.end());
   ApplyPenalties(absl::MakeSpan(scratch_), prompt, output);

@@ -36,11 +36,15 @@ absl::StatusOr<SequenceState> MakeSequenceState(const v1::NewSequence& sequence,
   SequenceState state;
   state.tokens.assign(sequence.prompt_token_ids().begin(), sequence.prompt_token_ids().end());
   state.prompt_len = static_cast<int64_t>(state.tokens.size());
-  for (int64_t i = 0; i < state.prompt_len; ++i) {
+  state.tokens.insert(state.tokens.end(), sequence.output_token_ids().begin(),
+                      sequence.output_token_ids().end());
+  for (int64_t i = 0; i < static_cast<int64_t>(state.tokens.size()); ++i) {
     if (state.tokens[i] < 0 || state.tokens[i] >= vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("new sequence ", id, ": prompt_token_ids[", i,
-                                                     "] = ", state.tokens[i],
-                                                     " is outside the vocabulary of ", vocab_size));
+      const bool prompt = i < state.prompt_len;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "new sequence ", id, ": ", prompt ? "prompt_token_ids[" : "output_token_ids[",
+          prompt ? i : i - state.prompt_len, "] = ", state.tokens[i],
+          " is outside the vocabulary of ", vocab_size));
     }
   }
   SamplerOptions options;

@@ -38,7 +38,7 @@ using SequenceMap = absl::flat_hash_map<uint64_t, SequenceState>;
 // Validates a new sequence and builds its state. Proto zeros mean "off": top_p 0 is 1 and
 // repetition_penalty 0 is 1. INVALID_ARGUMENT naming the seq id and the field for a temperature
 // that is negative or not finite, top_k < 0, top_p or min_p outside [0, 1], a negative
-// repetition penalty, a non-finite presence/frequency penalty, or a prompt id outside
+// repetition penalty, a non-finite presence/frequency penalty, or a prompt or output id outside
 // [0, vocab_size).
 absl::StatusOr<SequenceState> MakeSequenceState(const v1::NewSequence& sequence,
                                                 int64_t vocab_size);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "kernels/cpu/threads.h"
 
 namespace tpserve::cpu {
 namespace {
@@ -134,7 +135,7 @@ void PagedAttention(const PagedAttentionParams& p) {
   const int64_t group = p.num_heads / p.num_kv_heads;  // query heads per KV head
   const int64_t work = num_tokens * p.num_kv_heads;
 
-#pragma omp parallel if (work > 1)
+#pragma omp parallel if (work > 1) num_threads(CpuThreads())
   {
     std::vector<float> scratch(group * (p.block_size + p.head_dim + 2));  // per thread
     // Positions differ per token, so the work per item differs: hand them out dynamically.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "kernels/cpu/threads.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -80,7 +81,7 @@ void GemvPortable(const float* a, BlockFormat format, const uint8_t* b, int64_t 
                   int64_t k, float* c) {
   const int64_t blocks = k / kBlockElements;
   const int64_t row_bytes = blocks * BlockBytes(format);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(CpuThreads())
   for (int64_t row = 0; row < n; ++row) {
     float partial[kQuantizedGemvMaxRows][8] = {};
     alignas(32) float w[kBlockElements];
@@ -153,7 +154,7 @@ TP_AVX2 void GemvAvx2(const float* a, const uint8_t* b, int64_t n, int64_t k, fl
   const int64_t blocks = k / kBlockElements;
   const int64_t block_bytes = BlockBytes(kFormat);
   const int64_t row_bytes = blocks * block_bytes;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(CpuThreads())
   for (int64_t row = 0; row < n; ++row) {
     const uint8_t* block = b + row * row_bytes;
     __m256 acc[kM][kAcc];
@@ -228,7 +229,7 @@ void TiledSgemm(const float* a, BlockFormat format, const uint8_t* b, int64_t m,
   for (int64_t begin = 0; begin < n; begin += tile_rows) {
     const int64_t rows = std::min(tile_rows, n - begin);
     float* tile = scratch.data();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(CpuThreads())
     for (int64_t r = 0; r < rows; ++r) {
       DequantizeBlockRows(format, b + (begin + r) * row_bytes, 1, k, tile + r * k);
     }

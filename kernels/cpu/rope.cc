@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "kernels/cpu/threads.h"
 
 namespace tpserve::cpu {
 
@@ -25,7 +26,8 @@ void ApplyRope(float* x, const int32_t* positions, int64_t num_tokens, int64_t n
   const int64_t second = adjacent ? 1 : half;
   const int64_t token_stride = num_heads * head_dim;
 
-#pragma omp parallel for schedule(static) if (num_tokens * token_stride >= (int64_t{1} << 16))
+#pragma omp parallel for schedule(static) num_threads(CpuThreads()) \
+    if (num_tokens * token_stride >= (int64_t{1} << 16))
   for (int64_t t = 0; t < num_tokens; ++t) {
     const double pos = static_cast<double>(positions[t]);
     float* xt = x + t * token_stride;

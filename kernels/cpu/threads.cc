@@ -4,9 +4,15 @@
 #include <omp.h>
 #include <sched.h>
 
+#include <atomic>
 #include <thread>
 
 namespace tpserve::cpu {
+namespace {
+
+std::atomic<int> g_threads{0};  // 0: not set
+
+}  // namespace
 
 int AvailableCores() {
   cpu_set_t set;
@@ -16,8 +22,14 @@ int AvailableCores() {
 
 void SetCpuThreads(int threads) {
   const int n = threads > 0 ? threads : AvailableCores();
+  g_threads.store(n, std::memory_order_relaxed);
   omp_set_num_threads(n);
   openblas_set_num_threads(n);
+}
+
+int CpuThreads() {
+  const int n = g_threads.load(std::memory_order_relaxed);
+  return n > 0 ? n : AvailableCores();
 }
 
 }  // namespace tpserve::cpu

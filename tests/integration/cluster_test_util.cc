@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
+#include "tpserve/v1/admin.grpc.pb.h"
 
 namespace tpserve::testing {
 namespace {
@@ -95,6 +96,17 @@ absl::StatusOr<std::vector<int32_t>> GenerateGreedy(LocalCluster& cluster,
   const grpc::Status status = reader->Finish();
   if (!status.ok()) return absl::UnavailableError("Generate: " + status.error_message());
   return out;
+}
+
+absl::StatusOr<v1::ClusterStatusResponse> ClusterStatus(LocalCluster& cluster) {
+  auto stub = v1::AdminService::NewStub(
+      grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ClusterStatusResponse response;
+  const grpc::Status status = stub->ClusterStatus(&context, {}, &response);
+  if (!status.ok()) return absl::UnavailableError("ClusterStatus: " + status.error_message());
+  return response;
 }
 
 std::vector<std::vector<int32_t>> GoldenPromptIds() {

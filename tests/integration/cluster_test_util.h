@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "cli/local_cluster.h"
+#include "tpserve/v1/admin.pb.h"
 
 namespace tpserve::testing {
 
@@ -29,6 +30,9 @@ absl::StatusOr<std::vector<std::vector<float>>> Score(LocalCluster& cluster,
 absl::StatusOr<std::vector<int32_t>> GenerateGreedy(LocalCluster& cluster,
                                                     const std::vector<int32_t>& ids,
                                                     int max_tokens);
+
+// The coordinator's AdminService.ClusterStatus.
+absl::StatusOr<v1::ClusterStatusResponse> ClusterStatus(LocalCluster& cluster);
 
 // Token ids of the teacher-forced prompts in tests/golden/logits_top20.json.
 std::vector<std::vector<int32_t>> GoldenPromptIds();

@@ -74,17 +74,14 @@ grpc::Status FakeWorker::Step(grpc::ServerContext*, const v1::StepRequest* reque
   last_step_ = request->step_id();
   response->set_step_id(request->step_id());
   for (uint64_t id : request->finished_seq_ids()) {
-    auto it = seqs_.find(id);
-    if (it == seqs_.end()) {
-      Error(absl::StrCat("finished unknown sequence ", id));
-      continue;
-    }
-    for (int32_t b : it->second.blocks) owned_blocks_.erase(b);
-    seqs_.erase(it);
+    if (seqs_.erase(id) == 0) Error(absl::StrCat("finished unknown sequence ", id));
   }
   for (const v1::NewSequence& added : request->new_sequences()) {
     if (seqs_.contains(added.seq_id())) Error(absl::StrCat("sequence ", added.seq_id(), " again"));
-    seqs_[added.seq_id()] = Seq{};
+    Seq& seq = seqs_[added.seq_id()];
+    seq.tokens.assign(added.prompt_token_ids().begin(), added.prompt_token_ids().end());
+    seq.tokens.insert(seq.tokens.end(), added.output_token_ids().begin(),
+                      added.output_token_ids().end());
   }
   for (const v1::ScheduledSequence& s : request->sequences()) {
     auto it = seqs_.find(s.seq_id());
@@ -93,21 +90,38 @@ grpc::Status FakeWorker::Step(grpc::ServerContext*, const v1::StepRequest* reque
       continue;
     }
     Seq& seq = it->second;
-    if (s.start_position() != static_cast<int32_t>(seq.tokens.size())) {
-      Error(absl::StrCat("sequence ", s.seq_id(), " starts at ", s.start_position(), " after ",
-                         seq.tokens.size(), " tokens"));
+    seq.blocks.insert(seq.blocks.end(), s.new_block_ids().begin(), s.new_block_ids().end());
+    const int64_t start = s.start_position();
+    const int64_t end = start + s.token_ids_size();
+    if (static_cast<int64_t>(seq.blocks.size()) * block_size_ < end) {
+      Error(absl::StrCat("sequence ", s.seq_id(), " runs to ", end, " in ", seq.blocks.size(),
+                         " blocks"));
+      continue;
     }
-    for (int32_t b : s.new_block_ids()) {
-      if (!owned_blocks_.insert(b).second) Error(absl::StrCat("block ", b, " is in use"));
-      seq.blocks.push_back(b);
+    if (seq.num_computed < 0) {
+      if (start > static_cast<int64_t>(seq.tokens.size())) {
+        Error(absl::StrCat("sequence ", s.seq_id(), " starts at ", start, " past its ",
+                           seq.tokens.size(), " known tokens"));
+        continue;
+      }
+      for (int64_t pos = 0; pos < start; ++pos) {  // the cached prefix
+        const std::vector<int32_t>& slots = slots_[seq.blocks[pos / block_size_]];
+        if (slots.empty() || slots[pos % block_size_] != seq.tokens[pos]) {
+          Error(absl::StrCat("sequence ", s.seq_id(), ": cached block ",
+                             seq.blocks[pos / block_size_], " does not hold token ",
+                             seq.tokens[pos], " at position ", pos));
+          break;
+        }
+      }
+    } else if (start != seq.num_computed) {
+      Error(absl::StrCat("sequence ", s.seq_id(), " starts at ", start, " after ",
+                         seq.num_computed, " computed positions"));
     }
+    Write(s.seq_id(), seq, start, s.token_ids());
+    seq.tokens.resize(start);
     seq.tokens.insert(seq.tokens.end(), s.token_ids().begin(), s.token_ids().end());
-    if (static_cast<int64_t>(seq.blocks.size()) * block_size_ <
-        static_cast<int64_t>(seq.tokens.size())) {
-      Error(absl::StrCat("sequence ", s.seq_id(), " has ", seq.tokens.size(), " tokens in ",
-                         seq.blocks.size(), " blocks"));
-    }
-    if (rank_ != 0) continue;
+    seq.num_computed = end;
+    if (rank_ != 0 || (!s.sample() && !s.all_logits())) continue;
     v1::SequenceOutput* out = response->add_outputs();
     out->set_seq_id(s.seq_id());
     if (s.sample()) out->set_token_id(NextToken(seq.tokens));
@@ -118,6 +132,28 @@ grpc::Status FakeWorker::Step(grpc::ServerContext*, const v1::StepRequest* reque
     }
   }
   return grpc::Status::OK;
+}
+
+void FakeWorker::Write(uint64_t seq_id, const Seq& seq, int64_t start,
+                       absl::Span<const int32_t> tokens) {
+  for (size_t j = 0; j < tokens.size(); ++j) {
+    const int64_t pos = start + static_cast<int64_t>(j);
+    const int32_t block = seq.blocks[pos / block_size_];
+    const int64_t slot = pos % block_size_;
+    for (const auto& [other_id, other] : seqs_) {
+      if (other_id == seq_id) continue;
+      for (size_t k = 0; k < other.blocks.size(); ++k) {
+        const int64_t read = static_cast<int64_t>(k) * block_size_ + slot;
+        if (other.blocks[k] == block && read < other.num_computed) {
+          Error(absl::StrCat("sequence ", seq_id, " writes block ", block, " slot ", slot,
+                             " that sequence ", other_id, " reads"));
+        }
+      }
+    }
+    std::vector<int32_t>& slots = slots_[block];
+    if (slots.empty()) slots.assign(block_size_, -1);
+    slots[slot] = tokens[j];
+  }
 }
 
 grpc::Status FakeWorker::Status(grpc::ServerContext*, const v1::WorkerStatusRequest*,

@@ -1,17 +1,19 @@
 // A WorkerService for coordinator tests: serves on 127.0.0.1, runs a deterministic stand-in
 // "model" (the next token is a function of the whole sequence), and checks that the steps it
-// receives are consistent (step ids consecutive, positions continuing each sequence, block
-// tables covering the tokens, no block owned by two live sequences).
+// receives are consistent: step ids consecutive, positions continuing each sequence, block
+// tables covering the tokens, a cached prefix (a first step past position 0) found in its blocks
+// exactly as an earlier step wrote it, and no write into a block slot another live sequence
+// still reads.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "absl/synchronization/notification.h"
 #include "grpcpp/grpcpp.h"
 #include "tpserve/v1/worker.grpc.pb.h"
@@ -56,10 +58,14 @@ class FakeWorker final : public v1::WorkerService::Service {
 
  private:
   struct Seq {
-    std::vector<int32_t> tokens;
+    std::vector<int32_t> tokens;  // known: prompt, earlier output, then every token run
     std::vector<int32_t> blocks;
+    int64_t num_computed = -1;  // -1 before the first step
   };
   void Error(std::string message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Checks and records the K/V writes of `seq_id` for positions [start, start + tokens.size()).
+  void Write(uint64_t seq_id, const Seq& seq, int64_t start, absl::Span<const int32_t> tokens)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const FakeWorkerOptions options_;
   absl::Notification release_;  // ends a hang
@@ -71,7 +77,8 @@ class FakeWorker final : public v1::WorkerService::Service {
   int64_t block_size_ ABSL_GUARDED_BY(mutex_) = 16;
   uint64_t last_step_ ABSL_GUARDED_BY(mutex_) = 0;
   std::map<uint64_t, Seq> seqs_ ABSL_GUARDED_BY(mutex_);
-  std::set<int32_t> owned_blocks_ ABSL_GUARDED_BY(mutex_);
+  // What each block's slots hold: the token whose K/V was written there (-1: nothing yet).
+  std::map<int32_t, std::vector<int32_t>> slots_ ABSL_GUARDED_BY(mutex_);
   std::vector<std::string> errors_ ABSL_GUARDED_BY(mutex_);
 };
 

@@ -94,10 +94,28 @@ TEST(SamplerPenalties, WithoutPenaltiesMatchesCpuSampleOnTheSeededStream) {
   options.sampling.top_k = 3;
   options.seed = 42;
   Sampler sampler(options);
-  std::mt19937_64 rng(42);
+  std::vector<int32_t> output;
   for (int i = 0; i < 16; ++i) {
-    EXPECT_EQ(sampler.Sample(kLogits, kPrompt, kOutput),
-              cpu::Sample(kLogits.data(), kLogits.size(), options.sampling, rng));
+    std::mt19937_64 rng(SampleStreamSeed(42, output.size()));
+    const int32_t expected = cpu::Sample(kLogits.data(), kLogits.size(), options.sampling, rng);
+    EXPECT_EQ(sampler.Sample(kLogits, kPrompt, output), expected);
+    output.push_back(expected);
+  }
+}
+
+// What makes recompute after preemption invisible: a fresh sampler (the sequence under its new
+// worker id) draws output token k exactly as the original one did.
+TEST(SamplerPenalties, DrawDependsOnlyOnSeedAndOutputLength) {
+  SamplerOptions options;
+  options.sampling.temperature = 1.0f;
+  options.seed = 9;
+  const std::vector<float> flat(1000, 0.0f);
+  Sampler original(options);
+  std::vector<int32_t> output;
+  for (int i = 0; i < 20; ++i) output.push_back(original.Sample(flat, {}, output));
+  Sampler recomputed(options);
+  for (int k = 0; k < 20; ++k) {
+    EXPECT_EQ(recomputed.Sample(flat, {}, absl::MakeConstSpan(output).first(k)), output[k]);
   }
 }
 

@@ -1,0 +1,238 @@
+#include "coordinator/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/check.h"
+#include "common/logging.h"
+
+namespace tpserve {
+namespace {
+
+constexpr char kLog[] = "scheduler";
+
+}  // namespace
+
+Scheduler::Scheduler(SchedulerOptions options, BlockPool* pool, RadixCache* cache)
+    : options_(options), pool_(pool), cache_(cache) {
+  TP_CHECK(options_.block_size > 0 && options_.max_num_seqs > 0);
+  TP_CHECK(options_.max_num_batched_tokens > 0 && options_.max_logit_rows > 0);
+  TP_CHECK(options_.context_length > 0);
+  TP_CHECK(cache_ == nullptr || cache_->block_size() == options_.block_size);
+}
+
+Scheduler::~Scheduler() { TakeAll(); }
+
+int32_t Scheduler::BlocksFor(int64_t num_tokens) const {
+  return static_cast<int32_t>((num_tokens + options_.block_size - 1) / options_.block_size);
+}
+
+void Scheduler::Add(std::unique_ptr<Sequence> seq) {
+  TP_CHECK(seq->block_ids.empty() && seq->cache_node == nullptr);
+  waiting_.push_back(std::move(seq));
+}
+
+std::optional<std::vector<int32_t>> Scheduler::AllocateBlocks(int32_t n) {
+  if (n <= 0) return std::vector<int32_t>();
+  const int32_t missing = n - pool_->num_free();
+  if (missing > 0) {
+    // Evicting is only worth it when it makes the allocation succeed.
+    if (cache_ == nullptr || cache_->num_evictable_blocks() < missing) return std::nullopt;
+    cache_->Evict(missing);
+  }
+  return pool_->Allocate(n);
+}
+
+int32_t Scheduler::ChunkSize(const Sequence& seq, int32_t budget, int32_t logit_rows) const {
+  int32_t n = std::min(static_cast<int32_t>(seq.tokens.size()) - seq.num_computed, budget);
+  if (seq.kind == Sequence::Kind::kScore) n = std::min(n, logit_rows);
+  return n;
+}
+
+void Scheduler::TakeCachedPrefix(Sequence& seq) {
+  TP_CHECK(seq.block_ids.empty());
+  seq.num_computed = 0;
+  // Scoring needs every position's logits, so it computes everything.
+  if (cache_ == nullptr || seq.kind == Sequence::Kind::kScore) return;
+  // The last token always runs, so that the step has logits to sample from.
+  const absl::Span<const int32_t> usable =
+      absl::MakeConstSpan(seq.tokens).first(seq.tokens.size() - 1);
+  RadixCache::MatchResult match = cache_->Match(usable);
+  if (match.block_ids.empty()) return;
+  pool_->Ref(match.block_ids);
+  cache_->Lock(match.node);
+  seq.cache_node = match.node;
+  seq.num_cached_blocks = static_cast<int32_t>(match.block_ids.size());
+  seq.num_computed = seq.num_cached_blocks * options_.block_size;
+  seq.block_ids = std::move(match.block_ids);
+}
+
+void Scheduler::ReleaseBlocks(Sequence& seq) {
+  if (seq.cache_node != nullptr) cache_->Unlock(seq.cache_node);
+  pool_->Release(seq.block_ids);
+  seq.block_ids.clear();
+  seq.cache_node = nullptr;
+  seq.num_cached_blocks = 0;
+  seq.num_computed = 0;
+}
+
+std::unique_ptr<Sequence> Scheduler::TakeRunning(size_t index) {
+  std::unique_ptr<Sequence> seq = std::move(running_[index]);
+  running_.erase(running_.begin() + index);
+  if (seq->known_to_workers) finished_seq_ids_.push_back(seq->seq_id);
+  seq->known_to_workers = false;
+  ReleaseBlocks(*seq);
+  return seq;
+}
+
+void Scheduler::PreemptLast() {
+  std::unique_ptr<Sequence> seq = TakeRunning(running_.size() - 1);
+  seq->score_logits.clear();
+  ++counters_.num_preemptions;
+  LogInfo(kLog, "request %d: preempted for lack of KV blocks; %d tokens to recompute",
+          seq->request_id, seq->tokens.size());
+  waiting_.push_front(std::move(seq));
+}
+
+ScheduledBatch Scheduler::Schedule() {
+  ScheduledBatch batch;
+  int32_t budget = options_.max_num_batched_tokens;
+  int32_t logit_rows = options_.max_logit_rows;
+  auto take = [&](const Sequence& seq, int32_t n) {
+    budget -= n;
+    if (seq.kind == Sequence::Kind::kScore) logit_rows -= n;
+  };
+
+  // Running sequences first: decodes and the next chunks of prefills.
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence& seq = *running_[i];
+    const int32_t n = ChunkSize(seq, budget, logit_rows);
+    if (n == 0) continue;
+    const int32_t needed =
+        BlocksFor(seq.num_computed + n) - static_cast<int32_t>(seq.block_ids.size());
+    std::optional<std::vector<int32_t>> ids;
+    bool self_preempted = false;
+    while (!(ids = AllocateBlocks(needed))) {
+      self_preempted = i + 1 == running_.size();
+      PreemptLast();
+      preempted = true;
+      if (self_preempted) break;
+    }
+    if (self_preempted) break;
+    seq.block_ids.insert(seq.block_ids.end(), ids->begin(), ids->end());
+    batch.entries.push_back({&seq, false, seq.num_computed, n, std::move(*ids)});
+    take(seq, n);
+  }
+
+  // Then waiting sequences, FCFS. Not in a step that had to preempt: the pool is full and
+  // admitting would only thrash.
+  while (!preempted && !waiting_.empty() && budget > 0 &&
+         static_cast<int32_t>(running_.size()) < options_.max_num_seqs) {
+    Sequence& seq = *waiting_.front();
+    TakeCachedPrefix(seq);
+    const int32_t n = ChunkSize(seq, budget, logit_rows);
+    const int32_t needed =
+        BlocksFor(seq.num_computed + n) - static_cast<int32_t>(seq.block_ids.size());
+    std::optional<std::vector<int32_t>> ids;
+    if (n == 0 || !(ids = AllocateBlocks(needed))) {
+      ReleaseBlocks(seq);
+      break;
+    }
+    if (seq.cached_prompt_tokens < 0) {
+      seq.cached_prompt_tokens = std::min(seq.num_computed, seq.prompt_len);
+      counters_.prompt_tokens += seq.prompt_len;
+      counters_.cached_prompt_tokens += seq.cached_prompt_tokens;
+    }
+    seq.block_ids.insert(seq.block_ids.end(), ids->begin(), ids->end());
+    seq.seq_id = next_seq_id_++;
+    seq.known_to_workers = true;
+    // A new sequence's table on the workers starts empty: send all of it, cached prefix too.
+    batch.entries.push_back({&seq, true, seq.num_computed, n, seq.block_ids});
+    take(seq, n);
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+
+  if (!batch.empty()) {
+    batch.finished_seq_ids = std::move(finished_seq_ids_);
+    finished_seq_ids_.clear();
+  }
+  return batch;
+}
+
+void Scheduler::Commit(const ScheduledBatch& batch) {
+  for (const ScheduledBatch::Entry& entry : batch.entries) {
+    Sequence& seq = *entry.seq;
+    TP_CHECK(entry.start == seq.num_computed);
+    seq.num_computed += entry.num_tokens;
+    if (cache_ == nullptr || seq.kind == Sequence::Kind::kScore) continue;
+    const int32_t full = seq.num_computed / options_.block_size;
+    if (full <= seq.num_cached_blocks) continue;
+    const RadixCache::InsertResult inserted =
+        cache_->Insert(absl::MakeConstSpan(seq.tokens).first(full * options_.block_size),
+                       absl::MakeConstSpan(seq.block_ids).first(full));
+    cache_->Lock(inserted.node);
+    if (seq.cache_node != nullptr) cache_->Unlock(seq.cache_node);
+    seq.cache_node = inserted.node;
+    seq.num_cached_blocks = full;
+  }
+}
+
+std::optional<FinishReason> Scheduler::AppendToken(Sequence& seq, int32_t token,
+                                                   bool end_of_generation) {
+  TP_CHECK(seq.kind == Sequence::Kind::kGenerate);
+  seq.tokens.push_back(token);
+  const GenerateParams& p = seq.params;
+  if ((!p.ignore_eos && end_of_generation) ||
+      std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
+          p.stop_token_ids.end()) {
+    return FinishReason::kStop;
+  }
+  const int64_t n = static_cast<int64_t>(seq.tokens.size());
+  if ((p.max_tokens > 0 && seq.num_generated() >= p.max_tokens) ||
+      n >= options_.context_length || BlocksFor(n) > pool_->num_blocks()) {
+    return FinishReason::kLength;
+  }
+  return std::nullopt;
+}
+
+std::unique_ptr<Sequence> Scheduler::Finish(Sequence* seq) {
+  auto it = std::find_if(running_.begin(), running_.end(),
+                         [seq](const auto& s) { return s.get() == seq; });
+  TP_CHECK(it != running_.end());
+  return TakeRunning(it - running_.begin());
+}
+
+std::vector<std::unique_ptr<Sequence>> Scheduler::TakeCancelled() {
+  std::vector<std::unique_ptr<Sequence>> cancelled;
+  auto is_cancelled = [](const Sequence& seq) { return seq.stream && seq.stream->cancelled(); };
+  for (size_t i = 0; i < running_.size();) {
+    if (is_cancelled(*running_[i])) {
+      cancelled.push_back(TakeRunning(i));
+    } else {
+      ++i;
+    }
+  }
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (is_cancelled(**it)) {
+      cancelled.push_back(std::move(*it));
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return cancelled;
+}
+
+std::vector<std::unique_ptr<Sequence>> Scheduler::TakeAll() {
+  std::vector<std::unique_ptr<Sequence>> all;
+  while (!running_.empty()) all.push_back(TakeRunning(running_.size() - 1));
+  std::reverse(all.begin(), all.end());
+  for (auto& seq : waiting_) all.push_back(std::move(seq));
+  waiting_.clear();
+  finished_seq_ids_.clear();
+  return all;
+}
+
+}  // namespace tpserve

@@ -1,0 +1,115 @@
+// Continuous batching with chunked prefill, the prefix cache and preemption (DESIGN.md
+// "Scheduler"). Pure logic over sequences, counts and block ids: the engine drives it, tests
+// drive it with a fake executor.
+//
+// There are no prefill and decode phases (vLLM v1): each sequence has `num_computed` catching
+// up with `tokens.size()`. A step takes, within `max_num_batched_tokens`:
+//   1. every running sequence in admission order: one token when it is decoding, the next chunk
+//      of its prompt (or of its recompute after preemption) when it is not;
+//   2. then waiting sequences FCFS, each starting after its longest cached prefix, while the
+//      budget, `max_num_seqs` and the blocks allow. Admission stops at the first that does not
+//      fit (no overtaking), and in a step that had to preempt.
+// Blocks come from the free list, then from evicting unlocked cached blocks (LRU). When neither
+// has enough, the most recently admitted running sequence is preempted: its blocks are
+// released (its full blocks stay in the cache, so recompute is often a cache hit) and it goes
+// back to the front of the waiting queue, to be recomputed under a fresh worker id.
+//
+// Full blocks enter the cache after the step that computed them (Commit), so requests that
+// share a prefix share blocks even while the first is still running.
+//
+// Not thread-safe: owned by the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "coordinator/block_pool.h"
+#include "coordinator/radix_cache.h"
+#include "coordinator/request_stream.h"
+#include "coordinator/scheduled_batch.h"
+#include "coordinator/sequence.h"
+
+namespace tpserve {
+
+struct SchedulerOptions {
+  int32_t block_size = 16;
+  int32_t max_num_seqs = 256;             // running sequences
+  int32_t max_num_batched_tokens = 2048;  // tokens run per step
+  // Score rows (all_logits) per step, so that one step's logits fit rank 0's reply.
+  int32_t max_logit_rows = 1024;
+  int64_t context_length = 0;  // generation stops here ("length")
+};
+
+struct SchedulerCounters {
+  int64_t num_preemptions = 0;
+  int64_t prompt_tokens = 0;         // of admitted sequences, counted at first admission
+  int64_t cached_prompt_tokens = 0;  // of those, taken from the prefix cache
+};
+
+class Scheduler {
+ public:
+  // `pool` must outlive the scheduler; `cache` too, or null to run without a prefix cache.
+  Scheduler(SchedulerOptions options, BlockPool* pool, RadixCache* cache);
+  ~Scheduler();  // releases the blocks of every sequence it holds
+
+  // Queues `seq` at the back of the waiting queue. Its prompt must fit the pool (checked by the
+  // engine at submission).
+  void Add(std::unique_ptr<Sequence> seq);
+
+  // Plans the next step (see the class comment). Empty when nothing can run.
+  ScheduledBatch Schedule();
+
+  // After `batch` ran: every entry's tokens are computed, and newly full blocks of Generate
+  // sequences enter the prefix cache. The engine then appends sampled tokens (AppendToken).
+  void Commit(const ScheduledBatch& batch);
+
+  // Appends a sampled token to a running Generate sequence and says whether it ends it: "stop"
+  // for an end-of-generation token (unless ignore_eos) or a stop token id, "length" at
+  // max_tokens, at the context length, or when the sequence could never fit the pool again.
+  std::optional<FinishReason> AppendToken(Sequence& seq, int32_t token, bool end_of_generation);
+
+  // Removes a running sequence, releases its blocks and queues its worker id for the next
+  // step's finished_seq_ids.
+  std::unique_ptr<Sequence> Finish(Sequence* seq);
+  // Removes every running or waiting sequence whose client cancelled (blocks released now).
+  std::vector<std::unique_ptr<Sequence>> TakeCancelled();
+  // Removes every sequence (the engine fails them). The workers' state is then unknown, so no
+  // finished ids are kept.
+  std::vector<std::unique_ptr<Sequence>> TakeAll();
+
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+  const SchedulerCounters& counters() const { return counters_; }
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  int32_t BlocksFor(int64_t num_tokens) const;
+  // `n` blocks from the free list, evicting cached blocks when needed; nullopt (nothing taken)
+  // when even eviction cannot supply them.
+  std::optional<std::vector<int32_t>> AllocateBlocks(int32_t n);
+  // Tokens to run for `seq` this step within `budget` tokens and `logit_rows` score rows.
+  int32_t ChunkSize(const Sequence& seq, int32_t budget, int32_t logit_rows) const;
+  // Takes the longest cached prefix for a waiting sequence: its blocks (referenced) and lock.
+  void TakeCachedPrefix(Sequence& seq);
+  // Drops the sequence's blocks and lock; it must run from scratch (or its cached prefix) next.
+  void ReleaseBlocks(Sequence& seq);
+  // Requeues the most recently admitted running sequence for recompute.
+  void PreemptLast();
+  std::unique_ptr<Sequence> TakeRunning(size_t index);
+
+  const SchedulerOptions options_;
+  BlockPool* const pool_;
+  RadixCache* const cache_;  // null: no prefix cache
+
+  std::deque<std::unique_ptr<Sequence>> waiting_;   // FCFS; preempted ones go to the front
+  std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
+  std::vector<uint64_t> finished_seq_ids_;          // sent with the next step
+  uint64_t next_seq_id_ = 1;
+  SchedulerCounters counters_;
+};
+
+}  // namespace tpserve

@@ -1,0 +1,350 @@
+// Scheduler scenarios with a fake executor: each step "runs" by committing the batch and
+// appending a token that is a function of the whole context (so a recomputed sequence continues
+// exactly as before), the way the engine does with rank 0's outputs.
+#include "coordinator/scheduler.h"
+
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tpserve {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::IsEmpty;
+
+int32_t NextToken(const std::vector<int32_t>& context) {
+  int64_t h = static_cast<int64_t>(context.size());
+  for (int32_t t : context) h = (h * 31 + t) % 1000003;
+  return static_cast<int32_t>(100 + h % 900);
+}
+
+std::vector<int32_t> Prompt(int n, int32_t first = 1) {
+  std::vector<int32_t> p(n);
+  std::iota(p.begin(), p.end(), first);
+  return p;
+}
+
+struct StepRecord {
+  std::vector<std::tuple<uint64_t, int32_t, int32_t>> entries;  // request id, start, tokens
+  std::vector<uint64_t> finished_seq_ids;
+};
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void Make(int32_t num_blocks, SchedulerOptions options, bool prefix_cache = true) {
+    options.block_size = 4;
+    options.context_length = 4096;
+    pool_ = std::make_unique<BlockPool>(num_blocks);
+    if (prefix_cache) cache_ = std::make_unique<RadixCache>(options.block_size, pool_.get());
+    scheduler_ = std::make_unique<Scheduler>(options, pool_.get(), cache_.get());
+  }
+
+  Sequence* Add(std::vector<int32_t> prompt, int32_t max_tokens,
+                Sequence::Kind kind = Sequence::Kind::kGenerate) {
+    auto seq = std::make_unique<Sequence>();
+    seq->request_id = next_request_id_++;
+    seq->kind = kind;
+    seq->prompt_len = static_cast<int32_t>(prompt.size());
+    seq->tokens = std::move(prompt);
+    seq->params.max_tokens = max_tokens;
+    seq->stream = std::make_shared<RequestStream>(seq->request_id);
+    Sequence* raw = seq.get();
+    scheduler_->Add(std::move(seq));
+    return raw;
+  }
+
+  // Plans and "runs" one step; finished sequences move to done_.
+  StepRecord Step() {
+    ScheduledBatch batch = scheduler_->Schedule();
+    StepRecord record;
+    for (const auto& e : batch.entries) {
+      record.entries.emplace_back(e.seq->request_id, e.start, e.num_tokens);
+    }
+    record.finished_seq_ids = batch.finished_seq_ids;
+    EXPECT_LE(batch.num_tokens(), scheduler_->options().max_num_batched_tokens);
+    scheduler_->Commit(batch);
+    std::vector<Sequence*> finished;
+    for (const auto& e : batch.entries) {
+      Sequence& seq = *e.seq;
+      if (seq.kind == Sequence::Kind::kScore) {
+        if (seq.num_computed == static_cast<int32_t>(seq.tokens.size())) finished.push_back(&seq);
+        continue;
+      }
+      if (!e.completes()) continue;
+      if (scheduler_->AppendToken(seq, NextToken(seq.tokens), false)) finished.push_back(&seq);
+    }
+    for (Sequence* seq : finished) done_.push_back(scheduler_->Finish(seq));
+    return record;
+  }
+
+  // Runs steps until the scheduler is idle; returns how many.
+  int RunToCompletion(int max_steps = 10000) {
+    int steps = 0;
+    while (!scheduler_->idle() && steps < max_steps) {
+      Step();
+      ++steps;
+    }
+    EXPECT_TRUE(scheduler_->idle());
+    return steps;
+  }
+
+  static std::vector<int32_t> Expected(std::vector<int32_t> context, int n) {
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; ++i) {
+      out.push_back(NextToken(context));
+      context.push_back(out.back());
+    }
+    return out;
+  }
+  static std::vector<int32_t> Output(const Sequence& seq) {
+    return {seq.tokens.begin() + seq.prompt_len, seq.tokens.end()};
+  }
+  const Sequence* Done(uint64_t request_id) const {
+    for (const auto& seq : done_) {
+      if (seq->request_id == request_id) return seq.get();
+    }
+    return nullptr;
+  }
+  // Every block is free, or held only by the cache (no sequence holds any).
+  void ExpectNothingHeld() const {
+    const int32_t evictable = cache_ ? cache_->num_evictable_blocks() : 0;
+    EXPECT_EQ(pool_->num_free() + evictable, pool_->num_blocks());
+  }
+
+  std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<RadixCache> cache_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::vector<std::unique_ptr<Sequence>> done_;
+  uint64_t next_request_id_ = 1;
+};
+
+TEST_F(SchedulerTest, TokenBudgetHoldsEveryStepAndEveryRequestCompletes) {
+  SchedulerOptions options;
+  options.max_num_batched_tokens = 24;
+  Make(256, options);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 12; ++i) {
+    prompts.push_back(Prompt(5 + 7 * i, 1000 * (i + 1)));
+    Add(prompts.back(), 3 + i % 5);
+  }
+  int steps = 0;
+  while (!scheduler_->idle()) {
+    const StepRecord r = Step();
+    int32_t tokens = 0;
+    for (const auto& [id, start, n] : r.entries) tokens += n;
+    EXPECT_LE(tokens, 24) << "step " << steps;
+    ASSERT_LT(++steps, 1000);
+  }
+  ASSERT_EQ(done_.size(), 12u);
+  for (int i = 0; i < 12; ++i) {
+    const Sequence* seq = Done(i + 1);
+    ASSERT_NE(seq, nullptr);
+    EXPECT_EQ(Output(*seq), Expected(prompts[i], 3 + i % 5)) << "request " << i + 1;
+  }
+  ExpectNothingHeld();
+}
+
+TEST_F(SchedulerTest, LongPrefillIsChunkedWhileDecodesAdvanceEveryStep) {
+  SchedulerOptions options;
+  options.max_num_batched_tokens = 8;
+  Make(64, options, /*prefix_cache=*/false);
+  Add(Prompt(3), 20);  // request 1: decodes from its second step
+  EXPECT_THAT(Step().entries, ElementsAre(std::make_tuple(1, 0, 3)));
+  Add(Prompt(30, 500), 2);  // request 2: a 30-token prompt, 7 tokens per step beside the decode
+  EXPECT_THAT(Step().entries, ElementsAre(std::make_tuple(1, 3, 1), std::make_tuple(2, 0, 7)));
+  EXPECT_THAT(Step().entries, ElementsAre(std::make_tuple(1, 4, 1), std::make_tuple(2, 7, 7)));
+  EXPECT_THAT(Step().entries, ElementsAre(std::make_tuple(1, 5, 1), std::make_tuple(2, 14, 7)));
+  EXPECT_THAT(Step().entries, ElementsAre(std::make_tuple(1, 6, 1), std::make_tuple(2, 21, 7)));
+  // The last chunk (2 tokens) samples request 2's first token; then both decode.
+  EXPECT_THAT(Step().entries, ElementsAre(std::make_tuple(1, 7, 1), std::make_tuple(2, 28, 2)));
+  EXPECT_THAT(Step().entries, ElementsAre(std::make_tuple(1, 8, 1), std::make_tuple(2, 30, 1)));
+  ASSERT_NE(Done(2), nullptr);
+  EXPECT_EQ(Output(*Done(2)), Expected(Prompt(30, 500), 2));
+  RunToCompletion();
+  EXPECT_EQ(Output(*Done(1)), Expected(Prompt(3), 20));
+}
+
+TEST_F(SchedulerTest, MaxNumSeqsCapsTheRunningSet) {
+  SchedulerOptions options;
+  options.max_num_seqs = 2;
+  Make(64, options);
+  for (int i = 0; i < 3; ++i) Add(Prompt(4, 100 * (i + 1)), 5);
+  EXPECT_THAT(Step().entries, ElementsAre(std::make_tuple(1, 0, 4), std::make_tuple(2, 0, 4)));
+  EXPECT_EQ(scheduler_->num_waiting(), 1);
+  RunToCompletion();
+  EXPECT_EQ(done_.size(), 3u);
+}
+
+TEST_F(SchedulerTest, OutOfBlocksPreemptsTheNewestAndItCompletesLaterWithTheSameText) {
+  SchedulerOptions options;
+  Make(/*num_blocks=*/6, options, /*prefix_cache=*/false);  // 24 tokens in all
+  const std::vector<int32_t> a = Prompt(7, 10), b = Prompt(7, 50);
+  Add(a, 9);  // 16 tokens: 4 blocks at the end
+  Add(b, 9);
+  const StepRecord first = Step();
+  EXPECT_THAT(first.entries, ElementsAre(std::make_tuple(1, 0, 7), std::make_tuple(2, 0, 7)));
+  int steps = 1;
+  bool preempted_b = false;
+  while (!scheduler_->idle()) {
+    const StepRecord r = Step();
+    for (const auto& [id, start, n] : r.entries) {
+      // After preemption request 2 restarts from position 0 (no prefix cache): a recompute.
+      if (id == 2 && start == 0) preempted_b = true;
+    }
+    ASSERT_LT(++steps, 200);
+  }
+  EXPECT_TRUE(preempted_b);
+  EXPECT_GE(scheduler_->counters().num_preemptions, 1);
+  EXPECT_EQ(Output(*Done(1)), Expected(a, 9));
+  EXPECT_EQ(Output(*Done(2)), Expected(b, 9));
+  EXPECT_EQ(pool_->num_free(), 6);
+}
+
+TEST_F(SchedulerTest, PreemptedSequenceIsDroppedOnTheWorkersAndComesBackUnderANewId) {
+  SchedulerOptions options;
+  Make(/*num_blocks=*/4, options, /*prefix_cache=*/false);
+  Sequence* a = Add(Prompt(6, 10), 8);
+  Sequence* b = Add(Prompt(6, 50), 8);
+  Step();  // both admitted: 2 blocks each, positions 0-5
+  const uint64_t b_id = b->seq_id;
+  Step();  // position 6
+  Step();  // position 7
+  // a needs a third block for position 8; the pool is empty: b (the newest) is preempted.
+  const StepRecord r = Step();
+  EXPECT_THAT(r.entries, ElementsAre(std::make_tuple(a->request_id, 8, 1)));
+  EXPECT_THAT(r.finished_seq_ids, ElementsAre(b_id));
+  EXPECT_EQ(scheduler_->counters().num_preemptions, 1);
+  RunToCompletion();
+  EXPECT_EQ(done_.size(), 2u);
+  EXPECT_NE(Done(2)->seq_id, b_id);
+  EXPECT_EQ(Output(*Done(2)), Expected(Prompt(6, 50), 8));
+}
+
+TEST_F(SchedulerTest, CancellationFreesBlocksAtTheNextStep) {
+  SchedulerOptions options;
+  Make(16, options, /*prefix_cache=*/false);
+  Sequence* a = Add(Prompt(10), 100);
+  Add(Prompt(5, 300), 100);
+  Step();
+  Step();
+  EXPECT_EQ(pool_->num_free(), 16 - 3 - 2);
+  const uint64_t a_seq = a->seq_id;
+  a->stream->Cancel();
+  std::vector<std::unique_ptr<Sequence>> cancelled = scheduler_->TakeCancelled();
+  ASSERT_EQ(cancelled.size(), 1u);
+  EXPECT_EQ(cancelled[0]->request_id, 1u);
+  EXPECT_EQ(pool_->num_free(), 16 - 2);
+  const StepRecord r = Step();
+  EXPECT_THAT(r.entries, ElementsAre(std::make_tuple(2, 6, 1)));
+  EXPECT_THAT(r.finished_seq_ids, ElementsAre(a_seq));
+}
+
+TEST_F(SchedulerTest, CancelledWaitingRequestNeverRuns) {
+  SchedulerOptions options;
+  options.max_num_seqs = 1;
+  Make(16, options);
+  Add(Prompt(4), 3);
+  Sequence* b = Add(Prompt(4, 40), 3);
+  Step();
+  b->stream->Cancel();
+  EXPECT_EQ(scheduler_->TakeCancelled().size(), 1u);
+  RunToCompletion();
+  EXPECT_EQ(done_.size(), 1u);
+}
+
+TEST_F(SchedulerTest, SharedPrefixStartsAfterTheCachedBlocksAndReusesTheirIds) {
+  SchedulerOptions options;
+  Make(32, options);
+  std::vector<int32_t> shared = Prompt(10, 7);
+  std::vector<int32_t> first = shared, second = shared;
+  first.push_back(900);
+  second.push_back(901);
+  Sequence* a = Add(first, 2);
+  Step();
+  // a's 11 tokens: blocks 0, 1 (full, now cached) and 2.
+  EXPECT_THAT(a->block_ids, ElementsAre(0, 1, 2));
+  Sequence* b = Add(second, 2);
+  ScheduledBatch batch = scheduler_->Schedule();
+  ASSERT_EQ(batch.entries.size(), 2u);
+  const ScheduledBatch::Entry& eb = batch.entries[1];
+  EXPECT_EQ(eb.seq, b);
+  EXPECT_TRUE(eb.is_new);
+  EXPECT_EQ(eb.start, 8);       // two cached blocks of 4
+  EXPECT_EQ(eb.num_tokens, 3);  // 10, 11 and the distinct last token
+  EXPECT_THAT(eb.new_block_ids, ElementsAre(0, 1, 3));
+  EXPECT_EQ(b->cached_prompt_tokens, 8);
+  EXPECT_EQ(scheduler_->counters().cached_prompt_tokens, 8);
+  EXPECT_EQ(pool_->ref_count(0), 3);  // the tree, a and b
+  scheduler_->Commit(batch);
+}
+
+TEST_F(SchedulerTest, WholePromptCachedStillComputesTheLastToken) {
+  SchedulerOptions options;
+  Make(32, options);
+  Add(Prompt(8), 1);
+  RunToCompletion();
+  Sequence* b = Add(Prompt(8), 1);
+  const StepRecord r = Step();
+  // 8 tokens = 2 blocks, but only the first 7 may come from the cache: block 0 matches.
+  EXPECT_THAT(r.entries, ElementsAre(std::make_tuple(b->request_id, 4, 4)));
+  EXPECT_EQ(Output(*Done(2)), Expected(Prompt(8), 1));
+}
+
+TEST_F(SchedulerTest, PreemptedSequenceRecomputesFromItsCachedBlocks) {
+  SchedulerOptions options;
+  Make(/*num_blocks=*/5, options);
+  Add(Prompt(8, 10), 8);
+  Add(Prompt(8, 60), 8);
+  RunToCompletion();
+  EXPECT_GE(scheduler_->counters().num_preemptions, 1);
+  EXPECT_EQ(Output(*Done(1)), Expected(Prompt(8, 10), 8));
+  EXPECT_EQ(Output(*Done(2)), Expected(Prompt(8, 60), 8));
+  ExpectNothingHeld();
+}
+
+TEST_F(SchedulerTest, ScoreIsChunkedByLogitRowsAndNeverUsesTheCache) {
+  SchedulerOptions options;
+  options.max_logit_rows = 5;
+  Make(32, options);
+  Add(Prompt(12), 1);
+  RunToCompletion();
+  Add(Prompt(12), 0, Sequence::Kind::kScore);
+  EXPECT_THAT(Step().entries, ElementsAre(std::make_tuple(2, 0, 5)));
+  EXPECT_THAT(Step().entries, ElementsAre(std::make_tuple(2, 5, 5)));
+  EXPECT_THAT(Step().entries, ElementsAre(std::make_tuple(2, 10, 2)));
+  EXPECT_TRUE(scheduler_->idle());
+}
+
+TEST_F(SchedulerTest, StopConditions) {
+  SchedulerOptions options;
+  Make(32, options);
+  Sequence* seq = Add(Prompt(3), 6);
+  seq->params.stop_token_ids = {77};
+  Step();  // samples the first token
+  EXPECT_EQ(scheduler_->AppendToken(*seq, 5, false), std::nullopt);
+  EXPECT_EQ(scheduler_->AppendToken(*seq, 6, true), FinishReason::kStop);
+  seq->params.ignore_eos = true;
+  EXPECT_EQ(scheduler_->AppendToken(*seq, 6, true), std::nullopt);
+  EXPECT_EQ(scheduler_->AppendToken(*seq, 77, false), FinishReason::kStop);
+  EXPECT_EQ(scheduler_->AppendToken(*seq, 8, false), FinishReason::kLength);  // the 6th token
+}
+
+TEST_F(SchedulerTest, TakeAllReleasesEveryBlock) {
+  SchedulerOptions options;
+  Make(32, options);
+  Add(Prompt(9), 10);
+  Add(Prompt(9, 40), 10);
+  Step();
+  Add(Prompt(5, 90), 10);
+  EXPECT_EQ(scheduler_->TakeAll().size(), 3u);
+  ExpectNothingHeld();
+  EXPECT_THAT(scheduler_->Schedule().finished_seq_ids, IsEmpty());
+}
+
+}  // namespace
+}  // namespace tpserve
