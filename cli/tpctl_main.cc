@@ -67,6 +67,16 @@ void PrintStatus(const v1::ClusterStatusResponse& r) {
                                   " tokens");
   if (!r.message().empty()) absl::StrAppend(&head, " (", r.message(), ")");
   std::printf("%s\n", head.c_str());
+  const double hit_rate = r.prefix_cache_query_tokens() > 0
+                              ? 100.0 * r.prefix_cache_hit_tokens() / r.prefix_cache_query_tokens()
+                              : 0.0;
+  std::printf(
+      "requests: %d running, %d waiting; %lld preemptions; prefix cache: %lld blocks, %lld of "
+      "%lld looked-up tokens hit (%.1f%%)\n",
+      r.num_requests_running(), r.num_requests_waiting(),
+      static_cast<long long>(r.num_preemptions()), static_cast<long long>(r.kv_blocks_cached()),
+      static_cast<long long>(r.prefix_cache_hit_tokens()),
+      static_cast<long long>(r.prefix_cache_query_tokens()), hit_rate);
   std::vector<std::vector<std::string>> rows = {{"RANK", "ADDRESS", "HOST", "DEVICE", "STATE",
                                                  "WEIGHTS (MiB)", "KV USED/TOTAL", "HEARTBEAT",
                                                  "STEP P50", "LAST ERROR"}};

@@ -31,6 +31,8 @@ TEST(TpctlStatus, TableJsonAndUnreachable) {
   std::printf("tpctl status:\n%s", table.output.c_str());
   EXPECT_TRUE(ExitedZero(table)) << table.output;
   EXPECT_NE(table.output.find("cluster serving"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("requests: 0 running, 0 waiting; 0 preemptions"), std::string::npos)
+      << table.output;
   // One row per rank: "<rank>  <address> ... <state> <weights MiB> ..."
   int rows = 0;
   for (absl::string_view line : absl::StrSplit(table.output, '\n')) {

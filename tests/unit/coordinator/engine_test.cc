@@ -29,6 +29,7 @@ struct Generated {
   std::string finish_reason;
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
+  int32_t cached_prompt_tokens = 0;
 };
 
 std::vector<int32_t> Expected(std::vector<int32_t> context, int n) {
@@ -112,6 +113,7 @@ class EngineTest : public ::testing::Test {
         out.finish_reason = chunk.finish_reason();
         out.prompt_tokens = chunk.usage().prompt_tokens();
         out.completion_tokens = chunk.usage().completion_tokens();
+        out.cached_prompt_tokens = chunk.usage().cached_prompt_tokens();
       }
     }
     out.status = reader->Finish();
@@ -183,6 +185,31 @@ TEST_F(EngineTest, ConcurrentRequestsSurvivePreemption) {
     ASSERT_TRUE(outs[i].status.ok()) << i << ": " << outs[i].status.error_message();
     EXPECT_EQ(outs[i].tokens, Expected(prompts[i], 14)) << i;
   }
+  ExpectConsistentSteps();
+}
+
+// The fake workers check that a sequence starting past position 0 finds its prefix in the blocks
+// it was given exactly as an earlier sequence wrote it.
+TEST_F(EngineTest, SharedPrefixRunsFromCachedBlocks) {
+  Start({{}, {}, {}});
+  std::vector<int32_t> system(13);
+  for (int i = 0; i < 13; ++i) system[i] = 400 + i;
+  std::vector<int32_t> first = system, second = system;
+  first.insert(first.end(), {700, 701});
+  second.insert(second.end(), {800, 801, 802});
+  Generated a = Generate(Request(first, 6));
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  EXPECT_EQ(a.cached_prompt_tokens, 0);
+  Generated b = Generate(Request(second, 6));
+  ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+  EXPECT_EQ(b.cached_prompt_tokens, 12);  // three whole blocks of 4 of the 13 shared tokens
+  EXPECT_EQ(b.tokens, Expected(second, 6));
+  // The same 16-token prompt again: the last token always runs, so the whole blocks before it
+  // (12 tokens) come from the cache, and the text is the same.
+  Generated c = Generate(Request(second, 6));
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.cached_prompt_tokens, 12);
+  EXPECT_EQ(c.tokens, b.tokens);
   ExpectConsistentSteps();
 }
 
