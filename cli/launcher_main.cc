@@ -1,6 +1,10 @@
 // tpserve: starts a coordinator and N workers on this host, supervises them, and stops them all
 // on Ctrl-C or when any of them dies (saying which one and why).
-//   tpserve --model M --tp N --device cpu [--prompt "..."] [--once]
+//   tpserve --model M --tp N --device cpu [--http-port P] [--prompt "..."] [--once]
+// Once the cluster serves it prints one line that scripts parse
+// (tests/integration/tpserve_cluster.py):
+//   tpserve: serving M with tensor parallelism N on cpu; gRPC at HOST:PORT; HTTP at HOST:PORT
+// with "HTTP off" in place of "HTTP at HOST:PORT" under --http-port -1.
 #include <signal.h>
 #include <unistd.h>
 
@@ -34,6 +38,9 @@ struct Flags {
   std::string device = "cpu";
   std::string host = "127.0.0.1";
   int port = 0;
+  int http_port = 8000;  // -1: off
+  std::string served_model_name;
+  int max_queued_requests = 0;
   int64_t kv_cache_blocks = 0;
   int block_size = 16;
   int max_num_batched_tokens = 2048;
@@ -89,12 +96,18 @@ absl::Status Serve(const Flags& flags) {
   options.world_size = flags.tp;
   options.host = flags.host;
   options.port = flags.port;
+  options.http_port = flags.http_port;
   options.kv_cache_blocks = flags.kv_cache_blocks;
   options.coordinator_args = {
       absl::StrCat("--block-size=", flags.block_size),
       absl::StrCat("--max-num-batched-tokens=", flags.max_num_batched_tokens),
-      absl::StrCat("--max-num-seqs=", flags.max_num_seqs)};
+      absl::StrCat("--max-num-seqs=", flags.max_num_seqs),
+      absl::StrCat("--max-queued-requests=", flags.max_queued_requests)};
   if (flags.no_prefix_cache) options.coordinator_args.push_back("--no-prefix-cache");
+  if (!flags.served_model_name.empty()) {
+    options.coordinator_args.push_back(
+        absl::StrCat("--served-model-name=", flags.served_model_name));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
   LogInfo("tpserve", "coordinator listening on %s; started %d workers", cluster->address(),
           flags.tp);
@@ -103,8 +116,12 @@ absl::Status Serve(const Flags& flags) {
   // takes the children with it. From here on, a signal stops the cluster in order.
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
-  std::printf("tpserve: serving %s with tensor parallelism %d on %s; gRPC at %s\n",
-              flags.model.c_str(), flags.tp, flags.device.c_str(), cluster->address().c_str());
+  const std::string http = cluster->http_address().empty()
+                               ? "HTTP off"
+                               : absl::StrCat("HTTP at ", cluster->http_address());
+  std::printf("tpserve: serving %s with tensor parallelism %d on %s; gRPC at %s; %s\n",
+              flags.model.c_str(), flags.tp, flags.device.c_str(), cluster->address().c_str(),
+              http.c_str());
   std::fflush(stdout);
   if (!flags.prompt.empty()) RETURN_IF_ERROR(AnswerPrompt(flags, *cluster));
   if (flags.once) return absl::OkStatus();
@@ -142,6 +159,15 @@ int main(int argc, char** argv) {
   app.add_option("--host", flags.host, "address to listen on");
   app.add_option("--port", flags.port, "coordinator port (0 = any free port)")
       ->check(CLI::Range(0, 65535));
+  app.add_option("--http-port", flags.http_port,
+                 "OpenAI-compatible HTTP API port (0 = any free port, -1 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 65535));
+  app.add_option("--served-model-name", flags.served_model_name,
+                 "model name for OpenAI requests (default: the model file's name without .gguf)");
+  app.add_option("--max-queued-requests", flags.max_queued_requests,
+                 "waiting requests beyond which new ones get HTTP 429 (0 = no limit)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-cache-blocks", flags.kv_cache_blocks, "KV pool size (0 = workers decide)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--block-size", flags.block_size, "tokens per KV block")

@@ -25,12 +25,15 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
   const PortDir port_dir{dir_template};
   const std::string port_file = port_dir.path + "/port";
+  const std::string http_port_file = port_dir.path + "/http-port";
   std::vector<std::string> args = {options.bin_dir + "/tpserve-coordinator",
                                    "--model", options.model,
                                    "--world-size", std::to_string(options.world_size),
                                    "--host", options.host,
                                    "--port", std::to_string(options.port),
-                                   "--port-file", port_file};
+                                   "--port-file", port_file,
+                                   "--http-port", std::to_string(options.http_port)};
+  if (options.http_port >= 0) args.insert(args.end(), {"--http-port-file", http_port_file});
   if (options.kv_cache_blocks > 0) {
     args.insert(args.end(), {"--kv-cache-blocks", std::to_string(options.kv_cache_blocks)});
   }
@@ -38,17 +41,13 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   RETURN_IF_ERROR(cluster->StartChild("coordinator", -1, args));
 
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  std::string port;
-  while (port.empty()) {
-    RETURN_IF_ERROR(cluster->CheckChildren());
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError("the coordinator did not start listening within 30 s");
-    }
-    std::ifstream in(port_file);
-    std::getline(in, port);
-    if (port.empty()) absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSIGN_OR_RETURN(const std::string port, cluster->WaitForPortFile(port_file, deadline));
   cluster->address_ = absl::StrCat(options.host, ":", port);
+  if (options.http_port >= 0) {
+    ASSIGN_OR_RETURN(const std::string http_port,
+                     cluster->WaitForPortFile(http_port_file, deadline));
+    cluster->http_address_ = absl::StrCat(options.host, ":", http_port);
+  }
 
   std::vector<int> ranks = options.ranks;
   if (ranks.empty()) {
@@ -74,6 +73,21 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
 }
 
 LocalCluster::~LocalCluster() { StopAll(); }
+
+absl::StatusOr<std::string> LocalCluster::WaitForPortFile(const std::string& path,
+                                                          absl::Time deadline) {
+  while (true) {
+    RETURN_IF_ERROR(CheckChildren());
+    std::ifstream in(path);
+    std::string port;
+    std::getline(in, port);
+    if (!port.empty()) return port;
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError("the coordinator did not start listening within 30 s");
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
 
 std::string LocalCluster::LogPath(const std::string& name) const {
   return options_.log_dir.empty() ? "" : options_.log_dir + "/" + name + ".log";

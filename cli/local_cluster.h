@@ -21,6 +21,7 @@ struct LocalClusterOptions {
   int world_size = 1;
   std::string host = "127.0.0.1";
   int port = 0;  // coordinator port; 0 = any free port
+  int http_port = -1;  // the coordinator's OpenAI HTTP API: -1 = off, 0 = any free port
   int64_t kv_cache_blocks = 0;
   int worker_threads = 0;  // per worker; 0 = the host's cores split evenly between the workers
   std::vector<std::string> coordinator_args;  // further coordinator flags
@@ -43,6 +44,8 @@ class LocalCluster {
   void StopAll();
 
   const std::string& address() const { return address_; }
+  // host:port of the OpenAI HTTP API; empty when http_port is -1.
+  const std::string& http_address() const { return http_address_; }
   Subprocess& coordinator() { return children_.front().process; }
   // The worker process of `rank`, or null when it was not started.
   Subprocess* worker(int rank);
@@ -58,9 +61,12 @@ class LocalCluster {
 
   explicit LocalCluster(const LocalClusterOptions& options) : options_(options) {}
   absl::Status StartChild(const std::string& name, int rank, std::vector<std::string> args);
+  // The port the coordinator wrote to `path`, once it has; fails when it dies or at `deadline`.
+  absl::StatusOr<std::string> WaitForPortFile(const std::string& path, absl::Time deadline);
 
   const LocalClusterOptions options_;
   std::string address_;
+  std::string http_address_;
   std::vector<Child> children_;  // the coordinator first
   std::unique_ptr<v1::InferenceService::Stub> inference_;
 };

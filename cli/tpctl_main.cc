@@ -1,6 +1,6 @@
 // tpctl: operator commands against a running coordinator's AdminService.
 //
-//   tpctl [--coordinator HOST:PORT] [--json] [--timeout S] status
+//   tpctl [--coordinator HOST:PORT] [--json] [--timeout S] status|drain|flush-cache
 //
 // The address comes from --coordinator, else $TPSERVE_COORDINATOR. Exits 0 on success, 1 when
 // the flags are wrong, the coordinator cannot be reached within --timeout, or the call fails;
@@ -71,9 +71,10 @@ void PrintStatus(const v1::ClusterStatusResponse& r) {
                               ? 100.0 * r.prefix_cache_hit_tokens() / r.prefix_cache_query_tokens()
                               : 0.0;
   std::printf(
-      "requests: %d running, %d waiting; %lld preemptions; prefix cache: %lld blocks, %lld of "
+      "requests: %d running, %d waiting%s; %lld preemptions; prefix cache: %lld blocks, %lld of "
       "%lld looked-up tokens hit (%.1f%%)\n",
       r.num_requests_running(), r.num_requests_waiting(),
+      r.draining() ? " (draining: no new requests admitted)" : "",
       static_cast<long long>(r.num_preemptions()), static_cast<long long>(r.kv_blocks_cached()),
       static_cast<long long>(r.prefix_cache_hit_tokens()),
       static_cast<long long>(r.prefix_cache_query_tokens()), hit_rate);
@@ -102,22 +103,41 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-int RunStatus(const Flags& flags) {
-  auto stub = v1::AdminService::NewStub(
-      grpc::CreateChannel(flags.coordinator, grpc::InsecureChannelCredentials()));
+std::string Plural(int64_t n, const char* noun) {
+  return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
+void PrintDrain(const v1::DrainResponse& r) {
+  std::printf("draining: %s in flight\n", Plural(r.requests_in_flight(), "request").c_str());
+}
+
+void PrintFlush(const v1::FlushPrefixCacheResponse& r) {
+  std::printf("flushed %s\n", Plural(r.blocks_evicted(), "cached block").c_str());
+}
+
+// Calls one AdminService method with the --timeout deadline and prints its response as JSON
+// (--json) or with `print`. `call(stub, context, response)` makes the call. Returns the exit code.
+template <typename Response, typename Call, typename Print>
+int RunCall(const Flags& flags, const char* method, Call call, Print print) {
+  const std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(flags.coordinator, grpc::InsecureChannelCredentials());
+  auto stub = v1::AdminService::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000)));
-  v1::ClusterStatusResponse response;
-  const grpc::Status status = stub->ClusterStatus(&context, v1::ClusterStatusRequest(), &response);
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+  Response response;
+  const grpc::Status status = call(*stub, &context, &response);
+  // These codes also come from a coordinator that answered ("cluster is starting", a slow
+  // flush): only a channel that never connected means the address is wrong or down.
+  const bool maybe_unreachable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                                 status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+  if (maybe_unreachable && channel->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
     return Fail(absl::StrCat("cannot reach coordinator at ", flags.coordinator, ": ",
                              status.error_message()));
   }
   if (!status.ok()) {
-    return Fail(absl::StrCat("ClusterStatus on ", flags.coordinator, " failed: ",
-                             status.error_message()));
+    return Fail(
+        absl::StrCat(method, " on ", flags.coordinator, " failed: ", status.error_message()));
   }
   if (flags.json) {
     google::protobuf::util::JsonPrintOptions options;
@@ -131,8 +151,38 @@ int RunStatus(const Flags& flags) {
     std::printf("%s", json.c_str());
     return 0;
   }
-  PrintStatus(response);
+  print(response);
   return 0;
+}
+
+enum class Command { kStatus, kDrain, kFlushCache };
+
+int RunCommand(const Flags& flags, Command command) {
+  using Stub = v1::AdminService::Stub;
+  switch (command) {
+    case Command::kStatus:
+      return RunCall<v1::ClusterStatusResponse>(
+          flags, "ClusterStatus",
+          [](Stub& stub, grpc::ClientContext* context, v1::ClusterStatusResponse* response) {
+            return stub.ClusterStatus(context, v1::ClusterStatusRequest(), response);
+          },
+          PrintStatus);
+    case Command::kDrain:
+      return RunCall<v1::DrainResponse>(
+          flags, "Drain",
+          [](Stub& stub, grpc::ClientContext* context, v1::DrainResponse* response) {
+            return stub.Drain(context, v1::DrainRequest(), response);
+          },
+          PrintDrain);
+    case Command::kFlushCache:
+      return RunCall<v1::FlushPrefixCacheResponse>(
+          flags, "FlushPrefixCache",
+          [](Stub& stub, grpc::ClientContext* context, v1::FlushPrefixCacheResponse* response) {
+            return stub.FlushPrefixCache(context, v1::FlushPrefixCacheRequest(), response);
+          },
+          PrintFlush);
+  }
+  return 1;
 }
 
 }  // namespace
@@ -149,6 +199,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   CLI::App* status = app.add_subcommand("status", "cluster state and one row per shard");
+  CLI::App* drain = app.add_subcommand(
+      "drain", "stop admitting requests; those in flight run to the end (for restarts)");
+  CLI::App* flush = app.add_subcommand(
+      "flush-cache", "evict every prefix-cache block that no running request uses");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -162,6 +216,8 @@ int main(int argc, char** argv) {
     }
     flags.coordinator = env;
   }
-  if (status->parsed()) return tpserve::RunStatus(flags);
+  if (status->parsed()) return tpserve::RunCommand(flags, tpserve::Command::kStatus);
+  if (drain->parsed()) return tpserve::RunCommand(flags, tpserve::Command::kDrain);
+  if (flush->parsed()) return tpserve::RunCommand(flags, tpserve::Command::kFlushCache);
   return 1;
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/grpc_status.h"
 
 namespace tpserve {
 
@@ -12,10 +13,18 @@ AdminServiceImpl::AdminServiceImpl(const ClusterServiceImpl* cluster, int world_
                                    std::string model_path)
     : cluster_(cluster), world_size_(world_size), model_path_(std::move(model_path)) {}
 
-void AdminServiceImpl::SetServing(const WorkerPool* pool, const Engine* engine) {
+void AdminServiceImpl::SetServing(const WorkerPool* pool, Engine* engine) {
   absl::MutexLock lock(&mutex_);
   pool_ = pool;
   engine_ = engine;
+}
+
+absl::StatusOr<Engine*> AdminServiceImpl::GetEngine() {
+  absl::MutexLock lock(&mutex_);
+  if (engine_ == nullptr) {
+    return absl::UnavailableError("cluster is starting: workers are not loaded yet");
+  }
+  return engine_;
 }
 
 grpc::Status AdminServiceImpl::ClusterStatus(grpc::ServerContext* context,
@@ -50,6 +59,7 @@ grpc::Status AdminServiceImpl::ClusterStatus(grpc::ServerContext* context,
   response->set_state(health.ok() ? v1::HealthResponse::STATE_SERVING
                                   : v1::HealthResponse::STATE_DEGRADED);
   response->set_message(std::string(health.message()));
+  response->set_draining(engine->draining());
   const EngineStats stats = engine->stats();
   const int64_t used = stats.blocks_used();
   response->set_kv_block_size(engine->options().block_size);
@@ -87,6 +97,25 @@ grpc::Status AdminServiceImpl::ClusterStatus(grpc::ServerContext* context,
       shard->set_heartbeat_age_ms(absl::ToInt64Milliseconds(now - report.status_time));
     }
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::Drain(grpc::ServerContext* context, const v1::DrainRequest* request,
+                                     v1::DrainResponse* response) {
+  const absl::StatusOr<Engine*> engine = GetEngine();
+  if (!engine.ok()) return ToGrpc(engine.status());
+  response->set_requests_in_flight((*engine)->Drain());
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::FlushPrefixCache(grpc::ServerContext* context,
+                                                const v1::FlushPrefixCacheRequest* request,
+                                                v1::FlushPrefixCacheResponse* response) {
+  const absl::StatusOr<Engine*> engine = GetEngine();
+  if (!engine.ok()) return ToGrpc(engine.status());
+  const absl::StatusOr<int32_t> evicted = (*engine)->FlushPrefixCache();
+  if (!evicted.ok()) return ToGrpc(evicted.status());
+  response->set_blocks_evicted(*evicted);
   return grpc::Status::OK;
 }
 

@@ -1,13 +1,15 @@
 // AdminService (admin.proto) for operators and `tpctl`: the cluster's state and every rank's
-// shard, KV usage and last heartbeat, served on the coordinator's port.
+// shard, KV usage and last heartbeat; draining and flushing the prefix cache. Served on the
+// coordinator's port.
 //
 // Thread-safe: gRPC's sync server runs each call on its own thread; the pool and the engine are
-// read only through their thread-safe accessors.
+// used only through their thread-safe methods.
 #pragma once
 
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/cluster_service.h"
 #include "coordinator/engine.h"
@@ -19,14 +21,19 @@ namespace tpserve {
 class AdminServiceImpl final : public v1::AdminService::Service {
  public:
   // `cluster` must outlive the service; until SetServing, ClusterStatus reports STATE_STARTING
-  // with the ranks registered so far.
+  // with the ranks registered so far, and Drain and FlushPrefixCache fail with UNAVAILABLE.
   AdminServiceImpl(const ClusterServiceImpl* cluster, int world_size, std::string model_path);
 
   // `pool` and `engine` must outlive the server.
-  void SetServing(const WorkerPool* pool, const Engine* engine);
+  void SetServing(const WorkerPool* pool, Engine* engine);
 
   grpc::Status ClusterStatus(grpc::ServerContext* context, const v1::ClusterStatusRequest* request,
                              v1::ClusterStatusResponse* response) override;
+  grpc::Status Drain(grpc::ServerContext* context, const v1::DrainRequest* request,
+                     v1::DrainResponse* response) override;
+  grpc::Status FlushPrefixCache(grpc::ServerContext* context,
+                                const v1::FlushPrefixCacheRequest* request,
+                                v1::FlushPrefixCacheResponse* response) override;
 
  private:
   // Constant after construction.
@@ -34,9 +41,12 @@ class AdminServiceImpl final : public v1::AdminService::Service {
   const int world_size_;
   const std::string model_path_;
 
+  // The engine once serving; UNAVAILABLE "cluster is starting" before.
+  absl::StatusOr<Engine*> GetEngine();
+
   absl::Mutex mutex_;
   const WorkerPool* pool_ ABSL_GUARDED_BY(mutex_) = nullptr;
-  const Engine* engine_ ABSL_GUARDED_BY(mutex_) = nullptr;
+  Engine* engine_ ABSL_GUARDED_BY(mutex_) = nullptr;
 };
 
 }  // namespace tpserve

@@ -1,12 +1,13 @@
-// tpserve-coordinator: serves InferenceService, AdminService and ClusterService on one port, waits for the
-// --world-size workers to register, initializes and loads them, then runs the engine until
-// SIGTERM/SIGINT. Exits 1 when start-up fails (bad flags, unsplittable model, missing ranks,
-// Init or LoadShard errors), 0 after a signal.
+// tpserve-coordinator: serves InferenceService, AdminService and ClusterService on one port and
+// the OpenAI-compatible HTTP API on another, waits for the --world-size workers to register,
+// initializes and loads them, then runs the engine until SIGTERM/SIGINT. Exits 1 when start-up
+// fails (bad flags, unsplittable model, missing ranks, Init or LoadShard errors), 0 after a signal.
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
@@ -22,9 +24,12 @@
 #include "coordinator/cluster_service.h"
 #include "coordinator/engine.h"
 #include "coordinator/heartbeat_monitor.h"
+#include "coordinator/http_server.h"
 #include "coordinator/inference_service.h"
+#include "coordinator/metrics.h"
 #include "coordinator/worker_pool.h"
 #include "grpcpp/grpcpp.h"
+#include "model/chat_template.h"
 #include "model/gguf_file.h"
 #include "model/model_config.h"
 #include "model/tokenizer.h"
@@ -54,6 +59,11 @@ struct Flags {
   int max_num_batched_tokens = 2048;
   int max_num_seqs = 256;
   bool no_prefix_cache = false;
+  int http_port = 8000;   // -1: no HTTP
+  std::string http_host;  // empty: --host
+  std::string http_port_file;
+  std::string served_model_name;  // empty: the model file's name without ".gguf"
+  int max_queued_requests = 0;
 };
 
 std::string JoinHostPort(const std::string& host, int port) {
@@ -111,6 +121,29 @@ int Fail(const std::string& message) {
   return 1;
 }
 
+std::string ServedModelName(const Flags& flags) {
+  if (!flags.served_model_name.empty()) return flags.served_model_name;
+  std::string name = std::filesystem::path(flags.model).filename().string();
+  if (absl::EndsWith(name, ".gguf")) name.resize(name.size() - 5);
+  return name;
+}
+
+// The model's chat format, or null (chat requests are then refused) when the file has none
+// that tpserve renders.
+std::unique_ptr<ChatTemplate> LoadChatTemplate(const GgufFile& file) {
+  absl::StatusOr<std::string> source = file.GetString("tokenizer.chat_template");
+  if (!source.ok()) {
+    LogWarning(kLog, "the model has no tokenizer.chat_template: /v1/chat/completions is off");
+    return nullptr;
+  }
+  absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::Detect(*source);
+  if (!chat_template.ok()) {
+    LogWarning(kLog, "/v1/chat/completions is off: %s", chat_template.status().message());
+    return nullptr;
+  }
+  return std::make_unique<ChatTemplate>(*std::move(chat_template));
+}
+
 int Run(const Flags& flags) {
   // The model file gives the tokenizer and the head counts that decide the tensor-parallel split.
   absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(flags.model);
@@ -135,9 +168,30 @@ int Run(const Flags& flags) {
   absl::Notification stop;
   HandleSignals(&stop);
 
+  // HTTP comes up before the workers, so that /health and /health/ready answer during start-up.
+  const std::string served_model_name = ServedModelName(flags);
+  Metrics metrics(served_model_name);
+  const std::unique_ptr<ChatTemplate> chat_template = LoadChatTemplate(**file);
+  HttpServer http(
+      {served_model_name, config->context_length, tokenizer->get(), chat_template.get(), &metrics});
+  if (flags.http_port >= 0) {
+    const std::string http_host = flags.http_host.empty() ? flags.host : flags.http_host;
+    absl::StatusOr<int> http_port = http.Start(http_host, flags.http_port);
+    if (!http_port.ok()) {
+      return Fail(absl::StrCat(http_port.status().message(), " (--http-host, --http-port)"));
+    }
+    const std::string http_address = JoinHostPort(http_host, *http_port);
+    std::printf("tpserve-coordinator http listening on %s\n", http_address.c_str());
+    std::fflush(stdout);
+    if (!flags.http_port_file.empty() && !WritePortFile(flags.http_port_file, *http_port)) {
+      return Fail(absl::StrCat("--http-port-file: cannot write ", flags.http_port_file));
+    }
+    LogInfo(kLog, "HTTP (OpenAI API) on %s, model name \"%s\"", http_address, served_model_name);
+  }
+
   ClusterServiceImpl cluster(flags.world_size,
                              ClusterServiceImpl::StatusProbe(kRegisterProbeTimeout));
-  InferenceServiceImpl inference(tokenizer->get(), flags.world_size);
+  InferenceServiceImpl inference(tokenizer->get(), flags.world_size, served_model_name);
   AdminServiceImpl admin(&cluster, flags.world_size, flags.model);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -206,13 +260,16 @@ int Run(const Flags& flags) {
   options.max_num_seqs = flags.max_num_seqs;
   options.max_num_batched_tokens = flags.max_num_batched_tokens;
   options.enable_prefix_cache = !flags.no_prefix_cache;
+  options.max_queued_requests = flags.max_queued_requests;
   Engine engine(options, &pool, tokenizer->get());
+  engine.SetMetrics(&metrics);
   engine.Start();
   {
     HeartbeatMonitor heartbeat(&pool, kHeartbeatInterval, kHeartbeatTimeout,
                                [&engine](const absl::Status& s) { engine.MarkDegraded(s); });
     admin.SetServing(&pool, &engine);
     inference.SetEngine(&engine);
+    http.SetEngine(&engine);
     LogInfo(kLog,
             "serving: %d ranks, %d KV blocks of %d tokens, context %d, vocab %d, %d weight "
             "bytes in all; up to %d sequences and %d tokens per step, prefix cache %s",
@@ -223,6 +280,8 @@ int Run(const Flags& flags) {
     stop.WaitForNotification();
   }
   engine.Stop();
+  // Before the engine goes away: HTTP threads may still be reading it.
+  http.Stop();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   pool.Shutdown(kShutdownTimeout);
   LogInfo(kLog, "stopped");
@@ -274,6 +333,22 @@ int main(int argc, char** argv) {
   app.add_option("--block-size", flags.block_size, "tokens per KV block")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  app.add_option("--http-port", flags.http_port,
+                 "port of the OpenAI-compatible HTTP API; 0 picks a free one, -1 turns it off")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 65535));
+  app.add_option("--http-host", flags.http_host,
+                 "address the HTTP API listens on (default: --host)");
+  app.add_option("--http-port-file", flags.http_port_file,
+                 "write the chosen HTTP port to this file");
+  app.add_option("--served-model-name", flags.served_model_name,
+                 "the model name clients pass in OpenAI requests (default: the model file's name "
+                 "without .gguf)");
+  app.add_option("--max-queued-requests", flags.max_queued_requests,
+                 "requests waiting to start beyond which new ones get 429 / RESOURCE_EXHAUSTED; "
+                 "0 = no limit")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

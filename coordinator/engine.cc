@@ -130,11 +130,28 @@ absl::Status Engine::CheckPrompt(const std::vector<int32_t>& prompt) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<RequestStream>> Engine::SubmitGenerate(GenerateParams params) {
+absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
   RETURN_IF_ERROR(CheckPrompt(params.prompt));
   if (params.max_tokens < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens = ", params.max_tokens, " is negative"));
+  }
+  if (params.n < 1 || params.n > kMaxSamples) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n = ", params.n, " is outside [1, ", kMaxSamples, "]"));
+  }
+  if (params.logprobs < -1 || params.logprobs > kMaxLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs = ", params.logprobs, " is outside [0, ", kMaxLogprobs, "]"));
+  }
+  if (params.stop.size() > static_cast<size_t>(kMaxStopStrings)) {
+    return absl::InvalidArgumentError(absl::StrCat("stop has ", params.stop.size(),
+                                                   " strings; at most ", kMaxStopStrings));
+  }
+  for (size_t i = 0; i < params.stop.size(); ++i) {
+    if (params.stop[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] is empty"));
+    }
   }
   RETURN_IF_ERROR(CheckSampling(params.sampling));
   for (int32_t id : params.stop_token_ids) {
@@ -143,13 +160,30 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::SubmitGenerate(GeneratePa
           "stop token ", id, " is outside the vocabulary [0, ", tokenizer_->vocab_size(), ")"));
     }
   }
-  auto seq = std::make_unique<Sequence>();
-  seq->kind = Sequence::Kind::kGenerate;
-  seq->tokens = params.prompt;
-  seq->prompt_len = static_cast<int32_t>(params.prompt.size());
-  seq->params = std::move(params);
-  seq->params.prompt.clear();  // kept once, in tokens
-  return Enqueue(std::move(seq));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::SubmitGenerate(
+    GenerateParams params) {
+  RETURN_IF_ERROR(CheckGenerate(params));
+  std::vector<std::unique_ptr<Sequence>> samples;
+  std::shared_ptr<SampleGroup> group =
+      params.n > 1 ? std::make_shared<SampleGroup>() : nullptr;
+  for (int32_t i = 0; i < params.n; ++i) {
+    auto seq = std::make_unique<Sequence>();
+    seq->kind = Sequence::Kind::kGenerate;
+    seq->tokens = params.prompt;
+    seq->prompt_len = static_cast<int32_t>(params.prompt.size());
+    seq->params = params;
+    seq->params.prompt.clear();  // kept once per sample, in tokens
+    seq->params.sampling.set_seed(params.sampling.seed() + i);
+    seq->group = group;
+    seq->group_leader = group != nullptr && i == 0;
+    seq->detokenizer = std::make_unique<IncrementalDetokenizer>(*tokenizer_);
+    seq->stop_matcher = std::make_unique<StopStringMatcher>(params.stop);
+    samples.push_back(std::move(seq));
+  }
+  return Enqueue(std::move(samples));
 }
 
 absl::StatusOr<std::shared_ptr<RequestStream>> Engine::SubmitScore(std::vector<int32_t> prompt) {
@@ -166,25 +200,90 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::SubmitScore(std::vector<i
   seq->tokens = std::move(prompt);
   seq->params.sampling.set_top_p(1);
   seq->params.sampling.set_repetition_penalty(1);
-  return Enqueue(std::move(seq));
+  std::vector<std::unique_ptr<Sequence>> one;
+  one.push_back(std::move(seq));
+  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<RequestStream>> streams, Enqueue(std::move(one)));
+  return streams.front();
 }
 
-absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Enqueue(std::unique_ptr<Sequence> seq) {
+absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::Enqueue(
+    std::vector<std::unique_ptr<Sequence>> samples) {
+  const int32_t queued = stats().num_waiting;
   absl::MutexLock lock(&mutex_);
   if (stopping_) return absl::UnavailableError("coordinator is shutting down");
   if (!degraded_.ok()) return degraded_;
-  seq->request_id = next_request_id_++;
-  seq->arrival = absl::Now();
-  seq->stream = std::make_shared<RequestStream>(seq->request_id);
-  std::shared_ptr<RequestStream> stream = seq->stream;
-  if (seq->kind == Sequence::Kind::kScore) {
-    LogInfo(kLog, "request %d: score, %d prompt tokens", seq->request_id, seq->prompt_len);
-  } else {
-    LogInfo(kLog, "request %d: generate, %d prompt tokens, max_tokens %d", seq->request_id,
-            seq->prompt_len, seq->params.max_tokens);
+  if (draining_) {
+    return absl::UnavailableError("the server is draining: it finishes the requests it has and "
+                                  "accepts no new ones");
   }
-  submitted_.push_back(std::move(seq));
-  return stream;
+  const int64_t waiting = queued + static_cast<int64_t>(submitted_.size());
+  if (options_.max_queued_requests > 0 && waiting >= options_.max_queued_requests) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the server has ", waiting, " requests waiting (--max-queued-requests ",
+        options_.max_queued_requests, "); retry in about a second"));
+  }
+  const uint64_t request_id = next_request_id_++;
+  const absl::Time now = absl::Now();
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    Sequence& seq = *samples[i];
+    seq.request_id = request_id;
+    seq.arrival = now;
+    seq.stream = std::make_shared<RequestStream>(request_id, static_cast<int32_t>(i));
+    streams.push_back(seq.stream);
+  }
+  const Sequence& first = *samples.front();
+  if (first.kind == Sequence::Kind::kScore) {
+    LogInfo(kLog, "request %d: score, %d prompt tokens", request_id, first.prompt_len);
+  } else {
+    LogInfo(kLog, "request %d: generate, %d prompt tokens, max_tokens %d, n %d", request_id,
+            first.prompt_len, first.params.max_tokens, samples.size());
+  }
+  for (auto& seq : samples) submitted_.push_back(std::move(seq));
+  return streams;
+}
+
+int32_t Engine::Drain() {
+  const EngineStats s = stats();
+  absl::MutexLock lock(&mutex_);
+  if (!draining_) LogInfo(kLog, "draining: new requests are refused from now on");
+  draining_ = true;
+  return s.num_running + s.num_waiting + static_cast<int32_t>(submitted_.size());
+}
+
+bool Engine::draining() const {
+  absl::MutexLock lock(&mutex_);
+  return draining_;
+}
+
+absl::StatusOr<int32_t> Engine::FlushPrefixCache() {
+  if (cache_ == nullptr) return 0;
+  absl::MutexLock lock(&mutex_);
+  const uint64_t ticket = ++flush_requested_;
+  auto done = [this, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return flush_done_ >= ticket || stopping_;
+  };
+  if (!mutex_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(60)) || flush_done_ < ticket) {
+    return absl::UnavailableError("the engine did not get to the flush (stopping or stuck)");
+  }
+  return flush_evicted_;
+}
+
+void Engine::SetMetrics(Metrics* metrics) { metrics_.store(metrics); }
+
+void Engine::FlushIfRequested() {
+  uint64_t requested;
+  {
+    absl::MutexLock lock(&mutex_);
+    requested = flush_requested_;
+    if (requested == flush_done_) return;
+  }
+  const int32_t evicted = cache_->EvictAll();
+  LogInfo(kLog, "prefix cache flushed: %d blocks evicted", evicted);
+  PublishStats();
+  absl::MutexLock lock(&mutex_);
+  flush_evicted_ = evicted;
+  flush_done_ = requested;
 }
 
 void Engine::Run() {
@@ -194,6 +293,7 @@ void Engine::Run() {
   for (;;) {
     PublishStats();
     if (!TakeSubmitted(ran ? absl::ZeroDuration() : kRetry)) break;
+    if (cache_ != nullptr) FlushIfRequested();
     absl::Status health;
     {
       absl::MutexLock lock(&mutex_);
@@ -207,6 +307,7 @@ void Engine::Run() {
     ScheduledBatch batch = scheduler_.Schedule();
     ran = !batch.empty();
     if (!ran) continue;
+    RecordQueueTimes(batch);
     PublishStats();
     ++step_id_;
     const int64_t deadline_ms = absl::ToUnixMillis(absl::Now() + options_.step_timeout);
@@ -239,6 +340,13 @@ void Engine::PublishStats() {
   stats.num_running = scheduler_.num_running();
   stats.num_waiting = scheduler_.num_waiting();
   stats.counters = scheduler_.counters();
+  if (Metrics* metrics = metrics_.load(); metrics != nullptr) {
+    metrics->SetEngineState(
+        stats.num_running, stats.num_waiting,
+        stats.blocks_total > 0 ? static_cast<double>(stats.blocks_used()) / stats.blocks_total : 0,
+        stats.counters.num_preemptions, stats.prefix_cache.query_tokens,
+        stats.prefix_cache.hit_tokens);
+  }
   absl::MutexLock lock(&stats_mutex_);
   stats_ = stats;
 }
@@ -249,7 +357,7 @@ bool Engine::TakeSubmitted(absl::Duration wait) {
   {
     absl::MutexLock lock(&mutex_);
     auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-      return stopping_ || !submitted_.empty();
+      return stopping_ || !submitted_.empty() || flush_requested_ != flush_done_;
     };
     if (idle) {
       mutex_.Await(absl::Condition(&wake));
@@ -268,6 +376,7 @@ void Engine::DropCancelled() {
     LogInfo(kLog, "request %d: cancelled by the client after %d tokens", seq->request_id,
             seq->num_generated());
     seq->stream->Fail(absl::CancelledError("cancelled by the client"));
+    if (Metrics* metrics = metrics_.load(); metrics != nullptr) metrics->AddRequestSuccess("abort");
   }
 }
 
@@ -317,22 +426,87 @@ void Engine::Apply(const ScheduledBatch& batch, const v1::StepResponse& response
       done.push_back(&seq);
       continue;
     }
-    const int32_t token = output->token_id();
-    const std::optional<FinishReason> finish =
-        scheduler_.AppendToken(seq, token, tokenizer_->IsEndOfGeneration(token));
-    if (finish != FinishReason::kStop) seq.stream->Push(token);
-    if (finish.has_value()) {
-      seq.stream->Finish(*finish, seq.prompt_len, seq.num_generated(),
-                         std::max(seq.cached_prompt_tokens, 0));
-      LogInfo(kLog,
-              "request %d: finished (%s), %d prompt (%d cached) + %d generated tokens in %.3f s",
-              seq.request_id, FinishReasonName(*finish), seq.prompt_len,
-              std::max(seq.cached_prompt_tokens, 0), seq.num_generated(),
-              absl::ToDoubleSeconds(absl::Now() - seq.arrival));
-      done.push_back(&seq);
-    }
+    if (ApplyToken(seq, *output)) done.push_back(&seq);
   }
-  for (Sequence* seq : done) scheduler_.Finish(seq);
+  std::vector<std::unique_ptr<Sequence>> finished;
+  for (Sequence* seq : done) finished.push_back(scheduler_.Finish(seq));
+  // Clients learn of the end only after the stats say so: what they see next in /metrics,
+  // ClusterStatus or tpctl already counts their request as finished.
+  PublishStats();
+  for (const std::unique_ptr<Sequence>& seq : finished) {
+    if (!seq->finish_reason.has_value()) continue;  // failed or scored: already told
+    seq->stream->Finish(*seq->finish_reason, seq->prompt_len, seq->num_generated(),
+                        std::max(seq->cached_prompt_tokens, 0));
+  }
+}
+
+std::optional<TokenLogprob> Engine::ToLogprob(const Sequence& seq,
+                                              const v1::SequenceOutput& output) const {
+  if (seq.params.logprobs < 0) return std::nullopt;
+  TokenLogprob logprob;
+  logprob.token_id = output.token_id();
+  logprob.logprob = output.logprob();
+  for (int i = 0; i < output.top_token_ids_size() && i < output.top_logprobs_size(); ++i) {
+    logprob.top.emplace_back(output.top_token_ids(i), output.top_logprobs(i));
+  }
+  return logprob;
+}
+
+bool Engine::ApplyToken(Sequence& seq, const v1::SequenceOutput& output) {
+  const int32_t token = output.token_id();
+  const absl::Time now = absl::Now();
+  Metrics* metrics = metrics_.load();
+  if (metrics != nullptr) {
+    if (seq.last_token == absl::InfinitePast()) {
+      metrics->ObserveTimeToFirstToken(absl::ToDoubleSeconds(now - seq.arrival));
+    } else {
+      metrics->ObserveInterTokenLatency(absl::ToDoubleSeconds(now - seq.last_token));
+    }
+    metrics->AddGenerationTokens(1);
+  }
+  seq.last_token = now;
+
+  std::optional<FinishReason> finish =
+      scheduler_.AppendToken(seq, token, tokenizer_->IsEndOfGeneration(token));
+  if (finish != FinishReason::kStop) {
+    // A stop token's text is not part of the output; every other token's is, up to a stop
+    // string.
+    StopStringMatcher::Result text = seq.stop_matcher->Add(seq.detokenizer->Add(token));
+    if (text.matched) finish = FinishReason::kStop;
+    seq.stream->Push(token, std::move(text.text), ToLogprob(seq, output));
+  }
+  if (!finish.has_value()) return false;
+
+  if (!seq.stop_matcher->matched()) {
+    StopStringMatcher::Result tail = seq.stop_matcher->Add(seq.detokenizer->Flush());
+    std::string rest = std::move(tail.text);
+    if (!tail.matched) rest += seq.stop_matcher->Flush();
+    if (!rest.empty()) seq.stream->PushText(std::move(rest));
+  }
+  const int32_t cached = std::max(seq.cached_prompt_tokens, 0);
+  seq.finish_reason = finish;
+  if (metrics != nullptr) {
+    metrics->ObserveE2eRequestLatency(absl::ToDoubleSeconds(now - seq.arrival));
+    metrics->AddPromptTokens(seq.prompt_len);
+    metrics->AddRequestSuccess(FinishReasonName(*finish));
+  }
+  LogInfo(kLog,
+          "request %d: sample %d finished (%s), %d prompt (%d cached) + %d generated tokens in "
+          "%.3f s",
+          seq.request_id, seq.stream->index(), FinishReasonName(*finish), seq.prompt_len, cached,
+          seq.num_generated(), absl::ToDoubleSeconds(now - seq.arrival));
+  return true;
+}
+
+void Engine::RecordQueueTimes(const ScheduledBatch& batch) {
+  Metrics* metrics = metrics_.load();
+  const absl::Time now = absl::Now();
+  for (const ScheduledBatch::Entry& entry : batch.entries) {
+    Sequence& seq = *entry.seq;
+    if (seq.first_scheduled != absl::InfinitePast()) continue;
+    seq.first_scheduled = now;
+    if (metrics != nullptr) metrics->ObserveRequestQueueTime(absl::ToDoubleSeconds(now - seq.arrival));
+  }
 }
 
 void Engine::FailAll(const absl::Status& status) {
@@ -341,9 +515,11 @@ void Engine::FailAll(const absl::Status& status) {
     for (auto& seq : submitted_) scheduler_.Add(std::move(seq));
     submitted_.clear();
   }
+  Metrics* metrics = metrics_.load();
   for (std::unique_ptr<Sequence>& seq : scheduler_.TakeAll()) {
     LogWarning(kLog, "request %d: failed: %s", seq->request_id, status.ToString());
     seq->stream->Fail(status);
+    if (metrics != nullptr) metrics->AddRequestSuccess("abort");
   }
 }
 

@@ -12,8 +12,10 @@
 // Thread-safe API: front-end threads call Submit*/health/stats, any thread MarkDegraded.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -22,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/block_pool.h"
+#include "coordinator/metrics.h"
 #include "coordinator/radix_cache.h"
 #include "coordinator/request_stream.h"
 #include "coordinator/scheduled_batch.h"
@@ -40,6 +43,9 @@ struct EngineOptions {
   int32_t max_num_seqs = 256;             // running sequences per step
   int32_t max_num_batched_tokens = 2048;  // tokens per step (prefill chunks + decodes)
   bool enable_prefix_cache = true;
+  // Requests waiting for their first step beyond which new ones are refused with
+  // RESOURCE_EXHAUSTED; 0: no limit.
+  int32_t max_queued_requests = 0;
   absl::Duration step_timeout = absl::Seconds(30);
 };
 
@@ -71,11 +77,14 @@ class Engine {
   // the thread (after the step in flight, if any, returns).
   void Stop();
 
-  // Queues a generation. INVALID_ARGUMENT (naming the field or token) for an empty prompt, a
-  // token id outside the vocabulary, a prompt longer than the context length or than the KV
-  // pool, max_tokens < 0, or impossible sampling parameters; UNAVAILABLE when degraded or
-  // stopping.
-  absl::StatusOr<std::shared_ptr<RequestStream>> SubmitGenerate(GenerateParams params);
+  // Queues a generation of params.n samples: one stream each, in sample order. INVALID_ARGUMENT
+  // (naming the field or token) for an empty prompt, a token id outside the vocabulary, a prompt
+  // longer than the context length or than the KV pool, max_tokens < 0, n outside
+  // [1, kMaxSamples], logprobs outside [-1, kMaxLogprobs], too many or empty stop strings, or
+  // impossible sampling parameters; RESOURCE_EXHAUSTED when max_queued_requests are waiting
+  // (the message says to retry); UNAVAILABLE when degraded, draining or stopping.
+  absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> SubmitGenerate(
+      GenerateParams params);
   // Queues teacher-forced scoring of `prompt`: every position's logits, computed in chunks that
   // keep each step's reply under kMaxScoreLogitBytes. The same prompt checks, plus
   // INVALID_ARGUMENT when all the logits would not fit the client's one reply message.
@@ -83,8 +92,20 @@ class Engine {
 
   // Marks the cluster degraded by `cause` (the first cause sticks) and wakes the engine.
   void MarkDegraded(const absl::Status& cause);
-  // OK while serving; otherwise the UNAVAILABLE status new requests get.
+  // OK while serving; otherwise UNAVAILABLE saying why (degraded or stopping). Draining does not
+  // count: the process is healthy while it finishes its requests.
   absl::Status health() const;
+
+  // Stops admitting requests (UNAVAILABLE "draining"); those already accepted run to the end.
+  // Returns how many were in flight.
+  int32_t Drain();
+  bool draining() const;
+  // Evicts every cached block no request uses, on the engine thread; returns how many. Waits
+  // for the step in flight, if any.
+  absl::StatusOr<int32_t> FlushPrefixCache();
+
+  // Records request latencies and token counts from now on; `metrics` must outlive the engine.
+  void SetMetrics(Metrics* metrics);
 
   const EngineOptions& options() const { return options_; }
   // As of the last engine step (any thread; published by the engine thread).
@@ -103,15 +124,28 @@ class Engine {
   // The Score part of Apply: collects the entry's logit rows; true when the sequence is done.
   bool ApplyScore(const ScheduledBatch::Entry& entry, const v1::SequenceOutput* output,
                   uint64_t step_id);
+  // The Generate part of Apply for a sampled token: text through the stop strings, streaming,
+  // metrics, and the end of the sequence; true when it is done.
+  bool ApplyToken(Sequence& seq, const v1::SequenceOutput& output);
+  std::optional<TokenLogprob> ToLogprob(const Sequence& seq,
+                                        const v1::SequenceOutput& output) const;
+  // Observes the queue time of sequences scheduled for the first time.
+  void RecordQueueTimes(const ScheduledBatch& batch);
+  // Runs a FlushPrefixCache() that a caller waits for (engine thread).
+  void FlushIfRequested();
   // Fails every request the engine holds with `status`.
   void FailAll(const absl::Status& status);
   // Stores what stats() returns (engine thread).
   void PublishStats();
 
   int32_t BlocksFor(int64_t num_tokens) const;
-  // Checks shared by both Submit*: prompt ids, length, blocks, and serving state.
+  // Checks shared by both Submit*: prompt ids, length and blocks.
   absl::Status CheckPrompt(const std::vector<int32_t>& prompt) const;
-  absl::StatusOr<std::shared_ptr<RequestStream>> Enqueue(std::unique_ptr<Sequence> seq);
+  absl::Status CheckGenerate(const GenerateParams& params) const;
+  // Hands the samples of one request to the engine thread under one request id; refuses them
+  // when stopping, degraded, draining or over max_queued_requests.
+  absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Enqueue(
+      std::vector<std::unique_ptr<Sequence>> samples);
 
   // Constant after construction.
   const EngineOptions options_;
@@ -127,12 +161,18 @@ class Engine {
 
   mutable absl::Mutex stats_mutex_;
   EngineStats stats_ ABSL_GUARDED_BY(stats_mutex_);
+  std::atomic<Metrics*> metrics_{nullptr};
 
   mutable absl::Mutex mutex_;
   std::vector<std::unique_ptr<Sequence>> submitted_ ABSL_GUARDED_BY(mutex_);
   absl::Status degraded_ ABSL_GUARDED_BY(mutex_);  // OK while serving
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  bool draining_ ABSL_GUARDED_BY(mutex_) = false;
   uint64_t next_request_id_ ABSL_GUARDED_BY(mutex_) = 1;
+  // FlushPrefixCache tickets: callers take flush_requested_ + 1 and wait for flush_done_.
+  uint64_t flush_requested_ ABSL_GUARDED_BY(mutex_) = 0;
+  uint64_t flush_done_ ABSL_GUARDED_BY(mutex_) = 0;
+  int32_t flush_evicted_ ABSL_GUARDED_BY(mutex_) = 0;
 
   std::thread thread_;
 };

@@ -5,9 +5,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "model/detokenizer.h"
+#include "absl/time/clock.h"
 
 namespace tpserve {
 namespace {
@@ -15,10 +16,6 @@ namespace {
 constexpr char kLog[] = "inference";
 // How often a call waiting on the engine looks at its client's cancellation.
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
 
 v1::SamplingParams ToSamplingParams(const v1::Sampling& s) {
   v1::SamplingParams p;
@@ -38,10 +35,35 @@ v1::SamplingParams ToSamplingParams(const v1::Sampling& s) {
   return p;
 }
 
+v1::GenerateResponse ToChunk(const StreamUpdate& update, int32_t index) {
+  v1::GenerateResponse chunk;
+  chunk.set_index(index);
+  chunk.mutable_token_ids()->Add(update.token_ids.begin(), update.token_ids.end());
+  chunk.set_text(update.text);
+  for (const TokenLogprob& logprob : update.logprobs) {
+    v1::TokenLogprob* out = chunk.add_logprobs();
+    out->set_token_id(logprob.token_id);
+    out->set_logprob(logprob.logprob);
+    for (const auto& [id, value] : logprob.top) {
+      v1::TokenLogprob::Alternative* alternative = out->add_top();
+      alternative->set_token_id(id);
+      alternative->set_logprob(value);
+    }
+  }
+  if (update.done) {
+    chunk.set_finish_reason(FinishReasonName(*update.finish_reason));
+    chunk.mutable_usage()->set_prompt_tokens(update.prompt_tokens);
+    chunk.mutable_usage()->set_completion_tokens(update.completion_tokens);
+    chunk.mutable_usage()->set_cached_prompt_tokens(update.cached_prompt_tokens);
+  }
+  return chunk;
+}
+
 }  // namespace
 
-InferenceServiceImpl::InferenceServiceImpl(const Tokenizer* tokenizer, int world_size)
-    : tokenizer_(tokenizer), world_size_(world_size) {}
+InferenceServiceImpl::InferenceServiceImpl(const Tokenizer* tokenizer, int world_size,
+                                           std::string model_name)
+    : tokenizer_(tokenizer), world_size_(world_size), model_name_(std::move(model_name)) {}
 
 absl::StatusOr<Engine*> InferenceServiceImpl::GetEngine() const {
   Engine* engine = engine_.load();
@@ -56,11 +78,7 @@ absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(
   GenerateParams params;
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {
-      ASSIGN_OR_RETURN(params.prompt, tokenizer_->Encode(request.text(), /*parse_special=*/true));
-      if (tokenizer_->add_bos() && tokenizer_->bos_id() >= 0 &&
-          (params.prompt.empty() || params.prompt[0] != tokenizer_->bos_id())) {
-        params.prompt.insert(params.prompt.begin(), tokenizer_->bos_id());
-      }
+      ASSIGN_OR_RETURN(params.prompt, EncodePrompt(request.text()));
       break;
     }
     case v1::GenerateRequest::kTokenIds:
@@ -73,7 +91,24 @@ absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(
   params.sampling = ToSamplingParams(request.sampling());
   params.ignore_eos = request.ignore_eos();
   params.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
+  params.stop.assign(request.stop().begin(), request.stop().end());
+  params.n = request.n() == 0 ? 1 : request.n();
+  params.logprobs = request.has_logprobs() ? request.logprobs() : -1;
+  if (request.has_logprobs() && request.logprobs() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs = ", request.logprobs(), " is negative"));
+  }
   return params;
+}
+
+absl::StatusOr<std::vector<int32_t>> InferenceServiceImpl::EncodePrompt(
+    std::string_view text) const {
+  ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer_->Encode(text, /*parse_special=*/true));
+  if (tokenizer_->add_bos() && tokenizer_->bos_id() >= 0 &&
+      (ids.empty() || ids[0] != tokenizer_->bos_id())) {
+    ids.insert(ids.begin(), tokenizer_->bos_id());
+  }
+  return ids;
 }
 
 absl::StatusOr<StreamUpdate> InferenceServiceImpl::WaitDone(grpc::ServerContext* context,
@@ -95,43 +130,69 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
   if (!engine.ok()) return ToGrpc(engine.status());
   absl::StatusOr<GenerateParams> params = ToParams(*request);
   if (!params.ok()) return ToGrpc(params.status());
-  absl::StatusOr<std::shared_ptr<RequestStream>> stream =
+  absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> stream =
       (*engine)->SubmitGenerate(*std::move(params));
   if (!stream.ok()) {
     LogInfo(kLog, "Generate from %s refused: %s", context->peer(), stream.status().ToString());
     return ToGrpc(stream.status());
   }
-  RequestStream& s = **stream;
-  IncrementalDetokenizer detokenizer(*tokenizer_);
-  while (true) {
-    StreamUpdate update = s.Wait(kCancelPoll);
+  std::vector<std::shared_ptr<RequestStream>>& samples = *stream;
+  auto cancel_all = [&samples] {
+    for (auto& sample : samples) sample->Cancel();
+  };
+  std::vector<bool> done(samples.size(), false);
+  size_t remaining = samples.size();
+  while (remaining > 0) {
+    bool any = false;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      if (done[i]) continue;
+      // One sample waits for news; several take turns without blocking.
+      StreamUpdate update =
+          samples[i]->Wait(samples.size() == 1 ? kCancelPoll : absl::ZeroDuration());
+      if (update.done && !update.status.ok()) {
+        cancel_all();
+        return ToGrpc(update.status);
+      }
+      if (update.token_ids.empty() && update.text.empty() && !update.done) continue;
+      any = true;
+      v1::GenerateResponse chunk = ToChunk(update, samples[i]->index());
+      if (!writer->Write(chunk)) {
+        cancel_all();
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      }
+      if (update.done) {
+        done[i] = true;
+        --remaining;
+      }
+    }
     if (context->IsCancelled()) {
-      s.Cancel();
+      cancel_all();
       return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the call");
     }
-    if (update.done && !update.status.ok()) return ToGrpc(update.status);
-    if (update.token_ids.empty() && !update.done) continue;
-
-    v1::GenerateResponse chunk;
-    std::string text;
-    for (int32_t id : update.token_ids) {
-      chunk.add_token_ids(id);
-      text += detokenizer.Add(id);
-    }
-    if (update.done) {
-      text += detokenizer.Flush();
-      chunk.set_finish_reason(FinishReasonName(*update.finish_reason));
-      chunk.mutable_usage()->set_prompt_tokens(update.prompt_tokens);
-      chunk.mutable_usage()->set_completion_tokens(update.completion_tokens);
-      chunk.mutable_usage()->set_cached_prompt_tokens(update.cached_prompt_tokens);
-    }
-    chunk.set_text(std::move(text));
-    if (!writer->Write(chunk)) {
-      s.Cancel();
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-    }
-    if (update.done) return grpc::Status::OK;
+    if (!any && samples.size() > 1) absl::SleepFor(absl::Milliseconds(2));
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceServiceImpl::Tokenize(grpc::ServerContext* context,
+                                            const v1::TokenizeRequest* request,
+                                            v1::TokenizeResponse* response) {
+  absl::StatusOr<std::vector<int32_t>> ids = EncodePrompt(request->text());
+  if (!ids.ok()) return ToGrpc(ids.status());
+  response->mutable_token_ids()->Add(ids->begin(), ids->end());
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceServiceImpl::ListModels(grpc::ServerContext* context,
+                                              const v1::ListModelsRequest* request,
+                                              v1::ListModelsResponse* response) {
+  v1::ListModelsResponse::Model* model = response->add_models();
+  model->set_id(model_name_);
+  model->set_vocab_size(tokenizer_->vocab_size());
+  if (Engine* engine = engine_.load(); engine != nullptr) {
+    model->set_context_length(engine->options().context_length);
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status InferenceServiceImpl::Score(grpc::ServerContext* context,

@@ -1,11 +1,14 @@
 // InferenceService (inference.proto) over the engine: the public gRPC edge, where requests are
-// tokenized and absl::Status becomes grpc::Status. Generate streams text through an
-// IncrementalDetokenizer so every chunk is whole UTF-8.
+// tokenized and absl::Status becomes grpc::Status. Generate streams the engine's text (whole
+// UTF-8, stop strings removed), the n samples' chunks interleaved.
 //
 // Thread-safe: gRPC's sync server runs each call on its own thread.
 #pragma once
 
 #include <atomic>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "coordinator/engine.h"
@@ -16,8 +19,8 @@ namespace tpserve {
 
 class InferenceServiceImpl final : public v1::InferenceService::Service {
  public:
-  // `tokenizer` must outlive the service.
-  InferenceServiceImpl(const Tokenizer* tokenizer, int world_size);
+  // `tokenizer` must outlive the service. `model_name` is what ListModels reports.
+  InferenceServiceImpl(const Tokenizer* tokenizer, int world_size, std::string model_name);
 
   // Until an engine is set, Generate and Score answer UNAVAILABLE "cluster is starting" and
   // Health says STATE_STARTING. `engine` must outlive the server.
@@ -29,10 +32,16 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
                      v1::ScoreResponse* response) override;
   grpc::Status Health(grpc::ServerContext* context, const v1::HealthRequest* request,
                       v1::HealthResponse* response) override;
+  grpc::Status Tokenize(grpc::ServerContext* context, const v1::TokenizeRequest* request,
+                        v1::TokenizeResponse* response) override;
+  grpc::Status ListModels(grpc::ServerContext* context, const v1::ListModelsRequest* request,
+                          v1::ListModelsResponse* response) override;
 
  private:
   // The request as the engine takes it: prompt tokenized, sampling defaults filled in.
   absl::StatusOr<GenerateParams> ToParams(const v1::GenerateRequest& request) const;
+  // Token ids of a text prompt: special tokens recognised, BOS first when the model wants it.
+  absl::StatusOr<std::vector<int32_t>> EncodePrompt(std::string_view text) const;
   // The engine, or UNAVAILABLE while starting.
   absl::StatusOr<Engine*> GetEngine() const;
   // Waits for the stream's final update; CANCELLED (and the stream cancelled) when the client
@@ -41,6 +50,7 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
 
   const Tokenizer* const tokenizer_;
   const int world_size_;
+  const std::string model_name_;
   std::atomic<Engine*> engine_{nullptr};
 };
 

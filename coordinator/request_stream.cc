@@ -16,10 +16,18 @@ const char* FinishReasonName(FinishReason reason) {
   return "unknown";
 }
 
-void RequestStream::Push(int32_t token_id) {
+void RequestStream::Push(int32_t token_id, std::string text, std::optional<TokenLogprob> logprob) {
   absl::MutexLock lock(&mutex_);
   TP_CHECK(!finished_);
   pending_.token_ids.push_back(token_id);
+  pending_.text.append(text);
+  if (logprob.has_value()) pending_.logprobs.push_back(*std::move(logprob));
+}
+
+void RequestStream::PushText(std::string text) {
+  absl::MutexLock lock(&mutex_);
+  TP_CHECK(!finished_);
+  pending_.text.append(text);
 }
 
 void RequestStream::Finish(FinishReason reason, int32_t prompt_tokens, int32_t completion_tokens,
@@ -60,7 +68,7 @@ bool RequestStream::cancelled() const {
 StreamUpdate RequestStream::Wait(absl::Duration timeout) {
   absl::MutexLock lock(&mutex_);
   auto news = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-    return pending_.done || !pending_.token_ids.empty();
+    return pending_.done || !pending_.token_ids.empty() || !pending_.text.empty();
   };
   mutex_.AwaitWithTimeout(absl::Condition(&news), timeout);
   StreamUpdate update = std::move(pending_);

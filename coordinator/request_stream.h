@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -18,9 +20,20 @@ namespace tpserve {
 enum class FinishReason { kStop, kLength };
 const char* FinishReasonName(FinishReason reason);  // "stop", "length"
 
+// A generated token's log-probability and the most likely tokens at its position.
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // (token id, logprob), most likely first
+};
+
 // What the engine produced since the previous Wait().
 struct StreamUpdate {
   std::vector<int32_t> token_ids;  // new tokens to stream
+  // New text: whole UTF-8 characters. Text that may be the start of a stop string is held back
+  // until it is known not to be one, so it can trail token_ids.
+  std::string text;
+  std::vector<TokenLogprob> logprobs;  // one per token id, when the request asked for them
   bool done = false;               // nothing follows this update
   absl::Status status;             // when done: OK, or why the request failed
   // When done and OK:
@@ -33,12 +46,16 @@ struct StreamUpdate {
 
 class RequestStream {
  public:
-  explicit RequestStream(uint64_t request_id) : request_id_(request_id) {}
+  // `index`: which of the request's n samples this stream carries.
+  explicit RequestStream(uint64_t request_id, int32_t index = 0)
+      : request_id_(request_id), index_(index) {}
 
   uint64_t request_id() const { return request_id_; }
+  int32_t index() const { return index_; }
 
   // Engine side. After Finish*/Fail nothing more may be pushed.
-  void Push(int32_t token_id);
+  void Push(int32_t token_id, std::string text, std::optional<TokenLogprob> logprob);
+  void PushText(std::string text);  // text released without a new token (at the end)
   void Finish(FinishReason reason, int32_t prompt_tokens, int32_t completion_tokens,
               int32_t cached_prompt_tokens);
   void FinishScore(std::vector<float> logits, int32_t prompt_tokens);
@@ -53,6 +70,7 @@ class RequestStream {
 
  private:
   const uint64_t request_id_;
+  const int32_t index_;
 
   mutable absl::Mutex mutex_;
   StreamUpdate pending_ ABSL_GUARDED_BY(mutex_);

@@ -16,6 +16,10 @@ v1::StepRequest ToStepRequest(const ScheduledBatch& batch, uint64_t step_id, int
                                              seq.tokens.begin() + seq.prompt_len);
       added->mutable_output_token_ids()->Add(seq.tokens.begin() + seq.prompt_len,
                                              seq.tokens.end());
+      if (seq.params.logprobs >= 0) {
+        added->set_return_logprobs(true);
+        added->set_top_logprobs(seq.params.logprobs);
+      }
     }
     v1::ScheduledSequence* scheduled = request.add_sequences();
     scheduled->set_seq_id(seq.seq_id);

@@ -76,6 +76,11 @@ void Scheduler::ReleaseBlocks(Sequence& seq) {
   seq.num_computed = 0;
 }
 
+void Scheduler::LeaveGroup(Sequence& seq) {
+  // The others must not wait for a prompt that this sample will not compute.
+  if (seq.group_leader) seq.group->prompt_cached = true;
+}
+
 std::unique_ptr<Sequence> Scheduler::TakeRunning(size_t index) {
   std::unique_ptr<Sequence> seq = std::move(running_[index]);
   running_.erase(running_.begin() + index);
@@ -126,10 +131,14 @@ ScheduledBatch Scheduler::Schedule() {
   }
 
   // Then waiting sequences, FCFS. Not in a step that had to preempt: the pool is full and
-  // admitting would only thrash.
-  while (!preempted && !waiting_.empty() && budget > 0 &&
-         static_cast<int32_t>(running_.size()) < options_.max_num_seqs) {
-    Sequence& seq = *waiting_.front();
+  // admitting would only thrash. Samples waiting for their first sample's prompt are passed over.
+  for (auto it = waiting_.begin(); !preempted && it != waiting_.end() && budget > 0 &&
+                                   static_cast<int32_t>(running_.size()) < options_.max_num_seqs;) {
+    Sequence& seq = **it;
+    if (seq.group != nullptr && !seq.group_leader && !seq.group->prompt_cached) {
+      ++it;
+      continue;
+    }
     TakeCachedPrefix(seq);
     const int32_t n = ChunkSize(seq, budget, logit_rows);
     const int32_t needed =
@@ -150,8 +159,8 @@ ScheduledBatch Scheduler::Schedule() {
     // A new sequence's table on the workers starts empty: send all of it, cached prefix too.
     batch.entries.push_back({&seq, true, seq.num_computed, n, seq.block_ids});
     take(seq, n);
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    running_.push_back(std::move(*it));
+    it = waiting_.erase(it);
   }
 
   if (!batch.empty()) {
@@ -166,6 +175,7 @@ void Scheduler::Commit(const ScheduledBatch& batch) {
     Sequence& seq = *entry.seq;
     TP_CHECK(entry.start == seq.num_computed);
     seq.num_computed += entry.num_tokens;
+    if (seq.group_leader && seq.num_computed >= seq.prompt_len) seq.group->prompt_cached = true;
     if (cache_ == nullptr || seq.kind == Sequence::Kind::kScore) continue;
     const int32_t full = seq.num_computed / options_.block_size;
     if (full <= seq.num_cached_blocks) continue;
@@ -201,6 +211,7 @@ std::unique_ptr<Sequence> Scheduler::Finish(Sequence* seq) {
   auto it = std::find_if(running_.begin(), running_.end(),
                          [seq](const auto& s) { return s.get() == seq; });
   TP_CHECK(it != running_.end());
+  LeaveGroup(*seq);
   return TakeRunning(it - running_.begin());
 }
 
@@ -209,6 +220,7 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::TakeCancelled() {
   auto is_cancelled = [](const Sequence& seq) { return seq.stream && seq.stream->cancelled(); };
   for (size_t i = 0; i < running_.size();) {
     if (is_cancelled(*running_[i])) {
+      LeaveGroup(*running_[i]);
       cancelled.push_back(TakeRunning(i));
     } else {
       ++i;
@@ -216,6 +228,7 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::TakeCancelled() {
   }
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (is_cancelled(**it)) {
+      LeaveGroup(**it);
       cancelled.push_back(std::move(*it));
       it = waiting_.erase(it);
     } else {

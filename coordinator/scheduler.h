@@ -8,7 +8,9 @@
 //      of its prompt (or of its recompute after preemption) when it is not;
 //   2. then waiting sequences FCFS, each starting after its longest cached prefix, while the
 //      budget, `max_num_seqs` and the blocks allow. Admission stops at the first that does not
-//      fit (no overtaking), and in a step that had to preempt.
+//      fit (no overtaking), and in a step that had to preempt. The later samples of an n > 1
+//      request wait (and are passed over) until the first has computed the prompt, then take
+//      its blocks from the cache.
 // Blocks come from the free list, then from evicting unlocked cached blocks (LRU). When neither
 // has enough, the most recently admitted running sequence is preempted: its blocks are
 // released (its full blocks stay in the cache, so recompute is often a cache hit) and it goes
@@ -97,6 +99,8 @@ class Scheduler {
   void TakeCachedPrefix(Sequence& seq);
   // Drops the sequence's blocks and lock; it must run from scratch (or its cached prefix) next.
   void ReleaseBlocks(Sequence& seq);
+  // A sample leaves (finished or cancelled): its group must not wait for it any more.
+  void LeaveGroup(Sequence& seq);
   // Requeues the most recently admitted running sequence for recompute.
   void PreemptLast();
   std::unique_ptr<Sequence> TakeRunning(size_t index);

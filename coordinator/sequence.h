@@ -3,22 +3,43 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "coordinator/radix_cache.h"
 #include "coordinator/request_stream.h"
+#include "coordinator/stop_strings.h"
+#include "model/detokenizer.h"
 #include "tpserve/v1/worker.pb.h"
 
 namespace tpserve {
 
-// A validated generation request (see Engine::SubmitGenerate for the checks).
+inline constexpr int32_t kMaxLogprobs = 20;  // alternatives per token
+inline constexpr int32_t kMaxSamples = 16;   // n
+inline constexpr int32_t kMaxStopStrings = 16;
+
+// A generation request (see Engine::SubmitGenerate for the checks).
 struct GenerateParams {
   std::vector<int32_t> prompt;  // token ids
   int32_t max_tokens = 0;       // 0: until the context length
-  v1::SamplingParams sampling;  // sent to the workers as is
+  v1::SamplingParams sampling;  // sent to the workers as is; sample i of n uses seed + i
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;
+  // Generation ends when the text contains one of these (matched across token boundaries); the
+  // stop string and what follows it are not returned.
+  std::vector<std::string> stop;
+  int32_t n = 1;  // independent samples of the same prompt, in [1, kMaxSamples]
+  // -1: none. k in [0, kMaxLogprobs]: each token's log-probability under the model's raw logits
+  // (before temperature and penalties), and the k most likely tokens at that position.
+  int32_t logprobs = -1;
+};
+
+// The n samples of one request. Samples after the first wait until the first has computed the
+// prompt, so that they take its blocks from the prefix cache instead of computing it again.
+struct SampleGroup {
+  bool prompt_cached = false;  // the first sample's prompt is computed (or it has left)
 };
 
 struct Sequence {
@@ -42,8 +63,16 @@ struct Sequence {
   int32_t num_cached_blocks = 0;
   int32_t cached_prompt_tokens = -1;  // taken from the cache at first admission; -1 before
   std::vector<float> score_logits;    // Score: rows received so far, [rows, vocab]
+  std::shared_ptr<SampleGroup> group;  // n > 1 only
+  bool group_leader = false;           // the sample the others wait for
   std::shared_ptr<RequestStream> stream;
+  // Generate: text of the generated tokens, and the stop strings searched in it.
+  std::unique_ptr<IncrementalDetokenizer> detokenizer;
+  std::unique_ptr<StopStringMatcher> stop_matcher;
+  std::optional<FinishReason> finish_reason;  // set when generation ends, told to the stream last
   absl::Time arrival;
+  absl::Time first_scheduled = absl::InfinitePast();  // InfinitePast: not yet
+  absl::Time last_token = absl::InfinitePast();       // InfinitePast: no token yet
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
 };

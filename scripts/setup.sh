@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages that building and testing tpserve need. A no-op when all are present.
+# Installs the Debian packages that building and testing tpserve need, then the Python packages
+# pinned in scripts/requirements-test.txt. A no-op when all are present.
 set -euo pipefail
 
 packages=(
@@ -16,15 +17,52 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages present"
+else
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  if ! $sudo apt-get update -qq; then
+    echo "setup: apt-get update failed: is a Debian package mirror reachable?" >&2
+    exit 1
+  fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+requirements="$(cd "$(dirname "$0")" && pwd)/requirements-test.txt"
+# The pins whose package is absent or at another version.
+mapfile -t missing_py < <(python3 - "$requirements" <<'PY'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+for line in open(sys.argv[1], encoding="utf-8"):
+    pin = line.split("#")[0].strip()
+    if not pin:
+        continue
+    name, wanted = pin.split("==")
+    try:
+        if version(name) == wanted:
+            continue
+    except PackageNotFoundError:
+        pass
+    print(pin)
+PY
+)
+total_py="$(grep -c '==' "$requirements")"
+if [ ${#missing_py[@]} -eq 0 ]; then
+  echo "setup: all $total_py Python test packages present"
   exit 0
 fi
 
-echo "setup: installing ${missing[*]}"
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-if ! $sudo apt-get update -qq; then
-  echo "setup: apt-get update failed: is a Debian package mirror reachable?" >&2
+echo "setup: installing ${missing_py[*]} (pip)"
+# Debian's python3 refuses pip installs outside a virtual environment (PEP 668); the tests run
+# the system python3, so the pins go beside its packages (the user's site-packages unless root).
+pip_args=(--quiet --disable-pip-version-check)
+[ "$(id -u)" -eq 0 ] || pip_args+=(--user)
+err="$(mktemp)"
+trap 'rm -f "$err"' EXIT
+if ! PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install "${pip_args[@]}" "${missing_py[@]}" 2>"$err"; then
+  echo "setup: pip could not install ${missing_py[*]}; is PyPI (or your package index) reachable?" >&2
+  sed 's/^/  pip: /' "$err" | tail -5 >&2
   exit 1
 fi
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 echo "setup: done"

@@ -33,7 +33,12 @@ absl::StatusOr<SequenceState> MakeSequenceState(const v1::NewSequence& sequence,
   if (!std::isfinite(p.frequency_penalty())) {
     return Bad(id, "frequency_penalty", p.frequency_penalty(), "must be finite");
   }
+  if (sequence.top_logprobs() < 0 || sequence.top_logprobs() > kMaxTopLogprobs) {
+    return Bad(id, "top_logprobs", sequence.top_logprobs(), "is outside [0, 20]");
+  }
   SequenceState state;
+  state.return_logprobs = sequence.return_logprobs();
+  state.top_logprobs = sequence.top_logprobs();
   state.tokens.assign(sequence.prompt_token_ids().begin(), sequence.prompt_token_ids().end());
   state.prompt_len = static_cast<int64_t>(state.tokens.size());
   state.tokens.insert(state.tokens.end(), sequence.output_token_ids().begin(),

@@ -24,6 +24,8 @@ struct SequenceState {
   // first step start past 0).
   int64_t num_computed = -1;
   std::unique_ptr<Sampler> sampler;  // used on rank 0 only, but kept everywhere
+  bool return_logprobs = false;
+  int32_t top_logprobs = 0;  // in [0, kMaxTopLogprobs]
 
   absl::Span<const int32_t> prompt() const {
     return absl::MakeConstSpan(tokens).subspan(0, prompt_len);
@@ -33,13 +35,15 @@ struct SequenceState {
   }
 };
 
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
 using SequenceMap = absl::flat_hash_map<uint64_t, SequenceState>;
 
 // Validates a new sequence and builds its state. Proto zeros mean "off": top_p 0 is 1 and
 // repetition_penalty 0 is 1. INVALID_ARGUMENT naming the seq id and the field for a temperature
 // that is negative or not finite, top_k < 0, top_p or min_p outside [0, 1], a negative
 // repetition penalty, a non-finite presence/frequency penalty, or a prompt or output id outside
-// [0, vocab_size).
+// [0, vocab_size), or top_logprobs outside [0, kMaxTopLogprobs].
 absl::StatusOr<SequenceState> MakeSequenceState(const v1::NewSequence& sequence,
                                                 int64_t vocab_size);
 

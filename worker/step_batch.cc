@@ -1,5 +1,10 @@
 #include "worker/step_batch.h"
 
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
@@ -58,6 +63,27 @@ absl::Status CheckScheduled(const v1::ScheduledSequence& s, const SequenceState&
                                                    end, " (missing new_block_ids?)"));
   }
   return absl::OkStatus();
+}
+
+// Log-softmax of the raw logits at `token` and at the `top` most likely tokens.
+void WriteLogprobs(absl::Span<const float> logits, int32_t token, int32_t top,
+                   v1::SequenceOutput* out) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x - max));
+  const float log_sum = max + static_cast<float>(std::log(sum));
+  out->set_logprob(logits[token] - log_sum);
+  if (top == 0) return;
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const auto k = std::min<size_t>(top, ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (size_t i = 0; i < k; ++i) {
+    out->add_top_token_ids(ids[i]);
+    out->add_top_logprobs(logits[ids[i]] - log_sum);
+  }
 }
 
 }  // namespace
@@ -129,7 +155,9 @@ void WriteStepOutputs(const v1::StepRequest& request, const StepPlan& plan,
       SequenceState& state = sequences->at(s.seq_id());
       const absl::Span<const float> last =
           logits.subspan((first + rows - 1) * vocab_size, vocab_size);
-      out->set_token_id(state.sampler->Sample(last, state.prompt(), state.output()));
+      const int32_t token = state.sampler->Sample(last, state.prompt(), state.output());
+      out->set_token_id(token);
+      if (state.return_logprobs) WriteLogprobs(last, token, state.top_logprobs, out);
     }
   }
 }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/comm/coordinator_store.h"
@@ -26,11 +27,6 @@ std::string Hostname() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
   return name;
-}
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 // 64-bit FNV-1a as 16 hex digits.

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "coordinator/heartbeat_monitor.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/worker_pool.h"
@@ -71,7 +72,7 @@ class EngineTest : public ::testing::Test {
     options.vocab_size = loaded.vocab_size;
     engine_ = std::make_unique<Engine>(options, pool_.get(), tokenizer_);
     engine_->Start();
-    service_ = std::make_unique<InferenceServiceImpl>(tokenizer_, pool_->world_size());
+    service_ = std::make_unique<InferenceServiceImpl>(tokenizer_, pool_->world_size(), "test-model");
     service_->SetEngine(engine_.get());
     grpc::ServerBuilder builder;
     int port = 0;
@@ -211,6 +212,96 @@ TEST_F(EngineTest, SharedPrefixRunsFromCachedBlocks) {
   EXPECT_EQ(c.cached_prompt_tokens, 12);
   EXPECT_EQ(c.tokens, b.tokens);
   ExpectConsistentSteps();
+}
+
+TEST_F(EngineTest, StopStringEndsGenerationAndIsNotReturned) {
+  Start({{}, {}});
+  const std::vector<int32_t> prompt = {600, 601, 602};
+  Generated full = Generate(Request(prompt, 16));
+  ASSERT_TRUE(full.status.ok()) << full.status.error_message();
+  ASSERT_GE(full.text.size(), 12u);
+  // Three characters from the middle, which may well span two tokens.
+  size_t at = full.text.size() / 2;
+  while (at > 0 && (full.text[at] & 0xC0) == 0x80) --at;  // start on a character
+  const std::string stop = full.text.substr(at, 3);
+  at = full.text.find(stop);
+  v1::GenerateRequest request = Request(prompt, 16);
+  request.add_stop(stop);
+  request.add_stop("a stop string that never occurs");
+  Generated out = Generate(request);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(out.text, full.text.substr(0, at)) << "stop string '" << stop << "'";
+  EXPECT_EQ(out.finish_reason, "stop");
+  EXPECT_LT(out.tokens.size(), full.tokens.size());
+  EXPECT_EQ(out.tokens, std::vector<int32_t>(full.tokens.begin(),
+                                             full.tokens.begin() + out.tokens.size()));
+}
+
+TEST_F(EngineTest, NSamplesStreamUnderTheirIndexAndShareThePrompt) {
+  Start({{}, {}});
+  const std::vector<int32_t> prompt = {310, 311, 312, 313, 314, 315, 316, 317, 318};
+  v1::GenerateRequest request = Request(prompt, 5);
+  request.set_n(3);
+  grpc::ClientContext context;
+  auto reader = stub_->Generate(&context, request);
+  std::vector<std::vector<int32_t>> tokens(3);
+  std::vector<int32_t> cached(3, -1);
+  v1::GenerateResponse chunk;
+  while (reader->Read(&chunk)) {
+    ASSERT_GE(chunk.index(), 0);
+    ASSERT_LT(chunk.index(), 3);
+    auto& sample = tokens[chunk.index()];
+    sample.insert(sample.end(), chunk.token_ids().begin(), chunk.token_ids().end());
+    if (!chunk.finish_reason().empty()) cached[chunk.index()] = chunk.usage().cached_prompt_tokens();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  // The fake model ignores the seed: every sample continues the same way.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(tokens[i], Expected(prompt, 5)) << "sample " << i;
+  EXPECT_EQ(cached[0], 0);
+  EXPECT_EQ(cached[1], 8);  // the two whole blocks of the first sample's prompt
+  EXPECT_EQ(cached[2], 8);
+  ExpectConsistentSteps();
+}
+
+TEST_F(EngineTest, FullQueueRefusesWithResourceExhausted) {
+  FakeWorkerOptions hang;
+  hang.hang_at_step = 1;
+  EngineOptions options;
+  options.max_queued_requests = 1;
+  Start({hang}, options);
+  std::thread running([&] { Generate(Request({300, 301}, 4)); });
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (engine_->stats().num_running < 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(engine_->stats().num_running, 1);  // step 1 hangs on the worker
+  std::thread queued([&] { Generate(Request({302, 303}, 4)); });
+  absl::SleepFor(absl::Milliseconds(500));  // the second request reaches the queue
+  const Generated refused = Generate(Request({304}, 4));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("--max-queued-requests 1"));
+  fakes_.clear();  // releases the step: the cluster degrades and both requests end
+  running.join();
+  queued.join();
+}
+
+TEST_F(EngineTest, DrainRefusesNewRequestsAndStaysHealthy) {
+  Start({{}});
+  EXPECT_EQ(engine_->Drain(), 0);
+  EXPECT_TRUE(engine_->draining());
+  EXPECT_TRUE(engine_->health().ok());
+  Generated out = Generate(Request({300, 301}, 4));
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(out.status.error_message(), HasSubstr("draining"));
+}
+
+TEST_F(EngineTest, FlushPrefixCacheEvictsWhatNoRequestUses) {
+  Start({{}});
+  ASSERT_TRUE(Generate(Request({300, 301, 302, 303, 304, 305, 306, 307, 308}, 4)).status.ok());
+  absl::StatusOr<int32_t> evicted = engine_->FlushPrefixCache();
+  ASSERT_TRUE(evicted.ok()) << evicted.status();
+  EXPECT_EQ(*evicted, 3);  // 12 computed positions: three whole blocks of 4
+  EXPECT_EQ(*engine_->FlushPrefixCache(), 0);
 }
 
 TEST_F(EngineTest, ScoreReturnsLogitsOfEveryPosition) {

@@ -307,6 +307,31 @@ TEST_F(SchedulerTest, PreemptedSequenceRecomputesFromItsCachedBlocks) {
   ExpectNothingHeld();
 }
 
+TEST_F(SchedulerTest, LaterSamplesWaitForTheFirstSamplesPromptAndShareItsBlocks) {
+  SchedulerOptions options;
+  options.max_num_batched_tokens = 8;
+  Make(64, options);
+  auto group = std::make_shared<SampleGroup>();
+  Sequence* first = Add(Prompt(13), 3);
+  first->group = group;
+  first->group_leader = true;
+  Sequence* second = Add(Prompt(13), 3);
+  second->group = group;
+  Add(Prompt(4, 500), 3);  // another request
+  // The second sample is passed over while the first computes the prompt; request 3 is not.
+  EXPECT_THAT(Step().entries, ElementsAre(std::make_tuple(1, 0, 8)));
+  EXPECT_THAT(Step().entries, ElementsAre(std::make_tuple(1, 8, 5), std::make_tuple(3, 0, 3)));
+  EXPECT_TRUE(group->prompt_cached);
+  const StepRecord r = Step();
+  EXPECT_THAT(r.entries, ElementsAre(std::make_tuple(1, 13, 1), std::make_tuple(3, 3, 1),
+                                     std::make_tuple(2, 12, 1)));
+  EXPECT_EQ(second->cached_prompt_tokens, 12);
+  EXPECT_THAT(absl::MakeConstSpan(second->block_ids).first(3),
+              ElementsAreArray(absl::MakeConstSpan(first->block_ids).first(3)));
+  RunToCompletion();
+  EXPECT_EQ(done_.size(), 3u);
+}
+
 TEST_F(SchedulerTest, ScoreIsChunkedByLogitRowsAndNeverUsesTheCache) {
   SchedulerOptions options;
   options.max_logit_rows = 5;

@@ -5,7 +5,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
+#include <numeric>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -251,6 +253,37 @@ TEST_F(WorkerServerTest, AllLogitsReturnsEveryRowOfTheRightSize) {
     max_diff = std::max(max_diff, std::abs(expected[i] - response.outputs(0).logits(i)));
   }
   EXPECT_LT(max_diff, 1e-4f);
+}
+
+// The log-probabilities are the log-softmax of the reference runner's raw logits, computed here
+// independently in double precision.
+TEST_F(WorkerServerTest, LogprobsAreTheLogSoftmaxOfTheRawLogits) {
+  const std::vector<int32_t> tokens(kPrompt.begin(), kPrompt.begin() + 6);
+  v1::StepRequest step = NextStep();
+  AddNew(&step, 9, tokens);
+  step.mutable_new_sequences(0)->set_return_logprobs(true);
+  step.mutable_new_sequences(0)->set_top_logprobs(3);
+  Schedule(&step, 9, tokens, 0, {4}, /*sample=*/true);
+  v1::StepResponse response;
+  const grpc::Status status = Step(step, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.outputs_size(), 1);
+  const v1::SequenceOutput& out = response.outputs(0);
+  const std::vector<float> logits = Reference(tokens, 0, {4}, /*all_logits=*/false);
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x));
+  auto logprob = [&](int32_t id) { return logits[id] - std::log(sum); };
+  EXPECT_NEAR(out.logprob(), logprob(out.token_id()), 1e-4);
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  ASSERT_EQ(out.top_token_ids_size(), 3);
+  ASSERT_EQ(out.top_logprobs_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(out.top_token_ids(i), order[i]);
+    EXPECT_NEAR(out.top_logprobs(i), logprob(order[i]), 1e-4);
+  }
+  EXPECT_EQ(out.token_id(), order[0]);  // greedy: the sampled token is the most likely
 }
 
 TEST_F(WorkerServerTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) {

@@ -1,0 +1,208 @@
+#include "coordinator/metrics.h"
+
+#include <charconv>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/check.h"
+
+namespace tpserve {
+namespace {
+
+// Bucket bounds in seconds, vLLM's, so that dashboards built for vLLM read tpserve unchanged.
+std::vector<double> TtftBounds() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+}
+std::vector<double> InterTokenBounds() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+          0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+}
+std::vector<double> RequestBounds() {
+  return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+          30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+}
+
+// The reasons a dashboard can rely on seeing, at 0 before the first such request.
+constexpr absl::string_view kFinishedReasons[] = {"stop", "length", "abort"};
+
+// Shortest text that parses back to the same double ("0.001", "1", "2560"), in the spellings
+// Prometheus uses for the non-finite values.
+std::string FormatDouble(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  char buffer[32];
+  auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  TP_CHECK(error == std::errc());
+  return std::string(buffer, end);
+}
+
+// Label values escape exactly backslash, double quote and line feed (format 0.0.4).
+std::string EscapeLabelValue(absl::string_view value) {
+  std::string escaped;
+  escaped.reserve(value.size());
+  for (char c : value) {
+    switch (c) {
+      case '\\':
+        escaped += "\\\\";
+        break;
+      case '"':
+        escaped += "\\\"";
+        break;
+      case '\n':
+        escaped += "\\n";
+        break;
+      default:
+        escaped += c;
+    }
+  }
+  return escaped;
+}
+
+// In format 0.0.4 a TYPE line names the samples it types, so a counter's HELP and TYPE carry the
+// full `_total` name, as the Go and Python clients (and so vLLM) write it. The OpenMetrics
+// convention of a family name without `_total` would leave the samples untyped here.
+void AppendHeader(std::string& out, absl::string_view name, absl::string_view type,
+                  absl::string_view help) {
+  absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+}
+
+}  // namespace
+
+Metrics::Metrics(std::string model_name)
+    : model_name_(std::move(model_name)),
+      ttft_(TtftBounds()),
+      itl_(InterTokenBounds()),
+      e2e_(RequestBounds()),
+      queue_(RequestBounds()) {
+  for (absl::string_view reason : kFinishedReasons) request_success_[std::string(reason)] = 0;
+}
+
+void Metrics::Observe(Histogram& histogram, double value) {
+  // One NaN would turn _sum into NaN for the life of the process.
+  if (std::isnan(value)) return;
+  size_t bucket = 0;
+  while (bucket < histogram.bounds.size() && value > histogram.bounds[bucket]) ++bucket;
+  ++histogram.counts[bucket];
+  histogram.sum += value;
+  ++histogram.count;
+}
+
+void Metrics::ObserveTimeToFirstToken(double seconds) {
+  absl::MutexLock lock(&mutex_);
+  Observe(ttft_, seconds);
+}
+
+void Metrics::ObserveInterTokenLatency(double seconds) {
+  absl::MutexLock lock(&mutex_);
+  Observe(itl_, seconds);
+}
+
+void Metrics::ObserveE2eRequestLatency(double seconds) {
+  absl::MutexLock lock(&mutex_);
+  Observe(e2e_, seconds);
+}
+
+void Metrics::ObserveRequestQueueTime(double seconds) {
+  absl::MutexLock lock(&mutex_);
+  Observe(queue_, seconds);
+}
+
+void Metrics::AddPromptTokens(int64_t n) {
+  TP_CHECK(n >= 0);  // a counter that goes down reads as a restart to Prometheus
+  absl::MutexLock lock(&mutex_);
+  prompt_tokens_ += n;
+}
+
+void Metrics::AddGenerationTokens(int64_t n) {
+  TP_CHECK(n >= 0);
+  absl::MutexLock lock(&mutex_);
+  generation_tokens_ += n;
+}
+
+void Metrics::AddRequestSuccess(const std::string& finished_reason) {
+  absl::MutexLock lock(&mutex_);
+  ++request_success_[finished_reason];
+}
+
+void Metrics::SetEngineState(int64_t num_running, int64_t num_waiting, double kv_cache_usage,
+                             int64_t num_preemptions, int64_t prefix_cache_query_tokens,
+                             int64_t prefix_cache_hit_tokens) {
+  absl::MutexLock lock(&mutex_);
+  num_running_ = num_running;
+  num_waiting_ = num_waiting;
+  kv_cache_usage_ = kv_cache_usage;
+  num_preemptions_ = num_preemptions;
+  prefix_cache_queries_ = prefix_cache_query_tokens;
+  prefix_cache_hits_ = prefix_cache_hit_tokens;
+}
+
+std::string Metrics::RenderPrometheus() const {
+  const std::string model_label =
+      absl::StrCat("model_name=\"", EscapeLabelValue(model_name_), "\"");
+  std::string out;
+  out.reserve(16 << 10);  // the whole exposition is about 10 KiB
+
+  auto histogram = [&](absl::string_view name, absl::string_view help, const Histogram& h) {
+    AppendHeader(out, name, "histogram", help);
+    int64_t cumulative = 0;
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      cumulative += h.counts[i];
+      absl::StrAppend(&out, name, "_bucket{", model_label, ",le=\"", FormatDouble(h.bounds[i]),
+                      "\"} ", cumulative, "\n");
+    }
+    cumulative += h.counts.back();
+    absl::StrAppend(&out, name, "_bucket{", model_label, ",le=\"+Inf\"} ", cumulative, "\n");
+    absl::StrAppend(&out, name, "_sum{", model_label, "} ", FormatDouble(h.sum), "\n");
+    absl::StrAppend(&out, name, "_count{", model_label, "} ", h.count, "\n");
+  };
+  // `value` is already formatted: int64 gauges and counters print as integers, doubles shortest.
+  auto single = [&](absl::string_view name, absl::string_view type, absl::string_view help,
+                    absl::string_view value) {
+    AppendHeader(out, name, type, help);
+    absl::StrAppend(&out, name, "{", model_label, "} ", value, "\n");
+  };
+
+  absl::MutexLock lock(&mutex_);
+  histogram("tpserve:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+            ttft_);
+  histogram("tpserve:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+            itl_);
+  histogram("tpserve:e2e_request_latency_seconds",
+            "Histogram of end to end request latency in seconds.", e2e_);
+  histogram("tpserve:request_queue_time_seconds",
+            "Histogram of time spent waiting in the queue in seconds.", queue_);
+
+  single("tpserve:num_requests_running", "gauge", "Number of requests in the running batch.",
+         absl::StrCat(num_running_));
+  single("tpserve:num_requests_waiting", "gauge", "Number of requests waiting to be scheduled.",
+         absl::StrCat(num_waiting_));
+  single("tpserve:kv_cache_usage_perc", "gauge",
+         "Fraction of KV cache blocks held by requests (1 means all).",
+         FormatDouble(kv_cache_usage_));
+
+  single("tpserve:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+         absl::StrCat(prompt_tokens_));
+  single("tpserve:generation_tokens_total", "counter", "Number of generation tokens processed.",
+         absl::StrCat(generation_tokens_));
+  single("tpserve:prefix_cache_queries_total", "counter",
+         "Prefix cache queries, in number of prompt tokens looked up.",
+         absl::StrCat(prefix_cache_queries_));
+  single("tpserve:prefix_cache_hits_total", "counter",
+         "Prefix cache hits, in number of prompt tokens found cached.",
+         absl::StrCat(prefix_cache_hits_));
+  single("tpserve:num_preemptions_total", "counter", "Number of requests preempted.",
+         absl::StrCat(num_preemptions_));
+
+  constexpr absl::string_view kSuccess = "tpserve:request_success_total";
+  AppendHeader(out, kSuccess, "counter", "Number of finished requests, by finished reason.");
+  for (const auto& [reason, count] : request_success_) {
+    absl::StrAppend(&out, kSuccess, "{", model_label, ",finished_reason=\"",
+                    EscapeLabelValue(reason), "\"} ", count, "\n");
+  }
+  return out;
+}
+
+}  // namespace tpserve

@@ -1,0 +1,80 @@
+// The coordinator's Prometheus metrics (served at /metrics), named like vLLM's under `tpserve:`.
+//
+//   histograms  tpserve:time_to_first_token_seconds, tpserve:inter_token_latency_seconds,
+//               tpserve:e2e_request_latency_seconds, tpserve:request_queue_time_seconds
+//   gauges      tpserve:num_requests_running, tpserve:num_requests_waiting,
+//               tpserve:kv_cache_usage_perc (fraction of KV blocks held by requests, 0..1)
+//   counters    tpserve:prompt_tokens_total, tpserve:generation_tokens_total,
+//               tpserve:prefix_cache_queries_total, tpserve:prefix_cache_hits_total (tokens),
+//               tpserve:num_preemptions_total, tpserve:request_success_total{finished_reason}
+//
+// Every sample carries the label model_name. Rendered in the Prometheus text exposition format
+// 0.0.4 (# HELP and # TYPE lines, cumulative `le` buckets ending in +Inf, _sum and _count).
+//
+// Thread-safe: the engine thread records, HTTP threads render.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace tpserve {
+
+class Metrics {
+ public:
+  explicit Metrics(std::string model_name);
+
+  void ObserveTimeToFirstToken(double seconds);
+  void ObserveInterTokenLatency(double seconds);
+  void ObserveE2eRequestLatency(double seconds);
+  void ObserveRequestQueueTime(double seconds);
+
+  void AddPromptTokens(int64_t n);
+  void AddGenerationTokens(int64_t n);
+  // `finished_reason`: "stop", "length" or "abort".
+  void AddRequestSuccess(const std::string& finished_reason);
+
+  // What the engine counts itself, as of its last step: cumulative values and gauges.
+  void SetEngineState(int64_t num_running, int64_t num_waiting, double kv_cache_usage,
+                      int64_t num_preemptions, int64_t prefix_cache_query_tokens,
+                      int64_t prefix_cache_hit_tokens);
+
+  // The whole exposition, ending in a newline.
+  std::string RenderPrometheus() const;
+
+ private:
+  struct Histogram {
+    explicit Histogram(std::vector<double> upper_bounds)
+        : bounds(std::move(upper_bounds)), counts(bounds.size() + 1, 0) {}
+    std::vector<double> bounds;   // upper bounds, ascending; +Inf is implicit
+    std::vector<int64_t> counts;  // [bounds.size() + 1], not cumulative
+    double sum = 0;
+    int64_t count = 0;
+  };
+  // Caller holds mutex_.
+  static void Observe(Histogram& histogram, double value);
+
+  const std::string model_name_;
+
+  mutable absl::Mutex mutex_;
+  Histogram ttft_ ABSL_GUARDED_BY(mutex_);
+  Histogram itl_ ABSL_GUARDED_BY(mutex_);
+  Histogram e2e_ ABSL_GUARDED_BY(mutex_);
+  Histogram queue_ ABSL_GUARDED_BY(mutex_);
+  int64_t prompt_tokens_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t generation_tokens_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::map<std::string, int64_t> request_success_ ABSL_GUARDED_BY(mutex_);
+  int64_t num_running_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t num_waiting_ ABSL_GUARDED_BY(mutex_) = 0;
+  double kv_cache_usage_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t num_preemptions_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t prefix_cache_queries_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t prefix_cache_hits_ ABSL_GUARDED_BY(mutex_) = 0;
+};
+
+}  // namespace tpserve

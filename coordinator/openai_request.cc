@@ -1,0 +1,405 @@
+#include "coordinator/openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/openai_error.h"
+#include "nlohmann/json.hpp"
+
+namespace tpserve {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kDefaultCompletionMaxTokens = 16;  // OpenAI's default for /v1/completions
+// Integers beyond this arrive from JSON as doubles that no longer hold every integer exactly.
+constexpr double kMaxExactDouble = 9007199254740992.0;  // 2^53
+
+// The value of `name`, or null when it is absent or JSON null: OpenAI clients send null for
+// "not given".
+const json* Find(const json& object, absl::string_view name) {
+  const auto it = object.find(std::string(name));
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+absl::Status WrongType(absl::string_view param, absl::string_view want, const json& value) {
+  return InvalidField(param, absl::StrCat("must be ", want, ", not ", value.type_name()));
+}
+
+absl::StatusOr<int64_t> AsInt(const json& value, absl::string_view param) {
+  if (value.is_number_unsigned()) {
+    const uint64_t v = value.get<uint64_t>();
+    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return InvalidField(param, absl::StrCat(v, " is out of range"));
+    }
+    return static_cast<int64_t>(v);
+  }
+  if (value.is_number_integer()) return value.get<int64_t>();
+  // Some clients write every number as a float: 4.0 is the integer 4, 4.5 is an error.
+  if (value.is_number_float()) {
+    const double v = value.get<double>();
+    if (std::isfinite(v) && std::trunc(v) == v && std::abs(v) <= kMaxExactDouble) {
+      return static_cast<int64_t>(v);
+    }
+    return InvalidField(param, absl::StrCat("must be an integer, got ", v));
+  }
+  return WrongType(param, "an integer", value);
+}
+
+absl::StatusOr<std::optional<int64_t>> GetInt(const json& object, absl::string_view name) {
+  const json* value = Find(object, name);
+  if (value == nullptr) return std::nullopt;
+  return AsInt(*value, name);
+}
+
+// `name` in [lo, hi], or `fallback` when unset.
+absl::StatusOr<int64_t> GetIntIn(const json& object, absl::string_view name, int64_t fallback,
+                                 int64_t lo, int64_t hi) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> value, GetInt(object, name));
+  if (!value.has_value()) return fallback;
+  if (*value < lo || *value > hi) {
+    return InvalidField(name, absl::StrCat("must be in [", lo, ", ", hi, "], got ", *value));
+  }
+  return *value;
+}
+
+// A float sampling parameter: OpenAI's (or vLLM's) default and the range the engine accepts
+// (beyond it, penalized logits overflow).
+struct FloatField {
+  const char* name;
+  float fallback;
+  double lo;
+  bool lo_open;  // lo itself is refused
+  double hi;
+  void (v1::SamplingParams::*set)(float);
+};
+constexpr double kMaxFloat = std::numeric_limits<float>::max();
+constexpr FloatField kFloatFields[] = {
+    {"temperature", 1, 0, false, kMaxFloat, &v1::SamplingParams::set_temperature},
+    {"top_p", 1, 0, true, 1, &v1::SamplingParams::set_top_p},
+    {"min_p", 0, 0, false, 1, &v1::SamplingParams::set_min_p},
+    {"repetition_penalty", 1, 0.01, false, 100, &v1::SamplingParams::set_repetition_penalty},
+    {"presence_penalty", 0, -2, false, 2, &v1::SamplingParams::set_presence_penalty},
+    {"frequency_penalty", 0, -2, false, 2, &v1::SamplingParams::set_frequency_penalty},
+};
+
+absl::StatusOr<float> GetFloat(const json& object, const FloatField& field) {
+  const json* value = Find(object, field.name);
+  if (value == nullptr) return field.fallback;
+  if (!value->is_number()) return WrongType(field.name, "a number", *value);
+  const double v = value->get<double>();
+  if (v < field.lo || (field.lo_open && v == field.lo) || v > field.hi) {
+    const std::string range = field.hi == kMaxFloat ? absl::StrCat("a finite number >= ", field.lo)
+                                                    : absl::StrCat("in ", field.lo_open ? "(" : "[",
+                                                                   field.lo, ", ", field.hi, "]");
+    return InvalidField(field.name, absl::StrCat("must be ", range, ", got ", v));
+  }
+  return static_cast<float>(v);
+}
+
+absl::StatusOr<std::optional<bool>> GetBool(const json& object, absl::string_view name) {
+  const json* value = Find(object, name);
+  if (value == nullptr) return std::nullopt;
+  if (!value->is_boolean()) return WrongType(name, "a boolean", *value);
+  return value->get<bool>();
+}
+
+// Refuses a field whose feature is not implemented unless it holds its default value.
+absl::Status RejectUnlessDefault(const json& object, absl::string_view name,
+                                 bool (*is_default)(const json&)) {
+  const json* value = Find(object, name);
+  if (value == nullptr || is_default(*value)) return absl::OkStatus();
+  return InvalidField(name, "is not supported by this server");
+}
+
+absl::Status CheckModel(const json& body, const ServedModel& model) {
+  const json* name = Find(body, "model");
+  if (name == nullptr) return absl::OkStatus();
+  if (!name->is_string()) return WrongType("model", "a string", *name);
+  if (name->get_ref<const std::string&>() != model.name) {
+    return ModelNotFound(name->get_ref<const std::string&>());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> GetStop(const json& body) {
+  const json* stop = Find(body, "stop");
+  std::vector<std::string> result;
+  if (stop == nullptr) return result;
+  if (stop->is_string()) {
+    if (stop->get_ref<const std::string&>().empty()) {
+      return InvalidField("stop", "must not be empty");
+    }
+    result.push_back(stop->get<std::string>());
+    return result;
+  }
+  if (!stop->is_array()) return WrongType("stop", "a string or an array of strings", *stop);
+  if (stop->size() > static_cast<size_t>(kMaxStopStrings)) {
+    return InvalidField("stop", absl::StrCat("holds ", stop->size(), " strings; at most ",
+                                             kMaxStopStrings, " are allowed"));
+  }
+  for (size_t i = 0; i < stop->size(); ++i) {
+    const json& s = (*stop)[i];
+    const std::string param = absl::StrCat("stop[", i, "]");
+    if (!s.is_string()) return WrongType(param, "a string", s);
+    if (s.get_ref<const std::string&>().empty()) return InvalidField(param, "must not be empty");
+    result.push_back(s.get<std::string>());
+  }
+  return result;
+}
+
+// Token ids from a JSON array, each checked against the vocabulary.
+absl::StatusOr<std::vector<int32_t>> GetTokenIds(const json& ids, absl::string_view param,
+                                                 const Tokenizer& tokenizer) {
+  if (!ids.is_array()) return WrongType(param, "an array of token ids", ids);
+  std::vector<int32_t> result;
+  result.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string element = absl::StrCat(param, "[", i, "]");
+    ASSIGN_OR_RETURN(const int64_t id, AsInt(ids[i], element));
+    if (id < 0 || id >= tokenizer.vocab_size()) {
+      return InvalidField(element, absl::StrCat("token ", id, " is outside the vocabulary [0, ",
+                                                tokenizer.vocab_size(), ")"));
+    }
+    result.push_back(static_cast<int32_t>(id));
+  }
+  return result;
+}
+
+// `text` tokenized as a prompt: special tokens parsed, BOS prepended when the model wants it.
+absl::StatusOr<std::vector<int32_t>> EncodePrompt(const std::string& text, absl::string_view param,
+                                                  const Tokenizer& tokenizer) {
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(text, /*parse_special=*/true);
+  if (!ids.ok()) return InvalidField(param, ids.status().message());
+  if (tokenizer.add_bos() && tokenizer.bos_id() >= 0 &&
+      (ids->empty() || ids->front() != tokenizer.bos_id())) {
+    ids->insert(ids->begin(), tokenizer.bos_id());
+  }
+  return ids;
+}
+
+absl::StatusOr<std::vector<int32_t>> GetCompletionPrompt(const json& body,
+                                                         const ServedModel& model) {
+  const json* prompt = Find(body, "prompt");
+  if (prompt == nullptr) return InvalidField("prompt", "is required");
+  const json* one = prompt;
+  std::string param = "prompt";
+  // [[ids]] or ["text"]: a batch, of which one prompt is supported.
+  if (prompt->is_array() && !prompt->empty() && !prompt->front().is_number()) {
+    if (prompt->size() != 1) {
+      return InvalidField("prompt", absl::StrCat("holds ", prompt->size(),
+                                                 " prompts; send one prompt per request"));
+    }
+    one = &prompt->front();
+    param = "prompt[0]";
+  }
+  if (one->is_string()) {
+    return EncodePrompt(one->get_ref<const std::string&>(), param, *model.tokenizer);
+  }
+  if (!one->is_array()) return WrongType(param, "a string or an array of token ids", *one);
+  if (one->empty()) return InvalidField(param, "must not be empty");
+  return GetTokenIds(*one, param, *model.tokenizer);
+}
+
+// A message's content: a string, or text parts joined by newlines (as vLLM joins them).
+absl::StatusOr<std::string> GetContent(const json& message, const std::string& param,
+                                       bool may_be_null) {
+  const json* content = Find(message, "content");
+  if (content == nullptr) {
+    if (may_be_null) return std::string();
+    return InvalidField(param, "is required");
+  }
+  if (content->is_string()) return content->get<std::string>();
+  if (!content->is_array()) return WrongType(param, "a string or an array of parts", *content);
+  std::string text;
+  for (size_t i = 0; i < content->size(); ++i) {
+    const json& part = (*content)[i];
+    const std::string part_param = absl::StrCat(param, "[", i, "]");
+    if (!part.is_object()) return WrongType(part_param, "an object", part);
+    const json* type = Find(part, "type");
+    if (type == nullptr || *type != "text") {
+      return InvalidField(absl::StrCat(part_param, ".type"), "only \"text\" parts are supported");
+    }
+    const json* part_text = Find(part, "text");
+    if (part_text == nullptr) return InvalidField(absl::StrCat(part_param, ".text"), "is required");
+    if (!part_text->is_string()) {
+      return WrongType(absl::StrCat(part_param, ".text"), "a string", *part_text);
+    }
+    if (i > 0) text += "\n";
+    text += part_text->get_ref<const std::string&>();
+  }
+  return text;
+}
+
+absl::StatusOr<std::vector<ChatMessage>> GetMessages(const json& body) {
+  const json* messages = Find(body, "messages");
+  if (messages == nullptr) return InvalidField("messages", "is required");
+  if (!messages->is_array()) return WrongType("messages", "an array", *messages);
+  if (messages->empty()) return InvalidField("messages", "must not be empty");
+  std::vector<ChatMessage> result;
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& message = (*messages)[i];
+    const std::string param = absl::StrCat("messages[", i, "]");
+    if (!message.is_object()) return WrongType(param, "an object", message);
+    const std::string role_param = param + ".role";
+    const json* role = Find(message, "role");
+    if (role == nullptr) return InvalidField(role_param, "is required");
+    if (!role->is_string()) return WrongType(role_param, "a string", *role);
+    std::string name = role->get<std::string>();
+    if (name == "developer") name = "system";  // OpenAI's newer name for the system role
+    if (name != "system" && name != "user" && name != "assistant") {
+      return InvalidField(role_param, "must be one of system, developer, user, assistant");
+    }
+    // An assistant turn that only called tools has null content.
+    ASSIGN_OR_RETURN(std::string content,
+                     GetContent(message, param + ".content", name == "assistant"));
+    result.push_back({std::move(name), std::move(content)});
+  }
+  return result;
+}
+
+bool IsFalse(const json& v) { return v == false; }
+bool IsEmpty(const json& v) {
+  return (v.is_string() || v.is_array() || v.is_object()) && v.empty();
+}
+bool IsTextFormat(const json& v) { return v.is_object() && v.value("type", json()) == "text"; }
+
+// The fields both endpoints share. `request->params.prompt` is set by the caller.
+absl::Status ParseCommon(const json& body, const ServedModel& model, OpenAiRequest* request) {
+  RETURN_IF_ERROR(CheckModel(body, model));
+  GenerateParams& params = request->params;
+
+  ASSIGN_OR_RETURN(std::optional<bool> stream, GetBool(body, "stream"));
+  request->stream = stream.value_or(false);
+  if (const json* options = Find(body, "stream_options")) {
+    if (!request->stream) {
+      return InvalidField("stream_options", "is only allowed when stream is true");
+    }
+    if (!options->is_object()) return WrongType("stream_options", "an object", *options);
+    const json* include_usage = Find(*options, "include_usage");
+    if (include_usage != nullptr && !include_usage->is_boolean()) {
+      return WrongType("stream_options.include_usage", "a boolean", *include_usage);
+    }
+    request->include_usage = include_usage != nullptr && include_usage->get<bool>();
+  }
+
+  v1::SamplingParams& s = params.sampling;
+  for (const FloatField& field : kFloatFields) {
+    ASSIGN_OR_RETURN(const float value, GetFloat(body, field));
+    (s.*field.set)(value);
+  }
+  ASSIGN_OR_RETURN(const int64_t top_k,
+                   GetIntIn(body, "top_k", 0, -1, std::numeric_limits<int32_t>::max()));
+  s.set_top_k(top_k < 0 ? 0 : static_cast<int32_t>(top_k));  // vLLM's -1 and our 0: off
+  if (const json* seed = Find(body, "seed")) {
+    if (seed->is_number_unsigned()) {
+      s.set_seed(seed->get<uint64_t>());
+    } else {
+      ASSIGN_OR_RETURN(const int64_t value, AsInt(*seed, "seed"));
+      s.set_seed(static_cast<uint64_t>(value));
+    }
+  } else {
+    thread_local std::mt19937_64 random_seeds{std::random_device{}()};
+    s.set_seed(random_seeds());
+  }
+
+  ASSIGN_OR_RETURN(const int64_t n, GetIntIn(body, "n", 1, 1, kMaxSamples));
+  params.n = static_cast<int32_t>(n);
+  ASSIGN_OR_RETURN(params.stop, GetStop(body));
+  if (const json* ids = Find(body, "stop_token_ids")) {
+    ASSIGN_OR_RETURN(params.stop_token_ids, GetTokenIds(*ids, "stop_token_ids", *model.tokenizer));
+  }
+  ASSIGN_OR_RETURN(std::optional<bool> ignore_eos, GetBool(body, "ignore_eos"));
+  params.ignore_eos = ignore_eos.value_or(false);
+  return RejectUnlessDefault(body, "logit_bias", IsEmpty);
+}
+
+absl::StatusOr<json> ParseObject(absl::string_view body) {
+  json value;
+  try {
+    value = json::parse(body);
+  } catch (const json::exception& e) {
+    // Also what nlohmann reports for strings that are not UTF-8.
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body is not valid JSON: ", e.what()));
+  }
+  if (!value.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body must be a JSON object, not ", value.type_name()));
+  }
+  return value;
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
+                                                     const ServedModel& model) {
+  ASSIGN_OR_RETURN(const json request_body, ParseObject(body));
+  OpenAiRequest request;
+  request.endpoint = OpenAiEndpoint::kCompletions;
+  RETURN_IF_ERROR(ParseCommon(request_body, model, &request));
+  ASSIGN_OR_RETURN(request.params.prompt, GetCompletionPrompt(request_body, model));
+  ASSIGN_OR_RETURN(
+      const int64_t max_tokens,
+      GetIntIn(request_body, "max_tokens", kDefaultCompletionMaxTokens, 1, model.context_length));
+  request.params.max_tokens = static_cast<int32_t>(max_tokens);
+  ASSIGN_OR_RETURN(const int64_t logprobs, GetIntIn(request_body, "logprobs", -1, 0, kMaxLogprobs));
+  request.params.logprobs = static_cast<int32_t>(logprobs);
+  RETURN_IF_ERROR(RejectUnlessDefault(request_body, "echo", IsFalse));
+  RETURN_IF_ERROR(RejectUnlessDefault(request_body, "suffix", IsEmpty));
+  // best_of = n returns every sample, which is what n alone does.
+  if (const json* best_of = Find(request_body, "best_of")) {
+    if (*best_of != request.params.n) return InvalidField("best_of", "must equal n if set");
+  }
+  return request;
+}
+
+absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const ServedModel& model) {
+  ASSIGN_OR_RETURN(const json request_body, ParseObject(body));
+  OpenAiRequest request;
+  request.endpoint = OpenAiEndpoint::kChatCompletions;
+  RETURN_IF_ERROR(ParseCommon(request_body, model, &request));
+  ASSIGN_OR_RETURN(const std::vector<ChatMessage> messages, GetMessages(request_body));
+  if (model.chat_template == nullptr) {
+    return InvalidField("messages",
+                        "this model has no chat template that tpserve supports; "
+                        "use /v1/completions");
+  }
+  ASSIGN_OR_RETURN(request.params.prompt,
+                   EncodePrompt(model.chat_template->Apply(messages,
+                                                           /*add_generation_prompt=*/true),
+                                "messages", *model.tokenizer));
+  // max_completion_tokens replaced max_tokens; 0 (unset) generates up to the context length.
+  const char* max_field = Find(request_body, "max_completion_tokens") != nullptr
+                              ? "max_completion_tokens"
+                              : "max_tokens";
+  ASSIGN_OR_RETURN(const int64_t max_tokens,
+                   GetIntIn(request_body, max_field, 0, 1, model.context_length));
+  request.params.max_tokens = static_cast<int32_t>(max_tokens);
+  ASSIGN_OR_RETURN(std::optional<bool> logprobs, GetBool(request_body, "logprobs"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> top_logprobs, GetInt(request_body, "top_logprobs"));
+  if (top_logprobs.has_value()) {
+    if (!logprobs.value_or(false)) {
+      return InvalidField("top_logprobs", "requires logprobs to be true");
+    }
+    if (*top_logprobs < 0 || *top_logprobs > kMaxLogprobs) {
+      return InvalidField("top_logprobs",
+                          absl::StrCat("must be in [0, ", kMaxLogprobs, "], got ", *top_logprobs));
+    }
+  }
+  request.params.logprobs =
+      logprobs.value_or(false) ? static_cast<int32_t>(top_logprobs.value_or(0)) : -1;
+  RETURN_IF_ERROR(RejectUnlessDefault(request_body, "tools", IsEmpty));
+  RETURN_IF_ERROR(RejectUnlessDefault(request_body, "functions", IsEmpty));
+  RETURN_IF_ERROR(RejectUnlessDefault(request_body, "response_format", IsTextFormat));
+  return request;
+}
+
+}  // namespace tpserve

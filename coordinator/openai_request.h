@@ -1,0 +1,59 @@
+// OpenAI-compatible request bodies (/v1/completions, /v1/chat/completions) parsed and checked
+// into the GenerateParams the engine takes. Every error is an absl::Status built by
+// openai_error.h that names the offending field: `param` "top_p", "messages[1].content",
+// "stop[3]"; unknown models are NOT_FOUND. Unknown fields are ignored (clients send extras such
+// as `user`); fields whose behaviour is not implemented (`echo`, `suffix`, `logit_bias`, tools)
+// are refused when set to anything but their default, rather than silently ignored.
+//
+// Accepted beyond OpenAI's fields, as vLLM accepts them: top_k (-1 or 0: off), min_p,
+// repetition_penalty, ignore_eos, stop_token_ids. `logprobs` of /v1/completions goes up to
+// kMaxLogprobs (OpenAI: 5). A missing `model` means the served one. An unset `seed` gets a random
+// one, so that a request is reproducible from the engine's log.
+//
+// Pure functions of the body and the served model: thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "coordinator/sequence.h"
+#include "model/chat_template.h"
+#include "model/tokenizer.h"
+
+namespace tpserve {
+
+// What request parsing needs to know about the model this server serves.
+struct ServedModel {
+  std::string name;  // what clients pass as "model"
+  int64_t context_length = 0;
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat_template = nullptr;  // null: chat requests are refused
+};
+
+enum class OpenAiEndpoint { kCompletions, kChatCompletions };
+
+struct OpenAiRequest {
+  OpenAiEndpoint endpoint = OpenAiEndpoint::kCompletions;
+  GenerateParams params;  // prompt tokenized (with BOS when the model wants it), defaults set
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a final chunk with usage
+
+  // The field errors about the prompt name (e.g. the engine's "longer than the context").
+  const char* prompt_field() const {
+    return endpoint == OpenAiEndpoint::kCompletions ? "prompt" : "messages";
+  }
+};
+
+// Defaults: max_tokens 16, temperature 1, top_p 1, n 1. `prompt`: a string, an array of one
+// string, an array of token ids, or an array of one such array.
+absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
+                                                     const ServedModel& model);
+// Defaults: max_completion_tokens (or max_tokens) up to the context length, temperature 1,
+// top_p 1, n 1. `messages`: [{role, content}] with roles system, developer (rendered as system),
+// user and assistant, content a string or an array of {"type": "text", "text": ...} parts. The
+// prompt is the model's chat template applied with the generation prompt.
+absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const ServedModel& model);
+
+}  // namespace tpserve

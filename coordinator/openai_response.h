@@ -1,0 +1,99 @@
+// OpenAI-compatible response objects, shaped as the official `openai` Python package's types
+// (Completion, ChatCompletion, ChatCompletionChunk) read them:
+//
+//   text_completion        choices[{index, text, logprobs, finish_reason}], usage
+//   chat.completion        choices[{index, message{role, content}, logprobs, finish_reason}], usage
+//   streaming              text_completion chunks, or chat.completion.chunk with delta {role}
+//                          first, then {content}; finish_reason on a sample's last chunk; with
+//                          stream_options.include_usage a final chunk with choices [] and usage;
+//                          then `data: [DONE]`.
+//
+// Logprobs: /v1/completions' legacy object {tokens, token_logprobs, top_logprobs (one dict per
+// token, the chosen token included, as OpenAI does), text_offset (code points from the start of
+// the sample's text)}; chat's {content: [{token, logprob, bytes, top_logprobs}]}. A token's
+// string is its decoded bytes; where those are not UTF-8 (a piece of a character) the string
+// holds U+FFFD and `bytes` the real bytes. -inf log-probabilities become -9999 as in vLLM, since
+// JSON has no infinity.
+//
+// Serialize with Dump(): strings may hold bytes that are not UTF-8.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "coordinator/openai_request.h"
+#include "coordinator/request_stream.h"
+#include "model/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace tpserve {
+
+// What every object of one response shares.
+struct ResponseHeader {
+  OpenAiEndpoint endpoint = OpenAiEndpoint::kCompletions;
+  std::string id;       // "cmpl-<request id>" or "chatcmpl-<request id>"
+  int64_t created = 0;  // unix seconds
+  std::string model;    // the served model name
+};
+ResponseHeader MakeResponseHeader(OpenAiEndpoint endpoint, uint64_t request_id, std::string model,
+                                  absl::Time now);
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_prompt_tokens = 0;
+};
+
+// One finished sample, for the non-streaming response.
+struct ChoiceOutput {
+  std::string text;
+  std::vector<TokenLogprob> logprobs;  // one per generated token when the request asked
+  FinishReason finish_reason = FinishReason::kStop;
+};
+
+// The token strings of logprobs come from `tokenizer`. `with_logprobs`: the request asked for
+// them (the choices' logprobs are objects, otherwise null).
+class OpenAiResponder {
+ public:
+  OpenAiResponder(ResponseHeader header, const Tokenizer* tokenizer, bool with_logprobs)
+      : header_(std::move(header)), tokenizer_(tokenizer), with_logprobs_(with_logprobs) {}
+
+  const ResponseHeader& header() const { return header_; }
+
+  // text_completion or chat.completion; choice i is choices[i].
+  nlohmann::json Response(const std::vector<ChoiceOutput>& choices, const Usage& usage) const;
+
+  // Chat only: a sample's first chunk, delta {role: "assistant", content: ""}.
+  nlohmann::json RoleChunk(int32_t index) const;
+  // New text and tokens of sample `index`; `finish_reason` on its last chunk. `text_offset`:
+  // the sample's text_offset so far (legacy logprobs), advanced past these tokens.
+  nlohmann::json DeltaChunk(int32_t index, const std::string& text,
+                            absl::Span<const TokenLogprob> logprobs,
+                            std::optional<FinishReason> finish_reason, int32_t* text_offset) const;
+  // The stream_options.include_usage chunk: choices [] and the usage of every sample.
+  nlohmann::json UsageChunk(const Usage& usage) const;
+
+ private:
+  nlohmann::json Logprobs(absl::Span<const TokenLogprob> logprobs, int32_t* text_offset) const;
+  nlohmann::json CompletionLogprobs(absl::Span<const TokenLogprob> logprobs,
+                                    int32_t* text_offset) const;
+  nlohmann::json ChatLogprobs(absl::Span<const TokenLogprob> logprobs) const;
+  std::string TokenString(int32_t id) const;
+  nlohmann::json Object(const char* object_type) const;
+
+  const ResponseHeader header_;
+  const Tokenizer* const tokenizer_;
+  const bool with_logprobs_;
+};
+
+// `value` as JSON text, with bytes that are not UTF-8 replaced by U+FFFD.
+std::string Dump(const nlohmann::json& value);
+// One server-sent event: "data: <json>\n\n".
+std::string SseEvent(const nlohmann::json& value);
+inline constexpr char kSseDone[] = "data: [DONE]\n\n";
+
+}  // namespace tpserve

@@ -1,0 +1,156 @@
+"""InferenceService through Python gRPC stubs generated from proto/, on a T=1 cluster: streaming
+Generate, a cancelled stream whose KV blocks come back, Tokenize, ListModels, and
+INVALID_ARGUMENT for impossible parameters.
+
+    grpc_client_test.py --bin-dir BUILD/bin --model MODEL.gguf [unittest args]
+"""
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+import grpc
+
+import tpserve_protos
+from tpserve_cluster import Cluster
+
+ARGS = None
+PROMPT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+RPC_TIMEOUT_S = 120
+
+
+class GrpcClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        stubs_dir = tempfile.TemporaryDirectory(prefix="tpserve-stubs-")
+        cls.addClassCleanup(stubs_dir.cleanup)
+        cls.protos = tpserve_protos.load(stubs_dir.name)
+        cls.cluster = Cluster(ARGS.bin_dir, ARGS.model, tp=1)
+        cls.cluster.__enter__()
+        cls.addClassCleanup(cls.cluster.stop)
+        cls.channel = grpc.insecure_channel(cls.cluster.grpc_address)
+        cls.addClassCleanup(cls.channel.close)
+        grpc.channel_ready_future(cls.channel).result(timeout=10)
+        cls.inference = cls.protos.inference_pb2_grpc.InferenceServiceStub(cls.channel)
+        cls.admin = cls.protos.admin_pb2_grpc.AdminServiceStub(cls.channel)
+
+    def request(self, **fields):
+        return self.protos.inference_pb2.GenerateRequest(**fields)
+
+    def generate(self, request):
+        """(token ids, text, last chunk, chunk count, seconds to the first chunk)."""
+        start = time.monotonic()
+        ids, text, last, chunks, first = [], "", None, 0, None
+        for chunk in self.inference.Generate(request, timeout=RPC_TIMEOUT_S):
+            if first is None:
+                first = time.monotonic() - start
+            ids += chunk.token_ids
+            text += chunk.text
+            last = chunk
+            chunks += 1
+        return ids, text, last, chunks, first
+
+    def test_generate_streams_text_and_usage(self):
+        sampling = self.protos.inference_pb2.Sampling(temperature=0)
+        start = time.monotonic()
+        ids, text, last, chunks, first = self.generate(
+            self.request(text=PROMPT, max_tokens=16, sampling=sampling))
+        print(f"Generate: {len(ids)} tokens in {chunks} chunks, first after {first:.3f} s, "
+              f"all after {time.monotonic() - start:.3f} s: {text!r}")
+        self.assertTrue(text)
+        self.assertIn(last.finish_reason, ("stop", "length"))
+        self.assertGreater(last.usage.prompt_tokens, 0)
+        # The final EOS is counted but not streamed.
+        self.assertIn(last.usage.completion_tokens - len(ids), (0, 1))
+        self.assertLessEqual(last.usage.completion_tokens, 16)
+
+    def test_cancel_mid_stream_frees_blocks(self):
+        call = self.inference.Generate(
+            self.request(text=PROMPT, max_tokens=4000, ignore_eos=True), timeout=RPC_TIMEOUT_S)
+        received = 0
+        for chunk in call:
+            received += len(chunk.token_ids)
+            if received >= 3:
+                break
+        during = self.admin.ClusterStatus(self.protos.admin_pb2.ClusterStatusRequest())
+        print(f"streaming, {received} tokens in: {during.kv_blocks_used} KV blocks used, "
+              f"{during.num_requests_running} running")
+        self.assertGreater(during.kv_blocks_used, 0)
+        self.assertEqual(during.num_requests_running, 1)
+
+        call.cancel()
+        cancelled = time.monotonic()
+        with self.assertRaises(grpc.RpcError):
+            for _ in call:
+                pass
+        self.assertEqual(call.code(), grpc.StatusCode.CANCELLED)
+        status = None
+        while time.monotonic() - cancelled < 10:
+            status = self.admin.ClusterStatus(self.protos.admin_pb2.ClusterStatusRequest())
+            if status.kv_blocks_used == 0 and status.num_requests_running == 0:
+                break
+            time.sleep(0.05)
+        print(f"after cancel: {status.kv_blocks_used} KV blocks used, "
+              f"{status.num_requests_running} running, after "
+              f"{time.monotonic() - cancelled:.2f} s")
+        self.assertEqual(status.kv_blocks_used, 0)
+        self.assertEqual(status.num_requests_running, 0)
+
+    def test_tokenize_and_list_models(self):
+        pb = self.protos.inference_pb2
+        models = self.inference.ListModels(pb.ListModelsRequest(), timeout=10).models
+        print("ListModels:", [(m.id, m.context_length, m.vocab_size) for m in models])
+        self.assertEqual(len(models), 1)
+        model = models[0]
+        self.assertTrue(model.id)
+        self.assertGreater(model.context_length, 0)
+        self.assertGreater(model.vocab_size, 0)
+        with urllib.request.urlopen(self.cluster.http_url + "/v1/models", timeout=10) as reply:
+            http_models = [m["id"] for m in json.load(reply)["data"]]
+        self.assertEqual(http_models, [model.id], "both APIs name the model alike")
+
+        ids = list(self.inference.Tokenize(pb.TokenizeRequest(text=PROMPT), timeout=10).token_ids)
+        print(f"Tokenize: {len(ids)} ids, first {ids[:8]}")
+        self.assertTrue(ids)
+        self.assertTrue(all(0 <= i < model.vocab_size for i in ids))
+        # Tokenize gives the ids Generate sees: prompting with them is prompting with the text.
+        greedy = pb.Sampling(temperature=0)
+        from_text = self.generate(self.request(text=PROMPT, max_tokens=8, sampling=greedy))
+        from_ids = self.generate(self.request(token_ids=pb.TokenIds(ids=ids), max_tokens=8,
+                                              sampling=greedy))
+        self.assertEqual(from_text[2].usage.prompt_tokens, len(ids))
+        self.assertEqual(from_text[0], from_ids[0])
+
+    def test_invalid_argument(self):
+        pb = self.protos.inference_pb2
+        bad = {
+            "top_p 2": self.request(text=PROMPT, max_tokens=4, sampling=pb.Sampling(top_p=2)),
+            "empty prompt": self.request(text="", max_tokens=4),
+            "n 17": self.request(text=PROMPT, max_tokens=4, n=17),
+            "empty stop string": self.request(text=PROMPT, max_tokens=4, stop=[""]),
+        }
+        for name, request in bad.items():
+            with self.subTest(name):
+                with self.assertRaises(grpc.RpcError) as raised:
+                    self.generate(request)
+                print(f"{name}: {raised.exception.code().name} {raised.exception.details()!r}")
+                self.assertEqual(raised.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        health = self.inference.Health(pb.HealthRequest(), timeout=10)
+        self.assertEqual(health.state, pb.HealthResponse.STATE_SERVING)
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bin-dir", required=True, help="directory holding tpserve")
+    parser.add_argument("--model", required=True, help="GGUF model file")
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""GET /metrics on a T=1 cluster parses as Prometheus text (prometheus_client's parser), holds every
+family coordinator/metrics.h lists, and counts the requests sent through /v1/completions.
+
+    metrics_format_test.py --bin-dir BUILD/bin --model MODEL.gguf [unittest args]
+"""
+
+import argparse
+import json
+import math
+import sys
+import unittest
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tpserve_cluster import Cluster
+
+ARGS = None
+# Family names as the parser gives them: counters without their `_total` suffix.
+FAMILIES = {
+    "tpserve:time_to_first_token_seconds": "histogram",
+    "tpserve:inter_token_latency_seconds": "histogram",
+    "tpserve:e2e_request_latency_seconds": "histogram",
+    "tpserve:request_queue_time_seconds": "histogram",
+    "tpserve:num_requests_running": "gauge",
+    "tpserve:num_requests_waiting": "gauge",
+    "tpserve:kv_cache_usage_perc": "gauge",
+    "tpserve:prompt_tokens": "counter",
+    "tpserve:generation_tokens": "counter",
+    "tpserve:prefix_cache_queries": "counter",
+    "tpserve:prefix_cache_hits": "counter",
+    "tpserve:num_preemptions": "counter",
+    "tpserve:request_success": "counter",
+}
+PROMPTS = ["The capital of France is", "Count from one to ten: one, two,",
+           "The capital of France is"]
+MAX_TOKENS = 8
+
+
+def http(url, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return response.headers.get("Content-Type", ""), response.read().decode()
+
+
+class MetricsFormatTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = Cluster(ARGS.bin_dir, ARGS.model, tp=1)
+        cls.cluster.__enter__()
+        cls.addClassCleanup(cls.cluster.stop)
+
+    def scrape(self):
+        """{family name: family}, after checking the parts every family must have."""
+        content_type, text = http(self.cluster.http_url + "/metrics")
+        self.assertTrue(content_type.startswith("text/plain"), content_type)
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        for family in families.values():
+            self.assertTrue(family.documentation, f"{family.name} has no # HELP")
+            for sample in family.samples:
+                self.assertIn("model_name", sample.labels, sample)
+            if family.type == "histogram":
+                self.check_histogram(family)
+        return families
+
+    def check_histogram(self, family):
+        buckets = [(float(s.labels["le"]), s.value) for s in family.samples
+                   if s.name.endswith("_bucket")]
+        count = [s.value for s in family.samples if s.name.endswith("_count")]
+        self.assertEqual(len(count), 1, family.name)
+        self.assertEqual(buckets, sorted(buckets), f"{family.name}: buckets not cumulative")
+        self.assertEqual(buckets[-1], (math.inf, count[0]), family.name)
+
+    @staticmethod
+    def value(families, name, suffix):
+        """The sum over labels; 0 for a family not shown yet (a labelled one before its first
+        sample)."""
+        family = families.get(name)
+        return 0 if family is None else sum(
+            s.value for s in family.samples if s.name == name + suffix)
+
+    def test_families_and_counts(self):
+        before = self.scrape()
+        print(f"/metrics before any request: {sorted(before)}")
+
+        model = json.loads(http(self.cluster.http_url + "/v1/models")[1])["data"][0]["id"]
+        prompt_tokens = completion_tokens = 0
+        for i, prompt in enumerate(PROMPTS):
+            body = {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS,
+                    "temperature": 0, "stream": i == 1}
+            if i == 1:
+                body["stream_options"] = {"include_usage": True}
+            _, text = http(self.cluster.http_url + "/v1/completions", body)
+            if i == 1:
+                events = [line[len("data: "):] for line in text.splitlines()
+                          if line.startswith("data: ") and line != "data: [DONE]"]
+                usage = json.loads(events[-1])["usage"]
+            else:
+                usage = json.loads(text)["usage"]
+            prompt_tokens += usage["prompt_tokens"]
+            completion_tokens += usage["completion_tokens"]
+
+        after = self.scrape()
+        for name, kind in FAMILIES.items():
+            with self.subTest(name):
+                self.assertIn(name, after)
+                self.assertEqual(after[name].type, kind)
+        delta = {name: self.value(after, name, suffix) - self.value(before, name, suffix)
+                 for name, suffix in [
+                     ("tpserve:time_to_first_token_seconds", "_count"),
+                     ("tpserve:inter_token_latency_seconds", "_count"),
+                     ("tpserve:e2e_request_latency_seconds", "_count"),
+                     ("tpserve:request_queue_time_seconds", "_count"),
+                     ("tpserve:prompt_tokens", "_total"),
+                     ("tpserve:generation_tokens", "_total"),
+                     ("tpserve:prefix_cache_queries", "_total"),
+                     ("tpserve:prefix_cache_hits", "_total"),
+                     ("tpserve:request_success", "_total")]}
+        print(f"after {len(PROMPTS)} requests ({prompt_tokens} prompt, {completion_tokens} "
+              f"completion tokens by usage): {delta}")
+        n = len(PROMPTS)
+        self.assertEqual(delta["tpserve:time_to_first_token_seconds"], n)
+        self.assertEqual(delta["tpserve:e2e_request_latency_seconds"], n)
+        self.assertEqual(delta["tpserve:request_queue_time_seconds"], n)
+        self.assertEqual(delta["tpserve:request_success"], n)
+        # At most one gap between consecutive tokens of a request (fewer when a step streams
+        # several tokens of a request at once).
+        self.assertGreater(delta["tpserve:inter_token_latency_seconds"], 0)
+        self.assertLessEqual(delta["tpserve:inter_token_latency_seconds"], completion_tokens - n)
+        self.assertEqual(delta["tpserve:prompt_tokens"], prompt_tokens)
+        self.assertEqual(delta["tpserve:generation_tokens"], completion_tokens)
+        self.assertGreater(delta["tpserve:prefix_cache_queries"], 0)
+        self.assertEqual(self.value(after, "tpserve:num_requests_running", ""), 0)
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bin-dir", required=True, help="directory holding tpserve")
+    parser.add_argument("--model", required=True, help="GGUF model file")
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""A local tpserve cluster for the Python integration tests.
+
+Starts the `tpserve` launcher (coordinator and workers as child processes on 127.0.0.1, ports
+chosen at run time) and reads the addresses it prints once it serves:
+
+    tpserve: serving MODEL with tensor parallelism T on cpu; gRPC at HOST:PORT; HTTP at HOST:PORT
+
+Use as a context manager; the whole process group is stopped on exit, whatever happened.
+"""
+
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+
+_READY = re.compile(r"gRPC at (\S+); HTTP at (\S+)")
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    # If the test itself is killed (a ctest timeout), the launcher gets SIGTERM and stops its
+    # coordinator and workers, which in turn die with it.
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Cluster:
+    def __init__(self, bin_dir, model, tp=1, extra_args=(), ready_timeout=180):
+        self.bin_dir = bin_dir
+        self.model = model
+        self.tp = tp
+        self.extra_args = list(extra_args)
+        self.ready_timeout = ready_timeout
+        self.grpc_address = None
+        self.http_address = None
+        self.process = None
+        self.log_path = None
+
+    @property
+    def http_url(self):
+        return "http://" + self.http_address
+
+    def __enter__(self):
+        log = tempfile.NamedTemporaryFile(prefix="tpserve-pytest-", suffix=".log", delete=False)
+        self.log_path = log.name
+        args = [os.path.join(self.bin_dir, "tpserve"), "--model", self.model, "--tp", str(self.tp),
+                "--port", "0", "--http-port", "0"] + self.extra_args
+        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True, preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            with open(self.log_path, encoding="utf-8", errors="replace") as f:
+                match = _READY.search(f.read())
+            if match:
+                self.grpc_address, self.http_address = match.group(1), match.group(2)
+                return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("tpserve did not start serving:\n" + self.log_tail())
+
+    def __exit__(self, exc_type, exc, traceback):
+        self.stop()
+        if exc_type is None:
+            os.unlink(self.log_path)  # kept when the test failed, for its tail
+        return False
+
+    def stop(self):
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def log_tail(self, lines=40):
+        with open(self.log_path, encoding="utf-8", errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
