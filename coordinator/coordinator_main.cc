@@ -28,6 +28,7 @@
 #include "coordinator/inference_service.h"
 #include "coordinator/metrics.h"
 #include "coordinator/worker_pool.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "model/chat_template.h"
 #include "model/gguf_file.h"
@@ -193,6 +194,8 @@ int Run(const Flags& flags) {
                              ClusterServiceImpl::StatusProbe(kRegisterProbeTimeout));
   InferenceServiceImpl inference(tokenizer->get(), flags.world_size, served_model_name);
   AdminServiceImpl admin(&cluster, flags.world_size, flags.model);
+  // Server reflection, so that grpcurl and other generic clients can list and call the services.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(JoinHostPort(flags.host, flags.port), grpc::InsecureServerCredentials(),

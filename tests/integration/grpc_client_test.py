@@ -100,6 +100,18 @@ class GrpcClientTest(unittest.TestCase):
         self.assertEqual(status.kv_blocks_used, 0)
         self.assertEqual(status.num_requests_running, 0)
 
+    def test_server_reflection_lists_the_services(self):
+        from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+        stub = reflection_pb2_grpc.ServerReflectionStub(self.channel)
+        replies = stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+        services = {s.name for reply in replies
+                    for s in reply.list_services_response.service}
+        print("reflection:", sorted(services))
+        for name in ("tpserve.v1.InferenceService", "tpserve.v1.AdminService"):
+            self.assertIn(name, services)
+
     def test_tokenize_and_list_models(self):
         pb = self.protos.inference_pb2
         models = self.inference.ListModels(pb.ListModelsRequest(), timeout=10).models
