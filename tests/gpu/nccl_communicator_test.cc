@@ -16,30 +16,12 @@
 
 #include "absl/time/time.h"
 #include "common/cuda_check.h"
+#include "tests/gpu/gpu_test_util.h"
 
 namespace tpserve {
 namespace {
 
-// The number of visible devices, or 0 with the reason in `why`. Any error from
-// cudaGetDeviceCount (no driver, driver too old) means "no device".
-int VisibleDevices(std::string* why) {
-  int count = 0;
-  const cudaError_t error = cudaGetDeviceCount(&count);
-  if (error != cudaSuccess) {
-    *why = std::string("no CUDA device: ") + cudaGetErrorString(error);
-    return 0;
-  }
-  if (count == 0) *why = "no CUDA device: 0 devices visible";
-  return count;
-}
-
-#define SKIP_WITHOUT_DEVICE(min_devices)                                                     \
-  std::string skip_reason;                                                                   \
-  const int devices = VisibleDevices(&skip_reason);                                          \
-  if (devices == 0) GTEST_SKIP() << skip_reason;                                             \
-  if (devices < (min_devices)) {                                                             \
-    GTEST_SKIP() << "needs " << (min_devices) << " CUDA devices, " << devices << " visible"; \
-  }
+using ::tpserve::gpu_test::VisibleCudaDevices;
 
 // A device buffer of floats, freed on scope exit.
 class DeviceFloats {
@@ -122,12 +104,13 @@ void RunRank(int rank, int world, std::shared_ptr<gloo::rendezvous::Store> store
 }
 
 TEST(NcclCommunicatorTest, WorldOfOne) {
-  SKIP_WITHOUT_DEVICE(1);
+  TP_SKIP_WITHOUT_CUDA_DEVICES(1);
   RunRank(0, 1, std::make_shared<gloo::rendezvous::HashStore>());
 }
 
 TEST(NcclCommunicatorTest, OneRankPerDevice) {
-  SKIP_WITHOUT_DEVICE(2);
+  TP_SKIP_WITHOUT_CUDA_DEVICES(2);
+  const int devices = VisibleCudaDevices();
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<std::thread> ranks;
   for (int r = 0; r < devices; ++r)
@@ -136,7 +119,8 @@ TEST(NcclCommunicatorTest, OneRankPerDevice) {
 }
 
 TEST(NcclCommunicatorTest, BadDeviceIsAnError) {
-  SKIP_WITHOUT_DEVICE(1);
+  TP_SKIP_WITHOUT_CUDA_DEVICES(1);
+  const int devices = VisibleCudaDevices();
   auto comm = NcclCommunicator::Create(
       0, 1, /*device=*/devices, std::make_shared<gloo::rendezvous::HashStore>(), absl::Seconds(1));
   ASSERT_FALSE(comm.ok());
@@ -144,7 +128,7 @@ TEST(NcclCommunicatorTest, BadDeviceIsAnError) {
 }
 
 TEST(NcclCommunicatorTest, MissingUniqueIdTimesOut) {
-  SKIP_WITHOUT_DEVICE(1);
+  TP_SKIP_WITHOUT_CUDA_DEVICES(1);
   // Rank 1 of 2 waits for rank 0, which never comes.
   auto comm = NcclCommunicator::Create(
       1, 2, /*device=*/0, std::make_shared<gloo::rendezvous::HashStore>(), absl::Milliseconds(200));
@@ -154,8 +138,7 @@ TEST(NcclCommunicatorTest, MissingUniqueIdTimesOut) {
 
 // The one test that runs on a machine without a GPU: Create fails with a Status, never aborts.
 TEST(NcclCommunicatorTest, NoDeviceIsAStatus) {
-  std::string reason;
-  if (VisibleDevices(&reason) > 0) GTEST_SKIP() << "a CUDA device is visible";
+  if (VisibleCudaDevices() > 0) GTEST_SKIP() << "a CUDA device is visible";
   auto comm = NcclCommunicator::Create(
       0, 1, /*device=*/0, std::make_shared<gloo::rendezvous::HashStore>(), absl::Seconds(1));
   ASSERT_FALSE(comm.ok());

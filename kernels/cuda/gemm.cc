@@ -1,0 +1,267 @@
+#include "kernels/cuda/gemm.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda_check.h"
+#include "common/status_macros.h"
+
+namespace tpserve::cuda {
+namespace {
+
+uint32_t Alignment(const void* pointer) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
+  if (address == 0) return 256;
+  const uintptr_t lowest_bit = address & (~address + 1);
+  return lowest_bit >= 256 ? 256 : static_cast<uint32_t>(lowest_bit);
+}
+
+size_t ElementBytes(GemmOutputType type) { return type == GemmOutputType::kBf16 ? 2 : 4; }
+
+std::string ShapeText(int64_t m, int64_t n, int64_t k) {
+  return absl::StrCat("m=", m, " n=", n, " k=", k);
+}
+
+}  // namespace
+
+absl::Status CublasStatus(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  absl::StatusCode code = absl::StatusCode::kInternal;
+  switch (status) {
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      code = absl::StatusCode::kFailedPrecondition;
+      break;
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      code = absl::StatusCode::kResourceExhausted;
+      break;
+    case CUBLAS_STATUS_INVALID_VALUE:
+      code = absl::StatusCode::kInvalidArgument;
+      break;
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      code = absl::StatusCode::kUnimplemented;
+      break;
+    default:
+      break;
+  }
+  return absl::Status(code, absl::StrCat(what, ": ", cublasLtGetStatusString(status)));
+}
+
+absl::StatusOr<CublasLtHandle> CublasLtHandle::Create() {
+  cublasLtHandle_t handle = nullptr;
+  RETURN_IF_ERROR(CublasStatus(cublasLtCreate(&handle), "cublasLtCreate"));
+  return CublasLtHandle(handle);
+}
+
+CublasLtHandle::CublasLtHandle(CublasLtHandle&& other) noexcept
+    : handle_(std::exchange(other.handle_, nullptr)) {}
+
+CublasLtHandle& CublasLtHandle::operator=(CublasLtHandle&& other) noexcept {
+  if (this != &other) {
+    if (handle_ != nullptr) cublasLtDestroy(handle_);
+    handle_ = std::exchange(other.handle_, nullptr);
+  }
+  return *this;
+}
+
+CublasLtHandle::~CublasLtHandle() {
+  // A failure here can only be a context already torn down at exit; nothing is left to free.
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+// cuBLASLt is column-major. Row-major c[m, n] is column-major cᵀ[n, m], and
+//   cᵀ = b · aᵀ,  with row-major b[n, k] = column-major [k, n] (ld k) taken transposed,
+//                 and row-major a[m, k] = column-major [k, m] (ld k) taken as is.
+// That is cuBLAS's "TN" case, the layout its fastest bf16 kernels are written for.
+struct Gemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t weight_layout = nullptr;      // cuBLAS's A: our b
+  cublasLtMatrixLayout_t activation_layout = nullptr;  // cuBLAS's B: our a
+  cublasLtMatrixLayout_t output_layout = nullptr;      // cuBLAS's C and D: our c
+  cublasLtMatmulAlgo_t algo{};
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (output_layout != nullptr) cublasLtMatrixLayoutDestroy(output_layout);
+    if (activation_layout != nullptr) cublasLtMatrixLayoutDestroy(activation_layout);
+    if (weight_layout != nullptr) cublasLtMatrixLayoutDestroy(weight_layout);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+namespace {
+
+// Owns a heuristic preference for the length of GetPlan.
+class Preference {
+ public:
+  Preference() = default;
+  Preference(const Preference&) = delete;
+  Preference& operator=(const Preference&) = delete;
+  ~Preference() {
+    if (pref_ != nullptr) cublasLtMatmulPreferenceDestroy(pref_);
+  }
+  cublasLtMatmulPreference_t* out() { return &pref_; }
+  cublasLtMatmulPreference_t get() const { return pref_; }
+
+ private:
+  cublasLtMatmulPreference_t pref_ = nullptr;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes) {
+  // Creating the primary context first turns "no device" and "no driver" into a CUDA error with a
+  // clear name, rather than a cuBLAS NOT_INITIALIZED.
+  if (const cudaError_t error = cudaFree(nullptr); error != cudaSuccess) {
+    cudaGetLastError();  // reported here; the next launch check must not blame its kernel
+    return CudaStatus(error, "CUDA initialization for cuBLASLt");
+  }
+  void* workspace = nullptr;
+  if (workspace_bytes > 0) {
+    if (const cudaError_t error = cudaMalloc(&workspace, workspace_bytes); error != cudaSuccess) {
+      cudaGetLastError();
+      return CudaStatus(error, absl::StrCat("cudaMalloc of a ", workspace_bytes,
+                                            "-byte cuBLASLt workspace"));
+    }
+  }
+  absl::StatusOr<CublasLtHandle> handle = CublasLtHandle::Create();
+  if (!handle.ok()) {
+    if (workspace != nullptr) cudaFree(workspace);
+    return handle.status();
+  }
+  return std::unique_ptr<Gemm>(new Gemm(*std::move(handle), workspace, workspace_bytes));
+}
+
+Gemm::Gemm(CublasLtHandle handle, void* workspace, size_t workspace_bytes)
+    : handle_(std::move(handle)), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
+
+Gemm::~Gemm() {
+  plans_.clear();  // descriptors before the handle they were made for
+  if (workspace_ != nullptr) cudaFree(workspace_);
+}
+
+absl::Status Gemm::Supported(const GemmParams& p) {
+  if (p.m < 0 || p.n < 0 || p.k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bf16 GEMM: negative size (", ShapeText(p.m, p.n, p.k), ")"));
+  }
+  if (p.m == 0 || p.n == 0) return absl::OkStatus();
+  if (p.c == nullptr || (p.k > 0 && (p.a == nullptr || p.b == nullptr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bf16 GEMM: a null operand (", ShapeText(p.m, p.n, p.k), ")"));
+  }
+  const uint32_t c_bytes = static_cast<uint32_t>(ElementBytes(p.c_type));
+  if ((p.k > 0 && (Alignment(p.a) < 2 || Alignment(p.b) < 2)) || Alignment(p.c) < c_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bf16 GEMM: an operand is not aligned to its element size (a ", Alignment(p.a), ", b ",
+        Alignment(p.b), ", c ", Alignment(p.c), " bytes; ", ShapeText(p.m, p.n, p.k), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const Gemm::Plan*> Gemm::GetPlan(const PlanKey& key) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second.get();
+
+  auto plan = std::make_unique<Plan>();
+  const cudaDataType_t c_type = key.c_type == GemmOutputType::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
+  RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                   "cublasLtMatmulDescCreate"));
+  const cublasOperation_t transpose = CUBLAS_OP_T;
+  const cublasOperation_t no_transpose = CUBLAS_OP_N;
+  RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                  &transpose, sizeof(transpose)),
+                   "cublasLtMatmulDescSetAttribute(TRANSA)"));
+  RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                  &no_transpose, sizeof(no_transpose)),
+                   "cublasLtMatmulDescSetAttribute(TRANSB)"));
+  RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatrixLayoutCreate(&plan->weight_layout, CUDA_R_16BF, key.k, key.n, key.k),
+      "cublasLtMatrixLayoutCreate(b)"));
+  RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatrixLayoutCreate(&plan->activation_layout, CUDA_R_16BF, key.k, key.m, key.k),
+      "cublasLtMatrixLayoutCreate(a)"));
+  RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatrixLayoutCreate(&plan->output_layout, c_type, key.n, key.m, key.n),
+                   "cublasLtMatrixLayoutCreate(c)"));
+
+  Preference preference;
+  RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceCreate(preference.out()),
+                               "cublasLtMatmulPreferenceCreate"));
+  const uint64_t max_workspace = workspace_bytes_;
+  RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceSetAttribute(
+                                   preference.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                   &max_workspace, sizeof(max_workspace)),
+                               "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)"));
+  // cuBLAS's A and B are our b and a; its C and D are both our c.
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c},
+  };
+  for (const auto& [attribute, bytes] : alignments) {
+    RETURN_IF_ERROR(CublasStatus(
+        cublasLtMatmulPreferenceSetAttribute(preference.get(), attribute, &bytes, sizeof(bytes)),
+        "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)"));
+  }
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(
+      handle_.get(), plan->desc, plan->weight_layout, plan->activation_layout, plan->output_layout,
+      plan->output_layout, preference.get(), 1, &result, &returned);
+  if (heuristic != CUBLAS_STATUS_SUCCESS && heuristic != CUBLAS_STATUS_NOT_SUPPORTED) {
+    return CublasStatus(heuristic, "cublasLtMatmulAlgoGetHeuristic");
+  }
+  if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED || returned == 0 ||
+      result.state != CUBLAS_STATUS_SUCCESS) {
+    return absl::UnimplementedError(
+        absl::StrCat("cuBLASLt has no bf16 algorithm for ", ShapeText(key.m, key.n, key.k),
+                     " with operand "
+                     "alignments a ",
+                     key.align_a, ", b ", key.align_b, ", c ", key.align_c, " bytes and a ",
+                     workspace_bytes_, "-byte workspace"));
+  }
+  plan->algo = result.algo;
+  const Plan* stored = plan.get();
+  plans_.emplace(key, std::move(plan));
+  return stored;
+}
+
+absl::Status Gemm::Run(const GemmParams& p, cudaStream_t stream) {
+  RETURN_IF_ERROR(Supported(p));
+  if (p.m == 0 || p.n == 0) return absl::OkStatus();
+  if (p.k == 0) {
+    if (p.accumulate) return absl::OkStatus();
+    return CudaStatus(cudaMemsetAsync(p.c, 0, p.m * p.n * ElementBytes(p.c_type), stream),
+                      "cudaMemsetAsync of a k=0 GEMM output");
+  }
+  const PlanKey key{p.m, p.n, p.k, p.c_type, Alignment(p.a), Alignment(p.b), Alignment(p.c)};
+  ASSIGN_OR_RETURN(const Plan* plan, GetPlan(key));
+  const float alpha = 1.0f;
+  const float beta = p.accumulate ? 1.0f : 0.0f;
+  return CublasStatus(
+      cublasLtMatmul(handle_.get(), plan->desc, &alpha, p.b, plan->weight_layout, p.a,
+                     plan->activation_layout, &beta, p.c, plan->output_layout, p.c,
+                     plan->output_layout, &plan->algo, workspace_, workspace_bytes_, stream),
+      "cublasLtMatmul");
+}
+
+absl::Status Gemm::MatmulBT(const bf16* a, const bf16* b, int64_t m, int64_t n, int64_t k, bf16* c,
+                            cudaStream_t stream, bool accumulate) {
+  return Run(GemmParams{a, b, c, GemmOutputType::kBf16, m, n, k, accumulate}, stream);
+}
+
+absl::Status Gemm::MatmulBT(const bf16* a, const bf16* b, int64_t m, int64_t n, int64_t k, float* c,
+                            cudaStream_t stream, bool accumulate) {
+  return Run(GemmParams{a, b, c, GemmOutputType::kFloat32, m, n, k, accumulate}, stream);
+}
+
+}  // namespace tpserve::cuda

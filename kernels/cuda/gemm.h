@@ -1,0 +1,131 @@
+// bf16 matrix product against a weight stored as rows, through cuBLASLt (CUDA). The GPU twin of
+// kernels/cpu/gemm.h: the same operand layout, bf16 operands instead of fp32.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/cuda/bf16.h"
+
+namespace tpserve::cuda {
+
+// OK for CUBLAS_STATUS_SUCCESS; otherwise "<what>: <cuBLAS's status string>" with
+// FAILED_PRECONDITION for a library that could not initialize (no device or driver),
+// RESOURCE_EXHAUSTED for allocation failures, INVALID_ARGUMENT for bad values, UNIMPLEMENTED for
+// unsupported configurations and INTERNAL for the rest.
+absl::Status CublasStatus(cublasStatus_t status, const char* what);
+
+// Owns one cuBLASLt handle. A handle is tied to the device current at Create.
+class CublasLtHandle {
+ public:
+  static absl::StatusOr<CublasLtHandle> Create();
+
+  CublasLtHandle(CublasLtHandle&& other) noexcept;
+  CublasLtHandle& operator=(CublasLtHandle&& other) noexcept;
+  CublasLtHandle(const CublasLtHandle&) = delete;
+  CublasLtHandle& operator=(const CublasLtHandle&) = delete;
+  ~CublasLtHandle();
+
+  cublasLtHandle_t get() const { return handle_; }
+
+ private:
+  explicit CublasLtHandle(cublasLtHandle_t handle) : handle_(handle) {}
+
+  cublasLtHandle_t handle_ = nullptr;
+};
+
+enum class GemmOutputType { kBf16, kFloat32 };
+
+// c = a · bᵀ            (accumulate == false; c is not read, so it may hold garbage or NaN)
+// c = c + a · bᵀ        (accumulate == true)
+// Products and sums in fp32; c is rounded to its type once, at the end.
+struct GemmParams {
+  const bf16* a = nullptr;  // [m, k] row-major activations, device
+  const bf16* b = nullptr;  // [n, k] row-major weight [out_features, in_features], device
+  void* c = nullptr;        // [m, n] row-major of c_type, device; must not overlap a or b
+  GemmOutputType c_type = GemmOutputType::kBf16;
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  bool accumulate = false;
+};
+
+// Runs GemmParams through cuBLASLt with the algorithm its heuristic ranks first for the shape.
+//
+// The first call for a (m, n, k, output type, operand alignment) builds a plan (descriptors plus
+// the heuristic's algorithm) and keeps it; later calls only enqueue the matmul. Decode runs the
+// same few shapes every step, and the heuristic query costs far more than the launch.
+//
+// Threads: not thread-safe (the plan cache is unguarded); the worker's execution thread owns it.
+// Every call uses the one workspace, so calls must not run concurrently on different streams:
+// use one stream, or order the streams.
+class Gemm {
+ public:
+  // cuBLASLt's guidance for Hopper: 32 MiB lets split-K and stream-K kernels run.
+  static constexpr size_t kDefaultWorkspaceBytes = size_t{32} << 20;
+
+  // A handle and a workspace on the current device. FAILED_PRECONDITION without a usable device,
+  // RESOURCE_EXHAUSTED when the workspace does not fit.
+  static absl::StatusOr<std::unique_ptr<Gemm>> Create(
+      size_t workspace_bytes = kDefaultWorkspaceBytes);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // OK when Run can take these parameters; INVALID_ARGUMENT naming the problem otherwise: a
+  // negative size, a missing operand, or one not aligned to its element size. Any shape is
+  // supported; operands and row strides aligned to 16 bytes (k and n multiples of 8) get the
+  // fastest kernels. Reads no device memory.
+  static absl::Status Supported(const GemmParams& params);
+
+  // Enqueues the product on `stream` and returns; errors as Supported, or UNIMPLEMENTED when
+  // cuBLASLt has no algorithm for the shape, or cuBLAS's error for the launch. Zero m or n is a
+  // no-op; zero k writes zeros (or leaves c as it is, when accumulating).
+  absl::Status Run(const GemmParams& params, cudaStream_t stream);
+
+  // The CPU MatmulBT signature, plus the stream.
+  absl::Status MatmulBT(const bf16* a, const bf16* b, int64_t m, int64_t n, int64_t k, bf16* c,
+                        cudaStream_t stream, bool accumulate = false);
+  absl::Status MatmulBT(const bf16* a, const bf16* b, int64_t m, int64_t n, int64_t k, float* c,
+                        cudaStream_t stream, bool accumulate = false);
+
+  // Plans built so far (one per distinct shape and alignment seen).
+  size_t cached_plans() const { return plans_.size(); }
+
+ private:
+  struct PlanKey {
+    int64_t m, n, k;
+    GemmOutputType c_type;
+    // Largest power of two (at most 256) dividing each operand's address: the heuristic may only
+    // pick kernels whose vector loads these alignments allow.
+    uint32_t align_a, align_b, align_c;
+
+    bool operator==(const PlanKey&) const = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const PlanKey& key) {
+      return H::combine(std::move(h), key.m, key.n, key.k, key.c_type, key.align_a, key.align_b,
+                        key.align_c);
+    }
+  };
+  struct Plan;
+
+  Gemm(CublasLtHandle handle, void* workspace, size_t workspace_bytes);
+  absl::StatusOr<const Plan*> GetPlan(const PlanKey& key);
+
+  // Constant after construction.
+  CublasLtHandle handle_;
+  void* workspace_ = nullptr;  // device, owned
+  size_t workspace_bytes_ = 0;
+
+  absl::flat_hash_map<PlanKey, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace tpserve::cuda

@@ -1,0 +1,33 @@
+// RMSNorm as in Llama (bf16 in and out, fp32 statistics, CUDA). Mirrors kernels/cpu/rms_norm.h.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/bf16.h"
+
+namespace tpserve::cuda {
+
+// For each row r: out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight[:], queued on
+// `stream`; device pointers. The sum of squares is accumulated in fp32, per thread and then as a
+// tree over the block (the CPU op uses double; for Llama's dims the difference is ~1e-6 relative,
+// far below bf16's 2^-9); each output is computed in fp32 and rounded to bf16 once.
+//   x:      [rows, dim]
+//   weight: [dim]
+//   out:    [rows, dim]; may be the same pointer as x (in place), must not partially overlap it.
+void RmsNorm(const bf16* x, const bf16* weight, int64_t rows, int64_t dim, float eps, bf16* out,
+             cudaStream_t stream);
+
+// The fused residual step of a Llama layer:
+//   residual[r, :] += x[r, :];  out[r, :] = RmsNorm(residual[r, :]) * weight.
+// The sum is rounded to bf16 when stored, and the normalization reads the stored (rounded)
+// residual, so `out` is exactly RmsNorm of what the next layer adds to.
+//   residual: [rows, dim], updated in place
+//   x:        [rows, dim] (the attention or MLP output being added)
+//   weight:   [dim]
+//   out:      [rows, dim]; may be the same pointer as x, must not overlap residual.
+void AddRmsNorm(bf16* residual, const bf16* x, const bf16* weight, int64_t rows, int64_t dim,
+                float eps, bf16* out, cudaStream_t stream);
+
+}  // namespace tpserve::cuda

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# The GPU check, run ON the GPU machine from the repository root, with gpu-pkg/ carried there
+# (made here by scripts/package-gpu-build.sh). One command, no package registry, under 8 minutes:
+#   1. nvidia-smi;
+#   2. every GPU test executable in the package, each printed as PASS, SKIP or FAIL;
+#   3. tpserve-bench-cuda (decode-shaped GEMMs and decode attention vs peak HBM bandwidth);
+#   4. T=1 decode tokens/s on SmolLM2-135M and on a Llama-3-8B-shaped random-weight model, through
+#      tpserve-generate --device cuda (until that flag exists, it says the CUDA worker is not
+#      built yet and moves on).
+# Every part runs under timeout(1), and the parts share a budget (GPU_CHECK_BUDGET_S, default
+# 450 s) so that the whole check ends in time; a part the budget cannot fit is skipped, saying so.
+# Logs go to GPU_CHECK_LOGS (default /tmp/gpu-check; pass GPU_CHECK_LOGS=$OUT to get them back).
+# Exits 1 if any test or part failed or timed out, 0 otherwise (skips are not failures).
+#
+# GPU_CHECK_LLAMA_LAYERS (default 8 of Llama-3-8B's 32): writing all 32 layers of random weights
+# (16 GB) takes minutes; decode time grows about linearly with the layer count.
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+pkg="$root/gpu-pkg"
+logs="${GPU_CHECK_LOGS:-/tmp/gpu-check}"
+budget_s="${GPU_CHECK_BUDGET_S:-450}"
+llama_layers="${GPU_CHECK_LLAMA_LAYERS:-8}"
+start_s=$SECONDS
+failed=()
+mkdir -p "$logs"
+
+say() { echo "gpu-check: $*"; }
+
+if [[ ! -f $pkg/MANIFEST ]]; then
+  say "no gpu-pkg/MANIFEST: run scripts/package-gpu-build.sh on the build machine and carry gpu-pkg"
+  exit 2
+fi
+if [[ ! -d $pkg/bin ]]; then
+  say "unpacking gpu-pkg/payload.tar.xz"
+  if command -v xz >/dev/null; then
+    tar -C "$pkg" -xJf "$pkg/payload.tar.xz"
+  else  # no xz on the target: Python's lzma reads it
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$pkg/payload.tar.xz" "$pkg"
+  fi
+fi
+
+# Libraries too large to carry (MANIFEST "target-lib:"): the target's CUDA toolkit, or the
+# nvidia-* wheels that PyTorch installs.
+search_dirs=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib
+             /usr/lib/x86_64-linux-gnu)
+if command -v python3 >/dev/null; then
+  while read -r site; do
+    for d in "$site"/nvidia/*/lib; do [[ -d $d ]] && search_dirs+=("$d"); done
+  done < <(python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null || true)
+fi
+extra_dirs=""
+while read -r name; do
+  found=""
+  for d in "${search_dirs[@]}"; do
+    if [[ -e $d/$name ]]; then found="$d"; break; fi
+  done
+  if [[ -z $found ]]; then
+    say "WARNING: $name (needed, not packed) is not on this machine; binaries that load it will fail"
+    continue
+  fi
+  say "$name from $found"
+  [[ ":$extra_dirs:" == *":$found:"* ]] || extra_dirs="${extra_dirs:+$extra_dirs:}$found"
+done < <(sed -n 's/^target-lib: \([^ ]*\).*/\1/p' "$pkg/MANIFEST")
+export LD_LIBRARY_PATH="$pkg/lib${extra_dirs:+:$extra_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$pkg/bin:$PATH"
+
+# Seconds a part may run: at most `want`, and no more than what is left of the budget.
+time_for() {
+  local want=$1 left=$(( budget_s - (SECONDS - start_s) ))
+  if (( left < want )); then want=$left; fi
+  echo "$want"
+}
+
+# run_part NAME WANT_S CMD...: runs CMD under timeout with its output in $logs/NAME.log. Sets
+# part_status (ok, fail, timeout or skip) and part_rc; reports timeouts and skips itself.
+run_part() {
+  local name=$1 want=$2 limit
+  shift 2
+  limit=$(time_for "$want")
+  part_rc=0
+  if (( limit < 10 )); then
+    part_status=skip
+    say "SKIP $name (the ${budget_s} s budget is spent)"
+    return 0
+  fi
+  timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1 || part_rc=$?
+  if (( part_rc == 124 || part_rc == 137 )); then
+    part_status=timeout
+    say "FAIL $name (timed out after $limit s; log $logs/$name.log)"
+    tail -n 20 "$logs/$name.log" | sed 's/^/  | /'
+    failed+=("$name")
+  elif (( part_rc != 0 )); then
+    part_status=fail
+  else
+    part_status=ok
+  fi
+}
+
+# The number in gtest's closing summary line "[  TAG  ] N test(s)...", or 0.
+gtest_count() {
+  local n
+  n=$(sed -n "s/^\[  *$1  *\] \([0-9][0-9]*\) tests\{0,1\}[.,].*/\1/p" "$2" | tail -n 1)
+  echo "${n:-0}"
+}
+
+echo "== nvidia-smi"
+timeout 30 nvidia-smi || say "nvidia-smi failed (exit $?)"
+grep -E '^(built|commit|build|cuda):' "$pkg/MANIFEST" | sed 's/^/gpu-check: package /' || true
+
+echo "== GPU tests"
+while read -r test; do
+  name="$(basename "$test")"
+  run_part "$name" 150 "$pkg/$test"
+  [[ $part_status == skip || $part_status == timeout ]] && continue
+  log="$logs/$name.log"
+  passed=$(gtest_count PASSED "$log")
+  skipped=$(gtest_count SKIPPED "$log")
+  failures=$(gtest_count FAILED "$log")
+  if [[ $part_status == fail ]]; then
+    say "FAIL $name (exit $part_rc; $passed passed, $skipped skipped, $failures failed)"
+    { grep -E '^\[  FAILED  \] [A-Za-z]|Failure$' "$log" || true; } | head -n 20 | sed 's/^/  | /'
+    tail -n 5 "$log" | sed 's/^/  | /'
+    failed+=("$name")
+  else
+    # The first skip's reason: on a GPU machine only the no-device tests should skip.
+    reason=$({ grep -m1 -A1 ': Skipped$' "$log" || true; } | tail -n 1)
+    if (( passed == 0 && skipped > 0 )); then
+      say "SKIP $name ($skipped skipped: ${reason:-no reason printed})"
+    elif (( skipped > 0 )); then
+      say "PASS $name ($passed passed, $skipped skipped, first: ${reason:-no reason printed})"
+    else
+      say "PASS $name ($passed passed)"
+    fi
+  fi
+done < <(sed -n 's/^gpu-test: //p' "$pkg/MANIFEST")
+
+echo "== tpserve-bench-cuda"
+run_part tpserve-bench-cuda 180 tpserve-bench-cuda --benchmark_min_time=0.3
+cat "$logs/tpserve-bench-cuda.log" 2>/dev/null || true
+if [[ $part_status == fail ]]; then
+  say "FAIL tpserve-bench-cuda (exit $part_rc)"
+  failed+=(tpserve-bench-cuda)
+fi
+
+echo "== T=1 decode"
+# decode NAME MODEL: 128 tokens after a short prompt, greedy, EOS ignored; prints the decode line.
+decode() {
+  local name=$1 model=$2
+  run_part "$name" 150 tpserve-generate --device cuda --model "$model" \
+    --prompt "The history of the" --max-tokens 128 --ignore-eos
+  case $part_status in
+    ok) say "$name: $(grep -E '^decode:' "$logs/$name.log" || echo 'no decode line in its output')" ;;
+    fail)
+      say "FAIL $name (exit $part_rc)"
+      tail -n 10 "$logs/$name.log" | sed 's/^/  | /'
+      failed+=("$name")
+      ;;
+  esac
+}
+# mkmodel NAME PATH ARGS...: writes a random-weight model; true when it did.
+mkmodel() {
+  local name=$1 path=$2
+  shift 2
+  run_part "$name" 200 tpserve-mkmodel --output "$path" --dtype bf16 "$@"
+  if [[ $part_status == fail ]]; then
+    say "FAIL $name (exit $part_rc)"
+    tail -n 5 "$logs/$name.log" | sed 's/^/  | /'
+    failed+=("$name")
+  fi
+  [[ $part_status == ok ]]
+}
+if ! tpserve-generate --help 2>&1 | grep -q -- '--device'; then
+  say "CUDA worker not built yet (tpserve-generate has no --device flag): no decode numbers"
+else
+  smollm2="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+  if [[ -f $smollm2 ]]; then
+    decode decode-smollm2 "$smollm2"
+  else
+    say "models/ not carried: decoding a random-weight model of SmolLM2-135M's shape instead"
+    shape=/tmp/gpu-check-smollm2-shape.gguf
+    if mkmodel mkmodel-smollm2 "$shape" --layers 30 --hidden 576 --heads 9 --kv-heads 3 \
+         --ffn 1536 --vocab 49152 --context 8192; then
+      decode decode-smollm2-shape "$shape"
+    fi
+    rm -f "$shape"
+  fi
+
+  llama=/tmp/gpu-check-llama3-8b-shape.gguf
+  say "Llama-3-8B shape with $llama_layers of its 32 layers (GPU_CHECK_LLAMA_LAYERS)"
+  if mkmodel mkmodel-llama3-8b "$llama" --layers "$llama_layers" --hidden 4096 --heads 32 \
+       --kv-heads 8 --ffn 14336 --vocab 128256 --context 8192; then
+    decode decode-llama3-8b-shape "$llama"
+  fi
+  rm -f "$llama"
+fi
+
+echo "== summary"
+say "$(( SECONDS - start_s )) s; logs in $logs"
+if (( ${#failed[@]} > 0 )); then
+  say "FAILED: ${failed[*]}"
+  exit 1
+fi
+say "no failures"

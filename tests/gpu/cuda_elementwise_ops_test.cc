@@ -1,0 +1,510 @@
+// The CUDA elementwise and row ops (kernels/cuda/) against their CPU ops (kernels/cpu/,
+// model/dequantize.h) on random inputs, plus the device-memory and stream owners. Compiled by the
+// host compiler; the kernels run through their launchers.
+//
+// Inputs are rounded to bf16 first and the CPU op gets the same values as fp32, so a difference
+// comes only from the GPU's bf16 outputs (and fp32 vs double statistics, ~1e-6). Tolerances, in
+// normalized error ||gpu - cpu|| / ||cpu|| (tests/gpu/gpu_test_util.h):
+//   - copies (embedding, KV write) and the GGUF decode: exact, bit for bit;
+//   - one bf16 rounding of an fp32 result (RMSNorm, the residual of AddRmsNorm, RoPE, SiLU*mul):
+//     round-to-nearest-even moves each element by at most 2^-9 = 1.95e-3 of its magnitude, so
+//     the normalized error is at most 1.95e-3 plus the fp32 noise; we allow kOneRounding = 3e-3.
+//   - AddRmsNorm's output: the GPU normalizes the residual it stored (rounded to bf16), the CPU
+//     the exact fp32 sum. The rounded residual moves each element by <= 2^-9 and the row's rms by
+//     <= 2^-9, then the output is rounded again: <= 3 * 2^-9 = 5.9e-3; we allow kTwoRoundings =
+//     6e-3. (Against cpu::RmsNorm of the GPU's own residual it is one rounding again, checked
+//     with kOneRounding.)
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/rms_norm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/silu_mul.h"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/cuda_stream.h"
+#include "kernels/cuda/dequantize.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/silu_mul.h"
+#include "kernels/cuda/write_kv_cache.h"
+#include "model/dequantize.h"
+#include "model/ggml_type.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace tpserve::cuda {
+namespace {
+
+using ::tpserve::gpu_test::NormalizedError;
+
+constexpr double kOneRounding = 3e-3;
+constexpr double kTwoRoundings = 6e-3;
+
+// The value of a StatusOr that must hold one: a test without working device memory or streams
+// cannot go on, so a failure ends the process with the status.
+template <typename T>
+T OrDie(absl::StatusOr<T> value, const char* what) {
+  if (!value.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, value.status().ToString().c_str());
+    std::abort();
+  }
+  return *std::move(value);
+}
+
+// n values uniform in [-scale, scale], rounded to bf16 (kept as float, exactly representable).
+std::vector<float> RandomBf16Values(int64_t n, float scale, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = ToFloat(ToBf16(dist(rng)));
+  return v;
+}
+
+uint16_t Bits(bf16 x) {
+  uint16_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+}
+
+// Holds the test's stream; skips the test (SetUp) where no CUDA device is visible.
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TP_SKIP_WITHOUT_CUDA_DEVICES(1);
+    stream_.emplace(OrDie(CudaStream::Create(), "CudaStream::Create"));
+  }
+
+  cudaStream_t stream() const { return stream_->get(); }
+
+  template <typename T>
+  DeviceBuffer<T> Upload(const std::vector<T>& host) {
+    DeviceBuffer<T> buffer = OrDie(DeviceBuffer<T>::Allocate(host.size()), "Allocate");
+    const absl::Status status = buffer.CopyFromHost(absl::MakeConstSpan(host), stream());
+    EXPECT_TRUE(status.ok()) << status;
+    return buffer;
+  }
+  DeviceBuffer<bf16> UploadBf16(const std::vector<float>& values) { return Upload(ToBf16(values)); }
+
+  // The whole buffer, after the work queued on the stream so far.
+  template <typename T>
+  std::vector<T> Download(const DeviceBuffer<T>& buffer) {
+    std::vector<T> host(buffer.size());
+    const absl::Status status = buffer.CopyToHost(absl::MakeSpan(host), stream());
+    EXPECT_TRUE(status.ok()) << status;
+    return host;
+  }
+  std::vector<float> DownloadFloats(const DeviceBuffer<bf16>& buffer) {
+    return ToFloat(Download(buffer));
+  }
+
+  std::mt19937_64 rng_{20260131};
+
+ private:
+  std::optional<CudaStream> stream_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Owners: DeviceBuffer, CudaStream, CudaEvent.
+
+TEST(DeviceBufferTest, ArgumentErrorsNeedNoDevice) {
+  absl::StatusOr<DeviceBuffer<float>> negative = DeviceBuffer<float>::Allocate(-1);
+  EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument) << negative.status();
+  absl::StatusOr<DeviceBuffer<float>> empty = DeviceBuffer<float>::Allocate(0);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(empty->empty());
+  EXPECT_EQ(empty->data(), nullptr);
+  const std::vector<float> two(2);
+  EXPECT_EQ(empty->CopyFromHost(two).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<float> out(2);
+  EXPECT_EQ(empty->CopyToHost(absl::MakeSpan(out)).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The one check that runs without a GPU: no device is a Status, never a crash.
+TEST(DeviceBufferTest, NoDeviceIsAStatus) {
+  if (::tpserve::gpu_test::VisibleCudaDevices() > 0) GTEST_SKIP() << "a CUDA device is visible";
+  absl::StatusOr<DeviceBuffer<bf16>> buffer = DeviceBuffer<bf16>::Allocate(16);
+  ASSERT_FALSE(buffer.ok());
+  EXPECT_EQ(buffer.status().code(), absl::StatusCode::kFailedPrecondition) << buffer.status();
+  absl::StatusOr<CudaStream> stream = CudaStream::Create();
+  EXPECT_FALSE(stream.ok());
+  absl::StatusOr<CudaEvent> event = CudaEvent::Create();
+  EXPECT_FALSE(event.ok());
+}
+
+TEST_F(CudaOpsTest, DeviceBufferRoundTripAndMove) {
+  std::vector<int32_t> host(1000);
+  std::iota(host.begin(), host.end(), -7);
+  DeviceBuffer<int32_t> a = Upload(host);
+  EXPECT_EQ(a.size(), 1000);
+  EXPECT_EQ(a.bytes(), 4000);
+  DeviceBuffer<int32_t> b = std::move(a);
+  EXPECT_TRUE(a.empty());  // NOLINT(bugprone-use-after-move): moved-from is empty by contract
+  EXPECT_EQ(Download(b), host);
+  DeviceBuffer<int32_t> c = OrDie(DeviceBuffer<int32_t>::Allocate(3), "Allocate");
+  c = std::move(b);  // frees c's old allocation
+  EXPECT_EQ(Download(c), host);
+  std::vector<int32_t> prefix(10);
+  ASSERT_TRUE(c.CopyToHost(absl::MakeSpan(prefix), stream()).ok());
+  EXPECT_EQ(prefix, std::vector<int32_t>(host.begin(), host.begin() + 10));
+}
+
+TEST_F(CudaOpsTest, EventOrdersTwoStreams) {
+  CudaStream other = OrDie(CudaStream::Create(), "CudaStream::Create");
+  CudaEvent done = OrDie(CudaEvent::Create(), "CudaEvent::Create");
+  const std::vector<float> host(1 << 20, 2.5f);
+  DeviceBuffer<float> source = Upload(host);
+  DeviceBuffer<float> copy = OrDie(DeviceBuffer<float>::Allocate(host.size()), "Allocate");
+  ASSERT_TRUE(cudaMemcpyAsync(copy.data(), source.data(), copy.bytes(), cudaMemcpyDeviceToDevice,
+                              stream()) == cudaSuccess);
+  ASSERT_TRUE(done.Record(stream()).ok());
+  ASSERT_TRUE(other.Wait(done).ok());
+  std::vector<float> back(host.size());
+  ASSERT_TRUE(copy.CopyToHost(absl::MakeSpan(back), other.get()).ok());
+  EXPECT_EQ(back, host);
+  absl::StatusOr<bool> finished = done.IsDone();
+  ASSERT_TRUE(finished.ok()) << finished.status();
+  EXPECT_TRUE(*finished);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedding
+
+TEST_F(CudaOpsTest, EmbeddingCopiesRowsExactly) {
+  const int64_t vocab = 37;
+  for (const int64_t hidden : {1, 7, 64, 576, 4100}) {
+    for (const int64_t n : {1, 13}) {
+      const std::vector<float> table = RandomBf16Values(vocab * hidden, 2.0f, rng_);
+      std::vector<int32_t> ids(n);
+      std::uniform_int_distribution<int32_t> id(0, vocab - 1);
+      for (int32_t& x : ids) x = id(rng_);
+      ids.front() = 0;
+      ids.back() = vocab - 1;
+      DeviceBuffer<bf16> table_d = UploadBf16(table);
+      DeviceBuffer<int32_t> ids_d = Upload(ids);
+      DeviceBuffer<bf16> out_d = OrDie(DeviceBuffer<bf16>::Allocate(n * hidden), "Allocate");
+      Embedding(table_d.data(), vocab, hidden, ids_d.data(), n, out_d.data(), stream());
+      std::vector<float> want(n * hidden);
+      cpu::Embedding(table.data(), vocab, hidden, ids.data(), n, want.data());
+      EXPECT_EQ(DownloadFloats(out_d), want) << "hidden " << hidden << " n " << n;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RMSNorm
+
+constexpr int64_t kNormDims[] = {1, 7, 64, 576, 1000, 4096, 8200};
+constexpr float kEps = 1e-5f;
+
+TEST_F(CudaOpsTest, RmsNormMatchesCpu) {
+  for (const int64_t dim : kNormDims) {
+    for (const int64_t rows : {1, 5}) {
+      const std::vector<float> x = RandomBf16Values(rows * dim, 3.0f, rng_);
+      const std::vector<float> weight = RandomBf16Values(dim, 1.5f, rng_);
+      DeviceBuffer<bf16> x_d = UploadBf16(x);
+      DeviceBuffer<bf16> weight_d = UploadBf16(weight);
+      DeviceBuffer<bf16> out_d = OrDie(DeviceBuffer<bf16>::Allocate(rows * dim), "Allocate");
+      RmsNorm(x_d.data(), weight_d.data(), rows, dim, kEps, out_d.data(), stream());
+      std::vector<float> want(rows * dim);
+      cpu::RmsNorm(x.data(), weight.data(), rows, dim, kEps, want.data());
+      const std::vector<float> got = DownloadFloats(out_d);
+      EXPECT_LE(NormalizedError(got, want), kOneRounding) << "dim " << dim << " rows " << rows;
+
+      // In place gives the same bits.
+      RmsNorm(x_d.data(), weight_d.data(), rows, dim, kEps, x_d.data(), stream());
+      EXPECT_EQ(DownloadFloats(x_d), got) << "in place, dim " << dim << " rows " << rows;
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, AddRmsNormMatchesCpu) {
+  for (const int64_t dim : kNormDims) {
+    const int64_t rows = 3;
+    // A residual stream larger than the update, as in a deep model.
+    const std::vector<float> residual = RandomBf16Values(rows * dim, 8.0f, rng_);
+    const std::vector<float> x = RandomBf16Values(rows * dim, 1.0f, rng_);
+    const std::vector<float> weight = RandomBf16Values(dim, 1.5f, rng_);
+    DeviceBuffer<bf16> residual_d = UploadBf16(residual);
+    DeviceBuffer<bf16> x_d = UploadBf16(x);
+    DeviceBuffer<bf16> weight_d = UploadBf16(weight);
+    DeviceBuffer<bf16> out_d = OrDie(DeviceBuffer<bf16>::Allocate(rows * dim), "Allocate");
+    AddRmsNorm(residual_d.data(), x_d.data(), weight_d.data(), rows, dim, kEps, out_d.data(),
+               stream());
+
+    std::vector<float> want_residual = residual;
+    std::vector<float> want(rows * dim);
+    cpu::AddRmsNorm(want_residual.data(), x.data(), weight.data(), rows, dim, kEps, want.data());
+    const std::vector<float> got_residual = DownloadFloats(residual_d);
+    const std::vector<float> got = DownloadFloats(out_d);
+    EXPECT_LE(NormalizedError(got_residual, want_residual), kOneRounding) << "dim " << dim;
+    EXPECT_LE(NormalizedError(got, want), kTwoRoundings) << "dim " << dim;
+    // The output is the norm of the stored (rounded) residual.
+    std::vector<float> norm_of_stored(rows * dim);
+    cpu::RmsNorm(got_residual.data(), weight.data(), rows, dim, kEps, norm_of_stored.data());
+    EXPECT_LE(NormalizedError(got, norm_of_stored), kOneRounding) << "dim " << dim;
+
+    // out == x (the layer's output buffer reused) gives the same bits.
+    DeviceBuffer<bf16> residual2_d = UploadBf16(residual);
+    AddRmsNorm(residual2_d.data(), x_d.data(), weight_d.data(), rows, dim, kEps, x_d.data(),
+               stream());
+    EXPECT_EQ(DownloadFloats(x_d), got) << "out aliasing x, dim " << dim;
+    EXPECT_EQ(DownloadFloats(residual2_d), got_residual) << "out aliasing x, dim " << dim;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RoPE
+
+struct RopeCase {
+  int64_t num_tokens, num_heads, head_dim, rope_dims;
+  float theta;
+  int32_t max_position;
+};
+
+TEST_F(CudaOpsTest, RopeMatchesCpuInBothLayouts) {
+  const RopeCase cases[] = {
+      {1, 9, 64, 64, 10000.0f, 10},          // SmolLM2-135M, one decode token
+      {7, 3, 64, 32, 10000.0f, 2048},        // partial rotary
+      {5, 2, 6, 6, 10000.0f, 100},           // tiny head
+      {4, 3, 9, 8, 500000.0f, 1000},         // odd head_dim, one dim passed through
+      {3, 32, 128, 128, 500000.0f, 131071},  // Llama 3, long context
+      {33, 4, 128, 128, 10000.0f, 4096},     // a prefill chunk
+  };
+  for (const RopeCase& c : cases) {
+    for (const RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
+      const int64_t n = c.num_tokens * c.num_heads * c.head_dim;
+      const std::vector<float> x = RandomBf16Values(n, 2.0f, rng_);
+      std::vector<int32_t> positions(c.num_tokens);
+      std::uniform_int_distribution<int32_t> position(0, c.max_position);
+      for (int32_t& p : positions) p = position(rng_);
+      positions.back() = c.max_position;
+      DeviceBuffer<bf16> x_d = UploadBf16(x);
+      DeviceBuffer<int32_t> positions_d = Upload(positions);
+      ApplyRope(x_d.data(), positions_d.data(), c.num_tokens, c.num_heads, c.head_dim, c.rope_dims,
+                c.theta, style, stream());
+      std::vector<float> want = x;
+      cpu::ApplyRope(want.data(), positions.data(), c.num_tokens, c.num_heads, c.head_dim,
+                     c.rope_dims, c.theta, style);
+      const std::vector<float> got = DownloadFloats(x_d);
+      const bool adjacent = style == RopeStyle::kAdjacentPairs;
+      EXPECT_LE(NormalizedError(got, want), kOneRounding)
+          << "tokens " << c.num_tokens << " heads " << c.num_heads << " head_dim " << c.head_dim
+          << " rope_dims " << c.rope_dims << (adjacent ? " adjacent" : " rotate-half");
+      // Dims past rope_dims are not touched at all.
+      for (int64_t row = 0; row < c.num_tokens * c.num_heads; ++row) {
+        for (int64_t d = c.rope_dims; d < c.head_dim; ++d) {
+          ASSERT_EQ(got[row * c.head_dim + d], x[row * c.head_dim + d]) << "row " << row;
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SiLU * up
+
+TEST_F(CudaOpsTest, SiluMulMatchesCpu) {
+  for (const int64_t n : {1, 7, 8, 1000, 5 * 1536 + 3, 1 << 20}) {
+    // Gates out to +-12: saturated on both sides as well as the curved middle.
+    const std::vector<float> gate = RandomBf16Values(n, 12.0f, rng_);
+    const std::vector<float> up = RandomBf16Values(n, 2.0f, rng_);
+    DeviceBuffer<bf16> gate_d = UploadBf16(gate);
+    DeviceBuffer<bf16> up_d = UploadBf16(up);
+    DeviceBuffer<bf16> out_d = OrDie(DeviceBuffer<bf16>::Allocate(n), "Allocate");
+    SiluMul(gate_d.data(), up_d.data(), n, out_d.data(), stream());
+    std::vector<float> want(n);
+    cpu::SiluMul(gate.data(), up.data(), n, want.data());
+    const std::vector<float> got = DownloadFloats(out_d);
+    EXPECT_LE(NormalizedError(got, want), kOneRounding) << "n " << n;
+
+    // In place over gate gives the same bits.
+    SiluMul(gate_d.data(), up_d.data(), n, gate_d.data(), stream());
+    EXPECT_EQ(DownloadFloats(gate_d), got) << "in place, n " << n;
+  }
+}
+
+TEST_F(CudaOpsTest, SiluMulOnUnalignedPointers) {
+  // n % 8 == 0 but the pointers are 2 bytes past a 16-byte boundary: the one-element path.
+  const int64_t n = 1024;
+  const std::vector<float> gate = RandomBf16Values(n + 1, 6.0f, rng_);
+  const std::vector<float> up = RandomBf16Values(n + 1, 2.0f, rng_);
+  DeviceBuffer<bf16> gate_d = UploadBf16(gate);
+  DeviceBuffer<bf16> up_d = UploadBf16(up);
+  DeviceBuffer<bf16> out_d = OrDie(DeviceBuffer<bf16>::Allocate(n + 1), "Allocate");
+  SiluMul(gate_d.data() + 1, up_d.data() + 1, n, out_d.data() + 1, stream());
+  std::vector<float> want(n);
+  cpu::SiluMul(gate.data() + 1, up.data() + 1, n, want.data());
+  const std::vector<float> got = DownloadFloats(out_d);
+  EXPECT_LE(NormalizedError(std::vector<float>(got.begin() + 1, got.end()), want), kOneRounding);
+}
+
+// ---------------------------------------------------------------------------------------------
+// KV cache write
+
+TEST_F(CudaOpsTest, WriteKvCacheMatchesCpu) {
+  const int64_t num_blocks = 6, block_size = 16, num_slots = num_blocks * block_size;
+  struct Shape {
+    int64_t num_kv_heads, head_dim;
+  };
+  for (const Shape s : {Shape{1, 64}, Shape{3, 64}, Shape{2, 7}, Shape{8, 128}}) {
+    const int64_t row = s.num_kv_heads * s.head_dim;
+    const int64_t num_tokens = 11;
+    // Distinct slots anywhere in the pool; two padding tokens (negative slots) are skipped.
+    std::vector<int64_t> all_slots(num_slots);
+    std::iota(all_slots.begin(), all_slots.end(), 0);
+    std::shuffle(all_slots.begin(), all_slots.end(), rng_);
+    std::vector<int64_t> slots(all_slots.begin(), all_slots.begin() + num_tokens);
+    slots[3] = -1;
+    slots[num_tokens - 1] = -1;
+    const std::vector<float> k = RandomBf16Values(num_tokens * row, 1.0f, rng_);
+    const std::vector<float> v = RandomBf16Values(num_tokens * row, 1.0f, rng_);
+    std::vector<float> k_cache = RandomBf16Values(num_slots * row, 1.0f, rng_);
+    std::vector<float> v_cache = RandomBf16Values(num_slots * row, 1.0f, rng_);
+
+    DeviceBuffer<bf16> k_d = UploadBf16(k);
+    DeviceBuffer<bf16> v_d = UploadBf16(v);
+    DeviceBuffer<int64_t> slots_d = Upload(slots);
+    DeviceBuffer<bf16> k_cache_d = UploadBf16(k_cache);
+    DeviceBuffer<bf16> v_cache_d = UploadBf16(v_cache);
+    WriteKvCache(k_d.data(), v_d.data(), slots_d.data(), num_tokens, s.num_kv_heads, s.head_dim,
+                 k_cache_d.data(), v_cache_d.data(), stream());
+    cpu::WriteKvCache(k.data(), v.data(), slots.data(), num_tokens, s.num_kv_heads, s.head_dim,
+                      k_cache.data(), v_cache.data());
+    EXPECT_EQ(DownloadFloats(k_cache_d), k_cache) << "kv_heads " << s.num_kv_heads;
+    EXPECT_EQ(DownloadFloats(v_cache_d), v_cache) << "kv_heads " << s.num_kv_heads;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GGUF decode
+
+static_assert(static_cast<uint32_t>(WeightFormat::kF32) == static_cast<uint32_t>(GgmlType::kF32));
+static_assert(static_cast<uint32_t>(WeightFormat::kF16) == static_cast<uint32_t>(GgmlType::kF16));
+static_assert(static_cast<uint32_t>(WeightFormat::kBF16) == static_cast<uint32_t>(GgmlType::kBF16));
+static_assert(static_cast<uint32_t>(WeightFormat::kQ4_0) == static_cast<uint32_t>(GgmlType::kQ4_0));
+static_assert(static_cast<uint32_t>(WeightFormat::kQ4_1) == static_cast<uint32_t>(GgmlType::kQ4_1));
+static_assert(static_cast<uint32_t>(WeightFormat::kQ8_0) == static_cast<uint32_t>(GgmlType::kQ8_0));
+
+constexpr WeightFormat kFormats[] = {WeightFormat::kF32,  WeightFormat::kF16,  WeightFormat::kBF16,
+                                     WeightFormat::kQ4_0, WeightFormat::kQ4_1, WeightFormat::kQ8_0};
+
+// Host-only: the block sizes agree with the GGUF reader's, and K-quants are left to the host.
+TEST(DequantizeToBf16Test, FormatsAgreeWithGgmlTypes) {
+  for (const WeightFormat format : kFormats) {
+    const uint32_t type = static_cast<uint32_t>(format);
+    const std::optional<GgmlTypeTraits> traits = GetGgmlTypeTraits(type);
+    ASSERT_TRUE(traits.has_value()) << type;
+    EXPECT_EQ(BlockElements(format), traits->block_elements) << traits->name;
+    EXPECT_EQ(BlockBytes(format), traits->block_bytes) << traits->name;
+    EXPECT_EQ(WeightFormatOfGgmlType(type), format);
+  }
+  EXPECT_EQ(WeightFormatOfGgmlType(static_cast<uint32_t>(GgmlType::kQ4_K)), std::nullopt);
+  EXPECT_EQ(WeightFormatOfGgmlType(static_cast<uint32_t>(GgmlType::kQ6_K)), std::nullopt);
+}
+
+// A finite fp16 bit pattern: any sign and mantissa, exponent 0..30 (zeros and subnormals
+// included, infinities and NaNs not: a NaN weight compares unequal to itself).
+uint16_t RandomFiniteFp16(std::mt19937_64& rng) {
+  const uint16_t sign = static_cast<uint16_t>(rng() & 1) << 15;
+  const uint16_t exponent = static_cast<uint16_t>(rng() % 31) << 10;
+  return sign | exponent | static_cast<uint16_t>(rng() & 0x3FF);
+}
+
+void AppendU16(std::vector<uint8_t>& out, uint16_t v) {
+  out.push_back(static_cast<uint8_t>(v & 0xFF));
+  out.push_back(static_cast<uint8_t>(v >> 8));
+}
+
+// Random GGUF data for `num_elements` of `format`: every fp16 field finite, quants uniform.
+std::vector<uint8_t> RandomBlocks(WeightFormat format, int64_t num_elements, std::mt19937_64& rng) {
+  std::vector<uint8_t> out;
+  const int64_t blocks = num_elements / BlockElements(format);
+  for (int64_t b = 0; b < blocks; ++b) {
+    switch (format) {
+      case WeightFormat::kF32: {
+        // Any non-NaN float: exponent 0..254 (subnormals, zeros, the full range), or infinity.
+        uint32_t bits = static_cast<uint32_t>(rng());
+        if (((bits >> 23) & 0xFF) == 0xFF) bits &= 0xFF800000u;  // NaN -> infinity
+        for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(bits >> (8 * i)));
+        break;
+      }
+      case WeightFormat::kF16:
+        AppendU16(out, RandomFiniteFp16(rng));
+        break;
+      case WeightFormat::kBF16:
+        AppendU16(out, static_cast<uint16_t>(rng()));  // any pattern: the bits are copied
+        break;
+      case WeightFormat::kQ4_1:
+        AppendU16(out, RandomFiniteFp16(rng));  // d
+        AppendU16(out, RandomFiniteFp16(rng));  // m
+        for (int i = 0; i < 16; ++i) out.push_back(static_cast<uint8_t>(rng()));
+        break;
+      case WeightFormat::kQ4_0:
+        AppendU16(out, RandomFiniteFp16(rng));
+        for (int i = 0; i < 16; ++i) out.push_back(static_cast<uint8_t>(rng()));
+        break;
+      case WeightFormat::kQ8_0:
+        AppendU16(out, RandomFiniteFp16(rng));
+        for (int i = 0; i < 32; ++i) out.push_back(static_cast<uint8_t>(rng()));
+        break;
+    }
+  }
+  return out;
+}
+
+TEST_F(CudaOpsTest, DequantizeToBf16IsTheCpuDecodeRoundedOnce) {
+  for (const WeightFormat format : kFormats) {
+    const int64_t block = BlockElements(format);
+    for (const int64_t blocks : {1, 7, 1001, 4097}) {
+      const int64_t n = blocks * block;
+      const std::vector<uint8_t> raw = RandomBlocks(format, n, rng_);
+      ASSERT_EQ(static_cast<int64_t>(raw.size()), blocks * BlockBytes(format));
+      // Uploaded at an odd offset: GGUF blocks carry no alignment, the decoder must not need any.
+      std::vector<uint8_t> shifted(raw.size() + 1);
+      std::copy(raw.begin(), raw.end(), shifted.begin() + 1);
+      DeviceBuffer<uint8_t> raw_d = Upload(shifted);
+      DeviceBuffer<bf16> out_d = OrDie(DeviceBuffer<bf16>::Allocate(n), "Allocate");
+      DequantizeToBf16(format, raw_d.data() + 1, n, out_d.data(), stream());
+      const std::vector<bf16> got = Download(out_d);
+
+      std::vector<float> decoded(n);
+      const absl::Status status =
+          Dequantize(static_cast<GgmlType>(format), raw, absl::MakeSpan(decoded));
+      ASSERT_TRUE(status.ok()) << status;
+      int64_t mismatches = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        // BF16 is copied bit for bit (NaN payloads too); the rest is the CPU value, rounded once.
+        uint16_t want;
+        if (format == WeightFormat::kBF16) {
+          want = static_cast<uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8));
+        } else {
+          want = Bits(ToBf16(decoded[i]));
+        }
+        if (Bits(got[i]) != want && ++mismatches <= 5) {
+          ADD_FAILURE() << "format " << static_cast<uint32_t>(format) << " n " << n << " [" << i
+                        << "]: got 0x" << std::hex << Bits(got[i]) << ", want 0x" << want
+                        << std::dec << " (fp32 " << decoded[i] << ")";
+        }
+      }
+      EXPECT_EQ(mismatches, 0) << "format " << static_cast<uint32_t>(format) << " n " << n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tpserve::cuda
