@@ -15,8 +15,9 @@
 //    Bytes moved per (sequence, KV head): 4 * context * head_dim (K and V, bf16, once) plus
 //    8 * group * num_partitions * (head_dim + 2) of fp32 partials (written, then read). For
 //    batch 64 at 2k context with Llama-3-8B shapes (32 heads, 8 KV heads, head_dim 128:
-//    512-token partitions, 2048 blocks) that is 268 MB of K/V and 8.5 MB of partials per layer:
-//    56 us at the H200's 4.8 TB/s, so the 70% target is <= 80 us.
+//    512-token partitions, 2048 blocks) that is 537 MB of K/V (64 * 8 * 4 * 2048 * 128 bytes)
+//    and 8.5 MB of partials per layer: 114 us at the H200's 4.8 TB/s, so the 70% target is
+//    <= 163 us.
 //    The arithmetic runs on CUDA cores: group / 2 FMAs per K/V byte (plus the cross-lane sums of
 //    the dot products), which leaves the kernel memory-bound up to group 4 and close to the
 //    issue limit at group 8 (4 FMA/byte at 4.8 TB/s is 57% of the H200's fp32 FMA rate), where

@@ -5,9 +5,7 @@ INVALID_ARGUMENT for impossible parameters.
     grpc_client_test.py --bin-dir BUILD/bin --model MODEL.gguf [unittest args]
 """
 
-import argparse
 import json
-import sys
 import tempfile
 import time
 import unittest
@@ -16,9 +14,8 @@ import urllib.request
 import grpc
 
 import tpserve_protos
-from tpserve_cluster import Cluster
+from tpserve_cluster import run_tests, start_class_cluster
 
-ARGS = None
 PROMPT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 RPC_TIMEOUT_S = 120
 
@@ -29,9 +26,7 @@ class GrpcClientTest(unittest.TestCase):
         stubs_dir = tempfile.TemporaryDirectory(prefix="tpserve-stubs-")
         cls.addClassCleanup(stubs_dir.cleanup)
         cls.protos = tpserve_protos.load(stubs_dir.name)
-        cls.cluster = Cluster(ARGS.bin_dir, ARGS.model, tp=1)
-        cls.cluster.__enter__()
-        cls.addClassCleanup(cls.cluster.stop)
+        cls.cluster = start_class_cluster(cls, tp=1)
         cls.channel = grpc.insecure_channel(cls.cluster.grpc_address)
         cls.addClassCleanup(cls.channel.close)
         grpc.channel_ready_future(cls.channel).result(timeout=10)
@@ -155,14 +150,5 @@ class GrpcClientTest(unittest.TestCase):
         self.assertEqual(health.state, pb.HealthResponse.STATE_SERVING)
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bin-dir", required=True, help="directory holding tpserve")
-    parser.add_argument("--model", required=True, help="GGUF model file")
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
-
-
 if __name__ == "__main__":
-    main()
+    run_tests()

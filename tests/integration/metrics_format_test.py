@@ -4,18 +4,15 @@ family coordinator/metrics.h lists, and counts the requests sent through /v1/com
     metrics_format_test.py --bin-dir BUILD/bin --model MODEL.gguf [unittest args]
 """
 
-import argparse
 import json
 import math
-import sys
 import unittest
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tpserve_cluster import Cluster
+from tpserve_cluster import run_tests, start_class_cluster
 
-ARGS = None
 # Family names as the parser gives them: counters without their `_total` suffix.
 FAMILIES = {
     "tpserve:time_to_first_token_seconds": "histogram",
@@ -48,9 +45,7 @@ def http(url, body=None):
 class MetricsFormatTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.cluster = Cluster(ARGS.bin_dir, ARGS.model, tp=1)
-        cls.cluster.__enter__()
-        cls.addClassCleanup(cls.cluster.stop)
+        cls.cluster = start_class_cluster(cls, tp=1)
 
     def scrape(self):
         """{family name: family}, after checking the parts every family must have."""
@@ -135,14 +130,5 @@ class MetricsFormatTest(unittest.TestCase):
         self.assertEqual(self.value(after, "tpserve:num_requests_running", ""), 0)
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bin-dir", required=True, help="directory holding tpserve")
-    parser.add_argument("--model", required=True, help="GGUF model file")
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
-
-
 if __name__ == "__main__":
-    main()
+    run_tests()

@@ -4,18 +4,15 @@ text completions, streamed and not, usage in the stream, stop strings, n, logpro
     openai_client_test.py --bin-dir BUILD/bin --model MODEL.gguf [unittest args]
 """
 
-import argparse
 import re
-import sys
 import unittest
 
 import openai
 from openai.types import Completion, CompletionUsage, Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tpserve_cluster import Cluster
+from tpserve_cluster import run_tests, start_class_cluster
 
-ARGS = None
 MESSAGES = [{"role": "user", "content": "Describe the city of Paris in two sentences."}]
 PROMPT = "The three largest cities in France are"
 MAX_TOKENS = 24
@@ -33,9 +30,7 @@ def pick_stop(text):
 class OpenAIClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.cluster = Cluster(ARGS.bin_dir, ARGS.model, tp=3)
-        cls.cluster.__enter__()
-        cls.addClassCleanup(cls.cluster.stop)
+        cls.cluster = start_class_cluster(cls, tp=3)
         # No retries: a retried 5xx would hide the server's error.
         cls.client = openai.OpenAI(base_url=cls.cluster.http_url + "/v1", api_key="none",
                                    max_retries=0, timeout=300)
@@ -187,14 +182,5 @@ class OpenAIClientTest(unittest.TestCase):
             self.assertGreaterEqual(item.top_logprobs[0].logprob, item.top_logprobs[1].logprob)
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bin-dir", required=True, help="directory holding tpserve")
-    parser.add_argument("--model", required=True, help="GGUF model file")
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
-
-
 if __name__ == "__main__":
-    main()
+    run_tests()

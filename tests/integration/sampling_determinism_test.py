@@ -4,17 +4,14 @@ another seed other tokens; temperature 0 is greedy whatever the seed; sample i o
     sampling_determinism_test.py --bin-dir BUILD/bin --model MODEL.gguf [unittest args]
 """
 
-import argparse
-import sys
 import tempfile
 import unittest
 
 import grpc
 
 import tpserve_protos
-from tpserve_cluster import Cluster
+from tpserve_cluster import run_tests, start_class_cluster
 
-ARGS = None
 PROMPT = "<|im_start|>user\nWrite a short story about a lighthouse.<|im_end|>\n<|im_start|>assistant\n"
 MAX_TOKENS = 16
 SAMPLED = {"temperature": 0.8, "top_p": 0.9, "top_k": 40}
@@ -27,9 +24,7 @@ class SamplingDeterminismTest(unittest.TestCase):
         stubs_dir = tempfile.TemporaryDirectory(prefix="tpserve-stubs-")
         cls.addClassCleanup(stubs_dir.cleanup)
         cls.protos = tpserve_protos.load(stubs_dir.name)
-        cls.cluster = Cluster(ARGS.bin_dir, ARGS.model, tp=1)
-        cls.cluster.__enter__()
-        cls.addClassCleanup(cls.cluster.stop)
+        cls.cluster = start_class_cluster(cls, tp=1)
         channel = grpc.insecure_channel(cls.cluster.grpc_address)
         cls.addClassCleanup(channel.close)
         grpc.channel_ready_future(channel).result(timeout=10)
@@ -83,14 +78,5 @@ class SamplingDeterminismTest(unittest.TestCase):
         self.assertNotEqual(pair[0], pair[1])
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bin-dir", required=True, help="directory holding tpserve")
-    parser.add_argument("--model", required=True, help="GGUF model file")
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
-
-
 if __name__ == "__main__":
-    main()
+    run_tests()

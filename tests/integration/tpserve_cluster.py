@@ -5,16 +5,20 @@ chosen at run time) and reads the addresses it prints once it serves:
 
     tpserve: serving MODEL with tensor parallelism T on cpu; gRPC at HOST:PORT; HTTP at HOST:PORT
 
-Use as a context manager; the whole process group is stopped on exit, whatever happened.
+Use as a context manager; the whole process group is stopped on exit, whatever happened. Test
+files run by ctest end in `run_tests()` and start their cluster with `start_class_cluster`.
 """
 
+import argparse
 import ctypes
 import os
 import re
 import signal
 import subprocess
 import tempfile
+import sys
 import time
+import unittest
 
 _READY = re.compile(r"gRPC at (\S+); HTTP at (\S+)")
 _PR_SET_PDEATHSIG = 1
@@ -81,3 +85,25 @@ class Cluster:
     def log_tail(self, lines=40):
         with open(self.log_path, encoding="utf-8", errors="replace") as f:
             return "".join(f.readlines()[-lines:])
+
+
+_TEST_ARGS = None
+
+
+def run_tests():
+    """The main() of a test file: --bin-dir and --model as ctest passes them, then unittest's."""
+    global _TEST_ARGS
+    doc = sys.modules["__main__"].__doc__ or ""
+    parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0] if doc else None)
+    parser.add_argument("--bin-dir", required=True, help="directory holding tpserve")
+    parser.add_argument("--model", required=True, help="GGUF model file")
+    _TEST_ARGS, rest = parser.parse_known_args()
+    unittest.main(module="__main__", argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+def start_class_cluster(test_class, tp):
+    """A serving cluster for a TestCase class (call in setUpClass); stopped after its tests."""
+    cluster = Cluster(_TEST_ARGS.bin_dir, _TEST_ARGS.model, tp=tp)
+    cluster.__enter__()
+    test_class.addClassCleanup(cluster.stop)
+    return cluster
