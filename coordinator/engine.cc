@@ -505,7 +505,9 @@ void Engine::RecordQueueTimes(const ScheduledBatch& batch) {
     Sequence& seq = *entry.seq;
     if (seq.first_scheduled != absl::InfinitePast()) continue;
     seq.first_scheduled = now;
-    if (metrics != nullptr) metrics->ObserveRequestQueueTime(absl::ToDoubleSeconds(now - seq.arrival));
+    if (metrics != nullptr) {
+      metrics->ObserveRequestQueueTime(absl::ToDoubleSeconds(now - seq.arrival));
+    }
   }
 }
 

@@ -78,7 +78,7 @@ absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(
   GenerateParams params;
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {
-      ASSIGN_OR_RETURN(params.prompt, EncodePrompt(request.text()));
+      ASSIGN_OR_RETURN(params.prompt, tokenizer_->EncodePrompt(request.text()));
       break;
     }
     case v1::GenerateRequest::kTokenIds:
@@ -99,16 +99,6 @@ absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(
         absl::StrCat("logprobs = ", request.logprobs(), " is negative"));
   }
   return params;
-}
-
-absl::StatusOr<std::vector<int32_t>> InferenceServiceImpl::EncodePrompt(
-    std::string_view text) const {
-  ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer_->Encode(text, /*parse_special=*/true));
-  if (tokenizer_->add_bos() && tokenizer_->bos_id() >= 0 &&
-      (ids.empty() || ids[0] != tokenizer_->bos_id())) {
-    ids.insert(ids.begin(), tokenizer_->bos_id());
-  }
-  return ids;
 }
 
 absl::StatusOr<StreamUpdate> InferenceServiceImpl::WaitDone(grpc::ServerContext* context,
@@ -177,7 +167,7 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
 grpc::Status InferenceServiceImpl::Tokenize(grpc::ServerContext* context,
                                             const v1::TokenizeRequest* request,
                                             v1::TokenizeResponse* response) {
-  absl::StatusOr<std::vector<int32_t>> ids = EncodePrompt(request->text());
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->EncodePrompt(request->text());
   if (!ids.ok()) return ToGrpc(ids.status());
   response->mutable_token_ids()->Add(ids->begin(), ids->end());
   return grpc::Status::OK;

@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,8 +39,6 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
  private:
   // The request as the engine takes it: prompt tokenized, sampling defaults filled in.
   absl::StatusOr<GenerateParams> ToParams(const v1::GenerateRequest& request) const;
-  // Token ids of a text prompt: special tokens recognised, BOS first when the model wants it.
-  absl::StatusOr<std::vector<int32_t>> EncodePrompt(std::string_view text) const;
   // The engine, or UNAVAILABLE while starting.
   absl::StatusOr<Engine*> GetEngine() const;
   // Waits for the stream's final update; CANCELLED (and the stream cancelled) when the client

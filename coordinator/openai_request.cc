@@ -173,15 +173,11 @@ absl::StatusOr<std::vector<int32_t>> GetTokenIds(const json& ids, absl::string_v
   return result;
 }
 
-// `text` tokenized as a prompt: special tokens parsed, BOS prepended when the model wants it.
+// Tokenizer::EncodePrompt, with an error that names the request field.
 absl::StatusOr<std::vector<int32_t>> EncodePrompt(const std::string& text, absl::string_view param,
                                                   const Tokenizer& tokenizer) {
-  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(text, /*parse_special=*/true);
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.EncodePrompt(text);
   if (!ids.ok()) return InvalidField(param, ids.status().message());
-  if (tokenizer.add_bos() && tokenizer.bos_id() >= 0 &&
-      (ids->empty() || ids->front() != tokenizer.bos_id())) {
-    ids->insert(ids->begin(), tokenizer.bos_id());
-  }
   return ids;
 }
 

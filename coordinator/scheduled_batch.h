@@ -19,7 +19,9 @@ struct ScheduledBatch {
     std::vector<int32_t> new_block_ids;  // appended to the sequence's block table
 
     // This step reaches the end of the known tokens: a Generate entry samples the next one.
-    bool completes() const { return start + num_tokens == static_cast<int32_t>(seq->tokens.size()); }
+    bool completes() const {
+      return start + num_tokens == static_cast<int32_t>(seq->tokens.size());
+    }
   };
   std::vector<Entry> entries;
   std::vector<uint64_t> finished_seq_ids;  // workers drop these sequences' state

@@ -150,8 +150,6 @@ ScheduledBatch Scheduler::Schedule() {
     }
     if (seq.cached_prompt_tokens < 0) {
       seq.cached_prompt_tokens = std::min(seq.num_computed, seq.prompt_len);
-      counters_.prompt_tokens += seq.prompt_len;
-      counters_.cached_prompt_tokens += seq.cached_prompt_tokens;
     }
     seq.block_ids.insert(seq.block_ids.end(), ids->begin(), ids->end());
     seq.seq_id = next_seq_id_++;

@@ -47,8 +47,6 @@ struct SchedulerOptions {
 
 struct SchedulerCounters {
   int64_t num_preemptions = 0;
-  int64_t prompt_tokens = 0;         // of admitted sequences, counted at first admission
-  int64_t cached_prompt_tokens = 0;  // of those, taken from the prefix cache
 };
 
 class Scheduler {

@@ -313,6 +313,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
   return Create(std::move(data));
 }
 
+absl::StatusOr<std::vector<int32_t>> Tokenizer::EncodePrompt(std::string_view text) const {
+  ASSIGN_OR_RETURN(std::vector<int32_t> ids, Encode(text, /*parse_special=*/true));
+  if (add_bos_ && bos_id_ >= 0 && (ids.empty() || ids.front() != bos_id_)) {
+    ids.insert(ids.begin(), bos_id_);
+  }
+  return ids;
+}
+
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
                                                        bool parse_special) const {
   RETURN_IF_ERROR(ValidateUtf8(text));

@@ -77,6 +77,9 @@ class Tokenizer {
   // Token ids for `text`, without BOS (see add_bos()). INVALID_ARGUMENT naming the byte offset
   // when `text` is not valid UTF-8 (overlong forms, surrogates and bytes 0xF5..0xFF included).
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool parse_special) const;
+  // A prompt's token ids, as the servers take a text: special tokens parsed, and BOS first when
+  // the model asks for it (add_bos()) and the text does not already start with it.
+  absl::StatusOr<std::vector<int32_t>> EncodePrompt(std::string_view text) const;
 
   // The bytes the tokens stand for: normal tokens unmapped to bytes, byte tokens (<0xXX>) as
   // that byte, control, unknown and user-defined tokens as their text, unused and undefined

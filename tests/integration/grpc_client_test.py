@@ -6,15 +6,13 @@ INVALID_ARGUMENT for impossible parameters.
 """
 
 import json
-import tempfile
 import time
 import unittest
 import urllib.request
 
 import grpc
 
-import tpserve_protos
-from tpserve_cluster import run_tests, start_class_cluster
+from tpserve_cluster import run_tests, start_class_grpc
 
 PROMPT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 RPC_TIMEOUT_S = 120
@@ -23,13 +21,7 @@ RPC_TIMEOUT_S = 120
 class GrpcClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        stubs_dir = tempfile.TemporaryDirectory(prefix="tpserve-stubs-")
-        cls.addClassCleanup(stubs_dir.cleanup)
-        cls.protos = tpserve_protos.load(stubs_dir.name)
-        cls.cluster = start_class_cluster(cls, tp=1)
-        cls.channel = grpc.insecure_channel(cls.cluster.grpc_address)
-        cls.addClassCleanup(cls.channel.close)
-        grpc.channel_ready_future(cls.channel).result(timeout=10)
+        cls.protos, cls.cluster, cls.channel = start_class_grpc(cls, tp=1)
         cls.inference = cls.protos.inference_pb2_grpc.InferenceServiceStub(cls.channel)
         cls.admin = cls.protos.admin_pb2_grpc.AdminServiceStub(cls.channel)
 

@@ -4,13 +4,9 @@ another seed other tokens; temperature 0 is greedy whatever the seed; sample i o
     sampling_determinism_test.py --bin-dir BUILD/bin --model MODEL.gguf [unittest args]
 """
 
-import tempfile
 import unittest
 
-import grpc
-
-import tpserve_protos
-from tpserve_cluster import run_tests, start_class_cluster
+from tpserve_cluster import run_tests, start_class_grpc
 
 PROMPT = "<|im_start|>user\nWrite a short story about a lighthouse.<|im_end|>\n<|im_start|>assistant\n"
 MAX_TOKENS = 16
@@ -21,13 +17,7 @@ RPC_TIMEOUT_S = 120
 class SamplingDeterminismTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        stubs_dir = tempfile.TemporaryDirectory(prefix="tpserve-stubs-")
-        cls.addClassCleanup(stubs_dir.cleanup)
-        cls.protos = tpserve_protos.load(stubs_dir.name)
-        cls.cluster = start_class_cluster(cls, tp=1)
-        channel = grpc.insecure_channel(cls.cluster.grpc_address)
-        cls.addClassCleanup(channel.close)
-        grpc.channel_ready_future(channel).result(timeout=10)
+        cls.protos, cls.cluster, channel = start_class_grpc(cls, tp=1)
         cls.inference = cls.protos.inference_pb2_grpc.InferenceServiceStub(channel)
 
     def generate(self, n=1, **sampling):

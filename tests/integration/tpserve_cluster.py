@@ -107,3 +107,19 @@ def start_class_cluster(test_class, tp):
     cluster.__enter__()
     test_class.addClassCleanup(cluster.stop)
     return cluster
+
+
+def start_class_grpc(test_class, tp):
+    """For setUpClass of a gRPC test: stubs generated from proto/ (see tpserve_protos), a serving
+    cluster and a ready channel to it, all released after the class's tests."""
+    import grpc
+    import tpserve_protos
+
+    stubs_dir = tempfile.TemporaryDirectory(prefix="tpserve-stubs-")
+    test_class.addClassCleanup(stubs_dir.cleanup)
+    protos = tpserve_protos.load(stubs_dir.name)
+    cluster = start_class_cluster(test_class, tp=tp)
+    channel = grpc.insecure_channel(cluster.grpc_address)
+    test_class.addClassCleanup(channel.close)
+    grpc.channel_ready_future(channel).result(timeout=10)
+    return protos, cluster, channel

@@ -72,7 +72,8 @@ class EngineTest : public ::testing::Test {
     options.vocab_size = loaded.vocab_size;
     engine_ = std::make_unique<Engine>(options, pool_.get(), tokenizer_);
     engine_->Start();
-    service_ = std::make_unique<InferenceServiceImpl>(tokenizer_, pool_->world_size(), "test-model");
+    service_ =
+        std::make_unique<InferenceServiceImpl>(tokenizer_, pool_->world_size(), "test-model");
     service_->SetEngine(engine_.get());
     grpc::ServerBuilder builder;
     int port = 0;
@@ -252,7 +253,9 @@ TEST_F(EngineTest, NSamplesStreamUnderTheirIndexAndShareThePrompt) {
     ASSERT_LT(chunk.index(), 3);
     auto& sample = tokens[chunk.index()];
     sample.insert(sample.end(), chunk.token_ids().begin(), chunk.token_ids().end());
-    if (!chunk.finish_reason().empty()) cached[chunk.index()] = chunk.usage().cached_prompt_tokens();
+    if (!chunk.finish_reason().empty()) {
+      cached[chunk.index()] = chunk.usage().cached_prompt_tokens();
+    }
   }
   ASSERT_TRUE(reader->Finish().ok());
   // The fake model ignores the seed: every sample continues the same way.

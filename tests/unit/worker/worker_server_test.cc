@@ -276,7 +276,8 @@ TEST_F(WorkerServerTest, LogprobsAreTheLogSoftmaxOfTheRawLogits) {
   EXPECT_NEAR(out.logprob(), logprob(out.token_id()), 1e-4);
   std::vector<int32_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
   ASSERT_EQ(out.top_token_ids_size(), 3);
   ASSERT_EQ(out.top_logprobs_size(), 3);
   for (int i = 0; i < 3; ++i) {
