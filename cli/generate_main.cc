@@ -33,6 +33,8 @@ struct Flags {
   bool chat = false;
   bool ignore_eos = false;
   int threads = 0;
+  std::string device = "cpu";
+  bool enforce_eager = false;
 };
 
 absl::Status Generate(const Flags& flags) {
@@ -55,6 +57,12 @@ absl::Status Generate(const Flags& flags) {
   if (prompt.empty()) return absl::InvalidArgumentError("--prompt encodes to no tokens");
   const int64_t total = static_cast<int64_t>(prompt.size()) + flags.max_tokens;
   options.kv_cache_blocks = (total + kBlockSize - 1) / kBlockSize;
+  if (flags.device == "cuda") {
+    options.device = Device::kCuda;
+    options.cuda.max_num_seqs = 1;
+    options.cuda.max_num_batched_tokens = static_cast<int64_t>(prompt.size());
+    options.cuda.enforce_eager = flags.enforce_eager;
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner, ModelRunner::Create(options, &comm));
   if (total > runner->config().context_length) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -129,6 +137,10 @@ int main(int argc, char** argv) {
   app.add_flag("--chat", flags.chat, "wrap the prompt in the model's chat template");
   app.add_option("--threads", flags.threads, "CPU threads (0 = every core)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--device", flags.device, "cpu, or cuda (GPU 0)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_flag("--enforce-eager", flags.enforce_eager, "cuda: decode without the CUDA graph");
   app.add_flag("--ignore-eos", flags.ignore_eos, "keep generating past end-of-generation tokens");
   CLI11_PARSE(app, argc, argv);
   const absl::Status status = tpserve::Generate(flags);

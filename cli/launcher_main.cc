@@ -36,6 +36,8 @@ struct Flags {
   std::string model;
   int tp = 1;
   std::string device = "cpu";
+  double gpu_memory_utilization = 0.9;
+  bool enforce_eager = false;
   std::string host = "127.0.0.1";
   int port = 0;
   int http_port = 8000;  // -1: off
@@ -102,7 +104,14 @@ absl::Status Serve(const Flags& flags) {
       absl::StrCat("--block-size=", flags.block_size),
       absl::StrCat("--max-num-batched-tokens=", flags.max_num_batched_tokens),
       absl::StrCat("--max-num-seqs=", flags.max_num_seqs),
-      absl::StrCat("--max-queued-requests=", flags.max_queued_requests)};
+      absl::StrCat("--max-queued-requests=", flags.max_queued_requests),
+      absl::StrCat("--device=", flags.device)};
+  if (flags.device == "cuda") {
+    // On one host, rank r drives GPU r (the workers' default --local-rank).
+    options.worker_args.push_back(
+        absl::StrCat("--gpu-memory-utilization=", flags.gpu_memory_utilization));
+    if (flags.enforce_eager) options.coordinator_args.push_back("--enforce-eager");
+  }
   if (flags.no_prefix_cache) options.coordinator_args.push_back("--no-prefix-cache");
   if (!flags.served_model_name.empty()) {
     options.coordinator_args.push_back(
@@ -131,11 +140,6 @@ absl::Status Serve(const Flags& flags) {
 }
 
 int Run(const Flags& flags) {
-  if (flags.device != "cpu") {
-    std::fprintf(stderr, "tpserve: --device %s: only cpu workers are built so far\n",
-                 flags.device.c_str());
-    return 2;
-  }
   const absl::Status status = Serve(flags);
   if (!status.ok()) {
     std::fprintf(stderr, "tpserve: %s; stopped every process\n",
@@ -155,7 +159,12 @@ int main(int argc, char** argv) {
   app.add_option("--model", flags.model, "GGUF model file")->required()->check(CLI::ExistingFile);
   app.add_option("--tp", flags.tp, "tensor-parallel size (number of workers)")
       ->check(CLI::Range(1, 64));
-  app.add_option("--device", flags.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--device", flags.device, "cpu or cuda (rank r on GPU r)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--gpu-memory-utilization", flags.gpu_memory_utilization,
+                 "cuda: share of each GPU's memory for weights, buffers and the KV pool")
+      ->check(CLI::Range(0.05, 1.0));
+  app.add_flag("--enforce-eager", flags.enforce_eager, "cuda: no decode CUDA graphs");
   app.add_option("--host", flags.host, "address to listen on");
   app.add_option("--port", flags.port, "coordinator port (0 = any free port)")
       ->check(CLI::Range(0, 65535));

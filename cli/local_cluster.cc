@@ -12,6 +12,12 @@
 #include "grpcpp/grpcpp.h"
 
 namespace tpserve {
+namespace {
+
+// How long a worker's end waits for the coordinator's, to tell which one failed first.
+constexpr absl::Duration kCoordinatorExitGrace = absl::Seconds(2);
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     const LocalClusterOptions& options) {
@@ -58,12 +64,13 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
                           : std::max(1, cpu::AvailableCores() / static_cast<int>(ranks.size()));
   for (int rank : ranks) {
     const auto model = options.worker_models.find(rank);
-    RETURN_IF_ERROR(cluster->StartChild(
-        absl::StrCat("worker-", rank), rank,
-        {options.bin_dir + "/tpserve-worker", "--coordinator", cluster->address_, "--rank",
-         std::to_string(rank), "--model",
-         model == options.worker_models.end() ? options.model : model->second, "--host",
-         options.host, "--threads", std::to_string(threads)}));
+    std::vector<std::string> worker_args = {
+        options.bin_dir + "/tpserve-worker", "--coordinator", cluster->address_, "--rank",
+        std::to_string(rank), "--model",
+        model == options.worker_models.end() ? options.model : model->second, "--host",
+        options.host, "--threads", std::to_string(threads)};
+    worker_args.insert(worker_args.end(), options.worker_args.begin(), options.worker_args.end());
+    RETURN_IF_ERROR(cluster->StartChild(absl::StrCat("worker-", rank), rank, worker_args));
   }
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxReceiveMessageSize(256 << 20);
@@ -109,10 +116,22 @@ Subprocess* LocalCluster::worker(int rank) {
 
 absl::Status LocalCluster::CheckChildren() {
   for (Child& child : children_) {
-    if (std::optional<int> status = child.process.Poll()) {
-      return absl::UnavailableError(absl::StrCat(child.name, " (pid ", child.process.pid(), ") ",
-                                                 DescribeWaitStatus(*status)));
+    std::optional<int> status = child.process.Poll();
+    if (!status.has_value()) continue;
+    Child* ended = &child;
+    // A coordinator that fails start-up shuts its workers down first: name it, not the worker,
+    // when it follows with a failure of its own (its log has the cause).
+    if (child.rank >= 0) {
+      Child& coordinator = children_.front();
+      const std::optional<int> coordinator_status =
+          coordinator.process.Wait(kCoordinatorExitGrace);
+      if (coordinator_status.has_value() && *coordinator_status != 0) {
+        ended = &coordinator;
+        status = coordinator_status;
+      }
     }
+    return absl::UnavailableError(absl::StrCat(ended->name, " (pid ", ended->process.pid(), ") ",
+                                               DescribeWaitStatus(*status)));
   }
   return absl::OkStatus();
 }

@@ -25,6 +25,7 @@ struct LocalClusterOptions {
   int64_t kv_cache_blocks = 0;
   int worker_threads = 0;  // per worker; 0 = the host's cores split evenly between the workers
   std::vector<std::string> coordinator_args;  // further coordinator flags
+  std::vector<std::string> worker_args;       // further flags for every worker
   std::map<int, std::string> worker_models;   // per-rank model path overrides
   std::vector<int> ranks;                     // ranks to start; empty = every rank
   std::string log_dir;  // each child's output goes to <log_dir>/<name>.log; empty = inherited

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -65,6 +66,8 @@ struct Flags {
   std::string http_port_file;
   std::string served_model_name;  // empty: the model file's name without ".gguf"
   int max_queued_requests = 0;
+  std::string device = "cpu";
+  bool enforce_eager = false;
 };
 
 std::string JoinHostPort(const std::string& host, int port) {
@@ -210,6 +213,11 @@ int Run(const Flags& flags) {
     return Fail(absl::StrCat("cannot listen on ", JoinHostPort(flags.host, flags.port),
                              " (--host, --port)"));
   }
+  // On every way out, failed start-ups included: the destructor's Shutdown would wait without a
+  // deadline for the calls in flight (a launcher's readiness polls), delaying the exit status.
+  absl::Cleanup shutdown_server = [&server] {
+    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  };
   const std::string address = JoinHostPort(flags.host, port);
   std::printf("tpserve-coordinator listening on %s\n", address.c_str());
   std::fflush(stdout);
@@ -238,6 +246,10 @@ int Run(const Flags& flags) {
   init.block_size = flags.block_size;
   init.kv_cache_blocks = flags.kv_cache_blocks;
   init.kv_cache_bytes = flags.kv_cache_memory_mib << 20;
+  init.device = flags.device == "cuda" ? v1::DEVICE_CUDA : v1::DEVICE_CPU;
+  init.max_num_seqs = flags.max_num_seqs;
+  init.max_num_batched_tokens = flags.max_num_batched_tokens;
+  init.enforce_eager = flags.enforce_eager;
   LogInfo(kLog, "all %d ranks registered; Init with group %s", flags.world_size, init.group_id);
   if (absl::Status s = pool.Init(init, absl::Seconds(flags.startup_timeout_s)); !s.ok()) {
     pool.Shutdown(kShutdownTimeout);
@@ -352,6 +364,12 @@ int main(int argc, char** argv) {
                  "0 = no limit")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--device", flags.device,
+                 "where the workers run the model: cpu, or cuda (one GPU per rank)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_flag("--enforce-eager", flags.enforce_eager,
+               "cuda: every worker runs every step eagerly, without decode CUDA graphs");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -157,6 +157,9 @@ absl::Status WorkerPool::Init(const WorkerInitOptions& options, absl::Duration t
     r.set_block_size(options.block_size);
     r.set_kv_cache_blocks(options.kv_cache_blocks);
     r.set_kv_cache_bytes(options.kv_cache_bytes);
+    r.set_max_num_seqs(options.max_num_seqs);
+    r.set_max_num_batched_tokens(options.max_num_batched_tokens);
+    r.set_enforce_eager(options.enforce_eager);
   }
   auto statuses = CallAll(timeout, /*cancel_on_failure=*/true,
                           [&](int rank, auto* stub, auto* context, auto done) {

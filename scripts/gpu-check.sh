@@ -5,8 +5,7 @@
 #   2. every GPU test executable in the package, each printed as PASS, SKIP or FAIL;
 #   3. tpserve-bench-cuda (decode-shaped GEMMs and decode attention vs peak HBM bandwidth);
 #   4. T=1 decode tokens/s on SmolLM2-135M and on a Llama-3-8B-shaped random-weight model, through
-#      tpserve-generate --device cuda (until that flag exists, it says the CUDA worker is not
-#      built yet and moves on).
+#      tpserve-generate --device cuda (decode through the CUDA graph of batch 1).
 # Every part runs under timeout(1), and the parts share a budget (GPU_CHECK_BUDGET_S, default
 # 450 s) so that the whole check ends in time; a part the budget cannot fit is skipped, saying so.
 # Logs go to GPU_CHECK_LOGS (default /tmp/gpu-check; pass GPU_CHECK_LOGS=$OUT to get them back).
@@ -173,7 +172,7 @@ mkmodel() {
   [[ $part_status == ok ]]
 }
 if ! tpserve-generate --help 2>&1 | grep -q -- '--device'; then
-  say "CUDA worker not built yet (tpserve-generate has no --device flag): no decode numbers"
+  say "this package's tpserve-generate has no --device flag: no decode numbers"
 else
   smollm2="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
   if [[ -f $smollm2 ]]; then

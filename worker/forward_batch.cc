@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "common/check.h"
 
 namespace tpserve {
@@ -37,6 +38,55 @@ ForwardBatch ForwardBatchBuilder::Build() {
   }
   tables_.clear();
   return std::move(batch_);
+}
+
+absl::Status ValidateForwardBatch(const ForwardBatch& batch, const ModelConfig& config,
+                                  const KvCacheShape& kv) {
+  const int64_t n = batch.num_tokens();
+  const int64_t seqs = batch.num_seqs();
+  if (n == 0) return absl::InvalidArgumentError("forward batch has no tokens");
+  if (static_cast<int64_t>(batch.positions.size()) != n ||
+      static_cast<int64_t>(batch.slot_mapping.size()) != n ||
+      static_cast<int64_t>(batch.query_start.size()) != seqs + 1 ||
+      static_cast<int64_t>(batch.block_tables.size()) != seqs * batch.max_blocks_per_seq ||
+      batch.query_start.front() != 0 || batch.query_start.back() != n) {
+    return absl::InvalidArgumentError("forward batch arrays have inconsistent lengths");
+  }
+  const int64_t slots = kv.num_blocks * kv.block_size;
+  for (int64_t i = 0; i < n; ++i) {
+    if (batch.token_ids[i] < 0 || batch.token_ids[i] >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", batch.token_ids[i],
+                                                     " is outside the vocabulary of ",
+                                                     config.vocab_size));
+    }
+    if (batch.slot_mapping[i] < 0 || batch.slot_mapping[i] >= slots) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KV slot ", batch.slot_mapping[i], " is outside the pool of ", slots));
+    }
+  }
+  for (int64_t s = 0; s < seqs; ++s) {
+    const int64_t q_len = batch.query_start[s + 1] - batch.query_start[s];
+    const int64_t context = batch.context_lens[s];
+    if (q_len <= 0 || context < q_len || context > config.context_length ||
+        (context + kv.block_size - 1) / kv.block_size > batch.max_blocks_per_seq) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " of the batch has ", q_len,
+                                                     " new tokens and context ", context,
+                                                     ", which its block table cannot hold"));
+    }
+    for (int64_t b = 0; b < batch.max_blocks_per_seq; ++b) {
+      const int32_t block = batch.block_tables[s * batch.max_blocks_per_seq + b];
+      if (block < 0 || block >= kv.num_blocks) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("block id ", block, " is outside the pool of ", kv.num_blocks));
+      }
+    }
+  }
+  for (int32_t index : batch.logits_indices) {
+    if (index < 0 || index >= n) {
+      return absl::InvalidArgumentError(absl::StrCat("logits index ", index, " out of range"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tpserve

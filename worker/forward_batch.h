@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "model/model_config.h"
+#include "worker/kv_cache.h"
 
 namespace tpserve {
 
@@ -43,5 +46,13 @@ class ForwardBatchBuilder {
   ForwardBatch batch_;
   std::vector<std::vector<int32_t>> tables_;
 };
+
+// OK when `batch` is consistent and everything it names lies inside the model and the pool:
+// token ids in the vocabulary, slots and block ids in the pool, each sequence's context within the
+// model's context length and covered by its block table, logits indices among the tokens.
+// INVALID_ARGUMENT naming the first problem otherwise. Every backend checks a batch with it before
+// touching its cache.
+absl::Status ValidateForwardBatch(const ForwardBatch& batch, const ModelConfig& config,
+                                  const KvCacheShape& kv);
 
 }  // namespace tpserve

@@ -14,12 +14,11 @@ struct KvCacheShape {
   int64_t block_size = 16;
   int64_t num_kv_heads = 0;  // local to this rank
   int64_t head_dim = 0;
+  int64_t bytes_per_element = sizeof(float);  // fp32 on the CPU, bf16 on CUDA
 
   int64_t floats_per_block() const { return block_size * num_kv_heads * head_dim; }
   // Bytes one block costs across all layers, K and V.
-  int64_t bytes_per_block() const {
-    return 2 * num_layers * floats_per_block() * static_cast<int64_t>(sizeof(float));
-  }
+  int64_t bytes_per_block() const { return 2 * num_layers * floats_per_block() * bytes_per_element; }
 };
 
 class KvCache {

@@ -13,69 +13,20 @@
 namespace tpserve {
 
 LlamaModel::LlamaModel(const ModelConfig& config, const ShardLayout& layout, ModelWeights weights,
-                       Communicator* comm, KvCache* kv_cache)
+                       Communicator* comm, const KvCacheShape& kv_shape)
     : config_(config),
       layout_(layout),
       weights_(std::move(weights)),
       comm_(comm),
-      kv_cache_(kv_cache) {
+      kv_cache_(kv_shape) {
   TP_CHECK(comm_->rank() == layout_.rank && comm_->world_size() == layout_.world_size);
-  TP_CHECK(kv_cache_->shape().num_layers == config_.num_layers);
-  TP_CHECK(kv_cache_->shape().num_kv_heads == layout_.kv_heads.size);
-  TP_CHECK(kv_cache_->shape().head_dim == config_.head_dim);
-}
-
-absl::Status LlamaModel::Validate(const ForwardBatch& batch) const {
-  const int64_t n = batch.num_tokens();
-  const int64_t seqs = batch.num_seqs();
-  if (n == 0) return absl::InvalidArgumentError("forward batch has no tokens");
-  if (static_cast<int64_t>(batch.positions.size()) != n ||
-      static_cast<int64_t>(batch.slot_mapping.size()) != n ||
-      static_cast<int64_t>(batch.query_start.size()) != seqs + 1 ||
-      static_cast<int64_t>(batch.block_tables.size()) != seqs * batch.max_blocks_per_seq ||
-      batch.query_start.front() != 0 || batch.query_start.back() != n) {
-    return absl::InvalidArgumentError("forward batch arrays have inconsistent lengths");
-  }
-  const KvCacheShape& kv = kv_cache_->shape();
-  const int64_t slots = kv.num_blocks * kv.block_size;
-  for (int64_t i = 0; i < n; ++i) {
-    if (batch.token_ids[i] < 0 || batch.token_ids[i] >= config_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", batch.token_ids[i],
-                                                     " is outside the vocabulary of ",
-                                                     config_.vocab_size));
-    }
-    if (batch.slot_mapping[i] < 0 || batch.slot_mapping[i] >= slots) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("KV slot ", batch.slot_mapping[i], " is outside the pool of ", slots));
-    }
-  }
-  for (int64_t s = 0; s < seqs; ++s) {
-    const int64_t q_len = batch.query_start[s + 1] - batch.query_start[s];
-    const int64_t context = batch.context_lens[s];
-    if (q_len <= 0 || context < q_len || context > config_.context_length ||
-        (context + kv.block_size - 1) / kv.block_size > batch.max_blocks_per_seq) {
-      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " of the batch has ", q_len,
-                                                     " new tokens and context ", context,
-                                                     ", which its block table cannot hold"));
-    }
-    for (int64_t b = 0; b < batch.max_blocks_per_seq; ++b) {
-      const int32_t block = batch.block_tables[s * batch.max_blocks_per_seq + b];
-      if (block < 0 || block >= kv.num_blocks) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("block id ", block, " is outside the pool of ", kv.num_blocks));
-      }
-    }
-  }
-  for (int32_t index : batch.logits_indices) {
-    if (index < 0 || index >= n) {
-      return absl::InvalidArgumentError(absl::StrCat("logits index ", index, " out of range"));
-    }
-  }
-  return absl::OkStatus();
+  TP_CHECK(kv_shape.num_layers == config_.num_layers);
+  TP_CHECK(kv_shape.num_kv_heads == layout_.kv_heads.size);
+  TP_CHECK(kv_shape.head_dim == config_.head_dim);
 }
 
 absl::Status LlamaModel::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
-  RETURN_IF_ERROR(Validate(batch));
+  RETURN_IF_ERROR(ValidateForwardBatch(batch, config_, kv_cache_.shape()));
   const int64_t n = batch.num_tokens();
   const int64_t hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -104,9 +55,9 @@ void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* no
   const int64_t head_dim = config_.head_dim;
   const int64_t q_heads = layout_.q_heads.size;
   const int64_t kv_heads = layout_.kv_heads.size;
-  const int64_t q_width = q_heads * head_dim;
-  const int64_t kv_width = kv_heads * head_dim;
-  const int64_t qkv_width = q_width + 2 * kv_width;
+  const int64_t q_width = layout_.q_width(head_dim);
+  const int64_t kv_width = layout_.kv_width(head_dim);
+  const int64_t qkv_width = layout_.qkv_width(head_dim);
 
   std::vector<float> qkv(n * qkv_width);  // [n, q | k | v]
   TP_CHECK(w.qkv.rows == qkv_width && w.qkv.cols == hidden);
@@ -126,13 +77,13 @@ void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* no
   cpu::ApplyRope(k.data(), batch.positions.data(), n, kv_heads, head_dim, config_.rope_dims, theta,
                  cpu::RopeStyle::kAdjacentPairs);
   cpu::WriteKvCache(k.data(), v.data(), batch.slot_mapping.data(), n, kv_heads, head_dim,
-                    kv_cache_->keys(layer), kv_cache_->values(layer));
+                    kv_cache_.keys(layer), kv_cache_.values(layer));
 
   std::vector<float> attn(n * q_width);  // [n, q_heads, head_dim]
   cpu::PagedAttentionParams params;
   params.q = q.data();
-  params.k_cache = kv_cache_->keys(layer);
-  params.v_cache = kv_cache_->values(layer);
+  params.k_cache = kv_cache_.keys(layer);
+  params.v_cache = kv_cache_.values(layer);
   params.num_seqs = batch.num_seqs();
   params.query_start = batch.query_start.data();
   params.context_lens = batch.context_lens.data();
@@ -141,7 +92,7 @@ void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* no
   params.num_heads = q_heads;
   params.num_kv_heads = kv_heads;
   params.head_dim = head_dim;
-  params.block_size = kv_cache_->shape().block_size;
+  params.block_size = kv_cache_.shape().block_size;
   params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   params.out = attn.data();
   cpu::PagedAttention(params);
@@ -150,7 +101,6 @@ void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* no
 
 void LlamaModel::Mlp(int layer, const float* normed, int64_t num_tokens, float* out) {
   const LayerWeights& w = weights_.layers[layer];
-  const int64_t hidden = config_.hidden_size;
   const int64_t ffn = layout_.ffn.size;
   std::vector<float> gate_up(num_tokens * 2 * ffn);  // [n, gate | up]
   ApplyLinear(w.gate_up, normed, num_tokens, gate_up.data());

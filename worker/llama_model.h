@@ -17,26 +17,22 @@
 #include "worker/kv_cache.h"
 #include "worker/model_weights.h"
 #include "worker/shard_layout.h"
+#include "worker/step_model.h"
 
 namespace tpserve {
 
-class LlamaModel {
+class LlamaModel : public StepModel {
  public:
-  // `comm` and `kv_cache` must outlive the model. The cache's shape must match the layout.
+  // `comm` must outlive the model. The pool's shape must match the layout.
   LlamaModel(const ModelConfig& config, const ShardLayout& layout, ModelWeights weights,
-             Communicator* comm, KvCache* kv_cache);
+             Communicator* comm, const KvCacheShape& kv_shape);
 
-  // Runs one step. On rank 0 `logits` becomes [batch.num_logits(), vocab_size]; on other ranks it
-  // is left empty. INVALID_ARGUMENT when the batch names tokens, blocks or positions outside the
-  // model or the pool; the cache is not touched then.
-  absl::Status Forward(const ForwardBatch& batch, std::vector<float>* logits);
-
-  const ModelConfig& config() const { return config_; }
-  const ShardLayout& layout() const { return layout_; }
-  const ModelWeights& weights() const { return weights_; }
+  absl::Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override;
+  const KvCacheShape& kv_shape() const override { return kv_cache_.shape(); }
+  int64_t weight_bytes() const override { return weights_.resident_bytes(); }
+  std::string device_name() const override { return "cpu"; }
 
  private:
-  absl::Status Validate(const ForwardBatch& batch) const;
   void Attention(int layer, const ForwardBatch& batch, const float* normed, float* out);
   void Mlp(int layer, const float* normed, int64_t num_tokens, float* out);
   absl::Status Logits(const ForwardBatch& batch, const float* hidden, std::vector<float>* logits);
@@ -45,7 +41,7 @@ class LlamaModel {
   const ShardLayout layout_;
   const ModelWeights weights_;
   Communicator* const comm_;
-  KvCache* const kv_cache_;
+  KvCache kv_cache_;
 };
 
 }  // namespace tpserve

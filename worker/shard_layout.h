@@ -25,6 +25,11 @@ struct ShardLayout {
   Range ffn;       // columns of gate/up, rows of down
   Range vocab;     // lm_head rows
 
+  // Widths of this rank's attention rows for heads of `head_dim`: Q, K (and V), fused QKV.
+  int64_t q_width(int64_t head_dim) const { return q_heads.size * head_dim; }
+  int64_t kv_width(int64_t head_dim) const { return kv_heads.size * head_dim; }
+  int64_t qkv_width(int64_t head_dim) const { return q_width(head_dim) + 2 * kv_width(head_dim); }
+
   // INVALID_ARGUMENT naming the head counts and the valid sizes when `world_size` cannot split
   // the model's heads.
   static absl::StatusOr<ShardLayout> Make(const ModelConfig& config, int rank, int world_size);

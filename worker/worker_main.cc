@@ -29,6 +29,8 @@ struct Flags {
   int port = 0;
   int register_timeout_s = 30;
   int threads = 0;
+  int local_rank = -1;
+  double gpu_memory_utilization = 0.9;
 };
 
 // Registers `address` as `rank`, retrying while the coordinator is unreachable. Returns an empty
@@ -78,6 +80,8 @@ int Run(const Flags& flags) {
   options.model_path = flags.model;
   options.host = flags.host;
   options.port = flags.port;
+  options.cuda_device = flags.local_rank;
+  options.gpu_memory_utilization = flags.gpu_memory_utilization;
   auto server = WorkerServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "tpserve-worker: %s\n", std::string(server.status().message()).c_str());
@@ -133,6 +137,17 @@ int main(int argc, char** argv) {
                  "workers on one host its share)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--local-rank", flags.local_rank,
+                 "CUDA device ordinal this rank uses on its host when the coordinator runs "
+                 "--device cuda; -1 = rank mod the number of visible devices")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1023));
+  app.add_option("--gpu-memory-utilization", flags.gpu_memory_utilization,
+                 "share of the GPU's memory for weights, buffers and the KV pool (CUDA; the pool "
+                 "takes what is left unless the coordinator sets --kv-cache-blocks or "
+                 "--kv-cache-memory)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 1.0));
   CLI11_PARSE(app, argc, argv);
   return tpserve::Run(flags);
 }

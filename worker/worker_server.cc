@@ -13,6 +13,7 @@
 #include "worker/comm/coordinator_store.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/single_rank_communicator.h"
+#include "worker/cuda_backend.h"
 #include "worker/shard_layout.h"
 #include "worker/step_batch.h"
 
@@ -22,6 +23,8 @@ namespace {
 constexpr int64_t kDefaultBlockSize = 16;
 constexpr size_t kLatencyWindow = 128;  // steps the p50 is taken over
 constexpr double kSlowStepMs = 1000;    // steps slower than this are logged
+// Rank 0 publishes the NCCL id as soon as it has its device; the others wait this long for it.
+constexpr absl::Duration kNcclRendezvousTimeout = absl::Seconds(60);
 
 std::string Hostname() {
   char name[256] = {};
@@ -109,8 +112,10 @@ grpc::Status WorkerServer::Execute(const std::function<absl::Status()>& fn) {
 grpc::Status WorkerServer::Init(grpc::ServerContext*, const v1::InitRequest* request,
                                 v1::InitResponse* response) {
   response->set_hostname(hostname_);
-  response->set_device_name("cpu");
-  return Execute([&] { return DoInit(*request); });
+  const grpc::Status status = Execute([&] { return DoInit(*request); });
+  absl::MutexLock lock(&status_mu_);
+  response->set_device_name(device_name_);
+  return status;
 }
 
 grpc::Status WorkerServer::LoadShard(grpc::ServerContext*, const v1::LoadShardRequest*,
@@ -129,7 +134,7 @@ grpc::Status WorkerServer::Status(grpc::ServerContext*, const v1::WorkerStatusRe
   response->set_rank(options_.rank);
   response->set_state(state_);
   response->set_hostname(hostname_);
-  response->set_device_name("cpu");
+  response->set_device_name(device_name_);
   response->set_weight_bytes(weight_bytes_);
   response->set_kv_cache_blocks(kv_cache_blocks_);
   response->set_last_step_id(status_last_step_id_);
@@ -161,15 +166,25 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
     return absl::InvalidArgumentError(
         absl::StrCat("Init: rank ", rank, " is not in a world of ", world));
   }
-  if (request.device() == v1::DEVICE_CUDA) {
-    return absl::UnimplementedError(
-        "Init: DEVICE_CUDA: the CUDA model runner is not built yet; use DEVICE_CPU");
+  if (request.block_size() < 0 || request.kv_cache_blocks() < 0 || request.kv_cache_bytes() < 0 ||
+      request.max_num_seqs() < 0 || request.max_num_batched_tokens() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Init: block_size (", request.block_size(), "), kv_cache_blocks (",
+        request.kv_cache_blocks(), "), kv_cache_bytes (", request.kv_cache_bytes(),
+        "), max_num_seqs (", request.max_num_seqs(), ") and max_num_batched_tokens (",
+        request.max_num_batched_tokens(), ") must not be negative"));
   }
-  if (request.block_size() < 0 || request.kv_cache_blocks() < 0 || request.kv_cache_bytes() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Init: block_size (", request.block_size(), "), kv_cache_blocks (",
-                     request.kv_cache_blocks(), ") and kv_cache_bytes (", request.kv_cache_bytes(),
-                     ") must not be negative"));
+  const bool cuda = request.device() == v1::DEVICE_CUDA;
+  std::string device_name = "cpu";
+  int cuda_device = -1;
+  if (cuda) {
+    auto choice = SelectCudaDevice(options_.cuda_device, rank);
+    if (!choice.ok()) {
+      SetState("failed", std::string(choice.status().message()));
+      return choice.status();
+    }
+    cuda_device = choice->ordinal;
+    device_name = choice->name;
   }
   std::unique_ptr<Communicator> comm;
   if (world == 1) {
@@ -179,25 +194,37 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
       return absl::InvalidArgumentError(
           "Init: a world of more than one rank needs group_id and coordinator_address");
     }
-    GlooOptions gloo;
-    gloo.host = options_.host;
     auto store =
         std::make_shared<CoordinatorStore>(request.coordinator_address(), request.group_id());
-    auto gloo_comm = GlooCommunicator::Create(rank, world, std::move(store), gloo);
-    if (!gloo_comm.ok()) {
-      SetState("failed", std::string(gloo_comm.status().message()));
-      return gloo_comm.status();
+    absl::StatusOr<std::unique_ptr<Communicator>> group_comm;
+    if (cuda) {
+      group_comm =
+          CreateNcclCommunicator(rank, world, cuda_device, std::move(store), kNcclRendezvousTimeout);
+    } else {
+      GlooOptions gloo;
+      gloo.host = options_.host;
+      group_comm = GlooCommunicator::Create(rank, world, std::move(store), gloo);
     }
-    comm = *std::move(gloo_comm);
+    if (!group_comm.ok()) {
+      SetState("failed", std::string(group_comm.status().message()));
+      return group_comm.status();
+    }
+    comm = *std::move(group_comm);
   }
   v1::InitRequest group = request;
   if (group.block_size() == 0) group.set_block_size(kDefaultBlockSize);
   const std::string model_path =
       request.model_path().empty() ? options_.model_path : request.model_path();
+  // A CUDA model of several ranks is reloaded: its decode graphs captured NCCL calls on the old
+  // communicator, and NCCL does not destroy a communicator while a graph still references it.
   const bool keep_shard = runner_ != nullptr && comm_->world_size() == world &&
                           model_path == model_path_ && group.block_size() == group_.block_size() &&
                           group.kv_cache_blocks() == group_.kv_cache_blocks() &&
-                          group.kv_cache_bytes() == group_.kv_cache_bytes();
+                          group.kv_cache_bytes() == group_.kv_cache_bytes() &&
+                          group.device() == group_.device() && (!cuda || world == 1) &&
+                          group.max_num_seqs() == group_.max_num_seqs() &&
+                          group.max_num_batched_tokens() == group_.max_num_batched_tokens() &&
+                          group.enforce_eager() == group_.enforce_eager();
   if (!keep_shard) runner_.reset();  // Before the communicator it points to changes.
   if (comm_ == nullptr) {
     comm_ = std::make_unique<SwappableCommunicator>(std::move(comm));
@@ -206,6 +233,7 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   }
   initialized_ = true;
   group_ = std::move(group);
+  cuda_device_ = cuda_device;
   model_path_ = model_path;
   sequences_.clear();
   last_step_id_ = 0;
@@ -215,9 +243,10 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
     error_.clear();
     status_last_step_id_ = 0;
     if (!keep_shard) weight_bytes_ = kv_cache_blocks_ = 0;
+    device_name_ = device_name;
   }
-  LogInfo("worker", "rank %d/%d: init (group '%s', cpu, %s)", rank, world, group_.group_id(),
-          keep_shard ? "keeping the loaded shard" : "shard not loaded");
+  LogInfo("worker", "rank %d/%d: init (group '%s', %s, %s)", rank, world, group_.group_id(),
+          device_name, keep_shard ? "keeping the loaded shard" : "shard not loaded");
   return absl::OkStatus();
 }
 
@@ -231,33 +260,25 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
   options.model_path = model_path_;
   options.block_size = group_.block_size();
   options.kv_cache_blocks = group_.kv_cache_blocks();
-  if (options.kv_cache_blocks == 0) {  // Size the pool from the byte budget.
-    auto file = GgufFile::Open(model_path_);
-    if (!file.ok()) return LoadError(model_path_, file.status());
-    auto config = ModelConfig::FromGguf(**file);
-    if (!config.ok()) return LoadError(model_path_, config.status());
-    auto layout = ShardLayout::Make(*config, comm_->rank(), comm_->world_size());
-    if (!layout.ok()) return LoadError(model_path_, layout.status());
-    KvCacheShape shape;
-    shape.num_layers = config->num_layers;
-    shape.block_size = options.block_size;
-    shape.num_kv_heads = layout->kv_heads.size;
-    shape.head_dim = config->head_dim;
-    const int64_t budget =
-        group_.kv_cache_bytes() > 0 ? group_.kv_cache_bytes() : options_.default_kv_cache_bytes;
-    options.kv_cache_blocks = budget / shape.bytes_per_block();
-    if (options.kv_cache_blocks == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("a KV budget of ", budget,
-                                                     " bytes holds no block of ",
-                                                     shape.bytes_per_block(), " bytes"));
+  options.kv_cache_bytes = group_.kv_cache_bytes();
+  if (group_.device() == v1::DEVICE_CUDA) {
+    options.device = Device::kCuda;
+    options.cuda.device = cuda_device_;
+    options.cuda.gpu_memory_utilization = options_.gpu_memory_utilization;
+    options.cuda.enforce_eager = group_.enforce_eager();
+    if (group_.max_num_seqs() > 0) options.cuda.max_num_seqs = group_.max_num_seqs();
+    if (group_.max_num_batched_tokens() > 0) {
+      options.cuda.max_num_batched_tokens = group_.max_num_batched_tokens();
     }
+  } else if (options.kv_cache_blocks == 0 && options.kv_cache_bytes == 0) {
+    options.kv_cache_bytes = options_.default_kv_cache_bytes;
   }
   auto runner = ModelRunner::Create(options, comm_.get());
   if (!runner.ok()) return LoadError(model_path_, runner.status());
   runner_ = *std::move(runner);
   loaded_.Clear();
-  loaded_.set_weight_bytes(runner_->model().weights().resident_bytes());
-  loaded_.set_kv_cache_blocks(runner_->kv_cache().shape().num_blocks);
+  loaded_.set_weight_bytes(runner_->model().weight_bytes());
+  loaded_.set_kv_cache_blocks(runner_->kv_shape().num_blocks);
   loaded_.set_model_file_size(runner_->file().file_size());
   loaded_.set_model_fingerprint(Fingerprint(runner_->file().header_bytes()));
   loaded_.set_vocab_size(runner_->config().vocab_size);
@@ -332,8 +353,8 @@ absl::Status WorkerServer::RunStep(const v1::StepRequest& request, v1::StepRespo
   if (request.sequences().empty()) return absl::OkStatus();
 
   BatchLimits limits;
-  limits.block_size = runner_->kv_cache().shape().block_size;
-  limits.num_blocks = runner_->kv_cache().shape().num_blocks;
+  limits.block_size = runner_->kv_shape().block_size;
+  limits.num_blocks = runner_->kv_shape().num_blocks;
   limits.vocab_size = config.vocab_size;
   limits.context_length = config.context_length;
   absl::StatusOr<StepPlan> plan = BuildForwardBatch(request, sequences_, limits);

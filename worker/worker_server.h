@@ -35,7 +35,11 @@ struct WorkerServerOptions {
   std::string model_path;          // InitRequest.model_path overrides it when non-empty
   std::string host = "127.0.0.1";  // bound and advertised, for gRPC and for Gloo
   int port = 0;                    // 0: any free port
-  int64_t default_kv_cache_bytes = int64_t{256} << 20;  // when Init gives neither blocks nor bytes
+  // CPU: the KV budget when Init gives neither blocks nor bytes (CUDA then fills the device up
+  // to gpu_memory_utilization).
+  int64_t default_kv_cache_bytes = int64_t{256} << 20;
+  int cuda_device = -1;  // --local-rank: the CUDA device ordinal; -1: rank mod visible devices
+  double gpu_memory_utilization = 0.9;
 };
 
 // Both directions: a step's logits can be [tokens, vocab] floats.
@@ -92,6 +96,7 @@ class WorkerServer final : public v1::WorkerService::Service {
   // to `comm_`, which is why re-forming a group swaps what `comm_` forwards to.
   bool initialized_ = false;
   v1::InitRequest group_;
+  int cuda_device_ = -1;    // the device of a CUDA group, chosen at Init
   std::string model_path_;  // effective path after Init
   std::unique_ptr<SwappableCommunicator> comm_;
   std::unique_ptr<ModelRunner> runner_;
@@ -104,6 +109,7 @@ class WorkerServer final : public v1::WorkerService::Service {
   absl::Mutex status_mu_;
   std::string state_ ABSL_GUARDED_BY(status_mu_) = "starting";
   std::string error_ ABSL_GUARDED_BY(status_mu_);
+  std::string device_name_ ABSL_GUARDED_BY(status_mu_) = "cpu";
   int64_t weight_bytes_ ABSL_GUARDED_BY(status_mu_) = 0;
   int64_t kv_cache_blocks_ ABSL_GUARDED_BY(status_mu_) = 0;
   uint64_t status_last_step_id_ ABSL_GUARDED_BY(status_mu_) = 0;

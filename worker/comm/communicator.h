@@ -10,6 +10,8 @@
 
 namespace tpserve {
 
+class NcclCommunicator;
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -24,6 +26,10 @@ class Communicator {
   // in rank order into `recv` (sum(counts) floats); `recv` is unused on other ranks.
   virtual absl::Status GatherToRoot(const float* send, absl::Span<const int64_t> counts,
                                     float* recv) = 0;
+
+  // The NCCL communicator behind this one, for the CUDA model's stream-ordered collectives on
+  // device memory; null for the CPU communicators.
+  virtual NcclCommunicator* nccl() { return nullptr; }
 };
 
 }  // namespace tpserve

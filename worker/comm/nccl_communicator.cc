@@ -137,26 +137,48 @@ absl::Status NcclCommunicator::Fail(absl::Status status) {
 }
 
 absl::Status NcclCommunicator::AllReduceSum(float* data, int64_t count) {
-  if (!error_.ok()) return error_;
-  if (count < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("NCCL rank ", rank_, ": AllReduceSum of ", count, " floats"));
+  absl::Status status = EnqueueAllReduceSum(data, count, ncclFloat, stream_);
+  if (status.ok() && count > 0) {
+    status = CudaStatus(cudaStreamSynchronize(stream_),
+                        absl::StrCat("NCCL rank ", rank_, ": AllReduceSum"));
+    if (!status.ok()) return Fail(std::move(status));
   }
-  if (count == 0) return absl::OkStatus();
-  const std::string context =
-      absl::StrCat("NCCL rank ", rank_, ": AllReduceSum of ", count, " floats");
-  absl::Status status = CudaStatus(cudaSetDevice(device_), context);
-  if (status.ok()) {
-    status = NcclStatus(
-        ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat, ncclSum, comm_, stream_),
-        context);
-  }
-  if (status.ok()) status = CudaStatus(cudaStreamSynchronize(stream_), context);
-  return status.ok() ? status : Fail(std::move(status));
+  return status;
 }
 
 absl::Status NcclCommunicator::GatherToRoot(const float* send, absl::Span<const int64_t> counts,
                                             float* recv) {
+  absl::Status status = EnqueueGatherToRoot(send, counts, recv, stream_);
+  if (status.ok()) {
+    status = CudaStatus(cudaStreamSynchronize(stream_),
+                        absl::StrCat("NCCL rank ", rank_, ": GatherToRoot"));
+    if (!status.ok()) return Fail(std::move(status));
+  }
+  return status;
+}
+
+absl::Status NcclCommunicator::EnqueueAllReduceSum(void* data, int64_t count, ncclDataType_t type,
+                                                   cudaStream_t stream) {
+  if (!error_.ok()) return error_;
+  if (count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NCCL rank ", rank_, ": AllReduceSum of ", count, " elements"));
+  }
+  if (count == 0) return absl::OkStatus();
+  const std::string context =
+      absl::StrCat("NCCL rank ", rank_, ": AllReduceSum of ", count, " elements");
+  absl::Status status = CudaStatus(cudaSetDevice(device_), context);
+  if (status.ok()) {
+    status = NcclStatus(
+        ncclAllReduce(data, data, static_cast<size_t>(count), type, ncclSum, comm_, stream),
+        context);
+  }
+  return status.ok() ? status : Fail(std::move(status));
+}
+
+absl::Status NcclCommunicator::EnqueueGatherToRoot(const float* send,
+                                                   absl::Span<const int64_t> counts, float* recv,
+                                                   cudaStream_t stream) {
   if (!error_.ok()) return error_;
   if (static_cast<int>(counts.size()) != world_size_) {
     return absl::InvalidArgumentError(absl::StrCat("NCCL rank ", rank_, ": GatherToRoot got ",
@@ -175,7 +197,7 @@ absl::Status NcclCommunicator::GatherToRoot(const float* send, absl::Span<const 
 
   if (rank_ == 0 && counts[0] > 0) {
     status = CudaStatus(cudaMemcpyAsync(recv, send, static_cast<size_t>(counts[0]) * sizeof(float),
-                                        cudaMemcpyDeviceToDevice, stream_),
+                                        cudaMemcpyDeviceToDevice, stream),
                         context);
     if (!status.ok()) return Fail(std::move(status));
   }
@@ -186,20 +208,19 @@ absl::Status NcclCommunicator::GatherToRoot(const float* send, absl::Span<const 
     for (int r = 1; r < world_size_ && status.ok(); ++r) {
       if (counts[r] > 0) {
         status = NcclStatus(
-            ncclRecv(recv + offset, static_cast<size_t>(counts[r]), ncclFloat, r, comm_, stream_),
+            ncclRecv(recv + offset, static_cast<size_t>(counts[r]), ncclFloat, r, comm_, stream),
             absl::StrCat(context, ": ncclRecv from rank ", r));
       }
       offset += counts[r];
     }
   } else if (counts[rank_] > 0) {
     status =
-        NcclStatus(ncclSend(send, static_cast<size_t>(counts[rank_]), ncclFloat, 0, comm_, stream_),
+        NcclStatus(ncclSend(send, static_cast<size_t>(counts[rank_]), ncclFloat, 0, comm_, stream),
                    absl::StrCat(context, ": ncclSend"));
   }
   // The group must be closed even when a call inside it failed.
   const absl::Status end = NcclStatus(ncclGroupEnd(), absl::StrCat(context, ": ncclGroupEnd"));
   if (status.ok()) status = end;
-  if (status.ok()) status = CudaStatus(cudaStreamSynchronize(stream_), context);
   return status.ok() ? status : Fail(std::move(status));
 }
 

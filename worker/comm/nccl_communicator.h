@@ -8,8 +8,8 @@
 // ncclCommInitRank, which waits for all `world_size` ranks.
 //
 // POINTER CONTRACT: unlike the CPU communicators, AllReduceSum and GatherToRoot take DEVICE
-// pointers (memory on this rank's `device`), not host pointers. The CUDA model runner passes its
-// device activations straight in.
+// pointers (memory on this rank's `device`), not host pointers. The CUDA model uses the Enqueue
+// forms, which run on its compute stream without waiting.
 //
 // Errors are returned as absl::Status naming the rank, never aborts: FAILED_PRECONDITION when the
 // machine has no usable CUDA device, INVALID_ARGUMENT for a bad rank or device id,
@@ -62,17 +62,30 @@ class NcclCommunicator : public Communicator {
   // The stream the collectives run on; owned by this communicator.
   cudaStream_t stream() const { return stream_; }
 
-  // `data`: DEVICE pointer, [count] floats. ncclAllReduce (sum) on stream(), then waits for the
-  // stream, so the result is ready on return. (A later change runs it on the compute stream and
-  // drops the synchronization.)
+  NcclCommunicator* nccl() override { return this; }
+
+  // `data`: DEVICE pointer, [count] floats. Enqueued on stream(), then waits for it, so the
+  // result is ready on return.
   absl::Status AllReduceSum(float* data, int64_t count) override;
 
   // `send`: DEVICE pointer, [counts[rank]] floats. `recv`: DEVICE pointer on rank 0,
-  // [sum(counts)] floats; unused elsewhere. Rank 0 copies its own part and receives every other
-  // rank's part at its offset (ncclRecv/ncclSend in one NCCL group); ranks with a count of 0 send
-  // nothing. Waits for stream() before returning.
+  // [sum(counts)] floats; unused elsewhere. Enqueued on stream(), then waits for it.
   absl::Status GatherToRoot(const float* send, absl::Span<const int64_t> counts,
                             float* recv) override;
+
+  // The CUDA model's forms: enqueued on the caller's `stream` (its compute stream, so the
+  // collective is ordered after the kernels that produce `data` and before those that read it)
+  // and returned at once, without waiting; capturable into a CUDA graph. Errors found at enqueue
+  // are returned (and break the communicator); those of the transfer itself surface at the
+  // stream's next synchronization.
+  //   EnqueueAllReduceSum: `data` is [count] elements of `type` (ncclFloat, ncclBfloat16).
+  //   EnqueueGatherToRoot: as GatherToRoot. Rank 0 copies its own part and receives every other
+  //   rank's part at its offset (ncclRecv/ncclSend in one NCCL group); ranks with a count of 0
+  //   send nothing.
+  absl::Status EnqueueAllReduceSum(void* data, int64_t count, ncclDataType_t type,
+                                   cudaStream_t stream);
+  absl::Status EnqueueGatherToRoot(const float* send, absl::Span<const int64_t> counts,
+                                   float* recv, cudaStream_t stream);
 
  private:
   NcclCommunicator(int rank, int world_size, int device, cudaStream_t stream);

@@ -29,6 +29,7 @@ class SwappableCommunicator : public Communicator {
                             float* recv) override {
     return inner_->GatherToRoot(send, counts, recv);
   }
+  NcclCommunicator* nccl() override { return inner_->nccl(); }
 
  private:
   std::unique_ptr<Communicator> inner_;  // never null

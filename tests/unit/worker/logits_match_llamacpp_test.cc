@@ -92,7 +92,7 @@ class LogitsMatchLlamaCpp : public ::testing::Test {
   std::vector<int32_t> TakeBlocks(int64_t tokens) {
     std::vector<int32_t> table;
     for (int64_t i = 0; i < BlocksFor(tokens); ++i) {
-      table.push_back(static_cast<int32_t>(runner_->kv_cache().shape().num_blocks - 1 - next_++));
+      table.push_back(static_cast<int32_t>(runner_->kv_shape().num_blocks - 1 - next_++));
     }
     return table;
   }

@@ -362,8 +362,35 @@ TEST_F(WorkerServerTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) 
 }
 
 // Last: it reloads the shard with a pool sized from a byte budget.
+// A CUDA group on a machine without a device (a build without CUDA: UNIMPLEMENTED) is refused
+// at Init with the reason, and the worker still takes a CPU group afterwards.
+TEST_F(WorkerServerTest, CudaInitWithoutADeviceIsRefusedAndCpuStillServes) {
+  v1::InitRequest cuda = InitRequest();
+  cuda.set_device(v1::DEVICE_CUDA);
+  v1::InitResponse response;
+  const grpc::Status refused = Call(&v1::WorkerService::Stub::Init, cuda, &response);
+  if (refused.ok()) GTEST_SKIP() << "this machine has a CUDA device";
+  EXPECT_TRUE(refused.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+              refused.error_code() == grpc::StatusCode::UNIMPLEMENTED)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("CUDA"), std::string::npos) << refused.error_message();
+
+  ASSERT_TRUE(Call(&v1::WorkerService::Stub::Init, InitRequest(), &response).ok());
+  EXPECT_EQ(response.device_name(), "cpu");
+  v1::LoadShardResponse load;
+  ASSERT_TRUE(Call(&v1::WorkerService::Stub::LoadShard, v1::LoadShardRequest(), &load).ok());
+  step_id_ = 0;
+  v1::StepRequest request = NextStep();
+  AddNew(&request, 1, {1, 2, 3});
+  Schedule(&request, 1, {1, 2, 3}, 0, {0}, /*sample=*/true);
+  v1::StepResponse step;
+  const grpc::Status status = Step(request, &step);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(step.outputs_size(), 1);
+}
+
 TEST_F(WorkerServerTest, KvPoolIsSizedFromTheByteBudgetWhenNoBlockCountIsGiven) {
-  const KvCacheShape& shape = reference_->kv_cache().shape();
+  const KvCacheShape& shape = reference_->kv_shape();
   v1::InitRequest init = InitRequest();
   init.set_kv_cache_blocks(0);
   init.set_kv_cache_bytes(10 * shape.bytes_per_block() + 1);

@@ -1,0 +1,250 @@
+// The CUDA model end to end against the CPU model on the same weights: teacher-forced prefill
+// logits (whole and in chunks), batched decode through the captured CUDA graphs and eagerly,
+// logits beyond one pass, the KV pool sized by --gpu-memory-utilization, and bad steps refused.
+//
+// The CPU model computes in fp32 and matches llama.cpp to fp32 rounding
+// (logits_match_llamacpp), so it is the reference here. The CUDA model rounds weights and every
+// activation to bf16 (2^-9 relative): over 30 layers of ~10 roundings each, adding up like a
+// random walk, that is ~sqrt(300) * 2^-9 ≈ 3.4% of the logits' norm; the bar is 8%. The graph
+// and eager paths compute the same thing in other batch shapes (padding, cuBLASLt algorithms):
+// they must agree to 1%.
+//
+// The model: gpu_test_model.h. With random weights the logits are near-ties, so the
+// greedy-agreement check runs on the real model only.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/gpu/gpu_test_model.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "worker/comm/single_rank_communicator.h"
+#include "worker/cuda/cuda_llama_model.h"
+#include "worker/decode_buckets.h"
+#include "worker/forward_batch.h"
+#include "worker/model_runner.h"
+
+namespace tpserve {
+namespace {
+
+constexpr int64_t kBlockSize = 16;
+constexpr int64_t kBlocks = 64;
+constexpr double kBf16Tolerance = 0.08;
+constexpr double kGraphTolerance = 0.01;
+
+struct RunnerConfig {
+  Device device = Device::kCpu;
+  bool enforce_eager = true;
+  int64_t max_num_seqs = 8;
+  int64_t max_num_batched_tokens = 256;
+};
+
+std::unique_ptr<ModelRunner> MakeRunner(const RunnerConfig& config, Communicator* comm) {
+  ModelRunnerOptions options;
+  options.model_path = gpu_test::GetTestModel().path;
+  options.device = config.device;
+  options.block_size = kBlockSize;
+  options.kv_cache_blocks = kBlocks;
+  options.cuda.max_num_seqs = config.max_num_seqs;
+  options.cuda.max_num_batched_tokens = config.max_num_batched_tokens;
+  options.cuda.enforce_eager = config.enforce_eager;
+  auto runner = ModelRunner::Create(options, comm);
+  EXPECT_TRUE(runner.ok()) << runner.status();
+  return runner.ok() ? *std::move(runner) : nullptr;
+}
+
+// Token ids 1.. of a prompt: inside every vocabulary, and varied.
+std::vector<int32_t> Prompt(int length, int salt) {
+  std::vector<int32_t> ids(length);
+  for (int i = 0; i < length; ++i) ids[i] = 100 + (i * 37 + salt * 101) % 4000;
+  return ids;
+}
+
+std::vector<int32_t> Table(int first_block, int count) {
+  std::vector<int32_t> table(count);
+  std::iota(table.begin(), table.end(), first_block);
+  return table;
+}
+
+int Argmax(const float* row, int64_t n) {
+  return static_cast<int>(std::max_element(row, row + n) - row);
+}
+
+std::vector<float> Forward(ModelRunner& runner, const ForwardBatch& batch) {
+  std::vector<float> logits;
+  const absl::Status status = runner.model().Forward(batch, &logits);
+  EXPECT_TRUE(status.ok()) << status;
+  return logits;
+}
+
+class CudaLlamaModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TP_SKIP_WITHOUT_CUDA_DEVICES(1);
+    cpu_ = MakeRunner(RunnerConfig{}, &comm_);
+    ASSERT_NE(cpu_, nullptr);
+  }
+
+  SingleRankCommunicator comm_;
+  std::unique_ptr<ModelRunner> cpu_;
+};
+
+TEST_F(CudaLlamaModelTest, PrefillLogitsMatchTheCpuWholeAndInChunks) {
+  RunnerConfig config;
+  config.device = Device::kCuda;
+  auto gpu = MakeRunner(config, &comm_);
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_NE(gpu->model().device_name().find("cuda:0"), std::string::npos);
+  const int64_t vocab = cpu_->config().vocab_size;
+  const std::vector<int32_t> prompt = Prompt(45, 1);
+  const std::vector<int32_t> table = Table(0, 3);
+
+  ForwardBatchBuilder whole(kBlockSize);
+  whole.AddSequence(prompt, 0, table, /*all_logits=*/true);
+  const ForwardBatch batch = whole.Build();
+  const std::vector<float> want = Forward(*cpu_, batch);
+  const std::vector<float> got = Forward(*gpu, batch);
+  const double error = gpu_test::NormalizedError(got, want);
+  std::printf("prefill of %zu tokens: normalized error %.4f\n", prompt.size(), error);
+  EXPECT_LE(error, kBf16Tolerance);
+  if (gpu_test::GetTestModel().real) {
+    int agree = 0;
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      agree += Argmax(&got[i * vocab], vocab) == Argmax(&want[i * vocab], vocab);
+    }
+    std::printf("greedy agreement: %d of %zu positions\n", agree, prompt.size());
+    EXPECT_GE(agree, static_cast<int>(prompt.size() * 0.85));
+  }
+
+  // The same prompt in chunks of 7 on a fresh GPU pool: each chunk attends to the KV the earlier
+  // chunks wrote.
+  auto chunked = MakeRunner(config, &comm_);
+  ASSERT_NE(chunked, nullptr);
+  std::vector<float> pieces;
+  for (size_t start = 0; start < prompt.size(); start += 7) {
+    const size_t end = std::min(prompt.size(), start + 7);
+    ForwardBatchBuilder chunk(kBlockSize);
+    chunk.AddSequence(std::vector<int32_t>(prompt.begin() + start, prompt.begin() + end),
+                      static_cast<int32_t>(start), table, /*all_logits=*/true);
+    const std::vector<float> logits = Forward(*chunked, chunk.Build());
+    pieces.insert(pieces.end(), logits.begin(), logits.end());
+  }
+  EXPECT_LE(gpu_test::NormalizedError(pieces, want), kBf16Tolerance);
+  EXPECT_LE(gpu_test::NormalizedError(pieces, got), kGraphTolerance);
+}
+
+TEST_F(CudaLlamaModelTest, BatchedDecodeThroughGraphsMatchesEagerAndTheCpu) {
+  RunnerConfig config;
+  config.device = Device::kCuda;
+  config.enforce_eager = false;
+  auto graphed = MakeRunner(config, &comm_);
+  config.enforce_eager = true;
+  auto eager = MakeRunner(config, &comm_);
+  ASSERT_NE(graphed, nullptr);
+  ASSERT_NE(eager, nullptr);
+  auto& graph_model = dynamic_cast<cuda::CudaLlamaModel&>(graphed->model());
+  auto& eager_model = dynamic_cast<cuda::CudaLlamaModel&>(eager->model());
+  EXPECT_EQ(graph_model.num_decode_graphs(), DecodeBuckets(config.max_num_seqs).size());
+  EXPECT_EQ(eager_model.num_decode_graphs(), 0u);
+
+  // Three sequences (5, 17 and 33 prompt tokens, 4 blocks each) prefilled in one step, then 8
+  // decode steps of all three: 3 sequences run the 4-sequence graph, one padding row.
+  const int64_t vocab = cpu_->config().vocab_size;
+  const std::vector<int> lengths = {5, 17, 33};
+  std::vector<std::vector<int32_t>> tokens;
+  ForwardBatchBuilder prefill(kBlockSize);
+  for (int s = 0; s < 3; ++s) {
+    tokens.push_back(Prompt(lengths[s], s + 2));
+    prefill.AddSequence(tokens[s], 0, Table(4 * s, 4), /*all_logits=*/false);
+  }
+  const ForwardBatch first = prefill.Build();
+  std::vector<float> want = Forward(*cpu_, first);
+  Forward(*graphed, first);
+  Forward(*eager, first);
+  double worst_cpu = 0, worst_graph = 0;
+  for (int step = 0; step < 8; ++step) {
+    ForwardBatchBuilder decode(kBlockSize);
+    for (int s = 0; s < 3; ++s) {
+      tokens[s].push_back(Argmax(&want[s * vocab], vocab));  // the CPU's greedy choice
+      decode.AddSequence({tokens[s].back()}, static_cast<int32_t>(tokens[s].size() - 1),
+                         Table(4 * s, 4), /*all_logits=*/false);
+    }
+    const ForwardBatch batch = decode.Build();
+    want = Forward(*cpu_, batch);
+    const std::vector<float> from_graph = Forward(*graphed, batch);
+    const std::vector<float> from_eager = Forward(*eager, batch);
+    worst_cpu = std::max(worst_cpu, gpu_test::NormalizedError(from_graph, want));
+    worst_graph = std::max(worst_graph, gpu_test::NormalizedError(from_graph, from_eager));
+  }
+  std::printf("decode: worst normalized error vs CPU %.4f, graph vs eager %.5f\n", worst_cpu,
+              worst_graph);
+  EXPECT_LE(worst_cpu, kBf16Tolerance);
+  EXPECT_LE(worst_graph, kGraphTolerance);
+  EXPECT_EQ(graph_model.graph_steps(), 8);
+  EXPECT_EQ(graph_model.eager_steps(), 1);  // the prefill
+  EXPECT_EQ(eager_model.graph_steps(), 0);
+}
+
+TEST_F(CudaLlamaModelTest, LogitsBeyondOnePassComeInChunks) {
+  RunnerConfig config;
+  config.device = Device::kCuda;
+  config.max_num_seqs = 4;  // 4 logits rows per pass: 13 rows take 4 passes
+  auto gpu = MakeRunner(config, &comm_);
+  ASSERT_NE(gpu, nullptr);
+  ForwardBatchBuilder builder(kBlockSize);
+  builder.AddSequence(Prompt(13, 7), 0, Table(0, 1), /*all_logits=*/true);
+  const ForwardBatch batch = builder.Build();
+  EXPECT_LE(gpu_test::NormalizedError(Forward(*gpu, batch), Forward(*cpu_, batch)),
+            kBf16Tolerance);
+}
+
+TEST_F(CudaLlamaModelTest, PoolFillsTheShareOfMemoryItIsGiven) {
+  ModelRunnerOptions options;
+  options.model_path = gpu_test::GetTestModel().path;
+  options.device = Device::kCuda;
+  options.block_size = kBlockSize;
+  options.cuda.gpu_memory_utilization = 0.5;
+  auto runner = ModelRunner::Create(options, &comm_);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  const double used = static_cast<double>(total - free) / static_cast<double>(total);
+  const int64_t blocks = (*runner)->kv_shape().num_blocks;
+  std::printf("utilization 0.5: %lld KV blocks, device %.3f used\n",
+              static_cast<long long>(blocks), used);
+  EXPECT_GT(blocks, 1000);
+  EXPECT_LE(used, 0.5 + 0.01);
+  EXPECT_GE(used, 0.5 - 0.05);  // the reserve (512 MiB) is under 1% of a large device
+}
+
+TEST_F(CudaLlamaModelTest, RefusesStepsBeyondItsLimitsOrTheModel) {
+  RunnerConfig config;
+  config.device = Device::kCuda;
+  config.max_num_seqs = 2;
+  auto gpu = MakeRunner(config, &comm_);
+  ASSERT_NE(gpu, nullptr);
+  std::vector<float> logits;
+  ForwardBatchBuilder three(kBlockSize);
+  for (int s = 0; s < 3; ++s) three.AddSequence({5}, 0, Table(s, 1), /*all_logits=*/false);
+  absl::Status status = gpu->model().Forward(three.Build(), &logits);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("--max-num-seqs"), std::string::npos) << status;
+
+  ForwardBatchBuilder bad_token(kBlockSize);
+  bad_token.AddSequence({static_cast<int32_t>(cpu_->config().vocab_size)}, 0, Table(0, 1), false);
+  status = gpu->model().Forward(bad_token.Build(), &logits);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+
+  // Still serving after both.
+  ForwardBatchBuilder good(kBlockSize);
+  good.AddSequence(Prompt(4, 3), 0, Table(0, 1), false);
+  EXPECT_TRUE(gpu->model().Forward(good.Build(), &logits).ok());
+  EXPECT_EQ(static_cast<int64_t>(logits.size()), cpu_->config().vocab_size);
+}
+
+}  // namespace
+}  // namespace tpserve

@@ -1,0 +1,455 @@
+#include "worker/cuda/cuda_llama_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/silu_mul.h"
+#include "kernels/cuda/write_kv_cache.h"
+#include "worker/comm/nccl_communicator.h"
+#include "worker/decode_buckets.h"
+#include "worker/kv_budget.h"
+
+namespace tpserve::cuda {
+namespace {
+
+constexpr char kLog[] = "cuda";
+// Kept free beside the KV pool for what others allocate after it: the decode graphs, cuBLASLt's
+// and NCCL's internal buffers, the CUDA context's growth.
+constexpr int64_t kLibraryReserveBytes = int64_t{512} << 20;
+
+template <typename T>
+absl::Status Allocate(DeviceBuffer<T>& buffer, int64_t count) {
+  ASSIGN_OR_RETURN(buffer, DeviceBuffer<T>::Allocate(count));
+  return absl::OkStatus();
+}
+
+// Copies `rows` rows of `width` elements from a row stride of `src_stride` into a contiguous
+// [rows, width] buffer: Q, K and V out of the fused QKV product.
+absl::Status CopyColumns(const bf16* src, int64_t src_stride, int64_t width, int64_t rows,
+                         bf16* dst, cudaStream_t stream) {
+  return CudaStatus(cudaMemcpy2DAsync(dst, width * sizeof(bf16), src, src_stride * sizeof(bf16),
+                                      width * sizeof(bf16), rows, cudaMemcpyDeviceToDevice,
+                                      stream),
+                    "QKV split");
+}
+
+// The loader and the layout must agree before any product runs over these sizes.
+absl::Status CheckShapes(const ModelConfig& config, const ShardLayout& layout,
+                         const ModelWeights& weights, const Communicator& comm) {
+  if (comm.rank() != layout.rank || comm.world_size() != layout.world_size) {
+    return absl::InternalError(absl::StrCat("CUDA model: communicator rank ", comm.rank(), "/",
+                                            comm.world_size(), " differs from the layout's ",
+                                            layout.rank, "/", layout.world_size));
+  }
+  const int64_t hidden = config.hidden_size;
+  const int64_t q_width = layout.q_width(config.head_dim);
+  for (size_t i = 0; i < weights.layers.size(); ++i) {
+    const LayerWeights& w = weights.layers[i];
+    const bool ok = w.qkv.rows == layout.qkv_width(config.head_dim) && w.qkv.cols == hidden &&
+                    w.attn_output.rows == hidden && w.attn_output.cols == q_width &&
+                    w.gate_up.rows == 2 * layout.ffn.size && w.gate_up.cols == hidden &&
+                    w.down.rows == hidden && w.down.cols == layout.ffn.size;
+    if (!ok) {
+      return absl::InternalError(
+          absl::StrCat("CUDA model: layer ", i, "'s weight shapes do not match the layout"));
+    }
+  }
+  if (static_cast<int64_t>(weights.layers.size()) != config.num_layers ||
+      weights.token_embedding.rows != config.vocab_size ||
+      (weights.lm_head.rows != 0 && weights.lm_head.rows != layout.vocab.size)) {
+    return absl::InternalError("CUDA model: embedding or lm_head shapes do not match the layout");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, const ShardLayout& layout,
+                               Communicator* comm, const CudaRunnerOptions& options,
+                               CudaStream stream)
+    : config_(config),
+      layout_(layout),
+      comm_(comm),
+      options_(options),
+      stream_(std::move(stream)) {}
+
+absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(
+    const ModelRunnerOptions& options, const ModelConfig& config, const ShardLayout& layout,
+    ModelWeights weights, Communicator* comm) {
+  const CudaRunnerOptions& cuda = options.cuda;
+  if (cuda.max_num_seqs <= 0 || cuda.max_num_batched_tokens <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CUDA model: max_num_seqs (", cuda.max_num_seqs, ") and max_num_batched_tokens (",
+        cuda.max_num_batched_tokens, ") must be positive"));
+  }
+  if (comm->world_size() > 1 && comm->nccl() == nullptr) {
+    return absl::FailedPreconditionError(
+        "CUDA model: a group of several ranks needs an NCCL communicator");
+  }
+  RETURN_IF_ERROR(CheckShapes(config, layout, weights, *comm));
+  RETURN_IF_ERROR(PagedAttentionSupported(layout.q_heads.size, layout.kv_heads.size,
+                                          config.head_dim, options.block_size));
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(cuda.device),
+                             absl::StrCat("cudaSetDevice(", cuda.device, ")")));
+  ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
+  std::unique_ptr<CudaLlamaModel> model(
+      new CudaLlamaModel(config, layout, comm, cuda, std::move(stream)));
+  cudaDeviceProp properties;
+  RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&properties, cuda.device),
+                             "cudaGetDeviceProperties"));
+  model->device_name_ = absl::StrCat("cuda:", cuda.device, " (", properties.name, ")");
+  KvCacheShape& kv = model->kv_shape_;
+  kv.num_layers = config.num_layers;
+  kv.block_size = options.block_size;
+  kv.num_kv_heads = layout.kv_heads.size;
+  kv.head_dim = config.head_dim;
+  kv.bytes_per_element = sizeof(bf16);
+  ASSIGN_OR_RETURN(model->gemm_, Gemm::Create());
+  ASSIGN_OR_RETURN(model->weights_, UploadWeights(std::move(weights), model->stream_.get()));
+  RETURN_IF_ERROR(model->AllocateStepBuffers());
+  RETURN_IF_ERROR(model->WarmUpCollectives());
+  RETURN_IF_ERROR(model->AllocateKvPool(options));
+  LogInfo(kLog, "rank %d/%d on %s: weights %.1f MiB, KV pool %lld blocks (%.1f MiB)",
+          comm->rank(), comm->world_size(), model->device_name_,
+          model->weights_.bytes() / 1048576.0,
+          static_cast<long long>(model->kv_shape_.num_blocks), model->kv_pool_.bytes() / 1048576.0);
+  if (!cuda.enforce_eager) RETURN_IF_ERROR(model->CaptureDecodeGraphs());
+  return model;
+}
+
+absl::Status CudaLlamaModel::WarmUpCollectives() {
+  if (layout_.world_size == 1) return absl::OkStatus();
+  // NCCL sets up connections, and allocates their buffers, at a communicator's first collective
+  // of each kind: let that happen before the KV pool takes what is free. The data is garbage.
+  RETURN_IF_ERROR(EnqueueAllReduce(partial_.data(), token_capacity_ * config_.hidden_size));
+  std::vector<int64_t> counts(layout_.world_size);
+  for (int r = 0; r < layout_.world_size; ++r) {
+    counts[r] = logits_capacity_ * BalancedRange(config_.vocab_size, r, layout_.world_size).size;
+  }
+  RETURN_IF_ERROR(comm_->nccl()->EnqueueGatherToRoot(local_logits_.data(), counts,
+                                                     gathered_.data(), stream_.get()));
+  return stream_.Synchronize();
+}
+
+absl::Status CudaLlamaModel::AllocateStepBuffers() {
+  const int64_t hidden = config_.hidden_size;
+  const int64_t head_dim = config_.head_dim;
+  const int64_t q_width = layout_.q_width(head_dim);
+  const int64_t kv_width = layout_.kv_width(head_dim);
+  const int64_t ffn = layout_.ffn.size;
+  const int64_t max_seqs = options_.max_num_seqs;
+  // A padded decode graph runs up to max_num_seqs tokens, whatever the token budget.
+  token_capacity_ = std::max(options_.max_num_batched_tokens, max_seqs);
+  logits_capacity_ = max_seqs;
+  blocks_per_seq_ = (config_.context_length + kv_shape_.block_size - 1) / kv_shape_.block_size;
+  const int64_t t = token_capacity_;
+  RETURN_IF_ERROR(Allocate(inputs_, StepInputLayout::For(t, max_seqs, t, blocks_per_seq_).total));
+  RETURN_IF_ERROR(Allocate(residual_, t * hidden));
+  RETURN_IF_ERROR(Allocate(normed_, t * hidden));
+  RETURN_IF_ERROR(Allocate(partial_, t * hidden));
+  RETURN_IF_ERROR(Allocate(qkv_, t * layout_.qkv_width(head_dim)));
+  RETURN_IF_ERROR(Allocate(q_, t * q_width));
+  RETURN_IF_ERROR(Allocate(k_, t * kv_width));
+  RETURN_IF_ERROR(Allocate(v_, t * kv_width));
+  RETURN_IF_ERROR(Allocate(attn_, t * q_width));
+  RETURN_IF_ERROR(Allocate(gate_, t * ffn));
+  RETURN_IF_ERROR(Allocate(up_, t * ffn));
+  RETURN_IF_ERROR(Allocate(act_, t * ffn));
+  RETURN_IF_ERROR(Allocate(
+      attention_workspace_,
+      static_cast<int64_t>(PagedAttentionWorkspaceBytes(max_seqs, layout_.q_heads.size,
+                                                        layout_.kv_heads.size, head_dim,
+                                                        config_.context_length))));
+  RETURN_IF_ERROR(Allocate(selected_, logits_capacity_ * hidden));
+  RETURN_IF_ERROR(Allocate(local_logits_, logits_capacity_ * layout_.vocab.size));
+  if (layout_.world_size > 1 && layout_.rank == 0) {
+    RETURN_IF_ERROR(Allocate(gathered_, logits_capacity_ * config_.vocab_size));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::AllocateKvPool(const ModelRunnerOptions& options) {
+  // Slots are int32 inside the attention kernels.
+  const int64_t max_blocks = std::numeric_limits<int32_t>::max() / options.block_size;
+  if (options.kv_cache_blocks > 0) {
+    kv_shape_.num_blocks = options.kv_cache_blocks;
+  } else if (options.kv_cache_bytes > 0) {
+    kv_shape_.num_blocks = options.kv_cache_bytes / kv_shape_.bytes_per_block();
+  } else {
+    size_t free = 0, total = 0;
+    RETURN_IF_ERROR(CudaStatus(cudaMemGetInfo(&free, &total), "cudaMemGetInfo"));
+    DeviceMemory memory;
+    memory.total_bytes = static_cast<int64_t>(total);
+    memory.free_bytes = static_cast<int64_t>(free);
+    ASSIGN_OR_RETURN(kv_shape_.num_blocks,
+                     KvBlocksForUtilization(memory, options_.gpu_memory_utilization,
+                                            kLibraryReserveBytes, kv_shape_.bytes_per_block(),
+                                            max_blocks));
+  }
+  if (kv_shape_.num_blocks <= 0 || kv_shape_.num_blocks > max_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat("a KV pool of ", kv_shape_.num_blocks,
+                                                   " blocks is outside [1, ", max_blocks, "]"));
+  }
+  RETURN_IF_ERROR(Allocate(kv_pool_, 2 * config_.num_layers * kv_shape_.num_blocks *
+                                         kv_shape_.floats_per_block()));
+  // No sequence holds more blocks than the pool: a small pool bounds the graphs' block tables
+  // and the context their attention grids are planned for.
+  blocks_per_seq_ = std::min(blocks_per_seq_, kv_shape_.num_blocks);
+  graph_max_context_ = static_cast<int32_t>(
+      std::min(config_.context_length, blocks_per_seq_ * kv_shape_.block_size));
+  // Padding rows of a decode graph read block 0: make every block finite.
+  return CudaStatus(cudaMemsetAsync(kv_pool_.data(), 0, kv_pool_.bytes(), stream_.get()),
+                    "KV pool clear");
+}
+
+absl::Status CudaLlamaModel::CaptureDecodeGraphs() {
+  const int32_t context = graph_max_context_;
+  for (int64_t batch : DecodeBuckets(options_.max_num_seqs)) {
+    // A padding-only batch: real kernels on valid addresses, no KV written.
+    const PackedStep packed = PackStep(ForwardBatch{}, blocks_per_seq_, batch, context);
+    const StepArrays arrays = ArraysFor(packed.layout);
+    auto enqueue = [&]() -> absl::Status {
+      RETURN_IF_ERROR(EnqueueLayers(packed.shape, arrays));
+      return EnqueueLogits(arrays.logits_indices, batch);
+    };
+    // One eager run first: cuBLASLt picks its algorithms and CUDA loads its modules outside the
+    // capture, where both may allocate and synchronize.
+    RETURN_IF_ERROR(Upload(packed));
+    RETURN_IF_ERROR(enqueue());
+    RETURN_IF_ERROR(stream_.Synchronize());
+    ASSIGN_OR_RETURN(CudaGraphExec exec, CudaGraphExec::Capture(stream_.get(), enqueue));
+    graphs_.push_back(DecodeGraph{batch, std::move(exec)});
+  }
+  LogInfo(kLog, "rank %d: captured %zu decode graphs (batch 1 to %lld)", layout_.rank,
+          graphs_.size(), static_cast<long long>(options_.max_num_seqs));
+  return absl::OkStatus();
+}
+
+CudaLlamaModel::StepArrays CudaLlamaModel::ArraysFor(const StepInputLayout& layout) const {
+  const int32_t* base = inputs_.data();
+  return StepArrays{base + layout.token_ids,      base + layout.positions,
+                    base + layout.query_start,    base + layout.context_lens,
+                    base + layout.logits_indices, base + layout.block_tables,
+                    reinterpret_cast<const int64_t*>(base + layout.slot_mapping)};
+}
+
+absl::Status CudaLlamaModel::Upload(const PackedStep& packed) {
+  if (packed.layout.total > inputs_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("step inputs of ", packed.layout.total,
+                                                   " words exceed the buffer of ",
+                                                   inputs_.size()));
+  }
+  // From pageable memory the call returns once the bytes are staged, so `packed` may go.
+  return CudaStatus(cudaMemcpyAsync(inputs_.data(), packed.data.data(),
+                                    packed.data.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                    stream_.get()),
+                    "step input upload");
+}
+
+absl::Status CudaLlamaModel::EnqueueAllReduce(bf16* data, int64_t count) {
+  if (layout_.world_size == 1) return absl::OkStatus();
+  return comm_->nccl()->EnqueueAllReduceSum(data, count, ncclBfloat16, stream_.get());
+}
+
+absl::Status CudaLlamaModel::EnqueueLayers(const StepShape& shape, const StepArrays& arrays) {
+  const cudaStream_t stream = stream_.get();
+  const int64_t n = shape.num_tokens;
+  const int64_t hidden = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  Embedding(weights_.token_embedding.weight.data(), config_.vocab_size, hidden, arrays.token_ids,
+            n, residual_.data(), stream);
+  for (int layer = 0; layer < config_.num_layers; ++layer) {
+    const DeviceLayerWeights& w = weights_.layers[layer];
+    if (layer == 0) {
+      RmsNorm(residual_.data(), w.attn_norm.data(), n, hidden, eps, normed_.data(), stream);
+    } else {  // The previous layer's MLP output joins the residual here.
+      AddRmsNorm(residual_.data(), partial_.data(), w.attn_norm.data(), n, hidden, eps,
+                 normed_.data(), stream);
+    }
+    RETURN_IF_ERROR(EnqueueAttention(layer, shape, arrays));
+    AddRmsNorm(residual_.data(), partial_.data(), w.ffn_norm.data(), n, hidden, eps,
+               normed_.data(), stream);
+    RETURN_IF_ERROR(EnqueueMlp(layer, n));
+  }
+  AddRmsNorm(residual_.data(), partial_.data(), weights_.output_norm.data(), n, hidden, eps,
+             normed_.data(), stream);
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::EnqueueAttention(int layer, const StepShape& shape,
+                                              const StepArrays& arrays) {
+  const cudaStream_t stream = stream_.get();
+  const DeviceLayerWeights& w = weights_.layers[layer];
+  const int64_t n = shape.num_tokens;
+  const int64_t hidden = config_.hidden_size;
+  const int64_t head_dim = config_.head_dim;
+  const int64_t q_heads = layout_.q_heads.size;
+  const int64_t kv_heads = layout_.kv_heads.size;
+  const int64_t q_width = layout_.q_width(head_dim);
+  const int64_t kv_width = layout_.kv_width(head_dim);
+  const int64_t qkv_width = layout_.qkv_width(head_dim);
+
+  RETURN_IF_ERROR(gemm_->MatmulBT(normed_.data(), w.qkv.weight.data(), n, qkv_width, hidden,
+                                  qkv_.data(), stream));
+  RETURN_IF_ERROR(CopyColumns(qkv_.data(), qkv_width, q_width, n, q_.data(), stream));
+  RETURN_IF_ERROR(CopyColumns(qkv_.data() + q_width, qkv_width, kv_width, n, k_.data(), stream));
+  RETURN_IF_ERROR(
+      CopyColumns(qkv_.data() + q_width + kv_width, qkv_width, kv_width, n, v_.data(), stream));
+  const float theta = static_cast<float>(config_.rope_theta);
+  ApplyRope(q_.data(), arrays.positions, n, q_heads, head_dim, config_.rope_dims, theta,
+            RopeStyle::kAdjacentPairs, stream);
+  ApplyRope(k_.data(), arrays.positions, n, kv_heads, head_dim, config_.rope_dims, theta,
+            RopeStyle::kAdjacentPairs, stream);
+  const int64_t layer_elements = kv_shape_.num_blocks * kv_shape_.floats_per_block();
+  bf16* k_cache = kv_pool_.data() + (2 * layer) * layer_elements;
+  bf16* v_cache = k_cache + layer_elements;
+  WriteKvCache(k_.data(), v_.data(), arrays.slot_mapping, n, kv_heads, head_dim, k_cache, v_cache,
+               stream);
+
+  PagedAttentionParams p;
+  p.q = q_.data();
+  p.k_cache = k_cache;
+  p.v_cache = v_cache;
+  p.query_start = arrays.query_start;
+  p.context_lens = arrays.context_lens;
+  p.block_tables = arrays.block_tables;
+  p.out = attn_.data();
+  p.num_tokens = n;
+  p.max_query_len = shape.max_query_len;
+  p.max_context_len = shape.max_context_len;
+  p.num_seqs = shape.num_seqs;
+  p.max_blocks_per_seq = shape.blocks_per_seq;
+  p.num_heads = q_heads;
+  p.num_kv_heads = kv_heads;
+  p.head_dim = head_dim;
+  p.block_size = kv_shape_.block_size;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  p.workspace = attention_workspace_.data();
+  p.workspace_bytes = static_cast<size_t>(attention_workspace_.bytes());
+  PagedAttention(p, stream);
+
+  RETURN_IF_ERROR(gemm_->MatmulBT(attn_.data(), w.attn_output.weight.data(), n, hidden, q_width,
+                                  partial_.data(), stream));
+  return EnqueueAllReduce(partial_.data(), n * hidden);
+}
+
+absl::Status CudaLlamaModel::EnqueueMlp(int layer, int64_t num_tokens) {
+  const cudaStream_t stream = stream_.get();
+  const DeviceLayerWeights& w = weights_.layers[layer];
+  const int64_t hidden = config_.hidden_size;
+  const int64_t ffn = layout_.ffn.size;
+  // Gate and up as two products into separate buffers, so SiLU·mul reads two flat arrays.
+  const bf16* gate_weight = w.gate_up.weight.data();
+  const bf16* up_weight = gate_weight + ffn * hidden;
+  RETURN_IF_ERROR(
+      gemm_->MatmulBT(normed_.data(), gate_weight, num_tokens, ffn, hidden, gate_.data(), stream));
+  RETURN_IF_ERROR(
+      gemm_->MatmulBT(normed_.data(), up_weight, num_tokens, ffn, hidden, up_.data(), stream));
+  SiluMul(gate_.data(), up_.data(), num_tokens * ffn, act_.data(), stream);
+  RETURN_IF_ERROR(gemm_->MatmulBT(act_.data(), w.down.weight.data(), num_tokens, hidden, ffn,
+                                  partial_.data(), stream));
+  return EnqueueAllReduce(partial_.data(), num_tokens * hidden);
+}
+
+absl::Status CudaLlamaModel::EnqueueLogits(const int32_t* rows, int64_t count) {
+  const cudaStream_t stream = stream_.get();
+  const int64_t hidden = config_.hidden_size;
+  // The embedding kernel is a row gather: here, of the final-normed hidden states.
+  Embedding(normed_.data(), token_capacity_, hidden, rows, count, selected_.data(), stream);
+  const bf16* head = weights_.lm_head.rows > 0
+                         ? weights_.lm_head.weight.data()
+                         : weights_.token_embedding.weight.data() + layout_.vocab.begin * hidden;
+  RETURN_IF_ERROR(gemm_->MatmulBT(selected_.data(), head, count, layout_.vocab.size, hidden,
+                                  local_logits_.data(), stream));
+  if (layout_.world_size == 1) return absl::OkStatus();
+  std::vector<int64_t> counts(layout_.world_size);
+  for (int r = 0; r < layout_.world_size; ++r) {
+    counts[r] = count * BalancedRange(config_.vocab_size, r, layout_.world_size).size;
+  }
+  return comm_->nccl()->EnqueueGatherToRoot(local_logits_.data(), counts, gathered_.data(),
+                                            stream);
+}
+
+absl::Status CudaLlamaModel::EnqueueLogitsCopy(int64_t count, int64_t wanted, float* dst) {
+  if (layout_.rank != 0) return absl::OkStatus();
+  const float* src = layout_.world_size > 1 ? gathered_.data() : local_logits_.data();
+  const int64_t vocab = config_.vocab_size;
+  // Rank r's part is [count, vocab_r] at the offset of the ranks before it.
+  int64_t offset = 0;
+  for (int r = 0; r < layout_.world_size; ++r) {
+    const Range range = BalancedRange(vocab, r, layout_.world_size);
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy2DAsync(dst + range.begin, vocab * sizeof(float), src + offset,
+                          range.size * sizeof(float), range.size * sizeof(float), wanted,
+                          cudaMemcpyDeviceToHost, stream_.get()),
+        "logits copy"));
+    offset += count * range.size;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::RunEager(const ForwardBatch& batch, std::vector<float>* logits) {
+  const PackedStep packed =
+      PackStep(batch, std::min<int64_t>(batch.max_blocks_per_seq, blocks_per_seq_));
+  RETURN_IF_ERROR(Upload(packed));
+  const StepArrays arrays = ArraysFor(packed.layout);
+  RETURN_IF_ERROR(EnqueueLayers(packed.shape, arrays));
+  const int64_t m = batch.num_logits();
+  if (layout_.rank == 0) logits->resize(m * config_.vocab_size);
+  for (int64_t start = 0; start < m; start += logits_capacity_) {
+    const int64_t count = std::min(logits_capacity_, m - start);
+    RETURN_IF_ERROR(EnqueueLogits(arrays.logits_indices + start, count));
+    float* dst = layout_.rank == 0 ? logits->data() + start * config_.vocab_size : nullptr;
+    RETURN_IF_ERROR(EnqueueLogitsCopy(count, count, dst));
+  }
+  ++eager_steps_;
+  return stream_.Synchronize();
+}
+
+absl::Status CudaLlamaModel::RunGraph(const ForwardBatch& batch, const DecodeGraph& graph,
+                                      std::vector<float>* logits) {
+  const PackedStep packed = PackStep(batch, blocks_per_seq_, graph.batch, graph_max_context_);
+  RETURN_IF_ERROR(Upload(packed));
+  RETURN_IF_ERROR(graph.exec.Launch(stream_.get()));
+  const int64_t n = batch.num_tokens();
+  if (layout_.rank == 0) logits->resize(n * config_.vocab_size);
+  RETURN_IF_ERROR(EnqueueLogitsCopy(graph.batch, n, logits->data()));
+  ++graph_steps_;
+  return stream_.Synchronize();
+}
+
+absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
+  RETURN_IF_ERROR(ValidateForwardBatch(batch, config_, kv_shape_));
+  if (batch.num_tokens() > token_capacity_ || batch.num_seqs() > options_.max_num_seqs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a step of ", batch.num_tokens(), " tokens in ", batch.num_seqs(),
+        " sequences exceeds the CUDA worker's limits of ", token_capacity_, " tokens and ",
+        options_.max_num_seqs, " sequences (the coordinator's --max-num-batched-tokens and "
+        "--max-num-seqs at Init)"));
+  }
+  const int32_t longest = *std::max_element(batch.context_lens.begin(), batch.context_lens.end());
+  if (longest > graph_max_context_) {
+    return absl::InvalidArgumentError(absl::StrCat("a context of ", longest,
+                                                   " tokens exceeds what the KV pool holds (",
+                                                   graph_max_context_, ")"));
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
+  logits->clear();
+  if (!graphs_.empty() && IsDecodeBatch(batch)) {
+    const auto graph = std::find_if(graphs_.begin(), graphs_.end(), [&](const DecodeGraph& g) {
+      return g.batch >= batch.num_seqs();
+    });
+    if (graph != graphs_.end()) return RunGraph(batch, *graph, logits);
+  }
+  return RunEager(batch, logits);
+}
+
+}  // namespace tpserve::cuda

@@ -1,0 +1,136 @@
+// The Llama forward pass of one tensor-parallel rank on a CUDA device: bf16 weights, activations
+// and KV pool in device memory (plain cudaMalloc), fp32 inside every kernel. The same layer as
+// the CPU LlamaModel (worker/llama_model.h), fused where the kernels allow:
+//   embedding → [AddRmsNorm → QKV GEMM → RoPE → KV write → paged attention → o_proj GEMM →
+//   all-reduce → AddRmsNorm → gate, up GEMMs → SiLU·mul → down GEMM → all-reduce] × layers →
+//   AddRmsNorm (final norm) → rows that want logits → lm_head GEMM (fp32 out) → gather to rank 0.
+// Everything is enqueued on one compute stream, NCCL collectives included (bf16 all-reduce), and
+// the step synchronizes once, when rank 0's logits are on the host.
+//
+// Every buffer a step touches is allocated at load for the scheduler's limits (max_num_seqs,
+// max_num_batched_tokens), so a step allocates nothing and the KV pool can take what
+// --gpu-memory-utilization leaves. Pure decode steps run CUDA graphs captured at load for the
+// batch sizes of DecodeBuckets (padded up to the bucket); other steps run eagerly. A graph bakes
+// in the NCCL communicator: a re-formed group of several ranks loads a new model (WorkerServer).
+//
+// Known costs, for later: a graph is planned for the longest context the pool allows, so with
+// long-context models short decodes launch attention blocks that exit at once and upload block
+// tables of that width (per-context-bucket graphs would fix both); step inputs are uploaded from
+// pageable memory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/cuda_stream.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/gemm.h"
+#include "model/model_config.h"
+#include "worker/comm/communicator.h"
+#include "worker/cuda/cuda_graph.h"
+#include "worker/cuda/device_weights.h"
+#include "worker/model_runner.h"
+#include "worker/shard_layout.h"
+#include "worker/step_inputs.h"
+#include "worker/step_model.h"
+
+namespace tpserve::cuda {
+
+class CudaLlamaModel : public StepModel {
+ public:
+  // Loads onto options.cuda.device (made current on the calling thread, which must be the one
+  // that runs Forward). `comm` must outlive the model; for more than one rank it must be backed
+  // by an NcclCommunicator on the same device. FAILED_PRECONDITION without a usable device or
+  // NCCL, RESOURCE_EXHAUSTED when the weights, buffers or pool do not fit, INVALID_ARGUMENT for
+  // shapes the kernels do not support.
+  static absl::StatusOr<std::unique_ptr<CudaLlamaModel>> Create(const ModelRunnerOptions& options,
+                                                                const ModelConfig& config,
+                                                                const ShardLayout& layout,
+                                                                ModelWeights weights,
+                                                                Communicator* comm);
+
+  absl::Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override;
+  const KvCacheShape& kv_shape() const override { return kv_shape_; }
+  int64_t weight_bytes() const override { return weights_.bytes(); }
+  std::string device_name() const override { return device_name_; }
+
+  // For tests and logs: decode graphs held, and steps run through a graph or eagerly.
+  size_t num_decode_graphs() const { return graphs_.size(); }
+  int64_t graph_steps() const { return graph_steps_; }
+  int64_t eager_steps() const { return eager_steps_; }
+
+ private:
+  // Device pointers to the arrays of one packed step (see StepInputLayout).
+  struct StepArrays {
+    const int32_t* token_ids;
+    const int32_t* positions;
+    const int32_t* query_start;
+    const int32_t* context_lens;
+    const int32_t* logits_indices;
+    const int32_t* block_tables;
+    const int64_t* slot_mapping;
+  };
+  struct DecodeGraph {
+    int64_t batch;
+    CudaGraphExec exec;
+  };
+
+  CudaLlamaModel(const ModelConfig& config, const ShardLayout& layout, Communicator* comm,
+                 const CudaRunnerOptions& options, CudaStream stream);
+
+  absl::Status AllocateStepBuffers();
+  absl::Status WarmUpCollectives();
+  // The pool's block count; kv_shape_'s other fields are set by Create.
+  absl::Status AllocateKvPool(const ModelRunnerOptions& options);
+  absl::Status CaptureDecodeGraphs();
+
+  StepArrays ArraysFor(const StepInputLayout& layout) const;
+  absl::Status Upload(const PackedStep& packed);
+  absl::Status EnqueueLayers(const StepShape& shape, const StepArrays& arrays);
+  absl::Status EnqueueAttention(int layer, const StepShape& shape, const StepArrays& arrays);
+  absl::Status EnqueueMlp(int layer, int64_t num_tokens);
+  absl::Status EnqueueAllReduce(bf16* data, int64_t count);
+  // Final-normed rows `rows[0, count)` → lm_head → this rank's logits, gathered on rank 0.
+  absl::Status EnqueueLogits(const int32_t* rows, int64_t count);
+  // After EnqueueLogits(…, count): the first `wanted` rows into `dst` ([wanted, vocab], host),
+  // on rank 0; queued on the stream.
+  absl::Status EnqueueLogitsCopy(int64_t count, int64_t wanted, float* dst);
+  absl::Status RunEager(const ForwardBatch& batch, std::vector<float>* logits);
+  absl::Status RunGraph(const ForwardBatch& batch, const DecodeGraph& graph,
+                        std::vector<float>* logits);
+
+  const ModelConfig config_;
+  const ShardLayout layout_;
+  Communicator* const comm_;
+  const CudaRunnerOptions options_;
+  std::string device_name_;
+  CudaStream stream_;
+  std::unique_ptr<Gemm> gemm_;
+  DeviceWeights weights_;
+  KvCacheShape kv_shape_;
+  DeviceBuffer<bf16> kv_pool_;  // [layer][K, V][num_blocks * block floats]
+
+  // Step buffers, sized at load.
+  int64_t token_capacity_ = 0;   // tokens per step
+  int64_t logits_capacity_ = 0;  // logits rows per pass (a step with more makes several)
+  int64_t blocks_per_seq_ = 0;   // block-table stride of graph steps: the longest context's
+  int32_t graph_max_context_ = 0;  // the longest context a step may have; graphs plan for it
+  DeviceBuffer<int32_t> inputs_;
+  DeviceBuffer<bf16> residual_, normed_, partial_;  // [tokens, hidden]
+  DeviceBuffer<bf16> qkv_, q_, k_, v_, attn_;       // [tokens, local widths]
+  DeviceBuffer<bf16> gate_, up_, act_;              // [tokens, ffn_local]
+  DeviceBuffer<uint8_t> attention_workspace_;
+  DeviceBuffer<bf16> selected_;      // [logits rows, hidden]
+  DeviceBuffer<float> local_logits_;  // [logits rows, vocab_local]
+  DeviceBuffer<float> gathered_;     // [logits rows, vocab] on rank 0 of a group
+
+  std::vector<DecodeGraph> graphs_;  // ascending batch
+  int64_t graph_steps_ = 0;
+  int64_t eager_steps_ = 0;
+};
+
+}  // namespace tpserve::cuda

@@ -1,0 +1,107 @@
+#include "worker/cuda/device_weights.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/dequantize.h"
+
+namespace tpserve::cuda {
+namespace {
+
+// Raw bytes on the device, grown to the largest tensor and reused, so decoding never needs more
+// than one tensor's bytes beside the weights.
+class Staging {
+ public:
+  absl::StatusOr<const uint8_t*> Upload(absl::Span<const uint8_t> bytes, cudaStream_t stream) {
+    if (static_cast<int64_t>(bytes.size()) > buffer_.size()) {
+      // The previous tensor's decode may still read the old buffer.
+      RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "weight upload"));
+      buffer_ = DeviceBuffer<uint8_t>();
+      ASSIGN_OR_RETURN(buffer_,
+                       DeviceBuffer<uint8_t>::Allocate(static_cast<int64_t>(bytes.size())));
+    }
+    RETURN_IF_ERROR(buffer_.CopyFromHost(bytes, stream));
+    return buffer_.data();
+  }
+
+ private:
+  DeviceBuffer<uint8_t> buffer_;
+};
+
+// Decodes `count` elements of `type` held in `bytes` into a new bf16 buffer.
+absl::StatusOr<DeviceBuffer<bf16>> Decode(GgmlType type, absl::Span<const uint8_t> bytes,
+                                          int64_t count, Staging& staging, cudaStream_t stream) {
+  const std::optional<WeightFormat> format =
+      WeightFormatOfGgmlType(static_cast<uint32_t>(type));
+  if (!format.has_value()) {  // The CPU loader decodes every other type to fp32.
+    return absl::InternalError(
+        absl::StrCat("weight type ", static_cast<uint32_t>(type), " reached the device decoder"));
+  }
+  ASSIGN_OR_RETURN(DeviceBuffer<bf16> out, DeviceBuffer<bf16>::Allocate(count));
+  ASSIGN_OR_RETURN(const uint8_t* src, staging.Upload(bytes, stream));
+  DequantizeToBf16(*format, src, count, out.data(), stream);
+  return out;
+}
+
+absl::Span<const uint8_t> Bytes(const std::vector<float>& values) {
+  return {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float)};
+}
+
+absl::StatusOr<DeviceBuffer<bf16>> UploadVector(std::vector<float>& values, Staging& staging,
+                                                cudaStream_t stream) {
+  ASSIGN_OR_RETURN(DeviceBuffer<bf16> out,
+                   Decode(GgmlType::kF32, Bytes(values), static_cast<int64_t>(values.size()),
+                          staging, stream));
+  std::vector<float>().swap(values);  // The staging copy returned once it had finished.
+  return out;
+}
+
+absl::StatusOr<DeviceLinear> UploadLinear(Linear& w, Staging& staging, cudaStream_t stream) {
+  DeviceLinear out;
+  out.rows = w.rows;
+  out.cols = w.cols;
+  if (w.rows == 0) return out;
+  if (w.quantized()) {
+    ASSIGN_OR_RETURN(out.weight, Decode(w.type, w.blocks, w.rows * w.cols, staging, stream));
+  } else {
+    ASSIGN_OR_RETURN(out.weight,
+                     Decode(GgmlType::kF32, Bytes(w.values), w.rows * w.cols, staging, stream));
+  }
+  std::vector<uint8_t>().swap(w.blocks);  // The staging copy returned once it had finished.
+  std::vector<float>().swap(w.values);
+  return out;
+}
+
+}  // namespace
+
+int64_t DeviceWeights::bytes() const {
+  int64_t total = token_embedding.weight.bytes() + output_norm.bytes() + lm_head.weight.bytes();
+  for (const DeviceLayerWeights& l : layers) {
+    total += l.attn_norm.bytes() + l.qkv.weight.bytes() + l.attn_output.weight.bytes() +
+             l.ffn_norm.bytes() + l.gate_up.weight.bytes() + l.down.weight.bytes();
+  }
+  return total;
+}
+
+absl::StatusOr<DeviceWeights> UploadWeights(ModelWeights host, cudaStream_t stream) {
+  Staging staging;
+  DeviceWeights out;
+  ASSIGN_OR_RETURN(out.token_embedding, UploadLinear(host.token_embedding, staging, stream));
+  ASSIGN_OR_RETURN(out.output_norm, UploadVector(host.output_norm, staging, stream));
+  ASSIGN_OR_RETURN(out.lm_head, UploadLinear(host.lm_head, staging, stream));
+  out.layers.reserve(host.layers.size());
+  for (LayerWeights& layer : host.layers) {
+    DeviceLayerWeights& d = out.layers.emplace_back();
+    ASSIGN_OR_RETURN(d.attn_norm, UploadVector(layer.attn_norm, staging, stream));
+    ASSIGN_OR_RETURN(d.qkv, UploadLinear(layer.qkv, staging, stream));
+    ASSIGN_OR_RETURN(d.attn_output, UploadLinear(layer.attn_output, staging, stream));
+    ASSIGN_OR_RETURN(d.ffn_norm, UploadVector(layer.ffn_norm, staging, stream));
+    ASSIGN_OR_RETURN(d.gate_up, UploadLinear(layer.gate_up, staging, stream));
+    ASSIGN_OR_RETURN(d.down, UploadLinear(layer.down, staging, stream));
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "weight upload"));
+  return out;
+}
+
+}  // namespace tpserve::cuda

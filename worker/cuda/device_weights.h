@@ -1,0 +1,44 @@
+// One rank's weights in device memory, bf16 (DESIGN.md "Numerics"): the shard the CPU loader
+// produced (GGUF blocks or fp32) is uploaded as it is and decoded to bf16 on the device, so the
+// host never holds a bf16 or dequantized copy, and host memory is released layer by layer.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/device_buffer.h"
+#include "worker/model_weights.h"
+
+namespace tpserve::cuda {
+
+struct DeviceLinear {
+  DeviceBuffer<bf16> weight;  // [rows, cols]
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+struct DeviceLayerWeights {
+  DeviceBuffer<bf16> attn_norm;  // [hidden]
+  DeviceLinear qkv;              // [(q_heads + 2 * kv_heads) * head_dim, hidden]
+  DeviceLinear attn_output;      // [hidden, q_heads * head_dim]
+  DeviceBuffer<bf16> ffn_norm;   // [hidden]
+  DeviceLinear gate_up;          // [2 * ffn_local, hidden]: gate rows, then up rows
+  DeviceLinear down;             // [hidden, ffn_local]
+};
+
+struct DeviceWeights {
+  DeviceLinear token_embedding;  // [vocab, hidden], decoded whole (the lookup is a row copy)
+  DeviceBuffer<bf16> output_norm;
+  DeviceLinear lm_head;  // [vocab_local, hidden]; empty when tied (token_embedding's rows serve)
+  std::vector<DeviceLayerWeights> layers;
+
+  int64_t bytes() const;
+};
+
+// Uploads `host` to the current device through `stream` and returns when done; clears each part
+// of `host` once it is on the device. RESOURCE_EXHAUSTED when the device is full.
+absl::StatusOr<DeviceWeights> UploadWeights(ModelWeights host, cudaStream_t stream);
+
+}  // namespace tpserve::cuda
