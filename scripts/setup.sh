@@ -9,6 +9,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libgloo-dev libcpp-httplib-dev
+  # helm-render, the Helm chart tests' renderer (tests/helm): Go, sprig and what helm itself uses
+  golang-go golang-github-masterminds-sprig-dev golang-github-xeipuuv-gojsonschema-dev
+  golang-k8s-sigs-yaml-dev
 )
 
 missing=()

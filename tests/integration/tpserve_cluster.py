@@ -24,9 +24,9 @@ _READY = re.compile(r"gRPC at (\S+); HTTP at (\S+)")
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent():
-    # If the test itself is killed (a ctest timeout), the launcher gets SIGTERM and stops its
-    # coordinator and workers, which in turn die with it.
+def die_with_parent():
+    """preexec_fn of a test's child process: it gets SIGTERM when the test dies, e.g. at a ctest
+    timeout (the launcher then stops its coordinator and workers, which in turn die with it)."""
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
@@ -52,7 +52,7 @@ class Cluster:
         args = [os.path.join(self.bin_dir, "tpserve"), "--model", self.model, "--tp", str(self.tp),
                 "--port", "0", "--http-port", "0"] + self.extra_args
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True, preexec_fn=_die_with_parent)
+                                        start_new_session=True, preexec_fn=die_with_parent)
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             with open(self.log_path, encoding="utf-8", errors="replace") as f:
@@ -90,15 +90,23 @@ class Cluster:
 _TEST_ARGS = None
 
 
-def run_tests():
-    """The main() of a test file: --bin-dir and --model as ctest passes them, then unittest's."""
+def run_tests(add_arguments=None):
+    """The main() of a test file: --bin-dir and --model as ctest passes them, and what
+    add_arguments(parser) adds, then unittest's. parsed_args() returns them."""
     global _TEST_ARGS
     doc = sys.modules["__main__"].__doc__ or ""
     parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0] if doc else None)
     parser.add_argument("--bin-dir", required=True, help="directory holding tpserve")
     parser.add_argument("--model", required=True, help="GGUF model file")
+    if add_arguments is not None:
+        add_arguments(parser)
     _TEST_ARGS, rest = parser.parse_known_args()
     unittest.main(module="__main__", argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+def parsed_args():
+    """The arguments run_tests() parsed."""
+    return _TEST_ARGS
 
 
 def start_class_cluster(test_class, tp):

@@ -1,0 +1,124 @@
+{{/* Names. Kubernetes names are at most 63 characters; the worker StatefulSet's is at most 52,
+because its pods carry a controller-revision-hash label of <name>-<10 characters>. The component
+names shorten the full name, not their suffix, so that they never collide with it. */}}
+{{- define "tpserve.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "tpserve.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "tpserve.coordinatorName" -}}
+{{- printf "%s-coordinator" (include "tpserve.fullname" . | trunc 51 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "tpserve.workerName" -}}
+{{- printf "%s-worker" (include "tpserve.fullname" . | trunc 45 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "tpserve.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "tpserve.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The labels of every object; selectors add app.kubernetes.io/component. */}}
+{{- define "tpserve.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "tpserve.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tpserve
+{{- end }}
+
+{{- define "tpserve.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tpserve.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "tpserve.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default (printf "%s-%s" .Chart.AppVersion .Values.device)) }}
+{{- end }}
+
+{{/* Worker pods: tensorParallelSize / gpusPerNode (the schema makes this exact). */}}
+{{- define "tpserve.workerPods" -}}
+{{- div .Values.tensorParallelSize .Values.workers.gpusPerNode }}
+{{- end }}
+
+{{/* host:port at which the workers (and tpctl in their pods) reach the coordinator: its
+headless Service, which lists the pod before it is ready. */}}
+{{- define "tpserve.coordinatorAddress" -}}
+{{- printf "%s.%s.svc.%s:%d" (include "tpserve.coordinatorName" .) .Release.Namespace .Values.clusterDomain (int .Values.coordinator.grpcPort) }}
+{{- end }}
+
+{{- define "tpserve.modelPath" -}}
+{{- printf "/models/%s" .Values.model.file }}
+{{- end }}
+
+{{/* The model volume and the volumes every pod has: /tmp, since the root filesystem is
+read-only. */}}
+{{- define "tpserve.volumes" -}}
+- name: model
+{{- if eq .Values.model.source "pvc" }}
+  persistentVolumeClaim:
+    claimName: {{ .Values.model.pvc.claimName | quote }}
+    readOnly: true
+{{- else if eq .Values.model.source "hostPath" }}
+  hostPath:
+    path: {{ .Values.model.hostPath.path | quote }}
+    type: Directory
+{{- else }}
+  emptyDir:
+    sizeLimit: {{ .Values.model.download.sizeLimit }}
+{{- end }}
+- name: tmp
+  emptyDir: {}
+{{- end }}
+
+{{- define "tpserve.volumeMounts" -}}
+- name: model
+  mountPath: /models
+  readOnly: true
+- name: tmp
+  mountPath: /tmp
+{{- end }}
+
+{{/* With model.source download: the init container that fills the model volume. */}}
+{{- define "tpserve.modelDownloadContainer" -}}
+- name: model-download
+  image: {{ .Values.model.download.image | default (include "tpserve.image" .) }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  command:
+    {{- toYaml .Values.model.download.command | nindent 4 }}
+  env:
+    - name: HOME
+      value: /tmp
+    {{- with .Values.model.download.env }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  securityContext:
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities: {drop: [ALL]}
+  {{- with .Values.model.download.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  volumeMounts:
+    - name: model
+      mountPath: /models
+    - name: tmp
+      mountPath: /tmp
+{{- end }}

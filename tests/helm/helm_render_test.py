@@ -1,0 +1,321 @@
+"""helm_render: the tpserve chart, rendered with six value sets, gives objects that Kubernetes
+1.30 accepts and that fit together; bad values fail with values.schema.json's message; the
+Llama-3-70B values start 16 ranks on 2 pods × 8 GPUs.
+
+For every value set: each object validates against kubernetes-validate's strict 1.30 schemas
+(the ServiceMonitor, a CRD, against servicemonitor.schema.json); names and labels follow
+Kubernetes' limits and app.kubernetes.io conventions; Service and PodDisruptionBudget selectors
+select pods, Service ports reach container ports, the workers' coordinator address is the
+coordinator's headless Service and gRPC port; containers run as non-root on a read-only root;
+and the worker pods' rendered script, run for every ordinal with a stand-in tpserve-worker on
+PATH, starts ranks 0..tensorParallelSize-1 exactly once.
+
+    helm_render_test.py --renderer BUILD/tests/helm/helm-render --bin-dir BUILD/bin --model M
+"""
+
+import glob
+import json
+import os
+import re
+import signal
+import tempfile
+import time
+import unittest
+
+import jsonschema
+import kubernetes_validate
+
+import chart
+import pods
+
+KUBERNETES_VERSION = "1.30"
+LONG_RELEASE = "inference-production-smollm2-chat-assistant-eu-west1a"  # 53: helm's most
+VALUE_SETS = {  # name: (values files, release)
+    "defaults": ([], "tpserve"),
+    "cpu-demo": ([os.path.join(chart.CHART, "values-cpu-demo.yaml")], "demo"),
+    "llama3-70b-2x8": ([os.path.join(chart.CHART, "values-llama3-70b-2x8.yaml")], "llama3"),
+    "hostpath-monitoring": ([os.path.join(chart.TEST_VALUES, "hostpath-monitoring.yaml")], "llm"),
+    "pvc-long-names": ([os.path.join(chart.TEST_VALUES, "pvc-long-names.yaml")], LONG_RELEASE),
+    "wiring": ([os.path.join(chart.CHART, "values-cpu-demo.yaml"),
+                os.path.join(chart.TEST_VALUES, "wiring.yaml")], "tpserve"),
+}
+# Bad values and the line of values.schema.json's verdict that must name what is wrong.
+BAD_VALUES = [
+    ({"tensorParallelSize": 12, "workers": {"gpusPerNode": 8}},
+     "- tensorParallelSize: Must be a multiple of 8"),
+    ({"tensorParallelSize": 3, "workers": {"gpusPerNode": 2}},
+     "- tensorParallelSize: Must be a multiple of 2"),
+    ({"model": {"source": None}}, "- model: source is required"),
+    ({"model": {"source": ""}},
+     '- model.source: model.source must be one of the following: "pvc", "hostPath", "download"'),
+    ({"model": {"source": "pvc"}},
+     "- model.pvc.claimName: String length must be greater than or equal to 1"),
+    ({"model": {"source": "hostPath", "hostPath": {"path": "models"}}},
+     "- model.hostPath.path: Does not match pattern '^/'"),
+    ({"device": "tpu"}, '- device: device must be one of the following: "cpu", "cuda"'),
+    ({"workers": {"gpusPerNode": 0}}, "- workers.gpusPerNode: Must be greater than or equal to 1"),
+    ({"tensorParalelSize": 2}, "- (root): Additional property tensorParalelSize is not allowed"),
+]
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+STANDARD_LABELS = ["app.kubernetes.io/name", "app.kubernetes.io/instance",
+                   "app.kubernetes.io/version", "app.kubernetes.io/managed-by"]
+# Stands in for tpserve-worker: records its arguments, then waits to be stopped.
+FAKE_WORKER = """#!/bin/sh
+record="$FAKE_WORKER_DIR/$$"
+printf '%s\\n' "$@" > "$record.tmp" && mv "$record.tmp" "$record.args"
+exec sleep 600
+"""
+
+
+class WorkerPod:
+    """The worker StatefulSet's container for one ordinal, run here with the stand-in
+    tpserve-worker: started() returns once every rank it started has recorded its arguments."""
+
+    def __init__(self, processes, worker_set, ordinal, workdir):
+        self.processes = processes
+        self.name = f"{worker_set['metadata']['name']}-{ordinal}"
+        self.ranks = chart.ranks_per_pod(worker_set)
+        self.record_dir = os.path.join(workdir, self.name)
+        os.mkdir(self.record_dir)
+        pod_spec = worker_set["spec"]["template"]["spec"]
+        self.container = chart.container(worker_set, "worker")
+        argv, env = pods.local_process(
+            pod_spec, self.container, self.name,
+            {"model": "/models", "tmp": workdir, "shm": "/dev/shm"}, [workdir])
+        env["FAKE_WORKER_DIR"] = self.record_dir
+        self.env = env
+        self.process = processes.start(self.name, argv, env)
+
+    def started(self, timeout=20):
+        """{pid: argv} of the ranks, once all have started."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            records = glob.glob(os.path.join(self.record_dir, "*.args"))
+            if len(records) == self.ranks:
+                return {int(os.path.basename(r).split(".")[0]): read_lines(r) for r in records}
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"{self.name} started {len(records)} of {self.ranks} ranks:\n"
+                             + self.processes.log(self.name))
+
+
+def read_lines(path):
+    with open(path) as f:
+        return f.read().splitlines()
+
+
+def fake_worker_dir(test):
+    workdir = tempfile.TemporaryDirectory(prefix="tpserve-fake-worker-")
+    test.addCleanup(workdir.cleanup)
+    fake = os.path.join(workdir.name, "tpserve-worker")
+    with open(fake, "w") as f:
+        f.write(FAKE_WORKER)
+    os.chmod(fake, 0o755)
+    return workdir.name
+
+
+class HelmRenderTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        with open(os.path.join(os.path.dirname(__file__), "servicemonitor.schema.json")) as f:
+            cls.service_monitor_schema = json.load(f)
+        cls.rendered = {name: chart.render(*files, release=release)
+                        for name, (files, release) in VALUE_SETS.items()}
+
+    def test_values_schema_is_draft7(self):
+        with open(os.path.join(chart.CHART, "values.schema.json")) as f:
+            jsonschema.Draft7Validator.check_schema(json.load(f))
+
+    def test_objects_validate_against_kubernetes_schemas(self):
+        for name, objects in self.rendered.items():
+            kinds = sorted(o["kind"] for o in objects)
+            self.assertIn("StatefulSet", kinds, name)
+            for o in objects:
+                with self.subTest(values=name, object=f"{o['kind']}/{o['metadata']['name']}"):
+                    if o["kind"] == "ServiceMonitor":
+                        jsonschema.validate(o, self.service_monitor_schema)
+                    else:
+                        kubernetes_validate.validate(o, KUBERNETES_VERSION, strict=True)
+
+    def test_names_and_labels(self):
+        for name, objects in self.rendered.items():
+            seen = set()
+            for o in objects:
+                meta = o["metadata"]
+                with self.subTest(values=name, object=f"{o['kind']}/{meta['name']}"):
+                    self.assertNotIn((o["kind"], meta["name"]), seen)
+                    seen.add((o["kind"], meta["name"]))
+                    self.assertRegex(meta["name"], DNS_LABEL)
+                    # A StatefulSet's pods carry controller-revision-hash=<name>-<10 chars>.
+                    limit = 52 if o["kind"] == "StatefulSet" else 63
+                    self.assertLessEqual(len(meta["name"]), limit)
+                    for label in STANDARD_LABELS:
+                        self.assertIn(label, meta["labels"])
+                    self.assertEqual(meta["labels"]["app.kubernetes.io/instance"],
+                                     VALUE_SETS[name][1])
+
+    def test_selectors_and_ports_connect(self):
+        for name, objects in self.rendered.items():
+            with self.subTest(values=name):
+                self.check_wiring(objects)
+
+    def check_wiring(self, objects):
+        workloads = chart.find(objects, "Deployment") + chart.find(objects, "StatefulSet")
+        pod_labels = {w["metadata"]["name"]: w["spec"]["template"]["metadata"]["labels"]
+                      for w in workloads}
+        for w in workloads:
+            self.assertTrue(chart.selects(w["spec"]["selector"]["matchLabels"],
+                                          pod_labels[w["metadata"]["name"]]))
+
+        def selected(selector):
+            found = [w for w in workloads
+                     if chart.selects(selector, pod_labels[w["metadata"]["name"]])]
+            self.assertEqual(len(found), 1, f"{selector} selects {len(found)} workloads")
+            return found[0]
+
+        for service in chart.find(objects, "Service"):
+            workload = selected(service["spec"]["selector"])
+            ports = {p["name"]: p["containerPort"]
+                     for c in workload["spec"]["template"]["spec"]["containers"]
+                     for p in c.get("ports", [])}
+            for port in service["spec"]["ports"]:
+                self.assertIn(port["targetPort"], ports, service["metadata"]["name"])
+        for pdb in chart.find(objects, "PodDisruptionBudget"):
+            selected(pdb["spec"]["selector"]["matchLabels"])
+
+        coordinator_set = chart.one(objects, "Deployment", "coordinator")
+        coordinator = chart.container(coordinator_set, "coordinator")
+        self.assertEqual(chart.flag(coordinator["command"], "--port"),
+                         str(chart.named_port(coordinator, "grpc")))
+        self.assertEqual(chart.flag(coordinator["command"], "--http-port"),
+                         str(chart.named_port(coordinator, "http")))
+        for probe in ("livenessProbe", "readinessProbe"):
+            self.assertEqual(coordinator[probe]["httpGet"]["port"], "http")
+        headless = [s for s in chart.find(objects, "Service", "coordinator")
+                    if s["spec"].get("clusterIP") == "None"]
+        self.assertEqual(len(headless), 1)
+        self.assertTrue(headless[0]["spec"]["publishNotReadyAddresses"])
+        grpc_port = next(p["port"] for p in headless[0]["spec"]["ports"]
+                         if p["targetPort"] == "grpc")
+        namespace = "default"
+        worker = chart.container(chart.one(objects, "StatefulSet", "worker"), "worker")
+        self.assertEqual(chart.env_value(worker, "TPSERVE_COORDINATOR"),
+                         f"{headless[0]['metadata']['name']}.{namespace}.svc.cluster.local:"
+                         f"{grpc_port}")
+
+        # Both read the model where the model volume is mounted.
+        model_mount = next(m["mountPath"] for m in worker["volumeMounts"] if m["name"] == "model")
+        self.assertIn({"name": "model", "mountPath": model_mount, "readOnly": True},
+                      coordinator["volumeMounts"])
+        self.assertEqual(chart.flag(coordinator["command"], "--model"),
+                         chart.env_value(worker, "TPSERVE_MODEL"))
+        self.assertTrue(chart.env_value(worker, "TPSERVE_MODEL").startswith(model_mount + "/"))
+
+        for monitor in chart.find(objects, "ServiceMonitor"):
+            service = [s for s in chart.find(objects, "Service")
+                       if chart.selects(monitor["spec"]["selector"]["matchLabels"],
+                                        s["metadata"]["labels"])
+                       and "metrics" in [p["name"] for p in s["spec"]["ports"]]]
+            self.assertEqual(len(service), 1)
+        accounts = {a["metadata"]["name"] for a in chart.find(objects, "ServiceAccount")}
+        for w in workloads:
+            spec = w["spec"]["template"]["spec"]
+            if accounts:
+                self.assertIn(spec["serviceAccountName"], accounts)
+            self.assertTrue(spec["securityContext"]["runAsNonRoot"])
+            for c in spec["containers"] + spec.get("initContainers", []):
+                self.assertTrue(c["securityContext"]["readOnlyRootFilesystem"], c["name"])
+                self.assertFalse(c["securityContext"]["allowPrivilegeEscalation"], c["name"])
+
+    def test_worker_pods_start_every_rank_once(self):
+        for name, objects in self.rendered.items():
+            with self.subTest(values=name):
+                coordinator = chart.container(chart.one(objects, "Deployment", "coordinator"),
+                                              "coordinator")
+                world_size = int(chart.flag(coordinator["command"], "--world-size"))
+                ranks = sorted(int(chart.flag(argv, "--rank"))
+                               for argv in self.run_all_worker_pods(objects))
+                self.assertEqual(ranks, list(range(world_size)))
+
+    def run_all_worker_pods(self, objects):
+        """The argv of every rank of every worker pod; checks each rank's flags on the way."""
+        worker_set = chart.one(objects, "StatefulSet", "worker")
+        workdir = fake_worker_dir(self)
+        started = []
+        with pods.Processes() as processes:
+            for ordinal in range(worker_set["spec"]["replicas"]):
+                pod = WorkerPod(processes, worker_set, ordinal, workdir)
+                for argv in pod.started().values():
+                    self.check_rank_flags(pod, ordinal, argv)
+                    started.append(argv)
+                self.assertEqual(processes.terminate(pod.name), 0, processes.log(pod.name))
+        return started
+
+    def check_rank_flags(self, pod, ordinal, argv):
+        local = int(chart.flag(argv, "--local-rank"))
+        self.assertEqual(int(chart.flag(argv, "--rank")), ordinal * pod.ranks + local)
+        self.assertEqual(chart.flag(argv, "--host"), pod.env["POD_IP"])
+        self.assertEqual(int(chart.flag(argv, "--port")),
+                         int(pod.env["TPSERVE_WORKER_PORT"]) + local)
+        self.assertEqual(chart.flag(argv, "--coordinator"), pod.env["TPSERVE_COORDINATOR"])
+        self.assertEqual(chart.flag(argv, "--model"), pod.env["TPSERVE_MODEL"])
+        self.assertIn(int(chart.flag(argv, "--port")),
+                      [p["containerPort"] for p in pod.container["ports"]])
+
+    def test_llama3_70b_on_2_nodes_by_8_gpus(self):
+        objects = self.rendered["llama3-70b-2x8"]
+        worker_set = chart.one(objects, "StatefulSet", "worker")
+        self.assertEqual(worker_set["spec"]["replicas"], 2)
+        self.assertEqual(chart.ranks_per_pod(worker_set), 8)
+        worker = chart.container(worker_set, "worker")
+        self.assertEqual(worker["resources"]["limits"]["nvidia.com/gpu"], 8)
+        coordinator = chart.container(chart.one(objects, "Deployment", "coordinator"),
+                                      "coordinator")
+        self.assertEqual(chart.flag(coordinator["command"], "--world-size"), "16")
+        self.assertEqual(chart.flag(coordinator["command"], "--device"), "cuda")
+        by_pod = {}
+        for argv in self.run_all_worker_pods(objects):
+            self.assertEqual(chart.flag(argv, "--gpu-memory-utilization"), "0.9")
+            rank, local = int(chart.flag(argv, "--rank")), int(chart.flag(argv, "--local-rank"))
+            by_pod.setdefault(rank // 8, []).append((local, rank))
+        self.assertEqual(sorted(by_pod[0]), [(local, local) for local in range(8)])
+        self.assertEqual(sorted(by_pod[1]), [(local, 8 + local) for local in range(8)])
+
+    def test_worker_pod_stops_when_a_rank_dies(self):
+        worker_set = chart.one(self.rendered["llama3-70b-2x8"], "StatefulSet", "worker")
+        workdir = fake_worker_dir(self)
+        with pods.Processes() as processes:
+            pod = WorkerPod(processes, worker_set, 1, workdir)
+            pid = next(pid for pid, argv in pod.started().items()
+                       if chart.flag(argv, "--local-rank") == "3")
+            os.kill(pid, signal.SIGKILL)
+            status = pod.process.wait(timeout=20)
+            self.assertEqual(status, 128 + signal.SIGKILL, processes.log(pod.name))
+            self.assertIn("rank 11 exited with status 137; stopping the others",
+                          processes.log(pod.name))
+            self.assertFalse(pods.group_alive(pod.process.pid), "ranks left running")
+
+    def test_bad_values_fail_with_the_schema_message(self):
+        for values, line in BAD_VALUES:
+            with self.subTest(values=values):
+                error = chart.render_failure(values)
+                self.assertTrue(error.startswith("Error: " + chart.SCHEMA_ERROR + "\ntpserve:\n"),
+                                error)
+                self.assertIn(line + "\n", error)
+
+    def test_notes_say_how_to_reach_the_api_and_run_tpctl(self):
+        for name, (files, release) in VALUE_SETS.items():
+            with self.subTest(values=name):
+                notes = chart.render_notes(*files, release=release)
+                service = next(s["metadata"]["name"] for s in
+                               chart.find(self.rendered[name], "Service", "coordinator")
+                               if s["spec"].get("clusterIP") != "None")
+                coordinator = chart.one(self.rendered[name], "Deployment", "coordinator")
+                self.assertIn(f"port-forward svc/{service} ", notes)
+                self.assertIn(f"exec deploy/{coordinator['metadata']['name']} -- tpctl status",
+                              notes)
+
+
+if __name__ == "__main__":
+    chart.run_tests()

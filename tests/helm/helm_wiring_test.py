@@ -1,0 +1,167 @@
+"""helm_wiring: the commands the chart renders start a working cluster. values-cpu-demo.yaml with
+tests/helm/values/wiring.yaml (3 worker pods × 3 ranks, tensor parallelism 9) is rendered, and its
+pods are run here as processes on 127.0.0.1: each pod's init container (fetch-model.sh, which
+finds the model already in place), then the coordinator's command and each worker pod's script,
+with the environment the pods get (pods.py) and the chart's addresses and ports mapped to
+127.0.0.1 and free ports. The coordinator's rendered readiness and liveness endpoints answer 200,
+a completion comes back through the OpenAI API, tpctl in the coordinator pod's environment sees
+9 ranks, the worker pods' liveness probe passes (and fails for a rank the coordinator does not
+list), and each pod stops on SIGTERM, leaving no process behind.
+
+    helm_wiring_test.py --renderer BUILD/tests/helm/helm-render --bin-dir BUILD/bin --model M
+"""
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import chart
+import pods
+
+VALUES = [os.path.join(chart.CHART, "values-cpu-demo.yaml"),
+          os.path.join(chart.TEST_VALUES, "wiring.yaml")]
+READY_TIMEOUT_S = 180
+
+
+def http_get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError as e:
+        return None, str(e)
+
+
+class HelmWiringTest(unittest.TestCase):
+    def setUp(self):
+        self.objects = chart.render(*VALUES)
+        self.coordinator_set = chart.one(self.objects, "Deployment", "coordinator")
+        self.worker_set = chart.one(self.objects, "StatefulSet", "worker")
+        self.tmp = tempfile.TemporaryDirectory(prefix="tpserve-wiring-")
+        self.addCleanup(self.tmp.cleanup)
+        self.path = [chart.args().bin_dir, os.path.join(chart.REPO, "scripts")]
+        self.pods = self.worker_set["spec"]["replicas"]
+        self.ranks = chart.ranks_per_pod(self.worker_set)
+
+    def volumes(self, pod):
+        tmp = os.path.join(self.tmp.name, pod)
+        os.makedirs(tmp, exist_ok=True)
+        return {"model": os.path.dirname(os.path.abspath(chart.args().model)), "tmp": tmp,
+                "shm": "/dev/shm"}
+
+    def run_init_containers(self, workload, pod):
+        spec = workload["spec"]["template"]["spec"]
+        for init in spec.get("initContainers", []):
+            argv, env = pods.local_process(spec, init, pod, self.volumes(pod), self.path)
+            result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+            self.assertEqual(result.returncode, 0,
+                             f"{pod}/{init['name']}: {result.stdout}{result.stderr}")
+
+    def start_coordinator(self, processes, grpc_port, http_port):
+        """Starts the coordinator pod on these ports; returns tpctl's environment in it."""
+        pod = self.coordinator_set["metadata"]["name"] + "-0"
+        self.run_init_containers(self.coordinator_set, pod)
+        container = chart.container(self.coordinator_set, "coordinator")
+        argv, env = pods.local_process(self.coordinator_set["spec"]["template"]["spec"],
+                                       container, pod, self.volumes(pod), self.path)
+        rewrites = {  # flag: (rendered value, local value)
+            "--host": ("0.0.0.0", "127.0.0.1"),
+            "--http-host": ("0.0.0.0", "127.0.0.1"),
+            "--port": (str(chart.named_port(container, "grpc")), str(grpc_port)),
+            "--http-port": (str(chart.named_port(container, "http")), str(http_port)),
+        }
+        for flag, (rendered, local) in rewrites.items():
+            i = argv.index(flag) + 1
+            self.assertEqual(argv[i], rendered, flag)
+            argv[i] = local
+        self.assertEqual(env["TPSERVE_COORDINATOR"],
+                         f"127.0.0.1:{chart.named_port(container, 'grpc')}")
+        env["TPSERVE_COORDINATOR"] = f"127.0.0.1:{grpc_port}"
+        processes.start(pod, argv, env)
+        return env
+
+    def start_worker_pods(self, processes, grpc_port, first_port):
+        """Starts every worker pod, their ranks on ports from first_port on; returns
+        {pod name: env} (what its probes run with)."""
+        spec = self.worker_set["spec"]["template"]["spec"]
+        container = chart.container(self.worker_set, "worker")
+        started = {}
+        for ordinal in range(self.pods):
+            pod = f"{self.worker_set['metadata']['name']}-{ordinal}"
+            self.run_init_containers(self.worker_set, pod)
+            argv, env = pods.local_process(spec, container, pod, self.volumes(pod), self.path)
+            # Every pod has an IP of its own; here they share 127.0.0.1, so each gets its ports.
+            env["TPSERVE_WORKER_PORT"] = str(first_port + ordinal * self.ranks)
+            # helm_render checks that this is the coordinator's headless Service.
+            host = env["TPSERVE_COORDINATOR"].rsplit(":", 1)[0]
+            self.assertTrue(host.endswith(".svc.cluster.local"), host)
+            env["TPSERVE_COORDINATOR"] = f"127.0.0.1:{grpc_port}"
+            processes.start(pod, argv, env)
+            started[pod] = env
+        return started
+
+    def wait_ready(self, processes, url):
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            processes.check_alive()
+            if http_get(url)[0] == 200:
+                return
+            time.sleep(0.5)
+        self.fail(f"{url} not 200 within {READY_TIMEOUT_S} s: {http_get(url)}")
+
+    def run_probe(self, probe, env):
+        return subprocess.run(probe["exec"]["command"], env=env, capture_output=True, text=True,
+                              timeout=probe["timeoutSeconds"] + 5)
+
+    def test_rendered_pods_serve_a_completion(self):
+        container = chart.container(self.coordinator_set, "coordinator")
+        worker = chart.container(self.worker_set, "worker")
+        world_size = int(chart.flag(container["command"], "--world-size"))
+        self.assertEqual(world_size, self.pods * self.ranks)
+        # One block for every port, so that no two processes are given the same one.
+        grpc_port = pods.free_ports(2 + world_size)
+        http_port = grpc_port + 1
+        with pods.Processes() as processes:
+            tpctl_env = self.start_coordinator(processes, grpc_port, http_port)
+            worker_envs = self.start_worker_pods(processes, grpc_port, grpc_port + 2)
+            base = f"http://127.0.0.1:{http_port}"
+            self.wait_ready(processes, base + container["readinessProbe"]["httpGet"]["path"])
+            self.assertEqual(http_get(base + container["livenessProbe"]["httpGet"]["path"])[0], 200)
+
+            body = json.dumps({"prompt": "The capital of France is", "max_tokens": 8,
+                               "temperature": 0}).encode()
+            request = urllib.request.Request(base + "/v1/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=120) as response:
+                completion = json.loads(response.read())
+            self.assertTrue(completion["choices"][0]["text"].strip(), completion)
+
+            status = subprocess.run(["tpctl", "status"], env=tpctl_env, capture_output=True,
+                                    text=True, timeout=30)
+            self.assertEqual(status.returncode, 0, status.stderr)
+            self.assertIn(f"cluster serving: {world_size} ranks", status.stdout)
+
+            for pod, env in worker_envs.items():
+                for probe in ("startupProbe", "livenessProbe"):
+                    result = self.run_probe(worker[probe], env)
+                    self.assertEqual(result.returncode, 0, f"{pod} {probe}: {result.stdout}")
+            unknown = dict(env, TPSERVE_WORKER_PORT=str(pods.free_ports(self.ranks)))
+            result = self.run_probe(worker["livenessProbe"], unknown)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn("does not list 127.0.0.1:", result.stdout)
+
+            for pod in worker_envs:
+                self.assertEqual(processes.terminate(pod), 0, processes.log(pod))
+            coordinator_pod = self.coordinator_set["metadata"]["name"] + "-0"
+            self.assertEqual(processes.terminate(coordinator_pod), 0,
+                             processes.log(coordinator_pod))
+
+
+if __name__ == "__main__":
+    chart.run_tests()

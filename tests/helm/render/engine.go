@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"text/template"
+
+	"github.com/Masterminds/sprig"
+	"sigs.k8s.io/yaml"
+)
+
+type manifest struct {
+	source  string // <chart>/templates/<file>, as helm's "# Source:" line names it
+	content string
+}
+
+type rendered struct {
+	manifests []manifest
+	notes     string
+}
+
+// A line that holds only a YAML document separator.
+var documentSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
+
+// render parses every file of templates/ into one template set (so that each can include the
+// partials of the others), then executes each file whose name does not start with "_".
+func (c *chart) render(values map[string]interface{}, release, namespace string) (*rendered, error) {
+	files, err := filepath.Glob(filepath.Join(c.dir, "templates", "*"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	set := template.New(c.metadata.Name).Option("missingkey=zero")
+	set.Funcs(funcMap(set))
+	var names []string
+	for _, f := range files {
+		text, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		name := path.Join(c.metadata.Name, "templates", filepath.Base(f))
+		if _, err := set.New(name).Parse(string(text)); err != nil {
+			return nil, err
+		}
+		if !strings.HasPrefix(filepath.Base(f), "_") {
+			names = append(names, name)
+		}
+	}
+	out := &rendered{}
+	for _, name := range names {
+		context := map[string]interface{}{
+			"Values": values,
+			"Chart":  c.metadata,
+			"Release": map[string]interface{}{
+				"Name": release, "Namespace": namespace, "Service": "Helm",
+				"IsInstall": true, "IsUpgrade": false, "Revision": 1,
+			},
+			"Template": map[string]interface{}{
+				"Name": name, "BasePath": path.Join(c.metadata.Name, "templates"),
+			},
+		}
+		var buf bytes.Buffer
+		if err := set.ExecuteTemplate(&buf, name, context); err != nil {
+			return nil, err
+		}
+		// missingkey=zero prints a missing map key as "<no value>"; helm blanks it.
+		text := strings.ReplaceAll(buf.String(), "<no value>", "")
+		if path.Base(name) == "NOTES.txt" {
+			out.notes = text
+			continue
+		}
+		for _, doc := range documentSeparator.Split(text, -1) {
+			if doc = strings.TrimSpace(doc); doc != "" && !onlyComments(doc) {
+				out.manifests = append(out.manifests, manifest{source: name, content: doc})
+			}
+		}
+	}
+	return out, nil
+}
+
+func onlyComments(doc string) bool {
+	for _, line := range strings.Split(doc, "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			return false
+		}
+	}
+	return true
+}
+
+// funcMap is sprig's text functions less env and expandenv (helm drops them), plus the Helm
+// functions the chart uses: include and toYaml.
+func funcMap(set *template.Template) template.FuncMap {
+	funcs := sprig.TxtFuncMap()
+	delete(funcs, "env")
+	delete(funcs, "expandenv")
+	depth := map[string]int{}
+	funcs["include"] = func(name string, data interface{}) (string, error) {
+		// helm's guard against a template that includes itself without end
+		if depth[name] > 1000 {
+			return "", fmt.Errorf("rendering template has a nested reference name: %s", name)
+		}
+		depth[name]++
+		defer func() { depth[name]-- }()
+		var buf bytes.Buffer
+		err := set.ExecuteTemplate(&buf, name, data)
+		return buf.String(), err
+	}
+	funcs["toYaml"] = func(v interface{}) string {
+		data, err := yaml.Marshal(v)
+		if err != nil {
+			return "" // helm swallows the error too
+		}
+		return strings.TrimSuffix(string(data), "\n")
+	}
+	return funcs
+}
