@@ -103,8 +103,47 @@ std::string LocalCluster::LogPath(const std::string& name) const {
 absl::Status LocalCluster::StartChild(const std::string& name, int rank,
                                       std::vector<std::string> args) {
   ASSIGN_OR_RETURN(Subprocess process, Subprocess::Start(args, LogPath(name)));
-  children_.push_back({name, rank, std::move(process)});
+  children_.push_back({name, rank, std::move(process), std::move(args)});
   return absl::OkStatus();
+}
+
+absl::Status LocalCluster::RestartCoordinator() {
+  Child& old = children_.front();
+  old.process.Stop();
+  auto port_of = [](const std::string& address) { return address.substr(address.rfind(':') + 1); };
+  std::vector<std::string> args;
+  for (size_t i = 0; i < old.args.size(); ++i) {
+    const std::string& arg = old.args[i];
+    if (arg == "--port-file" || arg == "--http-port-file") {  // read once, at Start
+      ++i;
+      continue;
+    }
+    args.push_back(arg);
+    if (arg == "--port" && i + 1 < old.args.size()) {
+      args.push_back(port_of(address_));
+      ++i;
+    } else if (arg == "--http-port" && i + 1 < old.args.size() && !http_address_.empty()) {
+      args.push_back(port_of(http_address_));
+      ++i;
+    }
+  }
+  children_.erase(children_.begin());
+  RETURN_IF_ERROR(
+      StartChild(absl::StrCat("coordinator-restart", ++restarts_), -1, std::move(args)));
+  std::rotate(children_.begin(), children_.end() - 1, children_.end());  // the coordinator first
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::RestartWorker(int rank) {
+  const auto child = std::find_if(children_.begin(), children_.end(),
+                                  [rank](const Child& c) { return c.rank == rank; });
+  if (child == children_.end()) {
+    return absl::NotFoundError(absl::StrCat("no worker of rank ", rank, " was started"));
+  }
+  child->process.Stop();
+  std::vector<std::string> args = std::move(child->args);
+  children_.erase(child);
+  return StartChild(absl::StrCat("worker-", rank, "-restart", ++restarts_), rank, std::move(args));
 }
 
 Subprocess* LocalCluster::worker(int rank) {

@@ -50,6 +50,11 @@ class LocalCluster {
   Subprocess& coordinator() { return children_.front().process; }
   // The worker process of `rank`, or null when it was not started.
   Subprocess* worker(int rank);
+  // Stops the worker of `rank` if it still runs and starts it again with the same flags, as a
+  // supervisor restarts a crashed worker (its log continues in <name>-restart<N>.log).
+  absl::Status RestartWorker(int rank);
+  // The same for the coordinator, on the ports it had (the workers know its address).
+  absl::Status RestartCoordinator();
   v1::InferenceService::Stub& inference() { return *inference_; }
   std::string LogPath(const std::string& name) const;
 
@@ -58,6 +63,7 @@ class LocalCluster {
     std::string name;  // "coordinator", "worker-1"
     int rank;          // -1 for the coordinator
     Subprocess process;
+    std::vector<std::string> args;
   };
 
   explicit LocalCluster(const LocalClusterOptions& options) : options_(options) {}
@@ -69,6 +75,7 @@ class LocalCluster {
   std::string address_;
   std::string http_address_;
   std::vector<Child> children_;  // the coordinator first
+  int restarts_ = 0;
   std::unique_ptr<v1::InferenceService::Stub> inference_;
 };
 

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 
@@ -18,12 +17,12 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "common/logging.h"
 #include "coordinator/admin_service.h"
 #include "coordinator/cluster_service.h"
 #include "coordinator/engine.h"
+#include "coordinator/group_reformer.h"
 #include "coordinator/heartbeat_monitor.h"
 #include "coordinator/http_server.h"
 #include "coordinator/inference_service.h"
@@ -73,11 +72,6 @@ struct Flags {
 std::string JoinHostPort(const std::string& host, int port) {
   if (host.find(':') != std::string::npos) return absl::StrCat("[", host, "]:", port);
   return absl::StrCat(host, ":", port);
-}
-
-std::string RandomGroupId() {
-  std::random_device random;
-  return absl::StrFormat("%08x%08x", random(), random());
 }
 
 // Written to a temporary name and renamed, so a reader never sees a partial file.
@@ -238,7 +232,7 @@ int Run(const Flags& flags) {
   }
   WorkerPool pool(*workers);
   WorkerInitOptions init;
-  init.group_id = RandomGroupId();
+  init.group_id = NewGroupId();
   init.coordinator_address = address;
   // Empty: each worker loads the file of its own --model (paths are per host); LoadShard then
   // checks by size and fingerprint that every rank loaded the same model.
@@ -278,6 +272,9 @@ int Run(const Flags& flags) {
   options.max_queued_requests = flags.max_queued_requests;
   Engine engine(options, &pool, tokenizer->get());
   engine.SetMetrics(&metrics);
+  GroupReformer reformer(&cluster, &pool, init, *loaded,
+                         absl::Seconds(flags.startup_timeout_s), kLoadTimeout);
+  engine.SetGroupReformer([&reformer] { return reformer.Reform(); });
   engine.Start();
   {
     HeartbeatMonitor heartbeat(&pool, kHeartbeatInterval, kHeartbeatTimeout,

@@ -93,8 +93,29 @@ void Engine::MarkDegraded(const absl::Status& cause) {
   absl::MutexLock lock(&mutex_);
   if (!degraded_.ok()) return;
   degraded_ = absl::UnavailableError(absl::StrCat("cluster degraded: ", cause.message()));
-  LogError(kLog, "%s; re-forming the group is not implemented: restart the cluster",
-           degraded_.message());
+  LogError(kLog, "%s", degraded_.message());
+}
+
+void Engine::SetGroupReformer(std::function<absl::Status()> reform) { reform_ = std::move(reform); }
+
+bool Engine::TryReform() {
+  const absl::Status status = reform_();
+  if (!status.ok()) {
+    if (status.ToString() != last_reform_error_) {
+      LogWarning(kLog, "the collective group is not re-formed yet: %s", status.ToString());
+      last_reform_error_ = status.ToString();
+    }
+    return false;
+  }
+  last_reform_error_.clear();
+  // A restarted rank lost its KV pool, and the step ids restart with the group.
+  if (cache_ != nullptr) cache_->EvictAll();
+  step_id_ = 0;
+  absl::MutexLock lock(&mutex_);
+  LogInfo(kLog, "the collective group is re-formed: serving again (was %s)",
+          degraded_.message());
+  degraded_ = absl::OkStatus();
+  return true;
 }
 
 absl::Status Engine::health() const {
@@ -289,6 +310,8 @@ void Engine::FlushIfRequested() {
 void Engine::Run() {
   // Requests the scheduler holds but cannot run yet are retried at this pace.
   constexpr absl::Duration kRetry = absl::Milliseconds(5);
+  // Between attempts to re-form the group while degraded.
+  constexpr absl::Duration kReformRetry = absl::Seconds(1);
   bool ran = true;
   for (;;) {
     PublishStats();
@@ -301,6 +324,11 @@ void Engine::Run() {
     }
     if (!health.ok()) {
       FailAll(health);
+      ran = false;
+      if (reform_ != nullptr && !TryReform()) {
+        absl::MutexLock lock(&mutex_);
+        mutex_.AwaitWithTimeout(absl::Condition(&stopping_), kReformRetry);
+      }
       continue;
     }
     DropCancelled();
@@ -356,8 +384,10 @@ bool Engine::TakeSubmitted(absl::Duration wait) {
   std::vector<std::unique_ptr<Sequence>> submitted;
   {
     absl::MutexLock lock(&mutex_);
+    // Degraded with a reformer: wake to re-form the group (the attempts pace themselves).
     auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-      return stopping_ || !submitted_.empty() || flush_requested_ != flush_done_;
+      return stopping_ || !submitted_.empty() || flush_requested_ != flush_done_ ||
+             (reform_ != nullptr && !degraded_.ok());
     };
     if (idle) {
       mutex_.Await(absl::Condition(&wake));

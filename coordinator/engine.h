@@ -14,8 +14,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -92,6 +94,11 @@ class Engine {
 
   // Marks the cluster degraded by `cause` (the first cause sticks) and wakes the engine.
   void MarkDegraded(const absl::Status& cause);
+  // While degraded, the engine thread fails what it holds and calls `reform` (GroupReformer)
+  // every second or so until it returns OK; then it empties the prefix cache (a restarted rank's
+  // KV pool is empty), restarts step ids and serves again. Call before Start(). Without it a
+  // degraded engine stays degraded.
+  void SetGroupReformer(std::function<absl::Status()> reform);
   // OK while serving; otherwise UNAVAILABLE saying why (degraded or stopping). Draining does not
   // count: the process is healthy while it finishes its requests.
   absl::Status health() const;
@@ -135,6 +142,8 @@ class Engine {
   void FlushIfRequested();
   // Fails every request the engine holds with `status`.
   void FailAll(const absl::Status& status);
+  // One re-formation attempt while degraded (engine thread); true when serving again.
+  bool TryReform();
   // Stores what stats() returns (engine thread).
   void PublishStats();
 
@@ -158,6 +167,8 @@ class Engine {
   std::unique_ptr<RadixCache> cache_;  // null with enable_prefix_cache off
   Scheduler scheduler_;
   uint64_t step_id_ = 0;
+  std::function<absl::Status()> reform_;  // set before Start
+  std::string last_reform_error_;
 
   mutable absl::Mutex stats_mutex_;
   EngineStats stats_ ABSL_GUARDED_BY(stats_mutex_);

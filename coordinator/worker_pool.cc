@@ -22,19 +22,47 @@ constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
 
 absl::StatusCode ToAbsl(grpc::StatusCode code) { return static_cast<absl::StatusCode>(code); }
 
-}  // namespace
-
-WorkerPool::WorkerPool(std::vector<RegisteredWorker> workers) {
+std::shared_ptr<v1::WorkerService::Stub> Connect(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   args.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
-  for (int rank = 0; rank < static_cast<int>(workers.size()); ++rank) {
+  return v1::WorkerService::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+}  // namespace
+
+WorkerPool::WorkerPool(std::vector<RegisteredWorker> workers)
+    : world_size_(static_cast<int>(workers.size())) {
+  for (int rank = 0; rank < world_size_; ++rank) {
     TP_CHECK(workers[rank].rank == rank);
-    auto channel =
-        grpc::CreateCustomChannel(workers[rank].address, grpc::InsecureChannelCredentials(), args);
     reports_.emplace_back().info = workers[rank];
-    ranks_.push_back({std::move(workers[rank]), v1::WorkerService::NewStub(channel)});
+    ranks_.push_back({workers[rank], Connect(workers[rank].address)});
   }
+}
+
+void WorkerPool::UpdateWorkers(const std::vector<RegisteredWorker>& workers) {
+  TP_CHECK(static_cast<int>(workers.size()) == world_size_);
+  {
+    absl::MutexLock lock(&ranks_mutex_);
+    for (int rank = 0; rank < world_size_; ++rank) {
+      TP_CHECK(workers[rank].rank == rank);
+      Rank& r = ranks_[rank];
+      if (r.info.address != workers[rank].address) {
+        LogInfo(kLog, "rank %d moved from %s to %s", rank, r.info.address, workers[rank].address);
+        r.stub = Connect(workers[rank].address);
+      }
+      r.info = workers[rank];
+    }
+  }
+  // Not under ranks_mutex_: Heartbeat takes the two the other way round.
+  absl::MutexLock lock(&reports_mutex_);
+  for (int rank = 0; rank < world_size_; ++rank) reports_[rank].info = workers[rank];
+}
+
+std::string WorkerPool::Address(int rank) const {
+  absl::MutexLock lock(&ranks_mutex_);
+  return ranks_[rank].info.address;
 }
 
 std::vector<RankReport> WorkerPool::Reports() const {
@@ -52,11 +80,16 @@ std::vector<grpc::Status> WorkerPool::CallAll(absl::Duration timeout, bool cance
     context = std::make_unique<grpc::ClientContext>();
     context->set_deadline(deadline);
   }
+  std::vector<std::shared_ptr<v1::WorkerService::Stub>> stubs;  // alive until every call ends
+  {
+    absl::MutexLock lock(&ranks_mutex_);
+    for (const Rank& r : ranks_) stubs.push_back(r.stub);
+  }
   absl::Mutex mutex;
   int pending = n;
   std::optional<absl::Time> first_failure;
   for (int rank = 0; rank < n; ++rank) {
-    start(rank, ranks_[rank].stub->async(), contexts[rank].get(), [&, rank](grpc::Status s) {
+    start(rank, stubs[rank]->async(), contexts[rank].get(), [&, rank](grpc::Status s) {
       absl::MutexLock lock(&mutex);
       if (!s.ok() && !first_failure.has_value()) first_failure = absl::Now();
       statuses[rank] = std::move(s);
@@ -105,7 +138,7 @@ std::string WorkerPool::DescribeFailure(int rank, const grpc::Status& status,
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     cause = absl::StrCat("no answer within ", absl::FormatDuration(timeout));
   }
-  return absl::StrCat("rank ", rank, " (", ranks_[rank].info.address, ")", separator,
+  return absl::StrCat("rank ", rank, " (", Address(rank), ")", separator,
                       absl::StatusCodeToString(ToAbsl(status.error_code())), ": ", cause);
 }
 
@@ -199,14 +232,14 @@ absl::StatusOr<LoadedModel> WorkerPool::LoadShard(absl::Duration timeout) {
     const v1::LoadShardResponse& r = responses[rank];
     if (r.model_file_size() != first.model_file_size() ||
         r.model_fingerprint() != first.model_fingerprint()) {
-      differing.push_back(absl::StrCat("rank ", rank, " (", ranks_[rank].info.address, ") loaded ",
+      differing.push_back(absl::StrCat("rank ", rank, " (", Address(rank), ") loaded ",
                                        r.model_file_size(), " bytes, fingerprint ",
                                        r.model_fingerprint()));
     }
   }
   if (!differing.empty()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("ranks loaded different model files: rank 0 (", ranks_[0].info.address,
+        absl::StrCat("ranks loaded different model files: rank 0 (", Address(0),
                      ") loaded ", first.model_file_size(), " bytes, fingerprint ",
                      first.model_fingerprint(), "; ", absl::StrJoin(differing, "; ")));
   }
@@ -246,13 +279,13 @@ absl::StatusOr<v1::StepResponse> WorkerPool::Step(const v1::StepRequest& request
   }
   if (responses[0].step_id() != request.step_id()) {
     return absl::UnavailableError(absl::StrCat("step ", request.step_id(), ": rank 0 (",
-                                               ranks_[0].info.address, ") answered step ",
+                                               Address(0), ") answered step ",
                                                responses[0].step_id()));
   }
   return std::move(responses[0]);
 }
 
-absl::Status WorkerPool::Heartbeat(absl::Duration timeout) {
+absl::Status WorkerPool::Heartbeat(absl::Duration timeout, RankCheck check) {
   const v1::WorkerStatusRequest request;
   std::vector<v1::WorkerStatusResponse> responses(world_size());
   auto statuses = CallAll(timeout, /*cancel_on_failure=*/false,
@@ -277,8 +310,9 @@ absl::Status WorkerPool::Heartbeat(absl::Duration timeout) {
   const std::string failures = DescribeFailures(statuses, timeout);
   if (!failures.empty()) problems.push_back(failures);
   for (int rank = 0; rank < world_size(); ++rank) {
-    if (statuses[rank].ok() && responses[rank].state() == "failed") {
-      problems.push_back(absl::StrCat("rank ", rank, " (", ranks_[rank].info.address,
+    if (check == RankCheck::kHealthy && statuses[rank].ok() &&
+        responses[rank].state() == "failed") {
+      problems.push_back(absl::StrCat("rank ", rank, " (", Address(rank),
                                       ") reports failed: ", responses[rank].error()));
     }
   }

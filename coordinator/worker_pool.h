@@ -65,8 +65,12 @@ class WorkerPool {
   // `workers[i]` must be rank i. Channels connect lazily.
   explicit WorkerPool(std::vector<RegisteredWorker> workers);
 
-  int world_size() const { return static_cast<int>(ranks_.size()); }
-  const RegisteredWorker& worker(int rank) const { return ranks_[rank].info; }
+  int world_size() const { return world_size_; }
+
+  // Points each rank at its worker in `workers` (rank i at index i), with a new channel where
+  // the address changed: a restarted worker registers anew, maybe elsewhere. Calls in flight keep
+  // the channel they started on.
+  void UpdateWorkers(const std::vector<RegisteredWorker>& workers);
 
   // Init on every rank at once. On failure: the first failing rank's code, message naming every
   // failing rank with its address and the worker's message.
@@ -80,9 +84,12 @@ class WorkerPool {
   // first failure the calls still outstanding are cancelled, since their ranks would otherwise sit
   // in a collective waiting for the failed one.
   absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request, absl::Duration timeout);
-  // Status on every rank. UNAVAILABLE naming the ranks that do not answer within `timeout` or
-  // report the state "failed".
-  absl::Status Heartbeat(absl::Duration timeout);
+  // What Heartbeat requires of every rank: to answer and not report the state "failed", or
+  // only to answer (a rank whose collective failed reports "failed" until the next Init).
+  enum class RankCheck { kHealthy, kAnswers };
+  // Status on every rank. UNAVAILABLE naming the ranks that do not answer within `timeout` or,
+  // with kHealthy, report the state "failed".
+  absl::Status Heartbeat(absl::Duration timeout, RankCheck check = RankCheck::kHealthy);
   // Shutdown on every rank; failures are logged, not returned.
   void Shutdown(absl::Duration timeout);
 
@@ -92,7 +99,7 @@ class WorkerPool {
  private:
   struct Rank {
     RegisteredWorker info;
-    std::unique_ptr<v1::WorkerService::Stub> stub;
+    std::shared_ptr<v1::WorkerService::Stub> stub;
   };
   // Issues one call on `rank`'s stub; must arrange for `done` to run once.
   using StartCall =
@@ -120,7 +127,13 @@ class WorkerPool {
   std::string ExplainStepFailure(const std::vector<grpc::Status>& statuses,
                                  absl::Duration timeout) const;
 
-  std::vector<Rank> ranks_;  // [world_size], constant after construction
+  // The rank's address now, for messages.
+  std::string Address(int rank) const;
+
+  const int world_size_;
+  // Lock order: reports_mutex_, then ranks_mutex_ (Address under reports_mutex_).
+  mutable absl::Mutex ranks_mutex_;
+  std::vector<Rank> ranks_ ABSL_GUARDED_BY(ranks_mutex_);  // [world_size]
 
   mutable absl::Mutex reports_mutex_;
   // [world_size]: written by LoadShard and Heartbeat, read by Reports.

@@ -14,6 +14,7 @@
 #include "CLI/CLI.hpp"
 #include "kernels/cpu/threads.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/logging.h"
 #include "tpserve/v1/worker.grpc.pb.h"
 #include "worker/worker_server.h"
@@ -31,6 +32,7 @@ struct Flags {
   int threads = 0;
   int local_rank = -1;
   double gpu_memory_utilization = 0.9;
+  int coordinator_timeout_s = 30;
 };
 
 // Registers `address` as `rank`, retrying while the coordinator is unreachable. Returns an empty
@@ -97,16 +99,24 @@ int Run(const Flags& flags) {
   LogInfo("worker", "rank %d: serving on %s (pid %d)", flags.rank, worker->address(),
           static_cast<int>(getpid()));
 
-  const std::string error = Register(flags, *worker);
-  if (!error.empty()) {
-    std::fprintf(stderr, "%s\n", error.c_str());
-    return 1;
+  const absl::Duration silence = absl::Seconds(flags.coordinator_timeout_s);
+  while (true) {
+    worker->ForgetCoordinator();
+    const std::string error = Register(flags, *worker);
+    if (!error.empty()) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return 1;
+    }
+    if (!worker->shutdown_requested()) {
+      LogInfo("worker", "rank %d: registered with the coordinator at %s as %s", flags.rank,
+              flags.coordinator, worker->address());
+    }
+    if (worker->WaitForShutdownOrSilence(silence)) break;
+    LogWarning("worker",
+               "rank %d: no call from the coordinator at %s for %d s (--coordinator-timeout): "
+               "registering again, keeping the loaded shard",
+               flags.rank, flags.coordinator, flags.coordinator_timeout_s);
   }
-  if (!worker->shutdown_requested()) {
-    LogInfo("worker", "rank %d: registered with the coordinator at %s as %s", flags.rank,
-            flags.coordinator, worker->address());
-  }
-  worker->WaitForShutdownRequest();
   worker->Stop();
   LogInfo("worker", "rank %d: stopped", flags.rank);
   return 0;
@@ -137,6 +147,12 @@ int main(int argc, char** argv) {
                  "workers on one host its share)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--coordinator-timeout", flags.coordinator_timeout_s,
+                 "seconds without a call from the coordinator (it heartbeats every second) after "
+                 "which this worker registers again, for a coordinator restarted at the same "
+                 "address")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 86400));
   app.add_option("--local-rank", flags.local_rank,
                  "CUDA device ordinal this rank uses on its host when the coordinator runs "
                  "--device cuda; -1 = rank mod the number of visible devices")

@@ -85,6 +85,34 @@ void WorkerServer::WaitForShutdownRequest() {
   status_mu_.Await(absl::Condition(&shutdown_requested_));
 }
 
+void WorkerServer::ForgetCoordinator() {
+  absl::MutexLock lock(&status_mu_);
+  coordinator_known_ = false;
+}
+
+bool WorkerServer::WaitForShutdownOrSilence(absl::Duration silence) {
+  absl::MutexLock lock(&status_mu_);
+  while (true) {
+    status_mu_.AwaitWithTimeout(absl::Condition(&shutdown_requested_), absl::Seconds(1));
+    if (shutdown_requested_) return true;
+    if (coordinator_known_ && calls_in_flight_ == 0 && absl::Now() - last_call_ > silence) {
+      return false;
+    }
+  }
+}
+
+WorkerServer::CoordinatorCall::CoordinatorCall(WorkerServer* server) : server_(server) {
+  absl::MutexLock lock(&server_->status_mu_);
+  ++server_->calls_in_flight_;
+  server_->last_call_ = absl::Now();
+}
+
+WorkerServer::CoordinatorCall::~CoordinatorCall() {
+  absl::MutexLock lock(&server_->status_mu_);
+  --server_->calls_in_flight_;
+  server_->last_call_ = absl::Now();
+}
+
 void WorkerServer::RequestShutdown() {
   absl::MutexLock lock(&status_mu_);
   shutdown_requested_ = true;
@@ -111,26 +139,31 @@ grpc::Status WorkerServer::Execute(const std::function<absl::Status()>& fn) {
 
 grpc::Status WorkerServer::Init(grpc::ServerContext*, const v1::InitRequest* request,
                                 v1::InitResponse* response) {
+  const CoordinatorCall call(this);
   response->set_hostname(hostname_);
   const grpc::Status status = Execute([&] { return DoInit(*request); });
   absl::MutexLock lock(&status_mu_);
+  coordinator_known_ = true;
   response->set_device_name(device_name_);
   return status;
 }
 
 grpc::Status WorkerServer::LoadShard(grpc::ServerContext*, const v1::LoadShardRequest*,
                                      v1::LoadShardResponse* response) {
+  const CoordinatorCall call(this);
   return Execute([&] { return DoLoadShard(response); });
 }
 
 grpc::Status WorkerServer::Step(grpc::ServerContext*, const v1::StepRequest* request,
                                 v1::StepResponse* response) {
+  const CoordinatorCall call(this);
   return Execute([&] { return DoStep(*request, response); });
 }
 
 grpc::Status WorkerServer::Status(grpc::ServerContext*, const v1::WorkerStatusRequest*,
                                   v1::WorkerStatusResponse* response) {
   absl::MutexLock lock(&status_mu_);
+  last_call_ = absl::Now();  // the coordinator's heartbeat
   response->set_rank(options_.rank);
   response->set_state(state_);
   response->set_hostname(hostname_);

@@ -56,6 +56,12 @@ class WorkerServer final : public v1::WorkerService::Service {
 
   // Blocks until the Shutdown RPC or RequestShutdown.
   void WaitForShutdownRequest();
+  // Blocks until Shutdown is requested (true), or until a coordinator that has called Init went
+  // `silence` without calling at all, with no call in flight (false): it is gone, and a new one
+  // (restarted behind the same address) waits for this rank to register again.
+  bool WaitForShutdownOrSilence(absl::Duration silence);
+  // Disarms the silence check until the next Init: call before registering.
+  void ForgetCoordinator();
   void RequestShutdown();
   bool shutdown_requested();
   // Stops serving (in-flight calls get a short grace period) and finishes the queued work.
@@ -78,6 +84,16 @@ class WorkerServer final : public v1::WorkerService::Service {
 
   // Runs `fn` on the execution thread; its Status becomes the RPC's.
   grpc::Status Execute(const std::function<absl::Status()>& fn);
+
+  // Marks a coordinator call in flight for the silence check (WaitForShutdownOrSilence).
+  class CoordinatorCall {
+   public:
+    explicit CoordinatorCall(WorkerServer* server);
+    ~CoordinatorCall();
+
+   private:
+    WorkerServer* const server_;
+  };
 
   // Execution thread only.
   absl::Status DoInit(const v1::InitRequest& request);
@@ -115,6 +131,11 @@ class WorkerServer final : public v1::WorkerService::Service {
   uint64_t status_last_step_id_ ABSL_GUARDED_BY(status_mu_) = 0;
   std::deque<double> step_ms_ ABSL_GUARDED_BY(status_mu_);  // the most recent steps
   bool shutdown_requested_ ABSL_GUARDED_BY(status_mu_) = false;
+  // The silence check: armed by Init, disarmed by registering; the time of the last call's start
+  // or end, and how many are in flight.
+  bool coordinator_known_ ABSL_GUARDED_BY(status_mu_) = false;
+  absl::Time last_call_ ABSL_GUARDED_BY(status_mu_);
+  int calls_in_flight_ ABSL_GUARDED_BY(status_mu_) = 0;
 
   // Last: destroyed first, so queued work finishes while everything above still exists.
   ExecutionThread exec_;

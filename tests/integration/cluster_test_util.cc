@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tpserve/v1/admin.grpc.pb.h"
 
@@ -137,6 +138,32 @@ CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration li
   result.output = text.str();
   std::filesystem::remove_all(dir);
   return result;
+}
+
+bool WaitForServing(LocalCluster& cluster, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    v1::HealthResponse health;
+    if (cluster.inference().Health(&context, v1::HealthRequest(), &health).ok() &&
+        health.state() == v1::HealthResponse::STATE_SERVING) {
+      return true;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return false;
+}
+
+void ExpectServesAgain(LocalCluster& cluster, const LocalClusterOptions& options,
+                       absl::Time restarted, const std::vector<int32_t>& prompt,
+                       const std::vector<int32_t>& expected, const char* test) {
+  ASSERT_TRUE(WaitForServing(cluster, absl::Seconds(120))) << LogTails(options);
+  std::printf("%s: serving again %.2f s after the restart\n", test,
+              absl::ToDoubleSeconds(absl::Now() - restarted));
+  const auto after = GenerateGreedy(cluster, prompt, static_cast<int>(expected.size()));
+  ASSERT_TRUE(after.ok()) << after.status() << "\n" << LogTails(options);
+  EXPECT_EQ(*after, expected);
 }
 
 }  // namespace tpserve::testing

@@ -34,6 +34,16 @@ absl::StatusOr<std::vector<int32_t>> GenerateGreedy(LocalCluster& cluster,
 // The coordinator's AdminService.ClusterStatus.
 absl::StatusOr<v1::ClusterStatusResponse> ClusterStatus(LocalCluster& cluster);
 
+// Polls Health until the cluster serves: true, or false at `timeout`.
+bool WaitForServing(LocalCluster& cluster, absl::Duration timeout);
+
+// After a process of the cluster was restarted at `restarted`: expects (gtest) that the cluster
+// serves again within 120 s, printing after how long under `test`, and that greedy generation of
+// `prompt` gives `expected`, as before the restart.
+void ExpectServesAgain(LocalCluster& cluster, const LocalClusterOptions& options,
+                       absl::Time restarted, const std::vector<int32_t>& prompt,
+                       const std::vector<int32_t>& expected, const char* test);
+
 // Token ids of the teacher-forced prompts in tests/golden/logits_top20.json.
 std::vector<std::vector<int32_t>> GoldenPromptIds();
 

@@ -1,8 +1,11 @@
 // SIGKILL one worker mid-generation: the request fails with a clear error within the step
 // deadline, the coordinator stays up, reports the cluster degraded and refuses new requests.
+// Then the worker is started again, as a supervisor (Kubernetes) would: the coordinator re-forms
+// the group by itself and serves again, answering as it did before the crash.
 #include <signal.h>
 
 #include <filesystem>
+#include <vector>
 
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -11,13 +14,16 @@
 namespace tpserve::testing {
 namespace {
 
-TEST(WorkerCrashDuringStep, RequestFailsAndClusterIsDegraded) {
+TEST(WorkerCrashDuringStep, RequestFailsClusterDegradesThenRecoversWhenTheWorkerReturns) {
   constexpr int kStepTimeoutS = 10;
   LocalClusterOptions options = ClusterOptions(TPSERVE_MODEL_PATH, 3);
   options.coordinator_args = {"--step-timeout", std::to_string(kStepTimeoutS)};
   auto started = StartServing(options, absl::Seconds(120));
   ASSERT_TRUE(started.ok()) << started.status();
   LocalCluster& cluster = **started;
+  const std::vector<int32_t> prompt = GoldenPromptIds().front();
+  const auto before = GenerateGreedy(cluster, prompt, 8);
+  ASSERT_TRUE(before.ok()) << before.status();
 
   v1::GenerateRequest request;
   request.set_text("Tell me a very long story about a lighthouse keeper.");
@@ -57,6 +63,9 @@ TEST(WorkerCrashDuringStep, RequestFailsAndClusterIsDegraded) {
   EXPECT_EQ(refused_status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(refused_status.error_message().find("degraded"), std::string::npos)
       << refused_status.error_message();
+
+  ASSERT_TRUE(cluster.RestartWorker(1).ok());
+  ExpectServesAgain(cluster, options, absl::Now(), prompt, *before, "worker_crash_during_step");
   cluster.StopAll();
   std::filesystem::remove_all(options.log_dir);
 }
