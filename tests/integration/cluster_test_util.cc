@@ -155,15 +155,23 @@ bool WaitForServing(LocalCluster& cluster, absl::Duration timeout) {
   return false;
 }
 
-void ExpectServesAgain(LocalCluster& cluster, const LocalClusterOptions& options,
-                       absl::Time restarted, const std::vector<int32_t>& prompt,
-                       const std::vector<int32_t>& expected, const char* test) {
-  ASSERT_TRUE(WaitForServing(cluster, absl::Seconds(120))) << LogTails(options);
+absl::StatusOr<ServingCluster> StartWithAnswer(const LocalClusterOptions& options) {
+  ServingCluster serving;
+  ASSIGN_OR_RETURN(serving.cluster, StartServing(options, absl::Seconds(120)));
+  serving.prompt = GoldenPromptIds().front();
+  ASSIGN_OR_RETURN(serving.answer, GenerateGreedy(*serving.cluster, serving.prompt, 8));
+  return serving;
+}
+
+void ExpectServesAgain(ServingCluster& serving, const LocalClusterOptions& options,
+                       absl::Time restarted, const char* test) {
+  ASSERT_TRUE(WaitForServing(*serving.cluster, absl::Seconds(120))) << LogTails(options);
   std::printf("%s: serving again %.2f s after the restart\n", test,
               absl::ToDoubleSeconds(absl::Now() - restarted));
-  const auto after = GenerateGreedy(cluster, prompt, static_cast<int>(expected.size()));
+  const auto after =
+      GenerateGreedy(*serving.cluster, serving.prompt, static_cast<int>(serving.answer.size()));
   ASSERT_TRUE(after.ok()) << after.status() << "\n" << LogTails(options);
-  EXPECT_EQ(*after, expected);
+  EXPECT_EQ(*after, serving.answer);
 }
 
 }  // namespace tpserve::testing

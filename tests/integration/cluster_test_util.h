@@ -37,12 +37,18 @@ absl::StatusOr<v1::ClusterStatusResponse> ClusterStatus(LocalCluster& cluster);
 // Polls Health until the cluster serves: true, or false at `timeout`.
 bool WaitForServing(LocalCluster& cluster, absl::Duration timeout);
 
-// After a process of the cluster was restarted at `restarted`: expects (gtest) that the cluster
-// serves again within 120 s, printing after how long under `test`, and that greedy generation of
-// `prompt` gives `expected`, as before the restart.
-void ExpectServesAgain(LocalCluster& cluster, const LocalClusterOptions& options,
-                       absl::Time restarted, const std::vector<int32_t>& prompt,
-                       const std::vector<int32_t>& expected, const char* test);
+// A serving cluster and the greedy answer it gave to a golden prompt before anything broke.
+struct ServingCluster {
+  std::unique_ptr<LocalCluster> cluster;
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> answer;  // 8 tokens
+};
+absl::StatusOr<ServingCluster> StartWithAnswer(const LocalClusterOptions& options);
+
+// After a process of the cluster was restarted at `restarted`: expects (gtest) that it serves
+// again within 120 s, printing after how long under `test`, and answers the prompt as before.
+void ExpectServesAgain(ServingCluster& serving, const LocalClusterOptions& options,
+                       absl::Time restarted, const char* test);
 
 // Token ids of the teacher-forced prompts in tests/golden/logits_top20.json.
 std::vector<std::vector<int32_t>> GoldenPromptIds();

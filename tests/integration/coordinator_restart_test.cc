@@ -18,17 +18,14 @@ constexpr int kCoordinatorTimeoutS = 3;
 TEST(CoordinatorRestart, WorkersRegisterAgainAndTheClusterServes) {
   LocalClusterOptions options = ClusterOptions(TPSERVE_MODEL_PATH, 3);
   options.worker_args = {"--coordinator-timeout", std::to_string(kCoordinatorTimeoutS)};
-  auto started = StartServing(options, absl::Seconds(120));
-  ASSERT_TRUE(started.ok()) << started.status();
-  LocalCluster& cluster = **started;
-  const std::vector<int32_t> prompt = GoldenPromptIds().front();
-  const auto before = GenerateGreedy(cluster, prompt, 8);
-  ASSERT_TRUE(before.ok()) << before.status();
+  auto serving = StartWithAnswer(options);
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  LocalCluster& cluster = *serving->cluster;
 
   cluster.coordinator().Signal(SIGKILL);
   ASSERT_TRUE(cluster.coordinator().Wait(absl::Seconds(10)).has_value());
   ASSERT_TRUE(cluster.RestartCoordinator().ok());
-  ExpectServesAgain(cluster, options, absl::Now(), prompt, *before, "coordinator_restart");
+  ExpectServesAgain(*serving, options, absl::Now(), "coordinator_restart");
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_FALSE(cluster.worker(rank)->Poll().has_value()) << "worker " << rank << " exited";
   }

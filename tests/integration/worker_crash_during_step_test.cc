@@ -18,12 +18,9 @@ TEST(WorkerCrashDuringStep, RequestFailsClusterDegradesThenRecoversWhenTheWorker
   constexpr int kStepTimeoutS = 10;
   LocalClusterOptions options = ClusterOptions(TPSERVE_MODEL_PATH, 3);
   options.coordinator_args = {"--step-timeout", std::to_string(kStepTimeoutS)};
-  auto started = StartServing(options, absl::Seconds(120));
-  ASSERT_TRUE(started.ok()) << started.status();
-  LocalCluster& cluster = **started;
-  const std::vector<int32_t> prompt = GoldenPromptIds().front();
-  const auto before = GenerateGreedy(cluster, prompt, 8);
-  ASSERT_TRUE(before.ok()) << before.status();
+  auto serving = StartWithAnswer(options);
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  LocalCluster& cluster = *serving->cluster;
 
   v1::GenerateRequest request;
   request.set_text("Tell me a very long story about a lighthouse keeper.");
@@ -65,7 +62,7 @@ TEST(WorkerCrashDuringStep, RequestFailsClusterDegradesThenRecoversWhenTheWorker
       << refused_status.error_message();
 
   ASSERT_TRUE(cluster.RestartWorker(1).ok());
-  ExpectServesAgain(cluster, options, absl::Now(), prompt, *before, "worker_crash_during_step");
+  ExpectServesAgain(*serving, options, absl::Now(), "worker_crash_during_step");
   cluster.StopAll();
   std::filesystem::remove_all(options.log_dir);
 }
