@@ -134,8 +134,7 @@ absl::Status LlamaModel::Logits(const ForwardBatch& batch, const float* hidden_s
 
   const int world = layout_.world_size;
   const int64_t vocab = config_.vocab_size;
-  std::vector<int64_t> counts(world);
-  for (int r = 0; r < world; ++r) counts[r] = m * BalancedRange(vocab, r, world).size;
+  const std::vector<int64_t> counts = VocabGatherCounts(vocab, world, m);
   std::vector<float> gathered(layout_.rank == 0 ? m * vocab : 0);  // rank chunks [m, vocab_r]
   RETURN_IF_ERROR(comm_->GatherToRoot(local.data(), counts, gathered.data()));
   logits->clear();

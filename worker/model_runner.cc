@@ -56,8 +56,9 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
         "CUDA toolkit)");
   }
 #endif
+  CudaDeviceChoice cuda_device;
   if (options.device == Device::kCuda) {  // Before loading: say at once when there is no GPU.
-    RETURN_IF_ERROR(SelectCudaDevice(options.cuda.device, comm->rank()).status());
+    ASSIGN_OR_RETURN(cuda_device, SelectCudaDevice(options.cuda.device, comm->rank()));
   }
   std::unique_ptr<ModelRunner> runner(new ModelRunner());
   ASSIGN_OR_RETURN(runner->file_, GgufFile::Open(options.model_path));
@@ -69,8 +70,9 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   ASSIGN_OR_RETURN(ModelWeights weights, LoadShard(*runner->file_, runner->config_, layout));
 #if TPSERVE_WITH_CUDA
   if (options.device == Device::kCuda) {
-    ASSIGN_OR_RETURN(runner->model_, cuda::CudaLlamaModel::Create(options, runner->config_, layout,
-                                                                  std::move(weights), comm));
+    ASSIGN_OR_RETURN(runner->model_,
+                     cuda::CudaLlamaModel::Create(options, cuda_device, runner->config_, layout,
+                                                  std::move(weights), comm));
     return runner;
   }
 #endif

@@ -59,4 +59,12 @@ absl::StatusOr<ShardLayout> ShardLayout::Make(const ModelConfig& config, int ran
   return layout;
 }
 
+std::vector<int64_t> VocabGatherCounts(int64_t vocab_size, int world_size, int64_t rows) {
+  std::vector<int64_t> counts(world_size);
+  for (int r = 0; r < world_size; ++r) {
+    counts[r] = rows * BalancedRange(vocab_size, r, world_size).size;
+  }
+  return counts;
+}
+
 }  // namespace tpserve

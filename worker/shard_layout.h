@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/model_config.h"
@@ -41,5 +42,9 @@ std::string ValidTensorParallelSizes(const ModelConfig& config);
 
 // The balanced share of `total` items for `rank` of `world_size`: sizes differ by at most one.
 Range BalancedRange(int64_t total, int rank, int world_size);
+
+// The floats each rank sends when `rows` rows of its vocabulary slice of the logits are gathered
+// on rank 0 (Communicator::GatherToRoot): rows × that rank's vocabulary share, by rank.
+std::vector<int64_t> VocabGatherCounts(int64_t vocab_size, int world_size, int64_t rows);
 
 }  // namespace tpserve

@@ -82,8 +82,8 @@ CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, const ShardLayout& lay
       stream_(std::move(stream)) {}
 
 absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(
-    const ModelRunnerOptions& options, const ModelConfig& config, const ShardLayout& layout,
-    ModelWeights weights, Communicator* comm) {
+    const ModelRunnerOptions& options, const CudaDeviceChoice& device, const ModelConfig& config,
+    const ShardLayout& layout, ModelWeights weights, Communicator* comm) {
   const CudaRunnerOptions& cuda = options.cuda;
   if (cuda.max_num_seqs <= 0 || cuda.max_num_batched_tokens <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -97,15 +97,14 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(
   RETURN_IF_ERROR(CheckShapes(config, layout, weights, *comm));
   RETURN_IF_ERROR(PagedAttentionSupported(layout.q_heads.size, layout.kv_heads.size,
                                           config.head_dim, options.block_size));
-  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(cuda.device),
-                             absl::StrCat("cudaSetDevice(", cuda.device, ")")));
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device.ordinal),
+                             absl::StrCat("cudaSetDevice(", device.ordinal, ")")));
   ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
+  CudaRunnerOptions resolved = cuda;
+  resolved.device = device.ordinal;
   std::unique_ptr<CudaLlamaModel> model(
-      new CudaLlamaModel(config, layout, comm, cuda, std::move(stream)));
-  cudaDeviceProp properties;
-  RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&properties, cuda.device),
-                             "cudaGetDeviceProperties"));
-  model->device_name_ = absl::StrCat("cuda:", cuda.device, " (", properties.name, ")");
+      new CudaLlamaModel(config, layout, comm, resolved, std::move(stream)));
+  model->device_name_ = device.name;
   KvCacheShape& kv = model->kv_shape_;
   kv.num_layers = config.num_layers;
   kv.block_size = options.block_size;
@@ -130,12 +129,10 @@ absl::Status CudaLlamaModel::WarmUpCollectives() {
   // NCCL sets up connections, and allocates their buffers, at a communicator's first collective
   // of each kind: let that happen before the KV pool takes what is free. The data is garbage.
   RETURN_IF_ERROR(EnqueueAllReduce(partial_.data(), token_capacity_ * config_.hidden_size));
-  std::vector<int64_t> counts(layout_.world_size);
-  for (int r = 0; r < layout_.world_size; ++r) {
-    counts[r] = logits_capacity_ * BalancedRange(config_.vocab_size, r, layout_.world_size).size;
-  }
-  RETURN_IF_ERROR(comm_->nccl()->EnqueueGatherToRoot(local_logits_.data(), counts,
-                                                     gathered_.data(), stream_.get()));
+  RETURN_IF_ERROR(comm_->nccl()->EnqueueGatherToRoot(
+      local_logits_.data(),
+      VocabGatherCounts(config_.vocab_size, layout_.world_size, logits_capacity_),
+      gathered_.data(), stream_.get()));
   return stream_.Synchronize();
 }
 
@@ -370,12 +367,9 @@ absl::Status CudaLlamaModel::EnqueueLogits(const int32_t* rows, int64_t count) {
   RETURN_IF_ERROR(gemm_->MatmulBT(selected_.data(), head, count, layout_.vocab.size, hidden,
                                   local_logits_.data(), stream));
   if (layout_.world_size == 1) return absl::OkStatus();
-  std::vector<int64_t> counts(layout_.world_size);
-  for (int r = 0; r < layout_.world_size; ++r) {
-    counts[r] = count * BalancedRange(config_.vocab_size, r, layout_.world_size).size;
-  }
-  return comm_->nccl()->EnqueueGatherToRoot(local_logits_.data(), counts, gathered_.data(),
-                                            stream);
+  return comm_->nccl()->EnqueueGatherToRoot(
+      local_logits_.data(), VocabGatherCounts(config_.vocab_size, layout_.world_size, count),
+      gathered_.data(), stream);
 }
 
 absl::Status CudaLlamaModel::EnqueueLogitsCopy(int64_t count, int64_t wanted, float* dst) {

@@ -31,6 +31,7 @@
 #include "kernels/cuda/gemm.h"
 #include "model/model_config.h"
 #include "worker/comm/communicator.h"
+#include "worker/cuda_backend.h"
 #include "worker/cuda/cuda_graph.h"
 #include "worker/cuda/device_weights.h"
 #include "worker/model_runner.h"
@@ -47,7 +48,9 @@ class CudaLlamaModel : public StepModel {
   // by an NcclCommunicator on the same device. FAILED_PRECONDITION without a usable device or
   // NCCL, RESOURCE_EXHAUSTED when the weights, buffers or pool do not fit, INVALID_ARGUMENT for
   // shapes the kernels do not support.
+  // `device` is options.cuda.device as SelectCudaDevice found it.
   static absl::StatusOr<std::unique_ptr<CudaLlamaModel>> Create(const ModelRunnerOptions& options,
+                                                                const CudaDeviceChoice& device,
                                                                 const ModelConfig& config,
                                                                 const ShardLayout& layout,
                                                                 ModelWeights weights,
