@@ -17,7 +17,7 @@
 #include "model/tokenizer.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/forward_batch.h"
-#include "worker/model_runner.h"
+#include "worker/model_loader.h"
 
 namespace tpserve {
 namespace {
@@ -63,7 +63,7 @@ absl::Status Generate(const Flags& flags) {
     options.cuda.max_num_batched_tokens = static_cast<int64_t>(prompt.size());
     options.cuda.enforce_eager = flags.enforce_eager;
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner, ModelRunner::Create(options, &comm));
+  ASSIGN_OR_RETURN(std::unique_ptr<RankModel> runner, LoadRankModel(options, &comm));
   if (total > runner->config().context_length) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt (", prompt.size(), " tokens) plus --max-tokens (", flags.max_tokens,
@@ -72,10 +72,11 @@ absl::Status Generate(const Flags& flags) {
   std::vector<int32_t> block_table(options.kv_cache_blocks);
   for (int32_t b = 0; b < options.kv_cache_blocks; ++b) block_table[b] = b;
 
-  cpu::SamplingParams sampling;
+  SamplingParams sampling;
   sampling.temperature = flags.temperature;
   sampling.top_k = flags.top_k;
   sampling.top_p = flags.top_p;
+  RETURN_IF_ERROR(sampling.Validate());
   std::mt19937_64 rng(flags.seed);
   IncrementalDetokenizer detokenizer(*tokenizer);
   const int64_t vocab = runner->config().vocab_size;

@@ -34,7 +34,7 @@
 #include "model/gguf_file.h"
 #include "model/model_config.h"
 #include "model/tokenizer.h"
-#include "worker/shard_layout.h"
+#include "model/shard_layout.h"
 
 namespace tpserve {
 namespace {

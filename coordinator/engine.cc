@@ -9,42 +9,15 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "coordinator/radix_cache.h"
 
 namespace tpserve {
 namespace {
 
 constexpr char kLog[] = "engine";
 
-absl::Status CheckSampling(const v1::SamplingParams& s) {
-  auto bad = [](const char* field, float value, const char* rule) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampling.", field, " = ", value, " is invalid: ", rule));
-  };
-  if (!std::isfinite(s.temperature()) || s.temperature() < 0) {
-    return bad("temperature", s.temperature(), "must be >= 0");
-  }
-  if (s.top_k() < 0) return bad("top_k", s.top_k(), "must be >= 0 (0 disables it)");
-  if (!(s.top_p() > 0 && s.top_p() <= 1)) return bad("top_p", s.top_p(), "must be in (0, 1]");
-  if (!(s.min_p() >= 0 && s.min_p() <= 1)) return bad("min_p", s.min_p(), "must be in [0, 1]");
-  // Bounded so that penalized logits stay finite (logit / 1e-40 would be +inf).
-  if (!(s.repetition_penalty() >= 0.01f && s.repetition_penalty() <= 100.0f)) {
-    return bad("repetition_penalty", s.repetition_penalty(),
-               "must be in [0.01, 100] (1 disables it)");
-  }
-  if (!(s.presence_penalty() >= -2.0f && s.presence_penalty() <= 2.0f)) {
-    return bad("presence_penalty", s.presence_penalty(), "must be in [-2, 2]");
-  }
-  if (!(s.frequency_penalty() >= -2.0f && s.frequency_penalty() <= 2.0f)) {
-    return bad("frequency_penalty", s.frequency_penalty(), "must be in [-2, 2]");
-  }
-  return absl::OkStatus();
-}
 
-}  // namespace
-
-namespace {
-
-SchedulerOptions ToSchedulerOptions(const EngineOptions& options) {
+SchedulerOptions ToSchedulerOptions(const EngineOptions& options, const Tokenizer& tokenizer) {
   SchedulerOptions s;
   s.block_size = options.block_size;
   s.max_num_seqs = options.max_num_seqs;
@@ -53,6 +26,8 @@ SchedulerOptions ToSchedulerOptions(const EngineOptions& options) {
       kMaxScoreLogitBytes / (std::max<int64_t>(options.vocab_size, 1) * 4), 1,
       options.max_num_batched_tokens));
   s.context_length = options.context_length;
+  s.vocab_size = options.vocab_size;
+  s.end_of_generation_ids = tokenizer.end_of_generation_ids();
   return s;
 }
 
@@ -64,9 +39,10 @@ Engine::Engine(EngineOptions options, WorkerPool* pool, const Tokenizer* tokeniz
       tokenizer_(tokenizer),
       blocks_(options.num_blocks),
       cache_(options.enable_prefix_cache
-                 ? std::make_unique<RadixCache>(options.block_size, &blocks_)
-                 : nullptr),
-      scheduler_(ToSchedulerOptions(options), &blocks_, cache_.get()) {
+                 ? std::unique_ptr<PrefixCache>(
+                       std::make_unique<RadixCache>(options.block_size, &blocks_))
+                 : std::make_unique<NoPrefixCache>()),
+      scheduler_(ToSchedulerOptions(options, *tokenizer), &blocks_, cache_.get()) {
   TP_CHECK(options_.block_size > 0 && options_.max_num_seqs > 0);
   TP_CHECK(options_.max_num_batched_tokens > 0);
   TP_CHECK(options_.context_length > 0 && options_.vocab_size > 0);
@@ -109,7 +85,7 @@ bool Engine::TryReform() {
   }
   last_reform_error_.clear();
   // A restarted rank lost its KV pool, and the step ids restart with the group.
-  if (cache_ != nullptr) cache_->EvictAll();
+  cache_->EvictAll();
   step_id_ = 0;
   absl::MutexLock lock(&mutex_);
   LogInfo(kLog, "the collective group is re-formed: serving again (was %s)",
@@ -174,7 +150,7 @@ absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
       return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] is empty"));
     }
   }
-  RETURN_IF_ERROR(CheckSampling(params.sampling));
+  RETURN_IF_ERROR(params.sampling.Validate());
   for (int32_t id : params.stop_token_ids) {
     if (id < 0 || id >= tokenizer_->vocab_size()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -197,7 +173,7 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::SubmitGenera
     seq->prompt_len = static_cast<int32_t>(params.prompt.size());
     seq->params = params;
     seq->params.prompt.clear();  // kept once per sample, in tokens
-    seq->params.sampling.set_seed(params.sampling.seed() + i);
+    seq->params.sampling.seed = params.sampling.seed + i;
     seq->group = group;
     seq->group_leader = group != nullptr && i == 0;
     seq->detokenizer = std::make_unique<IncrementalDetokenizer>(*tokenizer_);
@@ -219,8 +195,6 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::SubmitScore(std::vector<i
   seq->kind = Sequence::Kind::kScore;
   seq->prompt_len = static_cast<int32_t>(prompt.size());
   seq->tokens = std::move(prompt);
-  seq->params.sampling.set_top_p(1);
-  seq->params.sampling.set_repetition_penalty(1);
   std::vector<std::unique_ptr<Sequence>> one;
   one.push_back(std::move(seq));
   ASSIGN_OR_RETURN(std::vector<std::shared_ptr<RequestStream>> streams, Enqueue(std::move(one)));
@@ -278,7 +252,6 @@ bool Engine::draining() const {
 }
 
 absl::StatusOr<int32_t> Engine::FlushPrefixCache() {
-  if (cache_ == nullptr) return 0;
   absl::MutexLock lock(&mutex_);
   const uint64_t ticket = ++flush_requested_;
   auto done = [this, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
@@ -316,7 +289,7 @@ void Engine::Run() {
   for (;;) {
     PublishStats();
     if (!TakeSubmitted(ran ? absl::ZeroDuration() : kRetry)) break;
-    if (cache_ != nullptr) FlushIfRequested();
+    FlushIfRequested();
     absl::Status health;
     {
       absl::MutexLock lock(&mutex_);
@@ -360,11 +333,9 @@ void Engine::PublishStats() {
   EngineStats stats;
   stats.blocks_total = blocks_.num_blocks();
   stats.blocks_free = blocks_.num_free();
-  if (cache_ != nullptr) {
-    stats.blocks_cached = cache_->num_cached_blocks();
-    stats.blocks_evictable = cache_->num_evictable_blocks();
-    stats.prefix_cache = cache_->stats();
-  }
+  stats.blocks_cached = cache_->num_cached_blocks();
+  stats.blocks_evictable = cache_->num_evictable_blocks();
+  stats.prefix_cache = cache_->stats();
   stats.num_running = scheduler_.num_running();
   stats.num_waiting = scheduler_.num_waiting();
   stats.counters = scheduler_.counters();
@@ -410,122 +381,62 @@ void Engine::DropCancelled() {
   }
 }
 
-bool Engine::ApplyScore(const ScheduledBatch::Entry& entry, const v1::SequenceOutput* output,
-                        uint64_t step_id) {
-  Sequence& seq = *entry.seq;
-  const int64_t expected = static_cast<int64_t>(entry.num_tokens) * options_.vocab_size;
-  if (output == nullptr || output->logits_size() != expected) {
-    seq.stream->Fail(absl::InternalError(
-        absl::StrCat("rank 0 returned ", output == nullptr ? 0 : output->logits_size(),
-                     " logits for step ", step_id, ", expected ", expected)));
-    return true;
-  }
-  seq.score_logits.insert(seq.score_logits.end(), output->logits().begin(),
-                          output->logits().end());
-  if (seq.num_computed < static_cast<int32_t>(seq.tokens.size())) return false;
-  seq.stream->FinishScore(std::move(seq.score_logits), seq.prompt_len);
-  LogInfo(kLog, "request %d: scored %d positions in %.3f s", seq.request_id, seq.prompt_len,
-          absl::ToDoubleSeconds(absl::Now() - seq.arrival));
-  return true;
-}
-
 void Engine::Apply(const ScheduledBatch& batch, const v1::StepResponse& response) {
-  scheduler_.Commit(batch);
-  absl::flat_hash_map<uint64_t, const v1::SequenceOutput*> outputs;
-  for (const v1::SequenceOutput& output : response.outputs()) outputs[output.seq_id()] = &output;
-
-  std::vector<Sequence*> done;  // finished (or failed) this step
-  for (const ScheduledBatch::Entry& entry : batch.entries) {
-    Sequence& seq = *entry.seq;
-    auto it = outputs.find(seq.seq_id);
-    const v1::SequenceOutput* output = it == outputs.end() ? nullptr : it->second;
-    if (seq.kind == Sequence::Kind::kScore) {
-      if (ApplyScore(entry, output, response.step_id())) done.push_back(&seq);
-      continue;
+  std::vector<SequenceUpdate> updates = scheduler_.Postprocess(batch, response);
+  const absl::Time now = absl::Now();
+  Metrics* metrics = metrics_.load();
+  for (SequenceUpdate& update : updates) {
+    Sequence& seq = *update.seq;
+    if (update.num_sampled > 0) {
+      if (metrics != nullptr) {
+        if (seq.last_token == absl::InfinitePast()) {
+          metrics->ObserveTimeToFirstToken(absl::ToDoubleSeconds(now - seq.arrival));
+        } else {
+          metrics->ObserveInterTokenLatency(absl::ToDoubleSeconds(now - seq.last_token));
+        }
+        metrics->AddGenerationTokens(update.num_sampled);
+      }
+      seq.last_token = now;
     }
-    if (!entry.completes()) continue;  // a prefill chunk: nothing sampled yet
-
-    if (output == nullptr || output->token_id() < 0 ||
-        output->token_id() >= tokenizer_->vocab_size()) {
-      const std::string what =
-          output == nullptr ? "no token" : absl::StrCat("token ", output->token_id());
-      LogError(kLog, "request %d: rank 0 returned %s in step %d", seq.request_id, what,
-               response.step_id());
-      seq.stream->Fail(absl::InternalError(
-          absl::StrCat("rank 0 returned ", what, " for step ", response.step_id())));
-      done.push_back(&seq);
-      continue;
+    for (SequenceUpdate::Token& token : update.tokens) {
+      seq.stream->Push(token.id, std::move(token.text), std::move(token.logprob));
     }
-    if (ApplyToken(seq, *output)) done.push_back(&seq);
+    if (!update.tail.empty()) seq.stream->PushText(std::move(update.tail));
+    if (!update.error.ok()) {
+      LogError(kLog, "request %d: %s", seq.request_id, update.error.message());
+    } else if (seq.finish_reason.has_value()) {
+      const FinishReason finish = *seq.finish_reason;
+      if (metrics != nullptr) {
+        metrics->ObserveE2eRequestLatency(absl::ToDoubleSeconds(now - seq.arrival));
+        metrics->AddPromptTokens(seq.prompt_len);
+        metrics->AddRequestSuccess(FinishReasonName(finish));
+      }
+      LogInfo(kLog,
+              "request %d: sample %d finished (%s), %d prompt (%d cached) + %d generated tokens "
+              "in %.3f s",
+              seq.request_id, seq.stream->index(), FinishReasonName(finish), seq.prompt_len,
+              std::max(seq.cached_prompt_tokens, 0), seq.num_generated(),
+              absl::ToDoubleSeconds(now - seq.arrival));
+    } else if (update.finished != nullptr) {
+      LogInfo(kLog, "request %d: scored %d positions in %.3f s", seq.request_id, seq.prompt_len,
+              absl::ToDoubleSeconds(now - seq.arrival));
+    }
   }
-  std::vector<std::unique_ptr<Sequence>> finished;
-  for (Sequence* seq : done) finished.push_back(scheduler_.Finish(seq));
   // Clients learn of the end only after the stats say so: what they see next in /metrics,
   // ClusterStatus or tpctl already counts their request as finished.
   PublishStats();
-  for (const std::unique_ptr<Sequence>& seq : finished) {
-    if (!seq->finish_reason.has_value()) continue;  // failed or scored: already told
-    seq->stream->Finish(*seq->finish_reason, seq->prompt_len, seq->num_generated(),
-                        std::max(seq->cached_prompt_tokens, 0));
-  }
-}
-
-std::optional<TokenLogprob> Engine::ToLogprob(const Sequence& seq,
-                                              const v1::SequenceOutput& output) const {
-  if (seq.params.logprobs < 0) return std::nullopt;
-  TokenLogprob logprob;
-  logprob.token_id = output.token_id();
-  logprob.logprob = output.logprob();
-  for (int i = 0; i < output.top_token_ids_size() && i < output.top_logprobs_size(); ++i) {
-    logprob.top.emplace_back(output.top_token_ids(i), output.top_logprobs(i));
-  }
-  return logprob;
-}
-
-bool Engine::ApplyToken(Sequence& seq, const v1::SequenceOutput& output) {
-  const int32_t token = output.token_id();
-  const absl::Time now = absl::Now();
-  Metrics* metrics = metrics_.load();
-  if (metrics != nullptr) {
-    if (seq.last_token == absl::InfinitePast()) {
-      metrics->ObserveTimeToFirstToken(absl::ToDoubleSeconds(now - seq.arrival));
+  for (SequenceUpdate& update : updates) {
+    Sequence* seq = update.finished.get();
+    if (seq == nullptr) continue;
+    if (!update.error.ok()) {
+      seq->stream->Fail(update.error);
+    } else if (seq->kind == Sequence::Kind::kScore) {
+      seq->stream->FinishScore(std::move(seq->score_logits), seq->prompt_len);
     } else {
-      metrics->ObserveInterTokenLatency(absl::ToDoubleSeconds(now - seq.last_token));
+      seq->stream->Finish(*seq->finish_reason, seq->prompt_len, seq->num_generated(),
+                          std::max(seq->cached_prompt_tokens, 0));
     }
-    metrics->AddGenerationTokens(1);
   }
-  seq.last_token = now;
-
-  std::optional<FinishReason> finish =
-      scheduler_.AppendToken(seq, token, tokenizer_->IsEndOfGeneration(token));
-  if (finish != FinishReason::kStop) {
-    // A stop token's text is not part of the output; every other token's is, up to a stop
-    // string.
-    StopStringMatcher::Result text = seq.stop_matcher->Add(seq.detokenizer->Add(token));
-    if (text.matched) finish = FinishReason::kStop;
-    seq.stream->Push(token, std::move(text.text), ToLogprob(seq, output));
-  }
-  if (!finish.has_value()) return false;
-
-  if (!seq.stop_matcher->matched()) {
-    StopStringMatcher::Result tail = seq.stop_matcher->Add(seq.detokenizer->Flush());
-    std::string rest = std::move(tail.text);
-    if (!tail.matched) rest += seq.stop_matcher->Flush();
-    if (!rest.empty()) seq.stream->PushText(std::move(rest));
-  }
-  const int32_t cached = std::max(seq.cached_prompt_tokens, 0);
-  seq.finish_reason = finish;
-  if (metrics != nullptr) {
-    metrics->ObserveE2eRequestLatency(absl::ToDoubleSeconds(now - seq.arrival));
-    metrics->AddPromptTokens(seq.prompt_len);
-    metrics->AddRequestSuccess(FinishReasonName(*finish));
-  }
-  LogInfo(kLog,
-          "request %d: sample %d finished (%s), %d prompt (%d cached) + %d generated tokens in "
-          "%.3f s",
-          seq.request_id, seq.stream->index(), FinishReasonName(*finish), seq.prompt_len, cached,
-          seq.num_generated(), absl::ToDoubleSeconds(now - seq.arrival));
-  return true;
 }
 
 void Engine::RecordQueueTimes(const ScheduledBatch& batch) {

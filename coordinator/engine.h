@@ -1,13 +1,14 @@
 // The engine: one thread that owns every request, the block pool, the prefix cache and the
 // Scheduler, and drives the workers in lockstep. Each step is three calls (nano-vllm's loop):
-// Scheduler::Schedule() plans a ScheduledBatch, WorkerPool::Step runs it on every rank, Apply()
-// hands rank 0's results to the requests. Planning and applying stay separate so that step N+1
+// Scheduler::Schedule() plans a ScheduledBatch, WorkerPool::Step runs it on every rank,
+// Scheduler::Postprocess() applies rank 0's results and Apply() streams them. Planning and applying stay separate so that step N+1
 // can later be planned while step N runs.
 //
 // Failure model (DESIGN.md): a failed step or heartbeat marks the cluster degraded; every
 // in-flight and waiting request then fails with UNAVAILABLE "cluster degraded: <rank and
 // cause>", new requests are refused with the same status, and the process keeps serving
-// Health. Re-forming the group when the ranks come back is not implemented yet.
+// Health. When every rank answers again, a GroupReformer (SetGroupReformer) re-forms the group and
+// the engine serves again.
 //
 // Thread-safe API: front-end threads call Submit*/health/stats, any thread MarkDegraded.
 #pragma once
@@ -27,7 +28,7 @@
 #include "absl/time/time.h"
 #include "coordinator/block_pool.h"
 #include "coordinator/metrics.h"
-#include "coordinator/radix_cache.h"
+#include "coordinator/prefix_cache.h"
 #include "coordinator/request_stream.h"
 #include "coordinator/scheduled_batch.h"
 #include "coordinator/scheduler.h"
@@ -60,7 +61,7 @@ struct EngineStats {
   int32_t num_running = 0;
   int32_t num_waiting = 0;
   SchedulerCounters counters;
-  RadixCache::Stats prefix_cache;
+  PrefixCache::Stats prefix_cache;
   // Blocks that requests hold now.
   int32_t blocks_used() const { return blocks_total - blocks_free - blocks_evictable; }
 };
@@ -126,16 +127,8 @@ class Engine {
   bool TakeSubmitted(absl::Duration wait);
   // Drops requests whose client went away (CANCELLED to the stream, blocks freed).
   void DropCancelled();
-  // Applies rank 0's outputs: appends tokens, streams them, finishes sequences.
+  // Hands rank 0's outputs to the scheduler (Postprocess) and streams what it returns.
   void Apply(const ScheduledBatch& batch, const v1::StepResponse& response);
-  // The Score part of Apply: collects the entry's logit rows; true when the sequence is done.
-  bool ApplyScore(const ScheduledBatch::Entry& entry, const v1::SequenceOutput* output,
-                  uint64_t step_id);
-  // The Generate part of Apply for a sampled token: text through the stop strings, streaming,
-  // metrics, and the end of the sequence; true when it is done.
-  bool ApplyToken(Sequence& seq, const v1::SequenceOutput& output);
-  std::optional<TokenLogprob> ToLogprob(const Sequence& seq,
-                                        const v1::SequenceOutput& output) const;
   // Observes the queue time of sequences scheduled for the first time.
   void RecordQueueTimes(const ScheduledBatch& batch);
   // Runs a FlushPrefixCache() that a caller waits for (engine thread).
@@ -164,7 +157,7 @@ class Engine {
   // Engine thread only. Destroyed in reverse order: the scheduler releases its blocks into the
   // cache and the pool, the cache into the pool.
   BlockPool blocks_;
-  std::unique_ptr<RadixCache> cache_;  // null with enable_prefix_cache off
+  std::unique_ptr<PrefixCache> cache_;  // a NoPrefixCache with enable_prefix_cache off
   Scheduler scheduler_;
   uint64_t step_id_ = 0;
   std::function<absl::Status()> reform_;  // set before Start

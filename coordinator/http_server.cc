@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "coordinator/openai_error.h"
 #include "coordinator/openai_response.h"
+#include "coordinator/sample_streams.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
@@ -41,10 +42,6 @@ void ReplyJson(httplib::Response& response, int status, const json& body) {
   response.set_content(Dump(body), kJson);
 }
 
-void CancelAll(const Streams& streams) {
-  for (const std::shared_ptr<RequestStream>& stream : streams) stream->Cancel();
-}
-
 // Prompt tokens count once however many samples there are; completion tokens add up.
 void AddUsage(const StreamUpdate& last, int32_t index, Usage* usage) {
   if (index == 0) {
@@ -60,35 +57,34 @@ struct Completed {
 };
 
 // Waits for every sample. The first failure cancels the others and is returned.
-absl::StatusOr<Completed> WaitAll(const Streams& streams, const std::atomic<bool>& stopping) {
+absl::StatusOr<Completed> WaitAll(SampleStreams& samples, const std::atomic<bool>& stopping) {
   Completed result;
-  result.choices.resize(streams.size());
-  for (size_t i = 0; i < streams.size(); ++i) {
-    ChoiceOutput& choice = result.choices[i];
-    while (true) {
-      if (stopping.load()) {
-        CancelAll(streams);
-        return absl::UnavailableError("the HTTP server is stopping");
-      }
-      StreamUpdate update = streams[i]->Wait(kPoll);
-      choice.text += update.text;
-      for (TokenLogprob& t : update.logprobs) choice.logprobs.push_back(std::move(t));
-      if (!update.done) continue;
-      if (!update.status.ok()) {
-        CancelAll(streams);
-        return update.status;
-      }
-      choice.finish_reason = update.finish_reason.value_or(FinishReason::kStop);
-      AddUsage(update, static_cast<int32_t>(i), &result.usage);
-      break;
+  result.choices.resize(samples.size());
+  while (!samples.done()) {
+    if (stopping.load()) {
+      samples.CancelAll();
+      return absl::UnavailableError("the HTTP server is stopping");
     }
+    std::optional<SampleStreams::News> news = samples.Next(kPoll);
+    if (!news.has_value()) continue;
+    StreamUpdate& update = news->update;
+    ChoiceOutput& choice = result.choices[news->index];
+    choice.text += update.text;
+    for (TokenLogprob& t : update.logprobs) choice.logprobs.push_back(std::move(t));
+    if (!update.done) continue;
+    if (!update.status.ok()) {
+      samples.CancelAll();
+      return update.status;
+    }
+    choice.finish_reason = update.finish_reason.value_or(FinishReason::kStop);
+    AddUsage(update, news->index, &result.usage);
   }
   return result;
 }
 
 // One streaming response: every sample's chunks as they come, interleaved.
 struct EventStream {
-  Streams streams;
+  SampleStreams samples;
   OpenAiResponder responder;
   bool include_usage = false;
   bool with_logprobs = false;
@@ -96,53 +92,45 @@ struct EventStream {
 
 // Writes the whole event stream to `sink`. False when the client went away or the server
 // stops: the samples are cancelled.
-bool WriteEvents(const EventStream& events, httplib::DataSink& sink,
-                 const std::atomic<bool>& stopping) {
-  const Streams& streams = events.streams;
+bool WriteEvents(EventStream& events, httplib::DataSink& sink, const std::atomic<bool>& stopping) {
+  SampleStreams& samples = events.samples;
   auto write = [&sink](const std::string& data) { return sink.write(data.data(), data.size()); };
-  auto give_up = [&streams] {
-    CancelAll(streams);
+  auto give_up = [&samples] {
+    samples.CancelAll();
     return false;
   };
   const bool chat = events.responder.header().endpoint == OpenAiEndpoint::kChatCompletions;
   if (chat) {
-    for (size_t i = 0; i < streams.size(); ++i) {
+    for (size_t i = 0; i < samples.size(); ++i) {
       if (!write(SseEvent(events.responder.RoleChunk(static_cast<int32_t>(i))))) return give_up();
     }
   }
-  std::vector<bool> done(streams.size(), false);
-  std::vector<int32_t> text_offsets(streams.size(), 0);
-  size_t remaining = streams.size();
+  std::vector<int32_t> text_offsets(samples.size(), 0);
   Usage usage;
-  while (remaining > 0) {
+  while (!samples.done()) {
     if (stopping.load() || !sink.is_writable()) return give_up();
-    for (size_t i = 0; i < streams.size(); ++i) {
-      if (done[i]) continue;
-      // Split the poll between the samples so that each is looked at often.
-      StreamUpdate update = streams[i]->Wait(kPoll / static_cast<double>(remaining));
-      if (update.done && !update.status.ok()) {
-        // The response is already 200: the error travels as an event, as OpenAI's does.
-        LogWarning(kLog, "request %d: failed while streaming: %s", streams[i]->request_id(),
-                   update.status.ToString());
-        CancelAll(streams);
-        write(absl::StrCat("data: ", ErrorBody(update.status), "\n\n"));
-        write(kSseDone);
-        sink.done();
-        return true;
-      }
-      const bool has_logprobs = events.with_logprobs && !update.logprobs.empty();
-      if (update.text.empty() && !has_logprobs && !update.done) continue;
-      std::optional<FinishReason> finish;
-      if (update.done) finish = update.finish_reason;
-      const std::string event = SseEvent(events.responder.DeltaChunk(
-          static_cast<int32_t>(i), update.text, update.logprobs, finish, &text_offsets[i]));
-      if (!write(event)) return give_up();
-      if (update.done) {
-        AddUsage(update, static_cast<int32_t>(i), &usage);
-        done[i] = true;
-        --remaining;
-      }
+    std::optional<SampleStreams::News> news = samples.Next(kPoll);
+    if (!news.has_value()) continue;
+    const int32_t i = news->index;
+    const StreamUpdate& update = news->update;
+    if (update.done && !update.status.ok()) {
+      // The response is already 200: the error travels as an event, as OpenAI's does.
+      LogWarning(kLog, "request %d: failed while streaming: %s", samples.request_id(),
+                 update.status.ToString());
+      samples.CancelAll();
+      write(absl::StrCat("data: ", ErrorBody(update.status), "\n\n"));
+      write(kSseDone);
+      sink.done();
+      return true;
     }
+    const bool has_logprobs = events.with_logprobs && !update.logprobs.empty();
+    if (update.text.empty() && !has_logprobs && !update.done) continue;
+    std::optional<FinishReason> finish;
+    if (update.done) finish = update.finish_reason;
+    const std::string event = SseEvent(
+        events.responder.DeltaChunk(i, update.text, update.logprobs, finish, &text_offsets[i]));
+    if (!write(event)) return give_up();
+    if (update.done) AddUsage(update, i, &usage);
   }
   if (events.include_usage && !write(SseEvent(events.responder.UsageChunk(usage)))) {
     return give_up();
@@ -274,12 +262,14 @@ void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const httplib::Request&
       options_.tokenizer, with_logprobs);
 
   if (!parsed->stream) {
-    absl::StatusOr<Completed> completed = WaitAll(*streams, stopping_);
+    SampleStreams samples(*std::move(streams));
+    absl::StatusOr<Completed> completed = WaitAll(samples, stopping_);
     if (!completed.ok()) return ReplyError(response, completed.status());
     return ReplyJson(response, 200, responder.Response(completed->choices, completed->usage));
   }
   auto events = std::make_shared<EventStream>(
-      EventStream{*std::move(streams), std::move(responder), parsed->include_usage, with_logprobs});
+      EventStream{SampleStreams(*std::move(streams)), std::move(responder), parsed->include_usage,
+                  with_logprobs});
   response.set_header("Cache-Control", "no-cache");
   response.set_chunked_content_provider(
       "text/event-stream",
@@ -287,14 +277,14 @@ void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const httplib::Request&
         try {
           return WriteEvents(*events, sink, stopping_);
         } catch (const std::exception& e) {
-          LogError(kLog, "request %d: streaming failed: %s", events->streams.front()->request_id(),
+          LogError(kLog, "request %d: streaming failed: %s", events->samples.request_id(),
                    e.what());
           return false;
         }
       },
       // Runs when the response is destroyed, also when the provider never ran because the
       // client left first; cancelling finished samples does nothing.
-      [events](bool) { CancelAll(events->streams); });
+      [events](bool) { events->samples.CancelAll(); });
 }
 
 void HttpServer::HandleModels(httplib::Response& response) const {

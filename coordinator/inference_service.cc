@@ -1,6 +1,5 @@
 #include "coordinator/inference_service.h"
 
-#include <random>
 #include <string>
 #include <utility>
 
@@ -8,6 +7,7 @@
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "coordinator/sample_streams.h"
 #include "absl/time/clock.h"
 
 namespace tpserve {
@@ -17,21 +17,17 @@ constexpr char kLog[] = "inference";
 // How often a call waiting on the engine looks at its client's cancellation.
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
 
-v1::SamplingParams ToSamplingParams(const v1::Sampling& s) {
-  v1::SamplingParams p;
-  p.set_temperature(s.has_temperature() ? s.temperature() : 1.0f);
-  p.set_top_k(s.top_k());
-  p.set_top_p(s.has_top_p() ? s.top_p() : 1.0f);
-  p.set_min_p(s.min_p());
-  p.set_repetition_penalty(s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f);
-  p.set_presence_penalty(s.presence_penalty());
-  p.set_frequency_penalty(s.frequency_penalty());
-  if (s.has_seed()) {
-    p.set_seed(s.seed());
-  } else {
-    thread_local std::mt19937_64 random_seeds{std::random_device{}()};
-    p.set_seed(random_seeds());
-  }
+// Unset optional fields take SamplingParams' defaults; an unset seed a random one.
+SamplingParams FromProto(const v1::Sampling& s) {
+  SamplingParams p;
+  if (s.has_temperature()) p.temperature = s.temperature();
+  p.top_k = s.top_k();
+  if (s.has_top_p()) p.top_p = s.top_p();
+  p.min_p = s.min_p();
+  if (s.has_repetition_penalty()) p.repetition_penalty = s.repetition_penalty();
+  p.presence_penalty = s.presence_penalty();
+  p.frequency_penalty = s.frequency_penalty();
+  p.seed = s.has_seed() ? s.seed() : RandomSamplingSeed();
   return p;
 }
 
@@ -88,7 +84,7 @@ absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(
       return absl::InvalidArgumentError("the request has no prompt: set text or token_ids");
   }
   params.max_tokens = request.max_tokens();
-  params.sampling = ToSamplingParams(request.sampling());
+  params.sampling = FromProto(request.sampling());
   params.ignore_eos = request.ignore_eos();
   params.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   params.stop.assign(request.stop().begin(), request.stop().end());
@@ -126,40 +122,23 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
     LogInfo(kLog, "Generate from %s refused: %s", context->peer(), stream.status().ToString());
     return ToGrpc(stream.status());
   }
-  std::vector<std::shared_ptr<RequestStream>>& samples = *stream;
-  auto cancel_all = [&samples] {
-    for (auto& sample : samples) sample->Cancel();
-  };
-  std::vector<bool> done(samples.size(), false);
-  size_t remaining = samples.size();
-  while (remaining > 0) {
-    bool any = false;
-    for (size_t i = 0; i < samples.size(); ++i) {
-      if (done[i]) continue;
-      // One sample waits for news; several take turns without blocking.
-      StreamUpdate update =
-          samples[i]->Wait(samples.size() == 1 ? kCancelPoll : absl::ZeroDuration());
-      if (update.done && !update.status.ok()) {
-        cancel_all();
-        return ToGrpc(update.status);
+  SampleStreams samples(*std::move(stream));
+  while (!samples.done()) {
+    std::optional<SampleStreams::News> news = samples.Next(kCancelPoll);
+    if (news.has_value()) {
+      if (news->update.done && !news->update.status.ok()) {
+        samples.CancelAll();
+        return ToGrpc(news->update.status);
       }
-      if (update.token_ids.empty() && update.text.empty() && !update.done) continue;
-      any = true;
-      v1::GenerateResponse chunk = ToChunk(update, samples[i]->index());
-      if (!writer->Write(chunk)) {
-        cancel_all();
+      if (!writer->Write(ToChunk(news->update, news->index))) {
+        samples.CancelAll();
         return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-      }
-      if (update.done) {
-        done[i] = true;
-        --remaining;
       }
     }
     if (context->IsCancelled()) {
-      cancel_all();
+      samples.CancelAll();
       return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the call");
     }
-    if (!any && samples.size() > 1) absl::SleepFor(absl::Milliseconds(2));
   }
   return grpc::Status::OK;
 }

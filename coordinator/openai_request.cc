@@ -3,7 +3,6 @@
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <random>
 #include <utility>
 #include <vector>
 
@@ -70,38 +69,48 @@ absl::StatusOr<int64_t> GetIntIn(const json& object, absl::string_view name, int
   return *value;
 }
 
-// A float sampling parameter: OpenAI's (or vLLM's) default and the range the engine accepts
-// (beyond it, penalized logits overflow).
+// The float sampling parameters OpenAI (or vLLM) names, each read into its SamplingParams field;
+// absent ones keep SamplingParams' defaults, and SamplingParams::Validate judges the ranges.
 struct FloatField {
   const char* name;
-  float fallback;
-  double lo;
-  bool lo_open;  // lo itself is refused
-  double hi;
-  void (v1::SamplingParams::*set)(float);
+  float SamplingParams::*field;
 };
-constexpr double kMaxFloat = std::numeric_limits<float>::max();
 constexpr FloatField kFloatFields[] = {
-    {"temperature", 1, 0, false, kMaxFloat, &v1::SamplingParams::set_temperature},
-    {"top_p", 1, 0, true, 1, &v1::SamplingParams::set_top_p},
-    {"min_p", 0, 0, false, 1, &v1::SamplingParams::set_min_p},
-    {"repetition_penalty", 1, 0.01, false, 100, &v1::SamplingParams::set_repetition_penalty},
-    {"presence_penalty", 0, -2, false, 2, &v1::SamplingParams::set_presence_penalty},
-    {"frequency_penalty", 0, -2, false, 2, &v1::SamplingParams::set_frequency_penalty},
+    {"temperature", &SamplingParams::temperature},
+    {"top_p", &SamplingParams::top_p},
+    {"min_p", &SamplingParams::min_p},
+    {"repetition_penalty", &SamplingParams::repetition_penalty},
+    {"presence_penalty", &SamplingParams::presence_penalty},
+    {"frequency_penalty", &SamplingParams::frequency_penalty},
 };
 
-absl::StatusOr<float> GetFloat(const json& object, const FloatField& field) {
-  const json* value = Find(object, field.name);
-  if (value == nullptr) return field.fallback;
-  if (!value->is_number()) return WrongType(field.name, "a number", *value);
-  const double v = value->get<double>();
-  if (v < field.lo || (field.lo_open && v == field.lo) || v > field.hi) {
-    const std::string range = field.hi == kMaxFloat ? absl::StrCat("a finite number >= ", field.lo)
-                                                    : absl::StrCat("in ", field.lo_open ? "(" : "[",
-                                                                   field.lo, ", ", field.hi, "]");
-    return InvalidField(field.name, absl::StrCat("must be ", range, ", got ", v));
+absl::Status GetSampling(const json& body, SamplingParams* s) {
+  for (const FloatField& field : kFloatFields) {
+    const json* value = Find(body, field.name);
+    if (value == nullptr) continue;
+    if (!value->is_number()) return WrongType(field.name, "a number", *value);
+    s->*field.field = static_cast<float>(value->get<double>());
   }
-  return static_cast<float>(v);
+  ASSIGN_OR_RETURN(const std::optional<int64_t> top_k, GetInt(body, "top_k"));
+  if (top_k.has_value()) {
+    if (*top_k < std::numeric_limits<int32_t>::min() ||
+        *top_k > std::numeric_limits<int32_t>::max()) {
+      return InvalidField("top_k", absl::StrCat(*top_k, " is out of range"));
+    }
+    s->top_k = *top_k == -1 ? 0 : static_cast<int32_t>(*top_k);  // vLLM's -1 and our 0: off
+  }
+  if (const json* seed = Find(body, "seed")) {
+    if (seed->is_number_unsigned()) {
+      s->seed = seed->get<uint64_t>();
+    } else {
+      ASSIGN_OR_RETURN(const int64_t value, AsInt(*seed, "seed"));
+      s->seed = static_cast<uint64_t>(value);
+    }
+  } else {
+    s->seed = RandomSamplingSeed();
+  }
+  if (auto error = s->FirstInvalidField()) return WithParam(s->Validate(), error->field);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<bool>> GetBool(const json& object, absl::string_view name) {
@@ -286,25 +295,7 @@ absl::Status ParseCommon(const json& body, const ServedModel& model, OpenAiReque
     request->include_usage = include_usage != nullptr && include_usage->get<bool>();
   }
 
-  v1::SamplingParams& s = params.sampling;
-  for (const FloatField& field : kFloatFields) {
-    ASSIGN_OR_RETURN(const float value, GetFloat(body, field));
-    (s.*field.set)(value);
-  }
-  ASSIGN_OR_RETURN(const int64_t top_k,
-                   GetIntIn(body, "top_k", 0, -1, std::numeric_limits<int32_t>::max()));
-  s.set_top_k(top_k < 0 ? 0 : static_cast<int32_t>(top_k));  // vLLM's -1 and our 0: off
-  if (const json* seed = Find(body, "seed")) {
-    if (seed->is_number_unsigned()) {
-      s.set_seed(seed->get<uint64_t>());
-    } else {
-      ASSIGN_OR_RETURN(const int64_t value, AsInt(*seed, "seed"));
-      s.set_seed(static_cast<uint64_t>(value));
-    }
-  } else {
-    thread_local std::mt19937_64 random_seeds{std::random_device{}()};
-    s.set_seed(random_seeds());
-  }
+  RETURN_IF_ERROR(GetSampling(body, &params.sampling));
 
   ASSIGN_OR_RETURN(const int64_t n, GetIntIn(body, "n", 1, 1, kMaxSamples));
   params.n = static_cast<int32_t>(n);

@@ -27,7 +27,8 @@ struct BlockEq {
 
 }  // namespace
 
-struct RadixCache::Node {
+// The handle PrefixCache declares: a tree node.
+struct PrefixCache::Node {
   Node* parent = nullptr;          // null only for the root
   uint64_t id = 0;                 // creation order; the LRU tie-break
   std::vector<int32_t> tokens;     // [block_ids.size() * block_size] the edge from `parent`

@@ -24,30 +24,12 @@
 
 #include "absl/types/span.h"
 #include "coordinator/block_pool.h"
+#include "coordinator/prefix_cache.h"
 
 namespace tpserve {
 
-class RadixCache {
+class RadixCache final : public PrefixCache {
  public:
-  // A tree node. Handles stay valid while the node is locked (splits keep the tail's object).
-  struct Node;
-
-  struct MatchResult {
-    std::vector<int32_t> block_ids;  // the cached blocks of the longest matched prefix, in order
-    Node* node = nullptr;            // covers exactly those blocks; the root when none matched
-  };
-
-  struct InsertResult {
-    Node* node = nullptr;        // covers exactly the inserted prefix
-    int32_t num_new_blocks = 0;  // blocks the tree took a reference on
-  };
-
-  struct Stats {
-    int64_t queries = 0;       // Match calls
-    int64_t query_tokens = 0;  // tokens passed to Match
-    int64_t hit_tokens = 0;    // tokens Match found cached
-  };
-
   // `pool` must outlive the cache.
   RadixCache(int32_t block_size, BlockPool* pool);
   ~RadixCache();  // releases every block the tree holds
@@ -57,33 +39,34 @@ class RadixCache {
   // The longest prefix of `tokens` made of whole cached blocks (at most
   // tokens.size() / block_size blocks). Splits an edge when the match ends inside it, marks
   // the matched path as used now and counts the query in stats(). Takes no references.
-  MatchResult Match(absl::Span<const int32_t> tokens);
+  MatchResult Match(absl::Span<const int32_t> tokens) override;
 
   // Adds the prefix `tokens` (a whole number of blocks) stored in `block_ids`
   // (tokens.size() / block_size ids). Where the tree already holds a block for a prefix it keeps
   // its own, and the caller's block stays the caller's; each block the tree did not have gets a
   // tree reference (BlockPool::Ref). Marks the path as used now.
-  InsertResult Insert(absl::Span<const int32_t> tokens, absl::Span<const int32_t> block_ids);
+  InsertResult Insert(absl::Span<const int32_t> tokens,
+                      absl::Span<const int32_t> block_ids) override;
 
   // Lock/Unlock `node` and all its ancestors. Locked nodes are never evicted. Unlock must pair
   // with an earlier Lock of the same node.
-  void Lock(Node* node);
-  void Unlock(Node* node);
+  void Lock(Node* node) override;
+  void Unlock(Node* node) override;
 
   // Removes up to `n` blocks, least recently used unlocked leaf first, from the tail of its edge;
   // releases the tree's reference on each. Returns how many blocks were removed.
-  int32_t Evict(int32_t n);
+  int32_t Evict(int32_t n) override;
   // Evicts every unlocked block (an operator's "flush"). Returns how many were removed.
-  int32_t EvictAll();
+  int32_t EvictAll() override;
 
   int32_t block_size() const { return block_size_; }
-  int32_t num_cached_blocks() const { return num_cached_blocks_; }
+  int32_t num_cached_blocks() const override { return num_cached_blocks_; }
   // Blocks that Evict could remove now: those in nodes with no lock.
-  int32_t num_evictable_blocks() const { return num_evictable_blocks_; }
+  int32_t num_evictable_blocks() const override { return num_evictable_blocks_; }
   int32_t num_nodes() const;  // excluding the root
   // Every block id in the tree (any order): for invariant checks and the admin view.
   std::vector<int32_t> CachedBlockIds() const;
-  const Stats& stats() const { return stats_; }
+  const Stats& stats() const override { return stats_; }
 
  private:
   // Implementation-specific members are declared in radix_cache.cc's Node and here.

@@ -1,6 +1,20 @@
 #include "coordinator/scheduled_batch.h"
 
 namespace tpserve {
+namespace {
+
+void ToProto(const SamplingParams& s, v1::SamplingParams* p) {
+  p->set_temperature(s.temperature);
+  p->set_top_k(s.top_k);
+  p->set_top_p(s.top_p);
+  p->set_min_p(s.min_p);
+  p->set_repetition_penalty(s.repetition_penalty);
+  p->set_presence_penalty(s.presence_penalty);
+  p->set_frequency_penalty(s.frequency_penalty);
+  p->set_seed(s.seed);
+}
+
+}  // namespace
 
 v1::StepRequest ToStepRequest(const ScheduledBatch& batch, uint64_t step_id, int64_t deadline_ms) {
   v1::StepRequest request;
@@ -11,7 +25,7 @@ v1::StepRequest ToStepRequest(const ScheduledBatch& batch, uint64_t step_id, int
     if (entry.is_new) {
       v1::NewSequence* added = request.add_new_sequences();
       added->set_seq_id(seq.seq_id);
-      *added->mutable_sampling() = seq.params.sampling;
+      ToProto(seq.params.sampling, added->mutable_sampling());
       added->mutable_prompt_token_ids()->Add(seq.tokens.begin(),
                                              seq.tokens.begin() + seq.prompt_len);
       added->mutable_output_token_ids()->Add(seq.tokens.begin() + seq.prompt_len,

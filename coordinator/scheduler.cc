@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/logging.h"
 
@@ -13,12 +15,12 @@ constexpr char kLog[] = "scheduler";
 
 }  // namespace
 
-Scheduler::Scheduler(SchedulerOptions options, BlockPool* pool, RadixCache* cache)
-    : options_(options), pool_(pool), cache_(cache) {
+Scheduler::Scheduler(SchedulerOptions options, BlockPool* pool, PrefixCache* cache)
+    : options_(std::move(options)), pool_(pool), cache_(cache) {
   TP_CHECK(options_.block_size > 0 && options_.max_num_seqs > 0);
   TP_CHECK(options_.max_num_batched_tokens > 0 && options_.max_logit_rows > 0);
   TP_CHECK(options_.context_length > 0);
-  TP_CHECK(cache_ == nullptr || cache_->block_size() == options_.block_size);
+  TP_CHECK(cache_ != nullptr);
 }
 
 Scheduler::~Scheduler() { TakeAll(); }
@@ -37,7 +39,7 @@ std::optional<std::vector<int32_t>> Scheduler::AllocateBlocks(int32_t n) {
   const int32_t missing = n - pool_->num_free();
   if (missing > 0) {
     // Evicting is only worth it when it makes the allocation succeed.
-    if (cache_ == nullptr || cache_->num_evictable_blocks() < missing) return std::nullopt;
+    if (cache_->num_evictable_blocks() < missing) return std::nullopt;
     cache_->Evict(missing);
   }
   return pool_->Allocate(n);
@@ -53,14 +55,14 @@ void Scheduler::TakeCachedPrefix(Sequence& seq) {
   TP_CHECK(seq.block_ids.empty());
   seq.num_computed = 0;
   // Scoring needs every position's logits, so it computes everything.
-  if (cache_ == nullptr || seq.kind == Sequence::Kind::kScore) return;
+  if (seq.kind == Sequence::Kind::kScore) return;
   // The last token always runs, so that the step has logits to sample from.
   const absl::Span<const int32_t> usable =
       absl::MakeConstSpan(seq.tokens).first(seq.tokens.size() - 1);
-  RadixCache::MatchResult match = cache_->Match(usable);
+  PrefixCache::MatchResult match = cache_->Match(usable);
   if (match.block_ids.empty()) return;
   pool_->Ref(match.block_ids);
-  cache_->Lock(match.node);
+  cache_->Lock(match.node);  // not null: some blocks matched
   seq.cache_node = match.node;
   seq.num_cached_blocks = static_cast<int32_t>(match.block_ids.size());
   seq.num_computed = seq.num_cached_blocks * options_.block_size;
@@ -168,19 +170,112 @@ ScheduledBatch Scheduler::Schedule() {
   return batch;
 }
 
+std::vector<SequenceUpdate> Scheduler::Postprocess(const ScheduledBatch& batch,
+                                                   const v1::StepResponse& response) {
+  Commit(batch);
+  absl::flat_hash_map<uint64_t, const v1::SequenceOutput*> outputs;
+  for (const v1::SequenceOutput& output : response.outputs()) outputs[output.seq_id()] = &output;
+  std::vector<SequenceUpdate> updates;
+  for (const ScheduledBatch::Entry& entry : batch.entries) {
+    Sequence& seq = *entry.seq;
+    const auto it = outputs.find(seq.seq_id);
+    const v1::SequenceOutput* output = it == outputs.end() ? nullptr : it->second;
+    SequenceUpdate update;
+    update.seq = &seq;
+    const bool produced = seq.kind == Sequence::Kind::kScore
+                              ? PostprocessScore(entry, output, &update)
+                              : entry.completes() && PostprocessGenerate(output, &update);
+    if (!produced) continue;
+    if (!update.error.ok()) {
+      update.error = absl::InternalError(
+          absl::StrCat("rank 0 ", update.error.message(), " for step ", response.step_id()));
+    }
+    // The entries point at the sequences themselves, so taking one out of running_ is safe here.
+    if (!update.error.ok() || seq.finish_reason.has_value() ||
+        seq.kind == Sequence::Kind::kScore) {
+      update.finished = Finish(&seq);
+    }
+    updates.push_back(std::move(update));
+  }
+  return updates;
+}
+
+bool Scheduler::PostprocessScore(const ScheduledBatch::Entry& entry,
+                                 const v1::SequenceOutput* output, SequenceUpdate* update) {
+  Sequence& seq = *entry.seq;
+  const int64_t expected = static_cast<int64_t>(entry.num_tokens) * options_.vocab_size;
+  if (output == nullptr || output->logits_size() != expected) {
+    update->error = absl::InternalError(absl::StrCat(
+        "returned ", output == nullptr ? 0 : output->logits_size(), " logits, expected ", expected));
+    return true;
+  }
+  seq.score_logits.insert(seq.score_logits.end(), output->logits().begin(),
+                          output->logits().end());
+  return seq.num_computed == static_cast<int32_t>(seq.tokens.size());
+}
+
+bool Scheduler::PostprocessGenerate(const v1::SequenceOutput* output, SequenceUpdate* update) {
+  Sequence& seq = *update->seq;
+  if (output == nullptr || output->token_ids().empty()) {
+    update->error = absl::InternalError("returned no token");
+    return true;
+  }
+  for (int32_t token : output->token_ids()) {
+    if (token < 0 || token >= options_.vocab_size) {
+      update->error = absl::InternalError(absl::StrCat("returned token ", token));
+      return true;
+    }
+  }
+  const int32_t top = std::max(seq.params.logprobs, 0);
+  for (int i = 0; i < output->token_ids_size(); ++i) {
+    const int32_t token = output->token_ids(i);
+    std::optional<FinishReason> finish =
+        AppendToken(seq, token, options_.end_of_generation_ids.contains(token));
+    ++update->num_sampled;
+    if (finish != FinishReason::kStop) {
+      // A stop token's text is not part of the output; every other token's is, up to a stop
+      // string.
+      StopStringMatcher::Result text = seq.stop_matcher->Add(seq.detokenizer->Add(token));
+      if (text.matched) finish = FinishReason::kStop;
+      SequenceUpdate::Token& out = update->tokens.emplace_back();
+      out.id = token;
+      out.text = std::move(text.text);
+      if (seq.params.logprobs >= 0 && i < output->logprobs_size()) {
+        TokenLogprob& logprob = out.logprob.emplace();
+        logprob.token_id = token;
+        logprob.logprob = output->logprobs(i);
+        for (int j = i * top; j < (i + 1) * top && j < output->top_token_ids_size() &&
+                              j < output->top_logprobs_size();
+             ++j) {
+          logprob.top.emplace_back(output->top_token_ids(j), output->top_logprobs(j));
+        }
+      }
+    }
+    if (!finish.has_value()) continue;
+    if (!seq.stop_matcher->matched()) {
+      StopStringMatcher::Result tail = seq.stop_matcher->Add(seq.detokenizer->Flush());
+      update->tail = std::move(tail.text);
+      if (!tail.matched) update->tail += seq.stop_matcher->Flush();
+    }
+    seq.finish_reason = finish;
+    break;
+  }
+  return true;
+}
+
 void Scheduler::Commit(const ScheduledBatch& batch) {
   for (const ScheduledBatch::Entry& entry : batch.entries) {
     Sequence& seq = *entry.seq;
     TP_CHECK(entry.start == seq.num_computed);
     seq.num_computed += entry.num_tokens;
     if (seq.group_leader && seq.num_computed >= seq.prompt_len) seq.group->prompt_cached = true;
-    if (cache_ == nullptr || seq.kind == Sequence::Kind::kScore) continue;
+    if (seq.kind == Sequence::Kind::kScore) continue;
     const int32_t full = seq.num_computed / options_.block_size;
     if (full <= seq.num_cached_blocks) continue;
-    const RadixCache::InsertResult inserted =
+    const PrefixCache::InsertResult inserted =
         cache_->Insert(absl::MakeConstSpan(seq.tokens).first(full * options_.block_size),
                        absl::MakeConstSpan(seq.block_ids).first(full));
-    cache_->Lock(inserted.node);
+    if (inserted.node != nullptr) cache_->Lock(inserted.node);
     if (seq.cache_node != nullptr) cache_->Unlock(seq.cache_node);
     seq.cache_node = inserted.node;
     seq.num_cached_blocks = full;

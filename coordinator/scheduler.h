@@ -28,11 +28,14 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "coordinator/block_pool.h"
-#include "coordinator/radix_cache.h"
+#include "coordinator/prefix_cache.h"
 #include "coordinator/request_stream.h"
 #include "coordinator/scheduled_batch.h"
 #include "coordinator/sequence.h"
+#include "coordinator/step_outcome.h"
+#include "tpserve/v1/worker.pb.h"
 
 namespace tpserve {
 
@@ -43,6 +46,9 @@ struct SchedulerOptions {
   // Score rows (all_logits) per step, so that one step's logits fit rank 0's reply.
   int32_t max_logit_rows = 1024;
   int64_t context_length = 0;  // generation stops here ("length")
+  int64_t vocab_size = 0;      // tokens from rank 0 outside [0, vocab_size) fail the request
+  // Tokens that end generation unless the request ignores EOS (EOS, <|im_end|>, …).
+  absl::flat_hash_set<int32_t> end_of_generation_ids;
 };
 
 struct SchedulerCounters {
@@ -51,8 +57,8 @@ struct SchedulerCounters {
 
 class Scheduler {
  public:
-  // `pool` must outlive the scheduler; `cache` too, or null to run without a prefix cache.
-  Scheduler(SchedulerOptions options, BlockPool* pool, RadixCache* cache);
+  // `pool` and `cache` (a NoPrefixCache to run without one) must outlive the scheduler.
+  Scheduler(SchedulerOptions options, BlockPool* pool, PrefixCache* cache);
   ~Scheduler();  // releases the blocks of every sequence it holds
 
   // Queues `seq` at the back of the waiting queue. Its prompt must fit the pool (checked by the
@@ -62,8 +68,16 @@ class Scheduler {
   // Plans the next step (see the class comment). Empty when nothing can run.
   ScheduledBatch Schedule();
 
+  // After `batch` ran, with rank 0's `response`: commits the step (Commit), then per entry the
+  // tokens rank 0 returned, in order, each through AppendToken, the sequence's detokenizer and
+  // stop strings, until one ends it; a Score entry's logit rows. Sequences that end (finished,
+  // scored, or failed by a reply that lacks their output) leave the scheduler. One update per
+  // entry that produced something, in batch order.
+  std::vector<SequenceUpdate> Postprocess(const ScheduledBatch& batch,
+                                          const v1::StepResponse& response);
+
   // After `batch` ran: every entry's tokens are computed, and newly full blocks of Generate
-  // sequences enter the prefix cache. The engine then appends sampled tokens (AppendToken).
+  // sequences enter the prefix cache.
   void Commit(const ScheduledBatch& batch);
 
   // Appends a sampled token to a running Generate sequence and says whether it ends it: "stop"
@@ -102,10 +116,14 @@ class Scheduler {
   // Requeues the most recently admitted running sequence for recompute.
   void PreemptLast();
   std::unique_ptr<Sequence> TakeRunning(size_t index);
+  // Postprocess of one entry: false when it produced nothing to stream.
+  bool PostprocessGenerate(const v1::SequenceOutput* output, SequenceUpdate* update);
+  bool PostprocessScore(const ScheduledBatch::Entry& entry, const v1::SequenceOutput* output,
+                        SequenceUpdate* update);
 
   const SchedulerOptions options_;
   BlockPool* const pool_;
-  RadixCache* const cache_;  // null: no prefix cache
+  PrefixCache* const cache_;
 
   std::deque<std::unique_ptr<Sequence>> waiting_;   // FCFS; preempted ones go to the front
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order

@@ -8,9 +8,10 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "coordinator/radix_cache.h"
+#include "coordinator/prefix_cache.h"
 #include "coordinator/request_stream.h"
 #include "coordinator/stop_strings.h"
+#include "kernels/sampling_params.h"
 #include "model/detokenizer.h"
 #include "tpserve/v1/worker.pb.h"
 
@@ -24,7 +25,7 @@ inline constexpr int32_t kMaxStopStrings = 16;
 struct GenerateParams {
   std::vector<int32_t> prompt;  // token ids
   int32_t max_tokens = 0;       // 0: until the context length
-  v1::SamplingParams sampling;  // sent to the workers as is; sample i of n uses seed + i
+  SamplingParams sampling;  // sent to the workers as is; sample i of n uses seed + i
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;
   // Generation ends when the text contains one of these (matched across token boundaries); the
@@ -59,7 +60,7 @@ struct Sequence {
   std::vector<int32_t> block_ids;
   bool known_to_workers = false;  // sent as a NewSequence under seq_id
   // Prefix cache: the node this sequence locks (covers block_ids[0, num_cached_blocks)) or null.
-  RadixCache::Node* cache_node = nullptr;
+  PrefixCache::Node* cache_node = nullptr;
   int32_t num_cached_blocks = 0;
   int32_t cached_prompt_tokens = -1;  // taken from the cache at first admission; -1 before
   std::vector<float> score_logits;    // Score: rows received so far, [rows, vocab]

@@ -101,6 +101,7 @@ class Tokenizer {
   // True for the ids llama.cpp stops generation at: eos, the file's eot/eom/FIM pad, repo and
   // separator ids, and tokens named like <|im_end|>, <|eot_id|>, <|endoftext|>, <|end_of_text|>.
   bool IsEndOfGeneration(int32_t id) const { return end_of_generation_.contains(id); }
+  const absl::flat_hash_set<int32_t>& end_of_generation_ids() const { return end_of_generation_; }
   const PreTokenizer& pre_tokenizer() const { return pre_tokenizer_; }
 
  private:

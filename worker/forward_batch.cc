@@ -7,15 +7,19 @@
 
 namespace tpserve {
 
-void ForwardBatchBuilder::AddSequence(absl::Span<const int32_t> tokens, int32_t start_position,
-                                      absl::Span<const int32_t> block_table, bool all_logits) {
+void ForwardBatchBuilder::AddSequenceWithLogits(absl::Span<const int32_t> tokens,
+                                                int32_t start_position,
+                                                absl::Span<const int32_t> block_table,
+                                                int64_t num_logits) {
   TP_CHECK(!tokens.empty());
+  TP_CHECK(num_logits >= 1 && num_logits <= static_cast<int64_t>(tokens.size()));
+  const size_t first_logits = tokens.size() - num_logits;
   const int64_t end = start_position + static_cast<int64_t>(tokens.size());
   TP_CHECK(static_cast<int64_t>(block_table.size()) * block_size_ >= end);
   if (batch_.query_start.empty()) batch_.query_start.push_back(0);
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t position = start_position + static_cast<int32_t>(i);
-    if (all_logits || i + 1 == tokens.size()) {
+    if (i >= first_logits) {
       batch_.logits_indices.push_back(static_cast<int32_t>(batch_.token_ids.size()));
     }
     batch_.token_ids.push_back(tokens[i]);

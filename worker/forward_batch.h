@@ -37,7 +37,14 @@ class ForwardBatchBuilder {
   // `block_table` lists the sequence's blocks in order and must cover every position up to the
   // last new one. With `all_logits` every new token's logits are returned, else only the last's.
   void AddSequence(absl::Span<const int32_t> tokens, int32_t start_position,
-                   absl::Span<const int32_t> block_table, bool all_logits);
+                   absl::Span<const int32_t> block_table, bool all_logits) {
+    AddSequenceWithLogits(tokens, start_position, block_table,
+                          all_logits ? static_cast<int64_t>(tokens.size()) : 1);
+  }
+  // The same, returning the logits of the last `num_logits` tokens (in [1, tokens.size()]): a
+  // sequence with K draft tokens wants K + 1 rows.
+  void AddSequenceWithLogits(absl::Span<const int32_t> tokens, int32_t start_position,
+                             absl::Span<const int32_t> block_table, int64_t num_logits);
 
   ForwardBatch Build();
 

@@ -16,7 +16,7 @@
 #include "worker/forward_batch.h"
 #include "worker/kv_cache.h"
 #include "worker/model_weights.h"
-#include "worker/shard_layout.h"
+#include "model/shard_layout.h"
 #include "worker/step_model.h"
 
 namespace tpserve {

@@ -1,64 +1,73 @@
-// Everything one rank needs to run steps: the mapped model file, its config, and the StepModel
-// (this rank's weight shard, the paged KV pool and the forward pass over them) on the CPU or on a
-// CUDA device.
+// ModelRunner: one rank's step, in one place. It owns the loaded model and what every rank caches
+// about the running sequences, and turns a StepRequest into a StepResponse (DESIGN.md "Worker
+// protocol"; the field semantics are in worker.proto):
+//   drop finished → add new → plan the forward batch and the logits requests → forward and
+//   process the logits (StepModel::ForwardAndProcess) → commit → write rank 0's outputs.
+//
+// Finished sequences are dropped whatever happens next; the rest is all or nothing: a refused
+// step (INVALID_ARGUMENT naming the sequence and field) adds no sequence and changes no state.
+//
+// Not thread-safe: the worker's execution thread owns it.
 #pragma once
 
+#include <cstdint>
 #include <memory>
-#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/gguf_file.h"
-#include "model/model_config.h"
-#include "worker/comm/communicator.h"
-#include "worker/step_model.h"
+#include "tpserve/v1/worker.pb.h"
+#include "worker/model_loader.h"
+#include "worker/sequence_state.h"
 
 namespace tpserve {
 
-enum class Device { kCpu, kCuda };
-
-// CUDA-only settings (ignored on the CPU).
-struct CudaRunnerOptions {
-  int device = 0;  // CUDA device ordinal on this host
-  // Share of the device's memory tpserve may fill (weights, buffers, KV pool) when the KV pool is
-  // sized by neither blocks nor bytes.
-  double gpu_memory_utilization = 0.9;
-  // The most sequences and tokens one step carries (the scheduler's limits): the static step
-  // buffers and the decode CUDA graphs are sized by them.
-  int64_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 2048;
-  bool enforce_eager = false;  // true: no CUDA graphs
-};
-
-struct ModelRunnerOptions {
-  std::string model_path;
-  Device device = Device::kCpu;
-  int64_t block_size = 16;
-  // The KV pool: `kv_cache_blocks` blocks when positive; else as many as `kv_cache_bytes` holds
-  // when positive; else (CUDA) what cuda.gpu_memory_utilization leaves after everything else.
-  int64_t kv_cache_blocks = 0;
-  int64_t kv_cache_bytes = 0;
-  CudaRunnerOptions cuda;
-};
-
 class ModelRunner {
  public:
-  // Opens and validates the model, loads this rank's shard (rank and world size come from
-  // `comm`, which must outlive the runner) and allocates the KV pool. INVALID_ARGUMENT for sizes
-  // that make no pool; UNIMPLEMENTED for Device::kCuda in a build without CUDA.
+  // Loads the model (LoadModel); `comm` must outlive the runner.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const ModelRunnerOptions& options,
                                                              Communicator* comm);
 
-  const GgufFile& file() const { return *file_; }
-  const ModelConfig& config() const { return config_; }
-  StepModel& model() { return *model_; }
-  const KvCacheShape& kv_shape() const { return model_->kv_shape(); }
+  // Runs one step. Beyond INVALID_ARGUMENT for a bad request, the model's own errors pass
+  // through (another code than INVALID_ARGUMENT: the group is broken).
+  absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request);
+
+  // Forgets every sequence (a re-formed group starts from none).
+  void DropSequences() { sequences_.clear(); }
+
+  RankModel& loaded() { return *loaded_; }
+  int rank() const { return rank_; }
+  size_t num_sequences() const { return sequences_.size(); }
 
  private:
-  ModelRunner() = default;
+  // A validated step: the forward batch, one logits request per scheduled sequence, and each
+  // scheduled sequence's block table once the step has run.
+  struct Plan {
+    ForwardBatch batch;
+    std::vector<LogitsRequest> logits;               // [scheduled]
+    std::vector<std::vector<int32_t>> block_tables;  // [scheduled]
+    // Rank 0, per sampled sequence with penalties: prompt and output up to this step's tokens.
+    std::vector<std::vector<int32_t>> histories;
+  };
 
-  std::unique_ptr<GgufFile> file_;
-  ModelConfig config_;
-  std::unique_ptr<StepModel> model_;
+  ModelRunner(std::unique_ptr<RankModel> loaded, int rank);
+
+  // Validates `s` and builds its state. INVALID_ARGUMENT naming the seq id and the field.
+  absl::StatusOr<SequenceState> NewSequence(const v1::NewSequence& s) const;
+  absl::StatusOr<Plan> PlanStep(const v1::StepRequest& request) const;
+  // Checks one scheduled sequence against its cached state; fills `table` with its block table
+  // after this step.
+  absl::Status CheckScheduled(const v1::ScheduledSequence& s, const SequenceState& state,
+                              std::vector<int32_t>* table) const;
+  // After the forward pass: blocks, run tokens and computed positions of every scheduled
+  // sequence; a sequence with drafts keeps only the positions of its accepted ones.
+  void Commit(const v1::StepRequest& request, Plan& plan);
+  static void WriteOutputs(const v1::StepRequest& request, std::vector<LogitsResult>& results,
+                           v1::StepResponse* response);
+
+  const std::unique_ptr<RankModel> loaded_;
+  const int rank_;
+  SequenceMap sequences_;
+  std::vector<LogitsResult> results_;  // reused between steps
 };
 
 }  // namespace tpserve

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "model/ggml_type.h"
-#include "worker/shard_layout.h"
+#include "model/shard_layout.h"
 
 namespace tpserve {
 

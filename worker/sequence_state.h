@@ -3,14 +3,11 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "tpserve/v1/worker.pb.h"
-#include "worker/sampler.h"
+#include "kernels/sampling_params.h"
 
 namespace tpserve {
 
@@ -23,7 +20,11 @@ struct SequenceState {
   // Positions whose KV this rank holds; -1 until first scheduled (a cached prefix may let the
   // first step start past 0).
   int64_t num_computed = -1;
-  std::unique_ptr<Sampler> sampler;  // used on rank 0 only, but kept everywhere
+  // The last of those positions that hold draft tokens of the previous step: the coordinator says
+  // how many it accepted through the next start_position, anywhere in
+  // [num_computed - num_unverified, num_computed].
+  int64_t num_unverified = 0;
+  SamplingParams sampling;  // used on rank 0 only, but kept everywhere
   bool return_logprobs = false;
   int32_t top_logprobs = 0;  // in [0, kMaxTopLogprobs]
 
@@ -35,16 +36,6 @@ struct SequenceState {
   }
 };
 
-inline constexpr int32_t kMaxTopLogprobs = 20;
-
 using SequenceMap = absl::flat_hash_map<uint64_t, SequenceState>;
-
-// Validates a new sequence and builds its state. Proto zeros mean "off": top_p 0 is 1 and
-// repetition_penalty 0 is 1. INVALID_ARGUMENT naming the seq id and the field for a temperature
-// that is negative or not finite, top_k < 0, top_p or min_p outside [0, 1], a negative
-// repetition penalty, a non-finite presence/frequency penalty, or a prompt or output id outside
-// [0, vocab_size), or top_logprobs outside [0, kMaxTopLogprobs].
-absl::StatusOr<SequenceState> MakeSequenceState(const v1::NewSequence& sequence,
-                                                int64_t vocab_size);
 
 }  // namespace tpserve

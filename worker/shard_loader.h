@@ -7,7 +7,7 @@
 #include "model/gguf_file.h"
 #include "model/model_config.h"
 #include "worker/model_weights.h"
-#include "worker/shard_layout.h"
+#include "model/shard_layout.h"
 
 namespace tpserve {
 

@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "worker/forward_batch.h"
 #include "worker/kv_cache.h"
+#include "worker/logits_processor.h"
 
 namespace tpserve {
 
@@ -22,11 +24,24 @@ class StepModel {
   // cache is not touched then. Every rank runs the same batches in the same order.
   virtual absl::Status Forward(const ForwardBatch& batch, std::vector<float>* logits) = 0;
 
+  // Runs one step as Forward does and, on rank 0, turns its logits into tokens through the
+  // logits processor: one result per request, whose rows index the batch's logits rows (checked
+  // with CheckLogitsRequest). Other ranks leave `results` empty. This default brings the logits
+  // to the host and processes them there, which is where the CPU model's logits are; a device
+  // model overrides it to process them where they are.
+  virtual absl::Status ForwardAndProcess(const ForwardBatch& batch,
+                                         absl::Span<const LogitsRequest> requests,
+                                         std::vector<LogitsResult>* results);
+
   virtual const KvCacheShape& kv_shape() const = 0;
   // Bytes this rank's weights occupy where they live (host or device memory).
   virtual int64_t weight_bytes() const = 0;
   // "cpu", or "cuda:ORDINAL (DEVICE NAME)".
   virtual std::string device_name() const = 0;
+
+ private:
+  std::vector<float> host_logits_;  // [num_logits, vocab] of the last step, reused
+  CpuLogitsProcessor host_processor_;
 };
 
 }  // namespace tpserve

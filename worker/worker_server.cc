@@ -14,8 +14,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/cuda_backend.h"
-#include "worker/shard_layout.h"
-#include "worker/step_batch.h"
+#include "model/shard_layout.h"
 
 namespace tpserve {
 namespace {
@@ -45,6 +44,22 @@ absl::Status LoadError(const std::string& path, const absl::Status& status) {
 }
 
 }  // namespace
+
+const char* WorkerStateName(WorkerState state) {
+  switch (state) {
+    case WorkerState::kStarting:
+      return "starting";
+    case WorkerState::kInitialized:
+      return "initialized";
+    case WorkerState::kLoaded:
+      return "loaded";
+    case WorkerState::kServing:
+      return "serving";
+    case WorkerState::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
 
 WorkerServer::WorkerServer(const WorkerServerOptions& options)
     : options_(options), hostname_(Hostname()) {}
@@ -123,7 +138,7 @@ bool WorkerServer::shutdown_requested() {
   return shutdown_requested_;
 }
 
-void WorkerServer::SetState(const std::string& state, const std::string& error) {
+void WorkerServer::SetState(WorkerState state, const std::string& error) {
   absl::MutexLock lock(&status_mu_);
   state_ = state;
   error_ = error;
@@ -165,7 +180,7 @@ grpc::Status WorkerServer::Status(grpc::ServerContext*, const v1::WorkerStatusRe
   absl::MutexLock lock(&status_mu_);
   last_call_ = absl::Now();  // the coordinator's heartbeat
   response->set_rank(options_.rank);
-  response->set_state(state_);
+  response->set_state(WorkerStateName(state_));
   response->set_hostname(hostname_);
   response->set_device_name(device_name_);
   response->set_weight_bytes(weight_bytes_);
@@ -213,7 +228,7 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   if (cuda) {
     auto choice = SelectCudaDevice(options_.cuda_device, rank);
     if (!choice.ok()) {
-      SetState("failed", std::string(choice.status().message()));
+      SetState(WorkerState::kFailed, std::string(choice.status().message()));
       return choice.status();
     }
     cuda_device = choice->ordinal;
@@ -239,7 +254,7 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
       group_comm = GlooCommunicator::Create(rank, world, std::move(store), gloo);
     }
     if (!group_comm.ok()) {
-      SetState("failed", std::string(group_comm.status().message()));
+      SetState(WorkerState::kFailed, std::string(group_comm.status().message()));
       return group_comm.status();
     }
     comm = *std::move(group_comm);
@@ -268,11 +283,11 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   group_ = std::move(group);
   cuda_device_ = cuda_device;
   model_path_ = model_path;
-  sequences_.clear();
+  if (runner_ != nullptr) runner_->DropSequences();
   last_step_id_ = 0;
   {
     absl::MutexLock lock(&status_mu_);
-    state_ = keep_shard ? "loaded" : "initialized";
+    state_ = keep_shard ? WorkerState::kLoaded : WorkerState::kInitialized;
     error_.clear();
     status_last_step_id_ = 0;
     if (!keep_shard) weight_bytes_ = kv_cache_blocks_ = 0;
@@ -310,16 +325,17 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
   if (!runner.ok()) return LoadError(model_path_, runner.status());
   runner_ = *std::move(runner);
   loaded_.Clear();
-  loaded_.set_weight_bytes(runner_->model().weight_bytes());
-  loaded_.set_kv_cache_blocks(runner_->kv_shape().num_blocks);
-  loaded_.set_model_file_size(runner_->file().file_size());
-  loaded_.set_model_fingerprint(Fingerprint(runner_->file().header_bytes()));
-  loaded_.set_vocab_size(runner_->config().vocab_size);
-  loaded_.set_context_length(runner_->config().context_length);
+  RankModel& model = runner_->loaded();
+  loaded_.set_weight_bytes(model.model().weight_bytes());
+  loaded_.set_kv_cache_blocks(model.kv_shape().num_blocks);
+  loaded_.set_model_file_size(model.file().file_size());
+  loaded_.set_model_fingerprint(Fingerprint(model.file().header_bytes()));
+  loaded_.set_vocab_size(model.config().vocab_size);
+  loaded_.set_context_length(model.config().context_length);
   *response = loaded_;
   {
     absl::MutexLock lock(&status_mu_);
-    state_ = "loaded";
+    state_ = WorkerState::kLoaded;
     error_.clear();
     weight_bytes_ = loaded_.weight_bytes();
     kv_cache_blocks_ = loaded_.kv_cache_blocks();
@@ -341,7 +357,13 @@ absl::Status WorkerServer::DoStep(const v1::StepRequest& request, v1::StepRespon
   }
   last_step_id_ = request.step_id();  // Consumed even when the step is rejected below.
   const auto start = std::chrono::steady_clock::now();
-  const absl::Status status = RunStep(request, response);
+  absl::StatusOr<v1::StepResponse> result = runner_->Step(request);
+  const absl::Status status = result.status();
+  if (result.ok()) {
+    *response = *std::move(result);
+  } else if (status.code() != absl::StatusCode::kInvalidArgument) {
+    SetState(WorkerState::kFailed, std::string(status.message()));  // The group is broken: re-Init.
+  }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   response->set_step_id(request.step_id());
@@ -351,7 +373,7 @@ absl::Status WorkerServer::DoStep(const v1::StepRequest& request, v1::StepRespon
     status_last_step_id_ = request.step_id();
     step_ms_.push_back(ms);
     if (step_ms_.size() > kLatencyWindow) step_ms_.pop_front();
-    if (status.ok() && state_ == "loaded") state_ = "serving";
+    if (status.ok() && state_ == WorkerState::kLoaded) state_ = WorkerState::kServing;
   }
   if (!status.ok()) {
     LogWarning("worker", "rank %d: step %llu failed: %s", comm_->rank(),
@@ -361,53 +383,6 @@ absl::Status WorkerServer::DoStep(const v1::StepRequest& request, v1::StepRespon
                static_cast<unsigned long long>(request.step_id()), ms, request.sequences_size());
   }
   return status;
-}
-
-// Finished sequences are dropped first, whatever happens next. The rest is all or nothing: a
-// rejected step adds no sequence and changes no sequence's state.
-absl::Status WorkerServer::RunStep(const v1::StepRequest& request, v1::StepResponse* response) {
-  for (uint64_t id : request.finished_seq_ids()) sequences_.erase(id);  // Unknown ids: no-op.
-  const ModelConfig& config = runner_->config();
-  std::vector<std::pair<uint64_t, SequenceState>> added;
-  for (const v1::NewSequence& s : request.new_sequences()) {
-    const bool duplicate = std::any_of(added.begin(), added.end(),
-                                       [&](const auto& a) { return a.first == s.seq_id(); });
-    if (sequences_.contains(s.seq_id()) || duplicate) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("new sequence ", s.seq_id(), " already exists (finish it first)"));
-    }
-    ASSIGN_OR_RETURN(SequenceState state, MakeSequenceState(s, config.vocab_size));
-    added.emplace_back(s.seq_id(), std::move(state));
-  }
-  for (auto& [id, state] : added) sequences_.emplace(id, std::move(state));
-  auto forget_added = [&] {
-    for (const auto& [id, state] : added) sequences_.erase(id);
-  };
-  if (request.sequences().empty()) return absl::OkStatus();
-
-  BatchLimits limits;
-  limits.block_size = runner_->kv_shape().block_size;
-  limits.num_blocks = runner_->kv_shape().num_blocks;
-  limits.vocab_size = config.vocab_size;
-  limits.context_length = config.context_length;
-  absl::StatusOr<StepPlan> plan = BuildForwardBatch(request, sequences_, limits);
-  if (!plan.ok()) {
-    forget_added();
-    return plan.status();
-  }
-  const absl::Status forward = runner_->model().Forward(plan->batch, &logits_);
-  if (!forward.ok()) {
-    forget_added();
-    if (forward.code() != absl::StatusCode::kInvalidArgument) {
-      SetState("failed", std::string(forward.message()));  // The group is broken: re-Init.
-    }
-    return forward;
-  }
-  CommitStep(request, *plan, &sequences_);
-  if (comm_->rank() == 0) {
-    WriteStepOutputs(request, *plan, logits_, config.vocab_size, &sequences_, response);
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace tpserve

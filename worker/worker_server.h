@@ -26,9 +26,12 @@
 #include "worker/comm/swappable_communicator.h"
 #include "worker/execution_thread.h"
 #include "worker/model_runner.h"
-#include "worker/sequence_state.h"
 
 namespace tpserve {
+
+// Where a worker is in its lifecycle, as WorkerStatusResponse.state names it.
+enum class WorkerState { kStarting, kInitialized, kLoaded, kServing, kFailed };
+const char* WorkerStateName(WorkerState state);  // "starting", …, "failed"
 
 struct WorkerServerOptions {
   int rank = 0;                    // the rank this worker registers as; Init must agree
@@ -99,8 +102,7 @@ class WorkerServer final : public v1::WorkerService::Service {
   absl::Status DoInit(const v1::InitRequest& request);
   absl::Status DoLoadShard(v1::LoadShardResponse* response);
   absl::Status DoStep(const v1::StepRequest& request, v1::StepResponse* response);
-  absl::Status RunStep(const v1::StepRequest& request, v1::StepResponse* response);
-  void SetState(const std::string& state, const std::string& error);
+  void SetState(WorkerState state, const std::string& error);
 
   // Constant after Start.
   const WorkerServerOptions options_;
@@ -117,13 +119,11 @@ class WorkerServer final : public v1::WorkerService::Service {
   std::unique_ptr<SwappableCommunicator> comm_;
   std::unique_ptr<ModelRunner> runner_;
   v1::LoadShardResponse loaded_;  // answer for the loaded shard
-  SequenceMap sequences_;
   uint64_t last_step_id_ = 0;
-  std::vector<float> logits_;  // [num_logits, vocab] of the last step, reused
 
   // The snapshot Status answers from, and the shutdown flag.
   absl::Mutex status_mu_;
-  std::string state_ ABSL_GUARDED_BY(status_mu_) = "starting";
+  WorkerState state_ ABSL_GUARDED_BY(status_mu_) = WorkerState::kStarting;
   std::string error_ ABSL_GUARDED_BY(status_mu_);
   std::string device_name_ ABSL_GUARDED_BY(status_mu_) = "cpu";
   int64_t weight_bytes_ ABSL_GUARDED_BY(status_mu_) = 0;

@@ -52,6 +52,11 @@ void SelectTopK(const float* logits, int64_t n, int64_t k, std::vector<Candidate
 
 }  // namespace
 
+bool IsGreedy(const SamplingParams& params) {
+  constexpr float kGreedyTemperature = 1e-5f;
+  return params.temperature < kGreedyTemperature || params.top_k == 1;
+}
+
 int32_t Argmax(const float* logits, int64_t n) {
   TP_CHECK(n > 0);
   int64_t best = 0;
@@ -66,9 +71,7 @@ int32_t Sample(const float* logits, int64_t n, const SamplingParams& params, std
   TP_CHECK(params.temperature >= 0.0f && params.top_k >= 0);
   TP_CHECK(params.top_p > 0.0f && params.top_p <= 1.0f);
   TP_CHECK(params.min_p >= 0.0f && params.min_p <= 1.0f);
-  // Below kGreedyTemperature, 1 / temperature overflows the exponent: the draw is the argmax.
-  constexpr float kGreedyTemperature = 1e-5f;
-  if (params.temperature < kGreedyTemperature || params.top_k == 1) return Argmax(logits, n);
+  if (IsGreedy(params)) return Argmax(logits, n);
 
   const bool use_top_k = params.top_k > 0 && params.top_k < n;
   const bool use_top_p = params.top_p < 1.0f;
@@ -164,6 +167,62 @@ int32_t Sample(const float* logits, int64_t n, const SamplingParams& params, std
     if (target < cumulative) return candidates[i].id;
   }
   return candidates[keep - 1].id;  // unreachable: the same sum in the same order exceeds target
+}
+
+void SamplingDistribution(const float* logits, int64_t n, const SamplingParams& params,
+                          float* probs) {
+  TP_CHECK(n > 0);
+  std::fill(probs, probs + n, 0.0f);
+  const int32_t best = Argmax(logits, n);
+  const float max_logit = logits[best];
+  if (IsGreedy(params) || !std::isfinite(max_logit)) {
+    probs[best] = 1.0f;
+    return;
+  }
+  const float inv_temperature = 1.0f / params.temperature;
+  std::vector<Candidate> sorted(n);
+  for (int64_t i = 0; i < n; ++i) {
+    sorted[i] = {logits[i], std::exp((logits[i] - max_logit) * inv_temperature),
+                 static_cast<int32_t>(i)};
+  }
+  std::sort(sorted.begin(), sorted.end(), Before);
+  int64_t keep = params.top_k > 0 ? std::min<int64_t>(params.top_k, n) : n;
+  double mass = 0.0;
+  for (int64_t i = 0; i < keep; ++i) mass += sorted[i].weight;
+  if (params.top_p < 1.0f) {  // the shortest prefix holding top_p of the mass, as Sample cuts it
+    const double target = params.top_p * mass;
+    double cumulative = 0.0;
+    int64_t prefix = 0;
+    while (prefix < keep) {
+      cumulative += sorted[prefix++].weight;
+      if (cumulative >= target) break;
+    }
+    keep = prefix;
+  }
+  // min-p (weights are relative to the most likely token, which always passes it).
+  auto kept = [&](const Candidate& c) { return c.weight > 0.0f && c.weight >= params.min_p; };
+  double total = 0.0;
+  for (int64_t i = 0; i < keep; ++i) total += kept(sorted[i]) ? sorted[i].weight : 0.0;
+  for (int64_t i = 0; i < keep; ++i) {
+    if (kept(sorted[i])) probs[sorted[i].id] = static_cast<float>(sorted[i].weight / total);
+  }
+}
+
+int32_t SampleFromWeights(const float* weights, int64_t n, std::mt19937_64& rng) {
+  TP_CHECK(n > 0);
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) total += weights[i];
+  TP_CHECK(total > 0.0);
+  const double target = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * total;
+  double cumulative = 0.0;
+  int64_t last = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (weights[i] <= 0.0f) continue;
+    cumulative += weights[i];
+    last = i;
+    if (target < cumulative) return static_cast<int32_t>(i);
+  }
+  return static_cast<int32_t>(last);  // rounding: the last token with weight
 }
 
 }  // namespace tpserve::cpu

@@ -26,7 +26,7 @@
 #include "worker/cuda/cuda_llama_model.h"
 #include "worker/decode_buckets.h"
 #include "worker/forward_batch.h"
-#include "worker/model_runner.h"
+#include "worker/model_loader.h"
 
 namespace tpserve {
 namespace {
@@ -43,7 +43,7 @@ struct RunnerConfig {
   int64_t max_num_batched_tokens = 256;
 };
 
-std::unique_ptr<ModelRunner> MakeRunner(const RunnerConfig& config, Communicator* comm) {
+std::unique_ptr<RankModel> MakeRunner(const RunnerConfig& config, Communicator* comm) {
   ModelRunnerOptions options;
   options.model_path = gpu_test::GetTestModel().path;
   options.device = config.device;
@@ -52,7 +52,7 @@ std::unique_ptr<ModelRunner> MakeRunner(const RunnerConfig& config, Communicator
   options.cuda.max_num_seqs = config.max_num_seqs;
   options.cuda.max_num_batched_tokens = config.max_num_batched_tokens;
   options.cuda.enforce_eager = config.enforce_eager;
-  auto runner = ModelRunner::Create(options, comm);
+  auto runner = LoadRankModel(options, comm);
   EXPECT_TRUE(runner.ok()) << runner.status();
   return runner.ok() ? *std::move(runner) : nullptr;
 }
@@ -74,7 +74,7 @@ int Argmax(const float* row, int64_t n) {
   return static_cast<int>(std::max_element(row, row + n) - row);
 }
 
-std::vector<float> Forward(ModelRunner& runner, const ForwardBatch& batch) {
+std::vector<float> Forward(RankModel& runner, const ForwardBatch& batch) {
   std::vector<float> logits;
   const absl::Status status = runner.model().Forward(batch, &logits);
   EXPECT_TRUE(status.ok()) << status;
@@ -90,7 +90,7 @@ class CudaLlamaModelTest : public ::testing::Test {
   }
 
   SingleRankCommunicator comm_;
-  std::unique_ptr<ModelRunner> cpu_;
+  std::unique_ptr<RankModel> cpu_;
 };
 
 TEST_F(CudaLlamaModelTest, PrefillLogitsMatchTheCpuWholeAndInChunks) {
@@ -208,7 +208,7 @@ TEST_F(CudaLlamaModelTest, PoolFillsTheShareOfMemoryItIsGiven) {
   options.device = Device::kCuda;
   options.block_size = kBlockSize;
   options.cuda.gpu_memory_utilization = 0.5;
-  auto runner = ModelRunner::Create(options, &comm_);
+  auto runner = LoadRankModel(options, &comm_);
   ASSERT_TRUE(runner.ok()) << runner.status();
   size_t free = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);

@@ -1,4 +1,4 @@
-// A Communicator that forwards to a replaceable one. The ModelRunner keeps a pointer to its
+// A Communicator that forwards to a replaceable one. The loaded model keeps a pointer to its
 // communicator for its whole life; when the coordinator re-forms the collective group (a new
 // Init with the same rank and world size), the worker swaps the group underneath instead of
 // reloading the shard.

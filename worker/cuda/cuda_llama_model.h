@@ -34,8 +34,8 @@
 #include "worker/cuda_backend.h"
 #include "worker/cuda/cuda_graph.h"
 #include "worker/cuda/device_weights.h"
-#include "worker/model_runner.h"
-#include "worker/shard_layout.h"
+#include "worker/model_loader.h"
+#include "model/shard_layout.h"
 #include "worker/step_inputs.h"
 #include "worker/step_model.h"
 

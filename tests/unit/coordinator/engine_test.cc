@@ -309,7 +309,7 @@ TEST_F(EngineTest, FlushPrefixCacheEvictsWhatNoRequestUses) {
 
 TEST_F(EngineTest, ScoreReturnsLogitsOfEveryPosition) {
   FakeWorkerOptions options;
-  options.vocab_size = 50;
+  options.vocab_size = 1000;  // FakeWorker::NextToken draws from [100, 1000)
   Start({options, options, options});
   v1::ScoreRequest request;
   for (int32_t t : {7, 8, 9, 10, 11}) request.mutable_prompt()->add_ids(t);
@@ -319,7 +319,7 @@ TEST_F(EngineTest, ScoreReturnsLogitsOfEveryPosition) {
   ASSERT_TRUE(status.ok()) << status.error_message();
   ASSERT_EQ(response.positions_size(), 5);
   for (int i = 0; i < 5; ++i) {
-    ASSERT_EQ(response.positions(i).logits_size(), 50);
+    ASSERT_EQ(response.positions(i).logits_size(), 1000);
     EXPECT_FLOAT_EQ(response.positions(i).logits(3), FakeWorker::Logit(7 + i, 3));
   }
   // The scored sequence is dropped on the workers with the next step.

@@ -124,7 +124,7 @@ grpc::Status FakeWorker::Step(grpc::ServerContext*, const v1::StepRequest* reque
     if (rank_ != 0 || (!s.sample() && !s.all_logits())) continue;
     v1::SequenceOutput* out = response->add_outputs();
     out->set_seq_id(s.seq_id());
-    if (s.sample()) out->set_token_id(NextToken(seq.tokens));
+    if (s.sample()) out->add_token_ids(NextToken(seq.tokens));
     if (s.all_logits()) {
       for (int32_t t : s.token_ids()) {
         for (int64_t v = 0; v < options_.vocab_size; ++v) out->add_logits(Logit(t, v));

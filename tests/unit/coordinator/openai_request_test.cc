@@ -190,11 +190,11 @@ TEST_F(OpenAiRequestTest, CompletionDefaults) {
   EXPECT_EQ(p.logprobs, -1);
   EXPECT_FALSE(p.ignore_eos);
   EXPECT_TRUE(p.stop.empty());
-  EXPECT_FLOAT_EQ(p.sampling.temperature(), 1.0f);
-  EXPECT_FLOAT_EQ(p.sampling.top_p(), 1.0f);
-  EXPECT_EQ(p.sampling.top_k(), 0);
-  EXPECT_FLOAT_EQ(p.sampling.min_p(), 0.0f);
-  EXPECT_FLOAT_EQ(p.sampling.repetition_penalty(), 1.0f);
+  EXPECT_FLOAT_EQ(p.sampling.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(p.sampling.top_p, 1.0f);
+  EXPECT_EQ(p.sampling.top_k, 0);
+  EXPECT_FLOAT_EQ(p.sampling.min_p, 0.0f);
+  EXPECT_FLOAT_EQ(p.sampling.repetition_penalty, 1.0f);
   auto expected = tokenizer_->Encode("Hello", /*parse_special=*/true);
   ASSERT_TRUE(expected.ok());
   if (tokenizer_->add_bos()) expected->insert(expected->begin(), tokenizer_->bos_id());
@@ -205,7 +205,7 @@ TEST_F(OpenAiRequestTest, UnsetSeedsDiffer) {
   const auto a = ParseCompletionRequest(R"({"prompt": "Hello"})", Model());
   const auto b = ParseCompletionRequest(R"({"prompt": "Hello"})", Model());
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_NE(a->params.sampling.seed(), b->params.sampling.seed());
+  EXPECT_NE(a->params.sampling.seed, b->params.sampling.seed);
 }
 
 TEST_F(OpenAiRequestTest, CompletionEveryField) {
@@ -221,14 +221,14 @@ TEST_F(OpenAiRequestTest, CompletionEveryField) {
   const GenerateParams& p = parsed->params;
   EXPECT_EQ(p.prompt, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(p.max_tokens, 4);
-  EXPECT_FLOAT_EQ(p.sampling.temperature(), 0.0f);
-  EXPECT_FLOAT_EQ(p.sampling.top_p(), 0.5f);
-  EXPECT_EQ(p.sampling.top_k(), 0);
-  EXPECT_FLOAT_EQ(p.sampling.min_p(), 0.1f);
-  EXPECT_FLOAT_EQ(p.sampling.repetition_penalty(), 1.2f);
-  EXPECT_FLOAT_EQ(p.sampling.presence_penalty(), -1.0f);
-  EXPECT_FLOAT_EQ(p.sampling.frequency_penalty(), 0.5f);
-  EXPECT_EQ(p.sampling.seed(), ~uint64_t{0});
+  EXPECT_FLOAT_EQ(p.sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(p.sampling.top_p, 0.5f);
+  EXPECT_EQ(p.sampling.top_k, 0);
+  EXPECT_FLOAT_EQ(p.sampling.min_p, 0.1f);
+  EXPECT_FLOAT_EQ(p.sampling.repetition_penalty, 1.2f);
+  EXPECT_FLOAT_EQ(p.sampling.presence_penalty, -1.0f);
+  EXPECT_FLOAT_EQ(p.sampling.frequency_penalty, 0.5f);
+  EXPECT_EQ(p.sampling.seed, ~uint64_t{0});
   EXPECT_EQ(p.n, 3);
   EXPECT_TRUE(parsed->stream);
   EXPECT_TRUE(parsed->include_usage);

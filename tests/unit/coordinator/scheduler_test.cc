@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "coordinator/radix_cache.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -40,7 +41,11 @@ class SchedulerTest : public ::testing::Test {
     options.block_size = 4;
     options.context_length = 4096;
     pool_ = std::make_unique<BlockPool>(num_blocks);
-    if (prefix_cache) cache_ = std::make_unique<RadixCache>(options.block_size, pool_.get());
+    if (prefix_cache) {
+      cache_ = std::make_unique<RadixCache>(options.block_size, pool_.get());
+    } else {
+      cache_ = std::make_unique<NoPrefixCache>();
+    }
     scheduler_ = std::make_unique<Scheduler>(options, pool_.get(), cache_.get());
   }
 
@@ -112,12 +117,12 @@ class SchedulerTest : public ::testing::Test {
   }
   // Every block is free, or held only by the cache (no sequence holds any).
   void ExpectNothingHeld() const {
-    const int32_t evictable = cache_ ? cache_->num_evictable_blocks() : 0;
+    const int32_t evictable = cache_->num_evictable_blocks();
     EXPECT_EQ(pool_->num_free() + evictable, pool_->num_blocks());
   }
 
   std::unique_ptr<BlockPool> pool_;
-  std::unique_ptr<RadixCache> cache_;
+  std::unique_ptr<PrefixCache> cache_;
   std::unique_ptr<Scheduler> scheduler_;
   std::vector<std::unique_ptr<Sequence>> done_;
   uint64_t next_request_id_ = 1;

@@ -75,7 +75,7 @@ TEST(SampleTest, TemperatureZeroIsArgmaxAndLeavesRngAlone) {
   std::mt19937_64 rng(5);
   const std::mt19937_64 before = rng;
   for (const SamplingParams& params :
-       {SamplingParams{}, SamplingParams{0.0f, 40, 0.5f, 0.1f}, SamplingParams{0.0f, 0, 1, 0}}) {
+       {SamplingParams{0.0f}, SamplingParams{0.0f, 40, 0.5f, 0.1f}, SamplingParams{0.0f, 0, 1, 0}}) {
     EXPECT_EQ(Sample(logits.data(), logits.size(), params, rng), want);
   }
   EXPECT_TRUE(rng == before);
@@ -201,6 +201,21 @@ TEST(SampleTest, TopPAndMinPKeepTheShorterPrefix) {
   // top_p 0.7 keeps {1, 3}; min_p 0.2 would keep three.
   ExpectFrequencies(Frequencies(logits, SamplingParams{1.0f, 0, 0.7f, 0.2f}, 100000, 20),
                     {0.0, 0.5 / 0.8, 0.0, 0.3 / 0.8}, 0.01);
+}
+
+// SamplingDistribution is the distribution Sample draws from, filters included: the target of
+// speculative verification must be exactly what plain sampling would have drawn.
+TEST(SamplingDistributionTest, MatchesSampleFrequenciesUnderEveryFilter) {
+  const std::vector<float> logits = RandomLogits(24, 2.0f, 21);
+  for (const SamplingParams& params :
+       {SamplingParams{1.0f}, SamplingParams{0.7f, 5}, SamplingParams{1.3f, 0, 0.8f},
+        SamplingParams{1.0f, 0, 1.0f, 0.3f}, SamplingParams{0.9f, 8, 0.9f, 0.05f},
+        SamplingParams{0.0f}}) {
+    std::vector<float> probs(logits.size());
+    SamplingDistribution(logits.data(), logits.size(), params, probs.data());
+    const std::vector<double> want(probs.begin(), probs.end());
+    ExpectFrequencies(Frequencies(logits, params, 100000, 22), want, 0.01);
+  }
 }
 
 TEST(SampleTest, BannedTokensAreNeverDrawn) {

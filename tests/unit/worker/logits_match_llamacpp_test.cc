@@ -14,7 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/forward_batch.h"
-#include "worker/model_runner.h"
+#include "worker/model_loader.h"
 
 namespace tpserve {
 namespace {
@@ -80,7 +80,7 @@ class LogitsMatchLlamaCpp : public ::testing::Test {
     options.model_path = TPSERVE_MODEL_PATH;
     options.block_size = kBlockSize;
     options.kv_cache_blocks = blocks;
-    auto runner = ModelRunner::Create(options, &comm_);
+    auto runner = LoadRankModel(options, &comm_);
     ASSERT_TRUE(runner.ok()) << runner.status()
                              << " (run scripts/fetch-model.sh to fetch the model)";
     runner_ = std::move(runner).value();
@@ -99,7 +99,7 @@ class LogitsMatchLlamaCpp : public ::testing::Test {
 
   SingleRankCommunicator comm_;
   std::vector<GoldenPrompt> golden_;
-  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<RankModel> runner_;
   int64_t vocab_ = 0;
   int64_t next_ = 0;
 };

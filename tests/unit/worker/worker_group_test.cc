@@ -1,6 +1,6 @@
 // Three WorkerServers in this process form a CPU group (Gloo) through CoordinatorStore on a
 // minimal in-process ClusterService, and decode greedily in lockstep; rank 0's tokens must match
-// a world-of-one ModelRunner. Then the group is re-formed under a new group id and serves again.
+// a world-of-one loaded model. Then the group is re-formed under a new group id and serves again.
 #include <grpcpp/grpcpp.h>
 
 #include <future>
@@ -12,9 +12,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/sampling.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/forward_batch.h"
-#include "worker/model_runner.h"
+#include "worker/model_loader.h"
 #include "worker/worker_server.h"
 
 namespace tpserve {
@@ -113,6 +114,8 @@ std::vector<int32_t> Decode(std::vector<Rank>& ranks, int steps) {
       v1::NewSequence* added = request.add_new_sequences();
       added->set_seq_id(3);
       added->mutable_prompt_token_ids()->Add(kPrompt.begin(), kPrompt.end());
+      added->mutable_sampling()->set_top_p(1);  // greedy (temperature 0), no penalty
+      added->mutable_sampling()->set_repetition_penalty(1);
     }
     v1::ScheduledSequence* s = request.add_sequences();
     s->set_seq_id(3);
@@ -131,7 +134,7 @@ std::vector<int32_t> Decode(std::vector<Rank>& ranks, int steps) {
     EXPECT_EQ(responses[1].outputs_size(), 0);
     EXPECT_EQ(responses[2].outputs_size(), 0);
     if (responses[0].outputs_size() != 1) return tokens;
-    tokens.push_back(responses[0].outputs(0).token_id());
+    tokens.push_back(responses[0].outputs(0).token_ids(0));
     position += static_cast<int32_t>(run.size());
     run = {tokens.back()};
   }
@@ -146,7 +149,7 @@ TEST(WorkerGroup, ThreeCpuRanksDecodeLikeOneAndSurviveReforming) {
     ModelRunnerOptions options;
     options.model_path = TPSERVE_MODEL_PATH;
     options.kv_cache_blocks = kBlocks;
-    auto runner = ModelRunner::Create(options, &comm);
+    auto runner = LoadRankModel(options, &comm);
     ASSERT_TRUE(runner.ok()) << runner.status();
     std::vector<int32_t> run = kPrompt;
     int32_t position = 0;

@@ -1,5 +1,5 @@
 // WorkerServer in this process on 127.0.0.1, world size 1, driven through a real gRPC channel
-// with the bundled model; results are checked against ModelRunner run directly.
+// with the bundled model; results are checked against the loaded model run directly.
 #include "worker/worker_server.h"
 
 #include <grpcpp/grpcpp.h>
@@ -53,7 +53,7 @@ class WorkerServerTest : public ::testing::Test {
     runner_options.model_path = TPSERVE_MODEL_PATH;
     runner_options.block_size = kBlockSize;
     runner_options.kv_cache_blocks = kBlocks;
-    auto runner = ModelRunner::Create(runner_options, comm_);
+    auto runner = LoadRankModel(runner_options, comm_);
     ASSERT_TRUE(runner.ok()) << runner.status();
     reference_ = runner->release();
   }
@@ -107,7 +107,7 @@ class WorkerServerTest : public ::testing::Test {
 
   static WorkerServer* server_;
   static SingleRankCommunicator* comm_;
-  static ModelRunner* reference_;
+  static RankModel* reference_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   int64_t vocab_ = 0;
   uint64_t step_id_ = 0;
@@ -115,7 +115,7 @@ class WorkerServerTest : public ::testing::Test {
 
 WorkerServer* WorkerServerTest::server_ = nullptr;
 SingleRankCommunicator* WorkerServerTest::comm_ = nullptr;
-ModelRunner* WorkerServerTest::reference_ = nullptr;
+RankModel* WorkerServerTest::reference_ = nullptr;
 
 v1::ScheduledSequence* Schedule(v1::StepRequest* request, uint64_t seq_id,
                                 const std::vector<int32_t>& tokens, int32_t start,
@@ -133,6 +133,9 @@ void AddNew(v1::StepRequest* request, uint64_t seq_id, const std::vector<int32_t
   v1::NewSequence* s = request->add_new_sequences();
   s->set_seq_id(seq_id);
   s->mutable_prompt_token_ids()->Add(prompt.begin(), prompt.end());
+  // Greedy; the worker takes every field as it is, so the neutral values are spelled out.
+  s->mutable_sampling()->set_top_p(1);
+  s->mutable_sampling()->set_repetition_penalty(1);
 }
 
 TEST(WorkerServerLifecycle, StepBeforeLoadShardIsFailedPrecondition) {
@@ -186,7 +189,7 @@ TEST_F(WorkerServerTest, StepsRunStrictlyInOrder) {
   EXPECT_TRUE(Step(NextStep(), &response).ok());
 }
 
-TEST_F(WorkerServerTest, ChunkedPrefillThenGreedyDecodeMatchesModelRunner) {
+TEST_F(WorkerServerTest, ChunkedPrefillThenGreedyDecodeMatchesTheModel) {
   // Blocks 5 and 9: positions 0-15 and 16-31. Prefill in two chunks, then decode one token a step.
   const std::vector<int32_t> table = {5, 9};
   const std::vector<int32_t> chunk1(kPrompt.begin(), kPrompt.begin() + 7);
@@ -217,7 +220,7 @@ TEST_F(WorkerServerTest, ChunkedPrefillThenGreedyDecodeMatchesModelRunner) {
     ASSERT_EQ(response.outputs_size(), 1);
     EXPECT_EQ(response.outputs(0).seq_id(), 42u);
     EXPECT_EQ(response.outputs(0).logits_size(), 0);
-    actual.push_back(response.outputs(0).token_id());
+    actual.push_back(response.outputs(0).token_ids(0));
     step = NextStep();
     Schedule(&step, 42, {actual.back()}, position,
              position == 16 ? std::vector<int32_t>{9} : std::vector<int32_t>{},
@@ -244,7 +247,7 @@ TEST_F(WorkerServerTest, AllLogitsReturnsEveryRowOfTheRightSize) {
   const grpc::Status status = Step(step, &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   ASSERT_EQ(response.outputs_size(), 1);
-  EXPECT_EQ(response.outputs(0).token_id(), -1);
+  EXPECT_EQ(response.outputs(0).token_ids_size(), 0);
   ASSERT_EQ(response.outputs(0).logits_size(), 5 * vocab_);
   const std::vector<float> expected = Reference(tokens, 0, {3}, /*all_logits=*/true);
   ASSERT_EQ(static_cast<int64_t>(expected.size()), 5 * vocab_);
@@ -273,7 +276,9 @@ TEST_F(WorkerServerTest, LogprobsAreTheLogSoftmaxOfTheRawLogits) {
   double sum = 0;
   for (float x : logits) sum += std::exp(static_cast<double>(x));
   auto logprob = [&](int32_t id) { return logits[id] - std::log(sum); };
-  EXPECT_NEAR(out.logprob(), logprob(out.token_id()), 1e-4);
+  ASSERT_EQ(out.token_ids_size(), 1);
+  ASSERT_EQ(out.logprobs_size(), 1);
+  EXPECT_NEAR(out.logprobs(0), logprob(out.token_ids(0)), 1e-4);
   std::vector<int32_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(),
@@ -284,7 +289,48 @@ TEST_F(WorkerServerTest, LogprobsAreTheLogSoftmaxOfTheRawLogits) {
     EXPECT_EQ(out.top_token_ids(i), order[i]);
     EXPECT_NEAR(out.top_logprobs(i), logprob(order[i]), 1e-4);
   }
-  EXPECT_EQ(out.token_id(), order[0]);  // greedy: the sampled token is the most likely
+  EXPECT_EQ(out.token_ids(0), order[0]);  // greedy: the sampled token is the most likely
+}
+
+// Drafts through the protocol: the model's own greedy continuation (from the reference model) is
+// accepted up to the first wrong draft, whose correction comes back; the next step starts after
+// the accepted drafts, the rejected position is computed again, and decoding goes on exactly.
+TEST_F(WorkerServerTest, GreedyDraftsAreVerifiedAndTheSequenceGoesOnAfterTheAcceptedOnes) {
+  const std::vector<int32_t> table = {11};
+  std::vector<int32_t> greedy;  // the reference's next four tokens after kPrompt
+  std::vector<float> logits = Reference(kPrompt, 0, table, false);
+  int32_t position = static_cast<int32_t>(kPrompt.size());
+  for (int i = 0; i < 4; ++i) {
+    greedy.push_back(
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    logits = Reference({greedy.back()}, position++, table, false);
+  }
+  const int32_t wrong = (greedy[2] + 1) % static_cast<int32_t>(vocab_);
+  v1::StepRequest step = NextStep();
+  AddNew(&step, 5, kPrompt);
+  v1::ScheduledSequence* s = Schedule(&step, 5, kPrompt, 0, {11}, /*sample=*/true);
+  for (int32_t draft : {greedy[0], greedy[1], wrong}) s->add_draft_token_ids(draft);
+  v1::StepResponse response;
+  grpc::Status status = Step(step, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.outputs_size(), 1);
+  const std::vector<int32_t> first(response.outputs(0).token_ids().begin(),
+                                   response.outputs(0).token_ids().end());
+  EXPECT_EQ(first, (std::vector<int32_t>{greedy[0], greedy[1], greedy[2]}));
+
+  const int32_t after = static_cast<int32_t>(kPrompt.size()) + 2;  // two drafts accepted
+  step = NextStep();
+  Schedule(&step, 5, {greedy[2]}, after + 2, {}, /*sample=*/true);  // past the drafts run
+  status = Step(step, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("is outside [12, 15]"), std::string::npos)
+      << status.error_message();
+  step = NextStep();
+  Schedule(&step, 5, {greedy[2]}, after, {}, /*sample=*/true);
+  status = Step(step, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.outputs(0).token_ids_size(), 1);
+  EXPECT_EQ(response.outputs(0).token_ids(0), greedy[3]);
 }
 
 TEST_F(WorkerServerTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) {
@@ -347,7 +393,7 @@ TEST_F(WorkerServerTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) 
   ASSERT_EQ(response.outputs_size(), 1);
   // A start position that does not follow the computed ones.
   step = NextStep();
-  Schedule(&step, 1, {response.outputs(0).token_id()}, 2, {}, true);
+  Schedule(&step, 1, {response.outputs(0).token_ids(0)}, 2, {}, true);
   status = Step(step, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("4 positions are computed"), std::string::npos)

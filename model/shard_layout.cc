@@ -1,4 +1,4 @@
-#include "worker/shard_layout.h"
+#include "model/shard_layout.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

@@ -1,0 +1,84 @@
+#include "worker/model_loader.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "model/shard_layout.h"
+#include "worker/cuda_backend.h"
+#include "worker/llama_model.h"
+#include "worker/shard_loader.h"
+#if TPSERVE_WITH_CUDA
+#include "worker/cuda/cuda_llama_model.h"
+#endif
+
+namespace tpserve {
+namespace {
+
+absl::StatusOr<std::unique_ptr<StepModel>> CreateCpuModel(const ModelRunnerOptions& options,
+                                                          const ModelConfig& config,
+                                                          const ShardLayout& layout,
+                                                          ModelWeights weights,
+                                                          Communicator* comm) {
+  KvCacheShape shape;
+  shape.num_layers = config.num_layers;
+  shape.block_size = options.block_size;
+  shape.num_kv_heads = layout.kv_heads.size;
+  shape.head_dim = config.head_dim;
+  shape.num_blocks = options.kv_cache_blocks > 0 ? options.kv_cache_blocks
+                                                 : options.kv_cache_bytes / shape.bytes_per_block();
+  if (shape.num_blocks <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the KV pool needs a positive block count or a byte budget of at least one "
+                     "block (",
+                     shape.bytes_per_block(), " bytes); got ", options.kv_cache_blocks,
+                     " blocks and ", options.kv_cache_bytes, " bytes"));
+  }
+  LogInfo("runner", "rank %d/%d: weights %.1f MiB, KV pool %lld blocks (%.1f MiB)", comm->rank(),
+          comm->world_size(), weights.resident_bytes() / 1048576.0,
+          static_cast<long long>(shape.num_blocks),
+          shape.num_blocks * shape.bytes_per_block() / 1048576.0);
+  return std::make_unique<LlamaModel>(config, layout, std::move(weights), comm, shape);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOptions& options,
+                                                         Communicator* comm) {
+  if (options.block_size <= 0 || options.kv_cache_blocks < 0 || options.kv_cache_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block size (", options.block_size, ") must be positive, KV cache blocks (",
+        options.kv_cache_blocks, ") and bytes (", options.kv_cache_bytes, ") not negative"));
+  }
+#if !TPSERVE_WITH_CUDA
+  if (options.device == Device::kCuda) {
+    return absl::UnimplementedError(
+        "this build has no CUDA backend (configure with -DTPSERVE_CUDA=ON on a machine with the "
+        "CUDA toolkit)");
+  }
+#endif
+  CudaDeviceChoice cuda_device;
+  if (options.device == Device::kCuda) {  // Before loading: say at once when there is no GPU.
+    ASSIGN_OR_RETURN(cuda_device, SelectCudaDevice(options.cuda.device, comm->rank()));
+  }
+  std::unique_ptr<RankModel> runner(new RankModel());
+  ASSIGN_OR_RETURN(runner->file_, GgufFile::Open(options.model_path));
+  ASSIGN_OR_RETURN(runner->config_, ModelConfig::FromGguf(*runner->file_));
+  ASSIGN_OR_RETURN(const ShardLayout layout,
+                   ShardLayout::Make(runner->config_, comm->rank(), comm->world_size()));
+  LogInfo("runner", "rank %d/%d: loading %s (%s)", comm->rank(), comm->world_size(),
+          options.model_path, runner->config_.DebugString());
+  ASSIGN_OR_RETURN(ModelWeights weights, LoadShard(*runner->file_, runner->config_, layout));
+#if TPSERVE_WITH_CUDA
+  if (options.device == Device::kCuda) {
+    ASSIGN_OR_RETURN(runner->model_,
+                     cuda::CudaLlamaModel::Create(options, cuda_device, runner->config_, layout,
+                                                  std::move(weights), comm));
+    return runner;
+  }
+#endif
+  ASSIGN_OR_RETURN(runner->model_,
+                   CreateCpuModel(options, runner->config_, layout, std::move(weights), comm));
+  return runner;
+}
+
+}  // namespace tpserve
