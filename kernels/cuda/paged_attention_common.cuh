@@ -1,0 +1,48 @@
+// Internal to the paged attention kernels (paged_attention.cu, paged_attention_decode.cu,
+// paged_attention_prefill.cu); the public API is kernels/cuda/paged_attention.h. Holds the
+// device helpers that the decode and prefill kernels share and the two launchers that
+// PagedAttention dispatches to. Include it only from .cu files: it defines device functions.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/paged_attention.h"
+
+namespace tpserve::cuda::internal {
+
+// Scores are kept in the log2 domain (scale * log2(e) folded into q or into the score), so every
+// exponential is one exp2f.
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr unsigned kFullMask = 0xFFFFFFFFu;
+
+// Eight bf16 (one 16-byte load) to fp32: a bf16 is the high half of the fp32 with the same value.
+__device__ __forceinline__ void Unpack8(const uint4& raw, float (&f)[8]) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);  // the lower address holds the lower half
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
+// Eight fp32 to bf16 (round to nearest even), as one 16-byte value.
+__device__ __forceinline__ uint4 Pack8(const float (&f)[8]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);  // .x = low half
+    w[i] = *reinterpret_cast<const uint32_t*>(&pair);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The decode kernels (paged_attention_decode.cu) and the prefill kernel
+// (paged_attention_prefill.cu), queued on `stream`. PagedAttention has checked `p`
+// (PagedAttentionSupported, the batch bounds, 16-byte alignment) and that the batch is not empty;
+// it runs the decode when max_query_len <= 1, the prefill otherwise.
+void PagedAttentionDecode(const PagedAttentionParams& p, cudaStream_t stream);
+void PagedAttentionPrefill(const PagedAttentionParams& p, cudaStream_t stream);
+
+}  // namespace tpserve::cuda::internal
