@@ -16,6 +16,7 @@
 #include "model/detokenizer.h"
 #include "model/tokenizer.h"
 #include "worker/comm/single_rank_communicator.h"
+#include "worker/cuda_backend.h"
 #include "worker/forward_batch.h"
 #include "worker/model_loader.h"
 
@@ -57,13 +58,16 @@ absl::Status Generate(const Flags& flags) {
   if (prompt.empty()) return absl::InvalidArgumentError("--prompt encodes to no tokens");
   const int64_t total = static_cast<int64_t>(prompt.size()) + flags.max_tokens;
   options.kv_cache_blocks = (total + kBlockSize - 1) / kBlockSize;
+  DeviceCommunicator* device_comm = nullptr;
   if (flags.device == "cuda") {
     options.device = Device::kCuda;
     options.cuda.max_num_seqs = 1;
     options.cuda.max_num_batched_tokens = static_cast<int64_t>(prompt.size());
     options.cuda.enforce_eager = flags.enforce_eager;
+    ASSIGN_OR_RETURN(device_comm, SingleRankDeviceComm());
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<RankModel> runner, LoadRankModel(options, &comm));
+  ASSIGN_OR_RETURN(std::unique_ptr<RankModel> runner,
+                   LoadRankModel(options, &comm, device_comm));
   if (total > runner->config().context_length) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt (", prompt.size(), " tokens) plus --max-tokens (", flags.max_tokens,

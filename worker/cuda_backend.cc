@@ -6,6 +6,7 @@
 
 #include "common/cuda_check.h"
 #include "worker/comm/nccl_communicator.h"
+#include "worker/comm/single_rank_device_communicator.h"
 #endif
 
 namespace tpserve {
@@ -37,12 +38,20 @@ absl::StatusOr<CudaDeviceChoice> SelectCudaDevice(int requested, int rank) {
   return CudaDeviceChoice{ordinal, absl::StrCat("cuda:", ordinal, " (", properties.name, ")")};
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
+absl::StatusOr<NcclCommunicatorHandles> CreateNcclCommunicator(
     int rank, int world_size, int device, std::shared_ptr<gloo::rendezvous::Store> store,
     absl::Duration timeout) {
   auto comm = NcclCommunicator::Create(rank, world_size, device, std::move(store), timeout);
   if (!comm.ok()) return comm.status();
-  return std::unique_ptr<Communicator>(*std::move(comm));
+  NcclCommunicatorHandles handles;
+  handles.device = comm->get();
+  handles.comm = *std::move(comm);
+  return handles;
+}
+
+absl::StatusOr<DeviceCommunicator*> SingleRankDeviceComm() {
+  static SingleRankDeviceCommunicator* const comm = new SingleRankDeviceCommunicator();
+  return comm;
 }
 
 #else
@@ -50,17 +59,19 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
 namespace {
 absl::Status NoCuda() {
   return absl::UnimplementedError(
-      "this build of tpserve-worker has no CUDA backend (configure with -DTPSERVE_CUDA=ON on a "
-      "machine with the CUDA toolkit)");
+      "this build has no CUDA backend (configure with -DTPSERVE_CUDA=ON on a machine with the "
+      "CUDA toolkit)");
 }
 }  // namespace
 
 absl::StatusOr<CudaDeviceChoice> SelectCudaDevice(int, int) { return NoCuda(); }
 
-absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
+absl::StatusOr<NcclCommunicatorHandles> CreateNcclCommunicator(
     int, int, int, std::shared_ptr<gloo::rendezvous::Store>, absl::Duration) {
   return NoCuda();
 }
+
+absl::StatusOr<DeviceCommunicator*> SingleRankDeviceComm() { return NoCuda(); }
 
 #endif
 

@@ -43,7 +43,8 @@ absl::StatusOr<std::unique_ptr<StepModel>> CreateCpuModel(const ModelRunnerOptio
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOptions& options,
-                                                         Communicator* comm) {
+                                                         Communicator* comm,
+                                                         DeviceCommunicator* device_comm) {
   if (options.block_size <= 0 || options.kv_cache_blocks < 0 || options.kv_cache_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "block size (", options.block_size, ") must be positive, KV cache blocks (",
@@ -56,6 +57,9 @@ absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOption
         "CUDA toolkit)");
   }
 #endif
+  if (options.device == Device::kCuda && device_comm == nullptr) {
+    return absl::InvalidArgumentError("a CUDA model needs a device communicator");
+  }
   CudaDeviceChoice cuda_device;
   if (options.device == Device::kCuda) {  // Before loading: say at once when there is no GPU.
     ASSIGN_OR_RETURN(cuda_device, SelectCudaDevice(options.cuda.device, comm->rank()));
@@ -72,7 +76,7 @@ absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOption
   if (options.device == Device::kCuda) {
     ASSIGN_OR_RETURN(runner->model_,
                      cuda::CudaLlamaModel::Create(options, cuda_device, runner->config_, layout,
-                                                  std::move(weights), comm));
+                                                  std::move(weights), device_comm));
     return runner;
   }
 #endif

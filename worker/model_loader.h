@@ -15,6 +15,8 @@
 
 namespace tpserve {
 
+class DeviceCommunicator;  // worker/comm/device_communicator.h, in CUDA builds only
+
 class RankModel {
  public:
   const GgufFile& file() const { return *file_; }
@@ -23,8 +25,8 @@ class RankModel {
   const KvCacheShape& kv_shape() const { return model_->kv_shape(); }
 
  private:
-  friend absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOptions& options,
-                                                                  Communicator* comm);
+  friend absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(
+      const ModelRunnerOptions& options, Communicator* comm, DeviceCommunicator* device_comm);
   RankModel() = default;
 
   std::unique_ptr<GgufFile> file_;
@@ -33,9 +35,13 @@ class RankModel {
 };
 
 // Opens and validates the model, loads this rank's shard (rank and world size come from `comm`,
-// which must outlive the model) and allocates the KV pool. INVALID_ARGUMENT for sizes that make
-// no pool; UNIMPLEMENTED for Device::kCuda in a build without CUDA.
+// which must outlive the model) and allocates the KV pool. The CPU model runs its collectives
+// through `comm`. Device::kCuda needs `device_comm`, the same ranks' device collectives
+// (NcclCommunicator, or SingleRankDeviceComm() for a world of one), which must outlive the model;
+// the CPU ignores it. INVALID_ARGUMENT for sizes that make no pool or a CUDA model without
+// `device_comm`; UNIMPLEMENTED for Device::kCuda in a build without CUDA.
 absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOptions& options,
-                                                         Communicator* comm);
+                                                         Communicator* comm,
+                                                         DeviceCommunicator* device_comm = nullptr);
 
 }  // namespace tpserve

@@ -31,8 +31,9 @@ absl::Status Invalid(uint64_t seq_id, absl::string_view message) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerOptions& options,
-                                                                 Communicator* comm) {
-  ASSIGN_OR_RETURN(std::unique_ptr<RankModel> loaded, LoadRankModel(options, comm));
+                                                                 Communicator* comm,
+                                                                 DeviceCommunicator* device_comm) {
+  ASSIGN_OR_RETURN(std::unique_ptr<RankModel> loaded, LoadRankModel(options, comm, device_comm));
   return std::unique_ptr<ModelRunner>(new ModelRunner(std::move(loaded), comm->rank()));
 }
 

@@ -23,9 +23,11 @@ namespace tpserve {
 
 class ModelRunner {
  public:
-  // Loads the model (LoadModel); `comm` must outlive the runner.
-  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const ModelRunnerOptions& options,
-                                                             Communicator* comm);
+  // Loads the model (LoadRankModel, which says what `comm` and `device_comm` are for); both must
+  // outlive the runner.
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(
+      const ModelRunnerOptions& options, Communicator* comm,
+      DeviceCommunicator* device_comm = nullptr);
 
   // Runs one step. Beyond INVALID_ARGUMENT for a bad request, the model's own errors pass
   // through (another code than INVALID_ARGUMENT: the group is broken).

@@ -235,8 +235,12 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
     device_name = choice->name;
   }
   std::unique_ptr<Communicator> comm;
+  DeviceCommunicator* device_comm = nullptr;  // a CUDA group's, for the CUDA model
   if (world == 1) {
     comm = std::make_unique<SingleRankCommunicator>();
+    if (cuda) {
+      ASSIGN_OR_RETURN(device_comm, SingleRankDeviceComm());
+    }
   } else {
     if (request.group_id().empty() || request.coordinator_address().empty()) {
       return absl::InvalidArgumentError(
@@ -246,8 +250,14 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
         std::make_shared<CoordinatorStore>(request.coordinator_address(), request.group_id());
     absl::StatusOr<std::unique_ptr<Communicator>> group_comm;
     if (cuda) {
-      group_comm =
-          CreateNcclCommunicator(rank, world, cuda_device, std::move(store), kNcclRendezvousTimeout);
+      absl::StatusOr<NcclCommunicatorHandles> nccl = CreateNcclCommunicator(
+          rank, world, cuda_device, std::move(store), kNcclRendezvousTimeout);
+      if (nccl.ok()) {
+        device_comm = nccl->device;
+        group_comm = std::move(nccl->comm);
+      } else {
+        group_comm = nccl.status();
+      }
     } else {
       GlooOptions gloo;
       gloo.host = options_.host;
@@ -273,12 +283,15 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
                           group.max_num_seqs() == group_.max_num_seqs() &&
                           group.max_num_batched_tokens() == group_.max_num_batched_tokens() &&
                           group.enforce_eager() == group_.enforce_eager();
-  if (!keep_shard) runner_.reset();  // Before the communicator it points to changes.
+  // Before the communicators it points to change. A kept CUDA shard is a world of one, whose
+  // device communicator lives for the whole process.
+  if (!keep_shard) runner_.reset();
   if (comm_ == nullptr) {
     comm_ = std::make_unique<SwappableCommunicator>(std::move(comm));
   } else {
     comm_->Reset(std::move(comm));
   }
+  device_comm_ = device_comm;
   initialized_ = true;
   group_ = std::move(group);
   cuda_device_ = cuda_device;
@@ -321,7 +334,7 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
   } else if (options.kv_cache_blocks == 0 && options.kv_cache_bytes == 0) {
     options.kv_cache_bytes = options_.default_kv_cache_bytes;
   }
-  auto runner = ModelRunner::Create(options, comm_.get());
+  auto runner = ModelRunner::Create(options, comm_.get(), device_comm_);
   if (!runner.ok()) return LoadError(model_path_, runner.status());
   runner_ = *std::move(runner);
   loaded_.Clear();

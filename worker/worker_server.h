@@ -111,12 +111,15 @@ class WorkerServer final : public v1::WorkerService::Service {
   std::unique_ptr<grpc::Server> server_;
 
   // Owned by the execution thread. `group_` is the last accepted Init; `runner_` holds a pointer
-  // to `comm_`, which is why re-forming a group swaps what `comm_` forwards to.
+  // to `comm_`, which is why re-forming a group swaps what `comm_` forwards to. A CUDA runner
+  // also holds `device_comm_`: the NcclCommunicator inside `comm_` (such a runner is released
+  // before `comm_` is reset), or in a world of one SingleRankDeviceComm(); null for a CPU group.
   bool initialized_ = false;
   v1::InitRequest group_;
   int cuda_device_ = -1;    // the device of a CUDA group, chosen at Init
   std::string model_path_;  // effective path after Init
   std::unique_ptr<SwappableCommunicator> comm_;
+  DeviceCommunicator* device_comm_ = nullptr;
   std::unique_ptr<ModelRunner> runner_;
   v1::LoadShardResponse loaded_;  // answer for the loaded shard
   uint64_t last_step_id_ = 0;

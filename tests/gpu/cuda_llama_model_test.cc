@@ -23,6 +23,7 @@
 #include "tests/gpu/gpu_test_model.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "worker/comm/single_rank_communicator.h"
+#include "worker/comm/single_rank_device_communicator.h"
 #include "worker/cuda/cuda_llama_model.h"
 #include "worker/decode_buckets.h"
 #include "worker/forward_batch.h"
@@ -43,7 +44,8 @@ struct RunnerConfig {
   int64_t max_num_batched_tokens = 256;
 };
 
-std::unique_ptr<RankModel> MakeRunner(const RunnerConfig& config, Communicator* comm) {
+std::unique_ptr<RankModel> MakeRunner(const RunnerConfig& config, Communicator* comm,
+                                        DeviceCommunicator* device_comm) {
   ModelRunnerOptions options;
   options.model_path = gpu_test::GetTestModel().path;
   options.device = config.device;
@@ -52,7 +54,7 @@ std::unique_ptr<RankModel> MakeRunner(const RunnerConfig& config, Communicator* 
   options.cuda.max_num_seqs = config.max_num_seqs;
   options.cuda.max_num_batched_tokens = config.max_num_batched_tokens;
   options.cuda.enforce_eager = config.enforce_eager;
-  auto runner = LoadRankModel(options, comm);
+  auto runner = LoadRankModel(options, comm, device_comm);
   EXPECT_TRUE(runner.ok()) << runner.status();
   return runner.ok() ? *std::move(runner) : nullptr;
 }
@@ -85,18 +87,19 @@ class CudaLlamaModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     TP_SKIP_WITHOUT_CUDA_DEVICES(1);
-    cpu_ = MakeRunner(RunnerConfig{}, &comm_);
+    cpu_ = MakeRunner(RunnerConfig{}, &comm_, &device_comm_);
     ASSERT_NE(cpu_, nullptr);
   }
 
   SingleRankCommunicator comm_;
+  SingleRankDeviceCommunicator device_comm_;
   std::unique_ptr<RankModel> cpu_;
 };
 
 TEST_F(CudaLlamaModelTest, PrefillLogitsMatchTheCpuWholeAndInChunks) {
   RunnerConfig config;
   config.device = Device::kCuda;
-  auto gpu = MakeRunner(config, &comm_);
+  auto gpu = MakeRunner(config, &comm_, &device_comm_);
   ASSERT_NE(gpu, nullptr);
   EXPECT_NE(gpu->model().device_name().find("cuda:0"), std::string::npos);
   const int64_t vocab = cpu_->config().vocab_size;
@@ -122,7 +125,7 @@ TEST_F(CudaLlamaModelTest, PrefillLogitsMatchTheCpuWholeAndInChunks) {
 
   // The same prompt in chunks of 7 on a fresh GPU pool: each chunk attends to the KV the earlier
   // chunks wrote.
-  auto chunked = MakeRunner(config, &comm_);
+  auto chunked = MakeRunner(config, &comm_, &device_comm_);
   ASSERT_NE(chunked, nullptr);
   std::vector<float> pieces;
   for (size_t start = 0; start < prompt.size(); start += 7) {
@@ -141,9 +144,9 @@ TEST_F(CudaLlamaModelTest, BatchedDecodeThroughGraphsMatchesEagerAndTheCpu) {
   RunnerConfig config;
   config.device = Device::kCuda;
   config.enforce_eager = false;
-  auto graphed = MakeRunner(config, &comm_);
+  auto graphed = MakeRunner(config, &comm_, &device_comm_);
   config.enforce_eager = true;
-  auto eager = MakeRunner(config, &comm_);
+  auto eager = MakeRunner(config, &comm_, &device_comm_);
   ASSERT_NE(graphed, nullptr);
   ASSERT_NE(eager, nullptr);
   auto& graph_model = dynamic_cast<cuda::CudaLlamaModel&>(graphed->model());
@@ -193,7 +196,7 @@ TEST_F(CudaLlamaModelTest, LogitsBeyondOnePassComeInChunks) {
   RunnerConfig config;
   config.device = Device::kCuda;
   config.max_num_seqs = 4;  // 4 logits rows per pass: 13 rows take 4 passes
-  auto gpu = MakeRunner(config, &comm_);
+  auto gpu = MakeRunner(config, &comm_, &device_comm_);
   ASSERT_NE(gpu, nullptr);
   ForwardBatchBuilder builder(kBlockSize);
   builder.AddSequence(Prompt(13, 7), 0, Table(0, 1), /*all_logits=*/true);
@@ -208,7 +211,7 @@ TEST_F(CudaLlamaModelTest, PoolFillsTheShareOfMemoryItIsGiven) {
   options.device = Device::kCuda;
   options.block_size = kBlockSize;
   options.cuda.gpu_memory_utilization = 0.5;
-  auto runner = LoadRankModel(options, &comm_);
+  auto runner = LoadRankModel(options, &comm_, &device_comm_);
   ASSERT_TRUE(runner.ok()) << runner.status();
   size_t free = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
@@ -225,7 +228,7 @@ TEST_F(CudaLlamaModelTest, RefusesStepsBeyondItsLimitsOrTheModel) {
   RunnerConfig config;
   config.device = Device::kCuda;
   config.max_num_seqs = 2;
-  auto gpu = MakeRunner(config, &comm_);
+  auto gpu = MakeRunner(config, &comm_, &device_comm_);
   ASSERT_NE(gpu, nullptr);
   std::vector<float> logits;
   ForwardBatchBuilder three(kBlockSize);

@@ -1,12 +1,15 @@
 // NcclCommunicator on real GPUs: a world of 1, and a world of N = the number of visible devices
 // (ranks as threads, rank r on device r) when N > 1. The ranks meet through an in-process
-// gloo::rendezvous::HashStore. Values are small integers, so the sums are exact in float.
+// gloo::rendezvous::HashStore. Both sides are checked: the Communicator (blocking, on the
+// communicator's stream) and the DeviceCommunicator (enqueued on a caller's stream, as the CUDA
+// model uses it). Values are small integers, so the sums are exact in float and in bf16.
 #include "worker/comm/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
 #include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <numeric>
@@ -16,40 +19,48 @@
 
 #include "absl/time/time.h"
 #include "common/cuda_check.h"
+#include "kernels/cuda/bf16.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "worker/comm/device_communicator.h"
 
 namespace tpserve {
 namespace {
 
+using ::tpserve::cuda::bf16;
 using ::tpserve::gpu_test::VisibleCudaDevices;
 
-// A device buffer of floats, freed on scope exit.
-class DeviceFloats {
+// A device array of T, freed on scope exit.
+template <typename T>
+class DeviceArray {
  public:
-  explicit DeviceFloats(int64_t count) : count_(count) {
-    CUDA_CHECK(cudaMalloc(&data_, std::max<int64_t>(count, 1) * sizeof(float)));
+  explicit DeviceArray(int64_t count) : count_(count) {
+    CUDA_CHECK(cudaMalloc(&data_, std::max<int64_t>(count, 1) * sizeof(T)));
   }
-  ~DeviceFloats() { CUDA_CHECK(cudaFree(data_)); }
-  DeviceFloats(const DeviceFloats&) = delete;
-  DeviceFloats& operator=(const DeviceFloats&) = delete;
+  ~DeviceArray() { CUDA_CHECK(cudaFree(data_)); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
 
-  float* get() { return data_; }
-  void Upload(const std::vector<float>& host) {
-    CUDA_CHECK(cudaMemcpy(data_, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  T* get() { return data_; }
+  void Upload(const std::vector<T>& host) {
+    CUDA_CHECK(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
   }
-  std::vector<float> Download() const {
-    std::vector<float> host(count_);
-    CUDA_CHECK(cudaMemcpy(host.data(), data_, count_ * sizeof(float), cudaMemcpyDeviceToHost));
+  std::vector<T> Download() const {
+    std::vector<T> host(count_);
+    CUDA_CHECK(cudaMemcpy(host.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
     return host;
   }
 
  private:
   const int64_t count_;
-  float* data_ = nullptr;
+  T* data_ = nullptr;
 };
+using DeviceFloats = DeviceArray<float>;
 
 // Rank r's i-th value in the all-reduce: small integers, so every partial sum is exact.
 float AllReduceInput(int rank, int64_t i) { return static_cast<float>(i % 1000 + 7 * rank); }
+// Rank r's i-th value in the bf16 all-reduce: every sum over up to 32 ranks stays below 256, so it
+// is exact in bf16's 8 significant bits.
+float AllReduceBf16Input(int rank, int64_t i) { return static_cast<float>(i % 4 + rank % 4); }
 // Rank r's i-th value in the gather.
 float GatherInput(int rank, int64_t i) { return static_cast<float>(rank * 100000 + i); }
 // Uneven per-rank counts: rank r sends 3 + 5r floats (one rank of a world > 2 sends none).
@@ -59,7 +70,47 @@ std::vector<int64_t> GatherCounts(int world) {
   return counts;
 }
 
-// Runs the all-reduce of 1 and 1<<20 floats and the uneven gather on one rank, with EXPECTs.
+// The DeviceCommunicator side on one rank, on a stream of its own: the bf16 all-reduce, then the
+// gather of GatherCounts(world) with rank 0 receiving in place (its part already at the front of
+// `recv`, which is also its `send`). `mine` is this rank's part, `gathered` rank 0's result.
+void RunDeviceSide(DeviceCommunicator& comm, int rank, int world, const std::vector<float>& mine,
+                   const std::vector<float>& gathered) {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  constexpr int64_t kCount = 4096;
+  std::vector<bf16> host(kCount);
+  for (int64_t i = 0; i < kCount; ++i) host[i] = cuda::ToBf16(AllReduceBf16Input(rank, i));
+  DeviceArray<bf16> data(kCount);
+  data.Upload(host);
+  ASSERT_TRUE(comm.EnqueueAllReduceSum(data.get(), kCount, stream).ok());
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<bf16> sum = data.Download();
+  int64_t mismatches = 0;
+  for (int64_t i = 0; i < kCount; ++i) {
+    float expected = 0;
+    for (int r = 0; r < world; ++r) expected += AllReduceBf16Input(r, i);
+    if (cuda::ToFloat(sum[i]) != expected && ++mismatches <= 5) {
+      ADD_FAILURE() << "rank " << rank << " bf16 [" << i << "] = " << cuda::ToFloat(sum[i])
+                    << ", expected " << expected;
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << "rank " << rank << " bf16";
+
+  const std::vector<int64_t> counts = GatherCounts(world);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  DeviceFloats send(rank == 0 ? total : counts[rank]);
+  send.Upload(mine);
+  ASSERT_TRUE(comm.EnqueueGatherToRoot(send.get(), counts, send.get(), stream).ok());
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (rank == 0) {
+    EXPECT_EQ(send.Download(), gathered);
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// Runs the all-reduce of 1 and 1<<20 floats and the uneven gather on one rank, with EXPECTs,
+// through the Communicator and then the DeviceCommunicator side.
 void RunRank(int rank, int world, std::shared_ptr<gloo::rendezvous::Store> store) {
   auto comm = NcclCommunicator::Create(rank, world, /*device=*/rank, store, absl::Seconds(60));
   ASSERT_TRUE(comm.ok()) << comm.status();
@@ -94,13 +145,15 @@ void RunRank(int rank, int world, std::shared_ptr<gloo::rendezvous::Store> store
   send.Upload(mine);
   DeviceFloats recv(total);
   ASSERT_TRUE((*comm)->GatherToRoot(send.get(), counts, recv.get()).ok());
-  if (rank == 0) {
-    std::vector<float> expected;
-    for (int r = 0; r < world; ++r) {
-      for (int64_t i = 0; i < counts[r]; ++i) expected.push_back(GatherInput(r, i));
-    }
-    EXPECT_EQ(recv.Download(), expected);
+  std::vector<float> gathered;
+  for (int r = 0; r < world; ++r) {
+    for (int64_t i = 0; i < counts[r]; ++i) gathered.push_back(GatherInput(r, i));
   }
+  if (rank == 0) {
+    EXPECT_EQ(recv.Download(), gathered);
+  }
+
+  RunDeviceSide(**comm, rank, world, mine, gathered);
 }
 
 TEST(NcclCommunicatorTest, WorldOfOne) {

@@ -1,6 +1,7 @@
 // The collectives a tensor-parallel rank needs. Implementations: SingleRankCommunicator (T=1),
 // GlooCommunicator (CPU, TCP), NcclCommunicator (CUDA). Calls are issued only from the worker's
-// execution thread, in the same order on every rank.
+// execution thread, in the same order on every rank. The CUDA model's stream-ordered collectives
+// on device memory are a DeviceCommunicator (device_communicator.h), handed to it explicitly.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +10,6 @@
 #include "absl/types/span.h"
 
 namespace tpserve {
-
-class NcclCommunicator;
 
 class Communicator {
  public:
@@ -26,10 +25,6 @@ class Communicator {
   // in rank order into `recv` (sum(counts) floats); `recv` is unused on other ranks.
   virtual absl::Status GatherToRoot(const float* send, absl::Span<const int64_t> counts,
                                     float* recv) = 0;
-
-  // The NCCL communicator behind this one, for the CUDA model's stream-ordered collectives on
-  // device memory; null for the CPU communicators.
-  virtual NcclCommunicator* nccl() { return nullptr; }
 };
 
 }  // namespace tpserve

@@ -137,7 +137,7 @@ absl::Status NcclCommunicator::Fail(absl::Status status) {
 }
 
 absl::Status NcclCommunicator::AllReduceSum(float* data, int64_t count) {
-  absl::Status status = EnqueueAllReduceSum(data, count, ncclFloat, stream_);
+  absl::Status status = EnqueueAllReduce(data, count, ncclFloat, stream_);
   if (status.ok() && count > 0) {
     status = CudaStatus(cudaStreamSynchronize(stream_),
                         absl::StrCat("NCCL rank ", rank_, ": AllReduceSum"));
@@ -157,8 +157,13 @@ absl::Status NcclCommunicator::GatherToRoot(const float* send, absl::Span<const 
   return status;
 }
 
-absl::Status NcclCommunicator::EnqueueAllReduceSum(void* data, int64_t count, ncclDataType_t type,
+absl::Status NcclCommunicator::EnqueueAllReduceSum(cuda::bf16* data, int64_t count,
                                                    cudaStream_t stream) {
+  return EnqueueAllReduce(data, count, ncclBfloat16, stream);
+}
+
+absl::Status NcclCommunicator::EnqueueAllReduce(void* data, int64_t count, ncclDataType_t type,
+                                                cudaStream_t stream) {
   if (!error_.ok()) return error_;
   if (count < 0) {
     return absl::InvalidArgumentError(
@@ -195,7 +200,7 @@ absl::Status NcclCommunicator::EnqueueGatherToRoot(const float* send,
   absl::Status status = CudaStatus(cudaSetDevice(device_), context);
   if (!status.ok()) return Fail(std::move(status));
 
-  if (rank_ == 0 && counts[0] > 0) {
+  if (rank_ == 0 && counts[0] > 0 && recv != send) {
     status = CudaStatus(cudaMemcpyAsync(recv, send, static_cast<size_t>(counts[0]) * sizeof(float),
                                         cudaMemcpyDeviceToDevice, stream),
                         context);

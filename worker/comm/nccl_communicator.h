@@ -1,5 +1,6 @@
-// NcclCommunicator: the CUDA Communicator, one NCCL communicator per rank and one GPU per rank.
-// Built only when CUDA is on (TPSERVE_CUDA); include it only from CUDA-enabled sources.
+// NcclCommunicator: the CUDA Communicator and DeviceCommunicator, one NCCL communicator per rank
+// and one GPU per rank. Built only when CUDA is on (TPSERVE_CUDA); include it only from
+// CUDA-enabled sources.
 //
 // Bootstrap: rank 0 creates the ncclUniqueId and publishes it in a gloo::rendezvous::Store under
 // "nccl_unique_id"; the other ranks wait for it there. In the server the store is the
@@ -8,8 +9,8 @@
 // ncclCommInitRank, which waits for all `world_size` ranks.
 //
 // POINTER CONTRACT: unlike the CPU communicators, AllReduceSum and GatherToRoot take DEVICE
-// pointers (memory on this rank's `device`), not host pointers. The CUDA model uses the Enqueue
-// forms, which run on its compute stream without waiting.
+// pointers (memory on this rank's `device`), not host pointers. The CUDA model uses the
+// DeviceCommunicator side, which runs on its compute stream without waiting.
 //
 // Errors are returned as absl::Status naming the rank, never aborts: FAILED_PRECONDITION when the
 // machine has no usable CUDA device, INVALID_ARGUMENT for a bad rank or device id,
@@ -36,11 +37,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "kernels/cuda/bf16.h"
 #include "worker/comm/communicator.h"
+#include "worker/comm/device_communicator.h"
 
 namespace tpserve {
 
-class NcclCommunicator : public Communicator {
+class NcclCommunicator : public Communicator, public DeviceCommunicator {
  public:
   // The store key rank 0 publishes the ncclUniqueId under (sizeof(ncclUniqueId) raw bytes).
   static constexpr const char* kUniqueIdKey = "nccl_unique_id";
@@ -62,8 +65,6 @@ class NcclCommunicator : public Communicator {
   // The stream the collectives run on; owned by this communicator.
   cudaStream_t stream() const { return stream_; }
 
-  NcclCommunicator* nccl() override { return this; }
-
   // `data`: DEVICE pointer, [count] floats. Enqueued on stream(), then waits for it, so the
   // result is ready on return.
   absl::Status AllReduceSum(float* data, int64_t count) override;
@@ -73,22 +74,20 @@ class NcclCommunicator : public Communicator {
   absl::Status GatherToRoot(const float* send, absl::Span<const int64_t> counts,
                             float* recv) override;
 
-  // The CUDA model's forms: enqueued on the caller's `stream` (its compute stream, so the
-  // collective is ordered after the kernels that produce `data` and before those that read it)
-  // and returned at once, without waiting; capturable into a CUDA graph. Errors found at enqueue
-  // are returned (and break the communicator); those of the transfer itself surface at the
-  // stream's next synchronization.
-  //   EnqueueAllReduceSum: `data` is [count] elements of `type` (ncclFloat, ncclBfloat16).
-  //   EnqueueGatherToRoot: as GatherToRoot. Rank 0 copies its own part and receives every other
-  //   rank's part at its offset (ncclRecv/ncclSend in one NCCL group); ranks with a count of 0
-  //   send nothing.
-  absl::Status EnqueueAllReduceSum(void* data, int64_t count, ncclDataType_t type,
-                                   cudaStream_t stream);
-  absl::Status EnqueueGatherToRoot(const float* send, absl::Span<const int64_t> counts,
-                                   float* recv, cudaStream_t stream);
+  // DeviceCommunicator (see worker/comm/device_communicator.h); errors found at enqueue also
+  // break the communicator. The gather: rank 0 copies its own part (unless `recv` is `send`) and
+  // receives every other rank's part at its offset (ncclRecv/ncclSend in one NCCL group).
+  absl::Status EnqueueAllReduceSum(cuda::bf16* data, int64_t count, cudaStream_t stream) override;
+  absl::Status EnqueueGatherToRoot(const float* send, absl::Span<const int64_t> counts, float* recv,
+                                   cudaStream_t stream) override;
 
  private:
   NcclCommunicator(int rank, int world_size, int device, cudaStream_t stream);
+
+  // The all-reduce of both sides: `data` is [count] elements of `type` (ncclFloat, ncclBfloat16),
+  // enqueued on `stream`.
+  absl::Status EnqueueAllReduce(void* data, int64_t count, ncclDataType_t type,
+                                cudaStream_t stream);
 
   // Records the first collective failure (the communicator is broken from then on).
   absl::Status Fail(absl::Status status);

@@ -1,7 +1,8 @@
 // A Communicator that forwards to a replaceable one. The loaded model keeps a pointer to its
 // communicator for its whole life; when the coordinator re-forms the collective group (a new
 // Init with the same rank and world size), the worker swaps the group underneath instead of
-// reloading the shard.
+// reloading the shard. Only this interface is swapped: the CUDA model holds its
+// DeviceCommunicator directly, and WorkerServer keeps that valid for the model's life.
 //
 // Thread-safety: none; used from the worker's execution thread only.
 #pragma once
@@ -29,7 +30,6 @@ class SwappableCommunicator : public Communicator {
                             float* recv) override {
     return inner_->GatherToRoot(send, counts, recv);
   }
-  NcclCommunicator* nccl() override { return inner_->nccl(); }
 
  private:
   std::unique_ptr<Communicator> inner_;  // never null

@@ -13,7 +13,6 @@
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/silu_mul.h"
 #include "kernels/cuda/write_kv_cache.h"
-#include "worker/comm/nccl_communicator.h"
 #include "worker/decode_buckets.h"
 #include "worker/kv_budget.h"
 
@@ -43,7 +42,7 @@ absl::Status CopyColumns(const bf16* src, int64_t src_stride, int64_t width, int
 
 // The loader and the layout must agree before any product runs over these sizes.
 absl::Status CheckShapes(const ModelConfig& config, const ShardLayout& layout,
-                         const ModelWeights& weights, const Communicator& comm) {
+                         const ModelWeights& weights, const DeviceCommunicator& comm) {
   if (comm.rank() != layout.rank || comm.world_size() != layout.world_size) {
     return absl::InternalError(absl::StrCat("CUDA model: communicator rank ", comm.rank(), "/",
                                             comm.world_size(), " differs from the layout's ",
@@ -73,7 +72,7 @@ absl::Status CheckShapes(const ModelConfig& config, const ShardLayout& layout,
 }  // namespace
 
 CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, const ShardLayout& layout,
-                               Communicator* comm, const CudaRunnerOptions& options,
+                               DeviceCommunicator* comm, const CudaRunnerOptions& options,
                                CudaStream stream)
     : config_(config),
       layout_(layout),
@@ -83,16 +82,12 @@ CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, const ShardLayout& lay
 
 absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(
     const ModelRunnerOptions& options, const CudaDeviceChoice& device, const ModelConfig& config,
-    const ShardLayout& layout, ModelWeights weights, Communicator* comm) {
+    const ShardLayout& layout, ModelWeights weights, DeviceCommunicator* comm) {
   const CudaRunnerOptions& cuda = options.cuda;
   if (cuda.max_num_seqs <= 0 || cuda.max_num_batched_tokens <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CUDA model: max_num_seqs (", cuda.max_num_seqs, ") and max_num_batched_tokens (",
         cuda.max_num_batched_tokens, ") must be positive"));
-  }
-  if (comm->world_size() > 1 && comm->nccl() == nullptr) {
-    return absl::FailedPreconditionError(
-        "CUDA model: a group of several ranks needs an NCCL communicator");
   }
   RETURN_IF_ERROR(CheckShapes(config, layout, weights, *comm));
   RETURN_IF_ERROR(PagedAttentionSupported(layout.q_heads.size, layout.kv_heads.size,
@@ -128,11 +123,12 @@ absl::Status CudaLlamaModel::WarmUpCollectives() {
   if (layout_.world_size == 1) return absl::OkStatus();
   // NCCL sets up connections, and allocates their buffers, at a communicator's first collective
   // of each kind: let that happen before the KV pool takes what is free. The data is garbage.
-  RETURN_IF_ERROR(EnqueueAllReduce(partial_.data(), token_capacity_ * config_.hidden_size));
-  RETURN_IF_ERROR(comm_->nccl()->EnqueueGatherToRoot(
+  RETURN_IF_ERROR(comm_->EnqueueAllReduceSum(partial_.data(), token_capacity_ * config_.hidden_size,
+                                             stream_.get()));
+  RETURN_IF_ERROR(comm_->EnqueueGatherToRoot(
       local_logits_.data(),
       VocabGatherCounts(config_.vocab_size, layout_.world_size, logits_capacity_),
-      gathered_.data(), stream_.get()));
+      gathered_logits(), stream_.get()));
   return stream_.Synchronize();
 }
 
@@ -251,11 +247,6 @@ absl::Status CudaLlamaModel::Upload(const PackedStep& packed) {
                     "step input upload");
 }
 
-absl::Status CudaLlamaModel::EnqueueAllReduce(bf16* data, int64_t count) {
-  if (layout_.world_size == 1) return absl::OkStatus();
-  return comm_->nccl()->EnqueueAllReduceSum(data, count, ncclBfloat16, stream_.get());
-}
-
 absl::Status CudaLlamaModel::EnqueueLayers(const StepShape& shape, const StepArrays& arrays) {
   const cudaStream_t stream = stream_.get();
   const int64_t n = shape.num_tokens;
@@ -335,7 +326,7 @@ absl::Status CudaLlamaModel::EnqueueAttention(int layer, const StepShape& shape,
 
   RETURN_IF_ERROR(gemm_->MatmulBT(attn_.data(), w.attn_output.weight.data(), n, hidden, q_width,
                                   partial_.data(), stream));
-  return EnqueueAllReduce(partial_.data(), n * hidden);
+  return comm_->EnqueueAllReduceSum(partial_.data(), n * hidden, stream);
 }
 
 absl::Status CudaLlamaModel::EnqueueMlp(int layer, int64_t num_tokens) {
@@ -353,7 +344,7 @@ absl::Status CudaLlamaModel::EnqueueMlp(int layer, int64_t num_tokens) {
   SiluMul(gate_.data(), up_.data(), num_tokens * ffn, act_.data(), stream);
   RETURN_IF_ERROR(gemm_->MatmulBT(act_.data(), w.down.weight.data(), num_tokens, hidden, ffn,
                                   partial_.data(), stream));
-  return EnqueueAllReduce(partial_.data(), num_tokens * hidden);
+  return comm_->EnqueueAllReduceSum(partial_.data(), num_tokens * hidden, stream);
 }
 
 absl::Status CudaLlamaModel::EnqueueLogits(const int32_t* rows, int64_t count) {
@@ -366,15 +357,18 @@ absl::Status CudaLlamaModel::EnqueueLogits(const int32_t* rows, int64_t count) {
                          : weights_.token_embedding.weight.data() + layout_.vocab.begin * hidden;
   RETURN_IF_ERROR(gemm_->MatmulBT(selected_.data(), head, count, layout_.vocab.size, hidden,
                                   local_logits_.data(), stream));
-  if (layout_.world_size == 1) return absl::OkStatus();
-  return comm_->nccl()->EnqueueGatherToRoot(
+  return comm_->EnqueueGatherToRoot(
       local_logits_.data(), VocabGatherCounts(config_.vocab_size, layout_.world_size, count),
-      gathered_.data(), stream);
+      gathered_logits(), stream);
+}
+
+float* CudaLlamaModel::gathered_logits() {
+  return layout_.world_size > 1 ? gathered_.data() : local_logits_.data();
 }
 
 absl::Status CudaLlamaModel::EnqueueLogitsCopy(int64_t count, int64_t wanted, float* dst) {
   if (layout_.rank != 0) return absl::OkStatus();
-  const float* src = layout_.world_size > 1 ? gathered_.data() : local_logits_.data();
+  const float* src = gathered_logits();
   const int64_t vocab = config_.vocab_size;
   // Rank r's part is [count, vocab_r] at the offset of the ranks before it.
   int64_t offset = 0;

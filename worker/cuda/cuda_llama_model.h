@@ -4,8 +4,9 @@
 //   embedding → [AddRmsNorm → QKV GEMM → RoPE → KV write → paged attention → o_proj GEMM →
 //   all-reduce → AddRmsNorm → gate, up GEMMs → SiLU·mul → down GEMM → all-reduce] × layers →
 //   AddRmsNorm (final norm) → rows that want logits → lm_head GEMM (fp32 out) → gather to rank 0.
-// Everything is enqueued on one compute stream, NCCL collectives included (bf16 all-reduce), and
-// the step synchronizes once, when rank 0's logits are on the host.
+// Everything is enqueued on one compute stream, the DeviceCommunicator's collectives included
+// (bf16 all-reduce, NCCL in a group), and the step synchronizes once, when rank 0's logits are on
+// the host.
 //
 // Every buffer a step touches is allocated at load for the scheduler's limits (max_num_seqs,
 // max_num_batched_tokens), so a step allocates nothing and the KV pool can take what
@@ -30,7 +31,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm.h"
 #include "model/model_config.h"
-#include "worker/comm/communicator.h"
+#include "worker/comm/device_communicator.h"
 #include "worker/cuda_backend.h"
 #include "worker/cuda/cuda_graph.h"
 #include "worker/cuda/device_weights.h"
@@ -44,17 +45,17 @@ namespace tpserve::cuda {
 class CudaLlamaModel : public StepModel {
  public:
   // Loads onto options.cuda.device (made current on the calling thread, which must be the one
-  // that runs Forward). `comm` must outlive the model; for more than one rank it must be backed
-  // by an NcclCommunicator on the same device. FAILED_PRECONDITION without a usable device or
-  // NCCL, RESOURCE_EXHAUSTED when the weights, buffers or pool do not fit, INVALID_ARGUMENT for
-  // shapes the kernels do not support.
+  // that runs Forward). `comm` (the layout's rank and world size; an NcclCommunicator on the same
+  // device for more than one rank) must outlive the model: the decode graphs capture its
+  // collectives. FAILED_PRECONDITION without a usable device, RESOURCE_EXHAUSTED when the
+  // weights, buffers or pool do not fit, INVALID_ARGUMENT for shapes the kernels do not support.
   // `device` is options.cuda.device as SelectCudaDevice found it.
   static absl::StatusOr<std::unique_ptr<CudaLlamaModel>> Create(const ModelRunnerOptions& options,
                                                                 const CudaDeviceChoice& device,
                                                                 const ModelConfig& config,
                                                                 const ShardLayout& layout,
                                                                 ModelWeights weights,
-                                                                Communicator* comm);
+                                                                DeviceCommunicator* comm);
 
   absl::Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override;
   const KvCacheShape& kv_shape() const override { return kv_shape_; }
@@ -82,7 +83,7 @@ class CudaLlamaModel : public StepModel {
     CudaGraphExec exec;
   };
 
-  CudaLlamaModel(const ModelConfig& config, const ShardLayout& layout, Communicator* comm,
+  CudaLlamaModel(const ModelConfig& config, const ShardLayout& layout, DeviceCommunicator* comm,
                  const CudaRunnerOptions& options, CudaStream stream);
 
   absl::Status AllocateStepBuffers();
@@ -96,19 +97,21 @@ class CudaLlamaModel : public StepModel {
   absl::Status EnqueueLayers(const StepShape& shape, const StepArrays& arrays);
   absl::Status EnqueueAttention(int layer, const StepShape& shape, const StepArrays& arrays);
   absl::Status EnqueueMlp(int layer, int64_t num_tokens);
-  absl::Status EnqueueAllReduce(bf16* data, int64_t count);
   // Final-normed rows `rows[0, count)` → lm_head → this rank's logits, gathered on rank 0.
   absl::Status EnqueueLogits(const int32_t* rows, int64_t count);
   // After EnqueueLogits(…, count): the first `wanted` rows into `dst` ([wanted, vocab], host),
   // on rank 0; queued on the stream.
   absl::Status EnqueueLogitsCopy(int64_t count, int64_t wanted, float* dst);
+  // Where the gather puts rank 0's logits: gathered_ in a group, local_logits_ (gathered in
+  // place) in a world of one.
+  float* gathered_logits();
   absl::Status RunEager(const ForwardBatch& batch, std::vector<float>* logits);
   absl::Status RunGraph(const ForwardBatch& batch, const DecodeGraph& graph,
                         std::vector<float>* logits);
 
   const ModelConfig config_;
   const ShardLayout layout_;
-  Communicator* const comm_;
+  DeviceCommunicator* const comm_;
   const CudaRunnerOptions options_;
   std::string device_name_;
   CudaStream stream_;

@@ -1,12 +1,13 @@
-# The CUDA side of tp_worker: NcclCommunicator and the CUDA model. Included from
-# worker/CMakeLists.txt after tp_worker is defined, only when the top-level CMakeLists.txt turned
-# CUDA on (TPSERVE_CUDA). Host code only (runtime API, NCCL and cuBLASLt calls; the kernels live
+# The CUDA side of tp_worker: the device communicators (NCCL, single rank) and the CUDA model.
+# Included from worker/CMakeLists.txt after tp_worker is defined, only when the top-level
+# CMakeLists.txt turned CUDA on (TPSERVE_CUDA). Host code only (runtime API, NCCL and cuBLASLt calls; the kernels live
 # in kernels/cuda), built by the C++ compiler.
 # The libraries and the define are PRIVATE so that CPU-only consumers of tp_worker keep their
 # compile flags (and their objects); a static library still passes the libraries on to the link.
 # Code that includes these headers links tp_nccl and tp_kernels_cuda itself.
 target_sources(tp_worker PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/comm/nccl_communicator.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/comm/single_rank_device_communicator.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_llama_model.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cuda/device_weights.cc
 )
