@@ -17,7 +17,7 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
 run_step() {  # bin label round
-  "$1/tpserve-bench-step" --benchmark_format=json --benchmark_min_time=2 \
+  "$1/tpserve-bench-step" --benchmark_format=json \
     >"$out/step-$2-$3.json" 2>/dev/null
 }
 run_serving() {  # bin label round concurrency requests
@@ -41,10 +41,10 @@ python3 - "$out" "$rounds" <<'PY'
 import json, os, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 
-def step_us(side, r):
+def step_us(side, r):  # the benchmark's per-step counter, by T
     doc = json.load(open(os.path.join(out, f"step-{side}-{r}.json")))
-    return {b["name"]: b["real_time"] * {"ns": 1e-3, "us": 1, "ms": 1e3}[b["time_unit"]]
-            for b in doc["benchmarks"] if b.get("run_type", "iteration") == "iteration"}
+    return {"T=" + b["name"].split("/")[1]: b["step_us"] for b in doc["benchmarks"]
+            if b.get("run_type", "iteration") == "iteration"}
 
 def serving(side, r, c):
     return json.load(open(os.path.join(out, f"serve-{side}-{r}-c{c}.json")))
