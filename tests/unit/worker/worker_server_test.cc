@@ -333,6 +333,39 @@ TEST_F(WorkerServerTest, GreedyDraftsAreVerifiedAndTheSequenceGoesOnAfterTheAcce
   EXPECT_EQ(response.outputs(0).token_ids(0), greedy[3]);
 }
 
+// A token bitmask through the protocol: one allowed token is what a hot sampler picks, and a mask
+// of the wrong length is refused naming the field, with the worker still serving.
+TEST_F(WorkerServerTest, TokenBitmaskForcesTheAllowedTokenAndABadOneIsRefused) {
+  constexpr int32_t kAllowed = 4242;
+  const int64_t words = (vocab_ + 31) / 32;
+  v1::StepRequest step = NextStep();
+  AddNew(&step, 6, kPrompt);
+  step.mutable_new_sequences(0)->mutable_sampling()->set_temperature(2.0f);
+  step.mutable_new_sequences(0)->mutable_sampling()->set_seed(77);
+  v1::ScheduledSequence* s = Schedule(&step, 6, kPrompt, 0, {12}, /*sample=*/true);
+  for (int64_t w = 0; w < words; ++w) {
+    s->add_token_bitmask(w == kAllowed / 32 ? 1u << (kAllowed % 32) : 0u);
+  }
+  v1::StepResponse response;
+  grpc::Status status = Step(step, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.outputs(0).token_ids_size(), 1);
+  EXPECT_EQ(response.outputs(0).token_ids(0), kAllowed);
+
+  step = NextStep();
+  s = Schedule(&step, 6, {kAllowed}, static_cast<int32_t>(kPrompt.size()), {}, /*sample=*/true);
+  s->add_token_bitmask(~0u);
+  status = Step(step, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("sequence 6: token_bitmask has 1 words"),
+            std::string::npos)
+      << status.error_message();
+  step = NextStep();
+  Schedule(&step, 6, {kAllowed}, static_cast<int32_t>(kPrompt.size()), {}, /*sample=*/true);
+  status = Step(step, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
 TEST_F(WorkerServerTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) {
   struct Case {
     const char* name;
