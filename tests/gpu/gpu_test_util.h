@@ -1,11 +1,12 @@
 // Shared by the GPU tests (ctest label `gpu`): skipping, with the reason, where no CUDA device is
-// visible, and the normalized error that backend ops are compared by (as llama.cpp's
-// test-backend-ops does). Host code only; needs the CUDA runtime headers and gtest.
+// visible, device arrays for inputs and outputs, and the normalized error that backend ops are
+// compared by (as llama.cpp's test-backend-ops does). Host code only; needs the CUDA runtime headers and gtest.
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +14,36 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_check.h"
+
 namespace tpserve::gpu_test {
+
+// A device array of T, freed on scope exit.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(int64_t count) : count_(count) {
+    CUDA_CHECK(cudaMalloc(&data_, std::max<int64_t>(count, 1) * sizeof(T)));
+  }
+  ~DeviceArray() { CUDA_CHECK(cudaFree(data_)); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  T* get() { return data_; }
+  void Upload(const std::vector<T>& host) {
+    CUDA_CHECK(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> Download() const {
+    std::vector<T> host(count_);
+    CUDA_CHECK(cudaMemcpy(host.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  const int64_t count_;
+  T* data_ = nullptr;
+};
+
 
 // The number of visible CUDA devices; 0 with the reason in `why` (when given). Any error from
 // cudaGetDeviceCount (no driver, driver too old, no device) means "no device".

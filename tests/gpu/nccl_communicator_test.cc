@@ -29,32 +29,7 @@ namespace {
 using ::tpserve::cuda::bf16;
 using ::tpserve::gpu_test::VisibleCudaDevices;
 
-// A device array of T, freed on scope exit.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(int64_t count) : count_(count) {
-    CUDA_CHECK(cudaMalloc(&data_, std::max<int64_t>(count, 1) * sizeof(T)));
-  }
-  ~DeviceArray() { CUDA_CHECK(cudaFree(data_)); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() { return data_; }
-  void Upload(const std::vector<T>& host) {
-    CUDA_CHECK(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> Download() const {
-    std::vector<T> host(count_);
-    CUDA_CHECK(cudaMemcpy(host.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  const int64_t count_;
-  T* data_ = nullptr;
-};
-using DeviceFloats = DeviceArray<float>;
+using DeviceFloats = gpu_test::DeviceArray<float>;
 
 // Rank r's i-th value in the all-reduce: small integers, so every partial sum is exact.
 float AllReduceInput(int rank, int64_t i) { return static_cast<float>(i % 1000 + 7 * rank); }
@@ -81,7 +56,7 @@ void RunDeviceSide(DeviceCommunicator& comm, int rank, int world, const std::vec
   constexpr int64_t kCount = 4096;
   std::vector<bf16> host(kCount);
   for (int64_t i = 0; i < kCount; ++i) host[i] = cuda::ToBf16(AllReduceBf16Input(rank, i));
-  DeviceArray<bf16> data(kCount);
+  gpu_test::DeviceArray<bf16> data(kCount);
   data.Upload(host);
   ASSERT_TRUE(comm.EnqueueAllReduceSum(data.get(), kCount, stream).ok());
   CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -18,31 +18,7 @@ namespace {
 
 using ::tpserve::cuda::bf16;
 
-// Device memory for `count` elements of T, freed on scope exit.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(int64_t count) : count_(count) {
-    CUDA_CHECK(cudaMalloc(&data_, count * sizeof(T)));
-  }
-  ~DeviceArray() { CUDA_CHECK(cudaFree(data_)); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() { return data_; }
-  void Upload(const std::vector<T>& host) {
-    CUDA_CHECK(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> Download() const {
-    std::vector<T> host(count_);
-    CUDA_CHECK(cudaMemcpy(host.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  const int64_t count_;
-  T* data_ = nullptr;
-};
+using gpu_test::DeviceArray;
 
 std::vector<float> Iota(int64_t count) {
   std::vector<float> values(count);
