@@ -158,6 +158,10 @@ int32_t Sample(const float* logits, int64_t n, const SamplingParams& params, std
   }
 
   if (keep == 0) return Argmax(logits, n);
+  // The draw walks the kept tokens in id order, as the id-order path above and the CUDA sampler
+  // do, so that one uniform number picks the same token on both devices.
+  std::sort(candidates.begin(), candidates.begin() + keep,
+            [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
   double total = 0.0;
   for (int64_t i = 0; i < keep; ++i) total += candidates[i].weight;
   const double target = uniform(rng) * total;

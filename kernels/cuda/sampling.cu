@@ -253,10 +253,17 @@ __global__ void __launch_bounds__(kRowThreads)
   unsigned long long offset = 0;
   unsigned long long kept_total = 0;
   BlockSumScan(draw_scan).ExclusiveSum(my_kept, offset, kept_total);
-  // In [0, kept_total): the high half of a 64 x 64-bit product, uniform up to 2^-64 per token.
-  // kept_total >= 2^40: the top token always passes (weight 1, key of the maximum).
-  const unsigned long long target =
-      __umul64hi(SamplingRandomBits(s.seed, s.draw_index), kept_total);
+  // In [0, kept_total): the high half of a 64 x 64-bit product, uniform up to 2^-64 per token;
+  // or the given uniform number scaled (double keeps 53 bits of the product: about 2^-53 of the
+  // mass). kept_total >= 2^40: the top token always passes (weight 1, key of the maximum).
+  unsigned long long target = 0;
+  if (s.uniform >= 0.0) {
+    const double scaled = s.uniform * static_cast<double>(kept_total);
+    target = scaled >= static_cast<double>(kept_total) ? kept_total - 1
+                                                       : static_cast<unsigned long long>(scaled);
+  } else {
+    target = __umul64hi(SamplingRandomBits(s.seed, s.draw_index), kept_total);
+  }
   if (offset <= target && target < offset + my_kept) {
     unsigned long long cumulative = offset;
     for (int32_t i = begin; i < end; ++i) {
@@ -310,6 +317,17 @@ absl::Status NullError(const char* op) {
 }
 
 }  // namespace
+
+SequenceSampling ToSequenceSampling(const SamplingParams& params, uint64_t draw_index) {
+  SequenceSampling s;
+  s.temperature = params.temperature;
+  s.top_k = params.top_k;
+  s.top_p = params.top_p;
+  s.min_p = params.min_p;
+  s.seed = params.seed;
+  s.draw_index = draw_index;
+  return s;
+}
 
 absl::Status GatherLogitsSupported(const GatherLogitsParams& p) {
   if (absl::Status status = CheckCounts("GatherLogits", p.num_seqs, p.vocab); !status.ok()) {

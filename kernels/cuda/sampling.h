@@ -4,16 +4,20 @@
 // Semantics are the CPU's (same filters, same order, same tie-breaking by lower token id), except:
 //  - Randomness: Philox4x32-10 (kernels/cuda/philox.h), not std::mt19937_64. The draw for a row
 //    is a pure function of (logits row, settings, seed, draw_index): the same token for the same
-//    inputs on the same device and build, wherever the row sits in the batch. The CPU and GPU
-//    draw from the same distribution but not the same tokens.
+//    inputs on the same device and build, wherever the row sits in the batch. Unless the row
+//    brings its own uniform number (SequenceSampling::uniform: the CPU's draw, computed on the
+//    host), the CPU and GPU draw from the same distribution but not the same tokens; with it,
+//    the same token but where rounding moves a cut (below).
 //  - Weights exp((logit - max) / temperature) use CUDA's expf (within 2 ulp of glibc's) and are
 //    summed as integers in units of 2^-40 of the most likely token's weight, so sums are exact and
 //    independent of thread order. Tokens with p < 2^-40 · p_max are never drawn (on the CPU they
 //    are, with total probability below vocab · 2^-40). top-p compares these integer sums, where
 //    the CPU sums doubles in sorted order: a token whose cumulative mass lies within about 1e-7
 //    of top_p · mass may fall on the other side of the cut.
-//  - Among the kept tokens the draw walks them in id order; the CPU walks sorted order when top-k
-//    or top-p is on. Same distribution, different token for the same uniform number.
+//  - Among the kept tokens the draw walks them in id order, as the CPU does. The cumulative
+//    weights differ from the CPU's by expf's rounding and the 2^-40 truncation (about 1e-7 of
+//    the mass each): a uniform number that falls that close to a boundary between two tokens
+//    picks the neighbour.
 //  - NaN logits count as -inf (on the CPU a NaN at index 0 wins Argmax).
 //  - Settings are not checked: a value outside the CPU's contract (negative or NaN temperature,
 //    top_k < 0, top_p outside (0, 1], min_p outside [0, 1]) turns that filter off (temperature:
@@ -25,6 +29,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/sampling_params.h"
 
 namespace tpserve::cuda {
 
@@ -42,8 +47,8 @@ struct GatherLogitsParams {
   int64_t vocab = 0;
 };
 
-// One sequence's settings, in device memory, one per row. The first four fields are
-// cpu::SamplingParams.
+// One sequence's settings, in device memory, one per row: SamplingParams' filters (not its
+// penalties, which are applied before), and where the draw's randomness comes from.
 struct SequenceSampling {
   float temperature = 0.0f;  // < 1e-5 (or NaN): greedy
   int32_t top_k = 0;         // 0 or >= vocab: off; 1: greedy
@@ -51,7 +56,14 @@ struct SequenceSampling {
   float min_p = 0.0f;        // 0: off
   uint64_t seed = 0;         // the request's seed
   uint64_t draw_index = 0;   // tokens already sampled for this request (one draw per token)
+  // In [0, 1): the draw's uniform number, which picks the first kept token (in id order) whose
+  // cumulative mass exceeds uniform times the kept mass, as cpu::Sample; negative: the bits of
+  // Philox(seed, draw_index) instead.
+  double uniform = -1.0;
 };
+
+// The row for `params`' filters and seed, drawing from Philox(seed, draw_index).
+SequenceSampling ToSequenceSampling(const SamplingParams& params, uint64_t draw_index);
 
 struct ArgmaxParams {
   const float* logits = nullptr;  // [num_seqs, vocab], device

@@ -165,6 +165,12 @@ absl::Status CudaLlamaModel::AllocateStepBuffers() {
   RETURN_IF_ERROR(Allocate(local_logits_, logits_capacity_ * layout_.vocab.size));
   if (layout_.world_size > 1 && layout_.rank == 0) {
     RETURN_IF_ERROR(Allocate(gathered_, logits_capacity_ * config_.vocab_size));
+    RETURN_IF_ERROR(Allocate(contiguous_, logits_capacity_ * config_.vocab_size));
+  }
+  if (layout_.rank == 0) {
+    ASSIGN_OR_RETURN(processor_,
+                     CudaLogitsProcessor::Create(config_.vocab_size, logits_capacity_,
+                                                 token_capacity_, stream_.get()));
   }
   return absl::OkStatus();
 }
@@ -366,8 +372,8 @@ float* CudaLlamaModel::gathered_logits() {
   return layout_.world_size > 1 ? gathered_.data() : local_logits_.data();
 }
 
-absl::Status CudaLlamaModel::EnqueueLogitsCopy(int64_t count, int64_t wanted, float* dst) {
-  if (layout_.rank != 0) return absl::OkStatus();
+absl::Status CudaLlamaModel::EnqueueLogitsCopy(int64_t count, int64_t wanted, float* dst,
+                                               cudaMemcpyKind kind) {
   const float* src = gathered_logits();
   const int64_t vocab = config_.vocab_size;
   // Rank r's part is [count, vocab_r] at the offset of the ranks before it.
@@ -376,45 +382,47 @@ absl::Status CudaLlamaModel::EnqueueLogitsCopy(int64_t count, int64_t wanted, fl
     const Range range = BalancedRange(vocab, r, layout_.world_size);
     RETURN_IF_ERROR(CudaStatus(
         cudaMemcpy2DAsync(dst + range.begin, vocab * sizeof(float), src + offset,
-                          range.size * sizeof(float), range.size * sizeof(float), wanted,
-                          cudaMemcpyDeviceToHost, stream_.get()),
+                          range.size * sizeof(float), range.size * sizeof(float), wanted, kind,
+                          stream_.get()),
         "logits copy"));
     offset += count * range.size;
   }
   return absl::OkStatus();
 }
 
-absl::Status CudaLlamaModel::RunEager(const ForwardBatch& batch, std::vector<float>* logits) {
+absl::StatusOr<const float*> CudaLlamaModel::ContiguousLogits(int64_t count, int64_t wanted) {
+  if (layout_.world_size == 1) return local_logits_.data();
+  RETURN_IF_ERROR(EnqueueLogitsCopy(count, wanted, contiguous_.data(), cudaMemcpyDeviceToDevice));
+  return contiguous_.data();
+}
+
+absl::Status CudaLlamaModel::RunEager(const ForwardBatch& batch, LogitsPass on_pass) {
   const PackedStep packed =
       PackStep(batch, std::min<int64_t>(batch.max_blocks_per_seq, blocks_per_seq_));
   RETURN_IF_ERROR(Upload(packed));
   const StepArrays arrays = ArraysFor(packed.layout);
   RETURN_IF_ERROR(EnqueueLayers(packed.shape, arrays));
   const int64_t m = batch.num_logits();
-  if (layout_.rank == 0) logits->resize(m * config_.vocab_size);
   for (int64_t start = 0; start < m; start += logits_capacity_) {
     const int64_t count = std::min(logits_capacity_, m - start);
     RETURN_IF_ERROR(EnqueueLogits(arrays.logits_indices + start, count));
-    float* dst = layout_.rank == 0 ? logits->data() + start * config_.vocab_size : nullptr;
-    RETURN_IF_ERROR(EnqueueLogitsCopy(count, count, dst));
+    if (layout_.rank == 0) RETURN_IF_ERROR(on_pass(start, count, count));
   }
   ++eager_steps_;
-  return stream_.Synchronize();
+  return absl::OkStatus();
 }
 
 absl::Status CudaLlamaModel::RunGraph(const ForwardBatch& batch, const DecodeGraph& graph,
-                                      std::vector<float>* logits) {
+                                      LogitsPass on_pass) {
   const PackedStep packed = PackStep(batch, blocks_per_seq_, graph.batch, graph_max_context_);
   RETURN_IF_ERROR(Upload(packed));
   RETURN_IF_ERROR(graph.exec.Launch(stream_.get()));
-  const int64_t n = batch.num_tokens();
-  if (layout_.rank == 0) logits->resize(n * config_.vocab_size);
-  RETURN_IF_ERROR(EnqueueLogitsCopy(graph.batch, n, logits->data()));
+  if (layout_.rank == 0) RETURN_IF_ERROR(on_pass(0, graph.batch, batch.num_tokens()));
   ++graph_steps_;
-  return stream_.Synchronize();
+  return absl::OkStatus();
 }
 
-absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
+absl::Status CudaLlamaModel::CheckStep(const ForwardBatch& batch) const {
   RETURN_IF_ERROR(ValidateForwardBatch(batch, config_, kv_shape_));
   if (batch.num_tokens() > token_capacity_ || batch.num_seqs() > options_.max_num_seqs) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -429,15 +437,49 @@ absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, std::vector<floa
                                                    " tokens exceeds what the KV pool holds (",
                                                    graph_max_context_, ")"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::Enqueue(const ForwardBatch& batch, LogitsPass on_pass) {
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
-  logits->clear();
   if (!graphs_.empty() && IsDecodeBatch(batch)) {
     const auto graph = std::find_if(graphs_.begin(), graphs_.end(), [&](const DecodeGraph& g) {
       return g.batch >= batch.num_seqs();
     });
-    if (graph != graphs_.end()) return RunGraph(batch, *graph, logits);
+    if (graph != graphs_.end()) return RunGraph(batch, *graph, on_pass);
   }
-  return RunEager(batch, logits);
+  return RunEager(batch, on_pass);
+}
+
+absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
+  logits->clear();
+  RETURN_IF_ERROR(CheckStep(batch));
+  const int64_t vocab = config_.vocab_size;
+  auto copy = [&](int64_t start, int64_t count, int64_t wanted) -> absl::Status {
+    if (start == 0) logits->resize(batch.num_logits() * vocab);
+    return EnqueueLogitsCopy(count, wanted, logits->data() + start * vocab,
+                             cudaMemcpyDeviceToHost);
+  };
+  RETURN_IF_ERROR(Enqueue(batch, copy));
+  return stream_.Synchronize();
+}
+
+absl::Status CudaLlamaModel::ForwardAndProcess(const ForwardBatch& batch,
+                                               absl::Span<const LogitsRequest> requests,
+                                               std::vector<LogitsResult>* results) {
+  results->clear();
+  RETURN_IF_ERROR(CheckStep(batch));
+  if (layout_.rank != 0) {
+    RETURN_IF_ERROR(Enqueue(batch, [](int64_t, int64_t, int64_t) { return absl::OkStatus(); }));
+    return stream_.Synchronize();
+  }
+  RETURN_IF_ERROR(processor_->Begin(requests, batch.num_logits()));
+  auto process = [&](int64_t start, int64_t count, int64_t wanted) -> absl::Status {
+    ASSIGN_OR_RETURN(const float* rows, ContiguousLogits(count, wanted));
+    return processor_->EnqueuePass(rows, start, wanted);
+  };
+  RETURN_IF_ERROR(Enqueue(batch, process));
+  return processor_->Finish(results);
 }
 
 }  // namespace tpserve::cuda

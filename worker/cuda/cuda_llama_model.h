@@ -5,8 +5,13 @@
 //   all-reduce → AddRmsNorm → gate, up GEMMs → SiLU·mul → down GEMM → all-reduce] × layers →
 //   AddRmsNorm (final norm) → rows that want logits → lm_head GEMM (fp32 out) → gather to rank 0.
 // Everything is enqueued on one compute stream, the DeviceCommunicator's collectives included
-// (bf16 all-reduce, NCCL in a group), and the step synchronizes once, when rank 0's logits are on
-// the host.
+// (bf16 all-reduce, NCCL in a group), and the step synchronizes once, at its end.
+//
+// ForwardAndProcess, the serving step, turns rank 0's logits into tokens on the device
+// (CudaLogitsProcessor: greedy and seeded sampling, allow-list masks, greedy draft verification,
+// logprobs) and copies back only token ids and logprobs; the requests it hands to the host
+// (return_logits for Score, penalties, sampling verification of drafts) have their own rows
+// copied, and no others. Forward copies every logits row to the host.
 //
 // Every buffer a step touches is allocated at load for the scheduler's limits (max_num_seqs,
 // max_num_batched_tokens), so a step allocates nothing and the KV pool can take what
@@ -25,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/cuda_stream.h"
@@ -34,6 +40,7 @@
 #include "worker/comm/device_communicator.h"
 #include "worker/cuda_backend.h"
 #include "worker/cuda/cuda_graph.h"
+#include "worker/cuda/cuda_logits_processor.h"
 #include "worker/cuda/device_weights.h"
 #include "worker/model_loader.h"
 #include "model/shard_layout.h"
@@ -58,6 +65,9 @@ class CudaLlamaModel : public StepModel {
                                                                 DeviceCommunicator* comm);
 
   absl::Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override;
+  absl::Status ForwardAndProcess(const ForwardBatch& batch,
+                                 absl::Span<const LogitsRequest> requests,
+                                 std::vector<LogitsResult>* results) override;
   const KvCacheShape& kv_shape() const override { return kv_shape_; }
   int64_t weight_bytes() const override { return weights_.bytes(); }
   std::string device_name() const override { return device_name_; }
@@ -101,13 +111,24 @@ class CudaLlamaModel : public StepModel {
   absl::Status EnqueueLogits(const int32_t* rows, int64_t count);
   // After EnqueueLogits(…, count): the first `wanted` rows into `dst` ([wanted, vocab], host),
   // on rank 0; queued on the stream.
-  absl::Status EnqueueLogitsCopy(int64_t count, int64_t wanted, float* dst);
+  absl::Status EnqueueLogitsCopy(int64_t count, int64_t wanted, float* dst, cudaMemcpyKind kind);
   // Where the gather puts rank 0's logits: gathered_ in a group, local_logits_ (gathered in
   // place) in a world of one.
   float* gathered_logits();
-  absl::Status RunEager(const ForwardBatch& batch, std::vector<float>* logits);
-  absl::Status RunGraph(const ForwardBatch& batch, const DecodeGraph& graph,
-                        std::vector<float>* logits);
+  // After EnqueueLogits(…, count), on rank 0: the first `wanted` rows as [wanted, vocab] on the
+  // device (local_logits_ in a world of one; copied into contiguous_ in a group).
+  absl::StatusOr<const float*> ContiguousLogits(int64_t count, int64_t wanted);
+
+  // Called on rank 0 after each logits pass: step rows [start, start + wanted) are enqueued
+  // (computed as EnqueueLogits(…, count) computes them).
+  using LogitsPass =
+      absl::FunctionRef<absl::Status(int64_t start, int64_t count, int64_t wanted)>;
+  // INVALID_ARGUMENT for a batch outside the model, the pool or the sizes of Create.
+  absl::Status CheckStep(const ForwardBatch& batch) const;
+  // Enqueues a checked step, through a decode graph or eagerly; does not wait for it.
+  absl::Status Enqueue(const ForwardBatch& batch, LogitsPass on_pass);
+  absl::Status RunEager(const ForwardBatch& batch, LogitsPass on_pass);
+  absl::Status RunGraph(const ForwardBatch& batch, const DecodeGraph& graph, LogitsPass on_pass);
 
   const ModelConfig config_;
   const ShardLayout layout_;
@@ -133,6 +154,8 @@ class CudaLlamaModel : public StepModel {
   DeviceBuffer<bf16> selected_;      // [logits rows, hidden]
   DeviceBuffer<float> local_logits_;  // [logits rows, vocab_local]
   DeviceBuffer<float> gathered_;     // [logits rows, vocab] on rank 0 of a group
+  DeviceBuffer<float> contiguous_;   // [logits rows, vocab] on rank 0 of a group
+  std::unique_ptr<CudaLogitsProcessor> processor_;  // rank 0
 
   std::vector<DecodeGraph> graphs_;  // ascending batch
   int64_t graph_steps_ = 0;

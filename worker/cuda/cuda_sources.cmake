@@ -4,12 +4,13 @@
 # in kernels/cuda), built by the C++ compiler.
 # The libraries and the define are PRIVATE so that CPU-only consumers of tp_worker keep their
 # compile flags (and their objects); a static library still passes the libraries on to the link.
-# Code that includes these headers links tp_nccl and tp_kernels_cuda itself.
+# Code that includes these headers links tp_nccl, tp_kernels_cuda and tp_cuda_sampling itself.
 target_sources(tp_worker PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/comm/nccl_communicator.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/comm/single_rank_device_communicator.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_llama_model.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_logits_processor.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cuda/device_weights.cc
 )
-target_link_libraries(tp_worker PRIVATE tp_nccl tp_kernels_cuda tp_cuda_gemm)
+target_link_libraries(tp_worker PRIVATE tp_nccl tp_kernels_cuda tp_cuda_gemm tp_cuda_sampling)
 target_compile_definitions(tp_worker PRIVATE TPSERVE_WITH_CUDA=1)
