@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/embedding.h"
@@ -473,7 +474,11 @@ absl::Status CudaLlamaModel::ForwardAndProcess(const ForwardBatch& batch,
     RETURN_IF_ERROR(Enqueue(batch, [](int64_t, int64_t, int64_t) { return absl::OkStatus(); }));
     return stream_.Synchronize();
   }
-  RETURN_IF_ERROR(processor_->Begin(requests, batch.num_logits()));
+  // Begin refuses only what ModelRunner never builds (rows outside the step or shared, more rows
+  // than tokens): the other ranks are about to enter this step's collectives, so a refusal here
+  // is a broken invariant to report loudly, not an error that would leave them waiting.
+  const absl::Status begun = processor_->Begin(requests, batch.num_logits());
+  TP_CHECK_MSG(begun.ok(), std::string(begun.message()).c_str());
   auto process = [&](int64_t start, int64_t count, int64_t wanted) -> absl::Status {
     ASSIGN_OR_RETURN(const float* rows, ContiguousLogits(count, wanted));
     return processor_->EnqueuePass(rows, start, wanted);
