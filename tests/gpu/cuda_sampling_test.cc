@@ -97,21 +97,8 @@ double ChiSquareCritical(int df) {
   return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
 }
 
-template <typename T>
-DeviceBuffer<T> Upload(const std::vector<T>& host, cudaStream_t stream) {
-  absl::StatusOr<DeviceBuffer<T>> buffer = DeviceBuffer<T>::Allocate(host.size());
-  EXPECT_TRUE(buffer.ok()) << buffer.status();
-  EXPECT_TRUE(buffer->CopyFromHost(host, stream).ok());
-  return *std::move(buffer);
-}
-
-template <typename T>
-std::vector<T> Download(const DeviceBuffer<T>& buffer, cudaStream_t stream) {
-  std::vector<T> host(buffer.size());
-  const absl::Status status = buffer.CopyToHost(absl::MakeSpan(host), stream);
-  EXPECT_TRUE(status.ok()) << status;
-  return host;
-}
+using gpu_test::Download;
+using gpu_test::Upload;
 
 SequenceSampling ToSequence(const Settings& s, uint64_t seed, uint64_t draw_index) {
   SequenceSampling q;

@@ -59,20 +59,8 @@ void ExpectClose(float got, float want) {
   }
 }
 
-template <typename T>
-DeviceBuffer<T> Upload(const std::vector<T>& host, cudaStream_t stream) {
-  absl::StatusOr<DeviceBuffer<T>> buffer = DeviceBuffer<T>::Allocate(host.size());
-  EXPECT_TRUE(buffer.ok()) << buffer.status();
-  EXPECT_TRUE(buffer->CopyFromHost(host, stream).ok());
-  return *std::move(buffer);
-}
-
-template <typename T>
-std::vector<T> Download(const DeviceBuffer<T>& buffer, cudaStream_t stream) {
-  std::vector<T> host(buffer.size());
-  EXPECT_TRUE(buffer.CopyToHost(absl::MakeSpan(host), stream).ok());
-  return host;
-}
+using gpu_test::Download;
+using gpu_test::Upload;
 
 TEST(CudaTokenLogprobsSupportedTest, RefusesBadParameters) {
   float f = 0.0f;

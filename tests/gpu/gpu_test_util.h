@@ -14,7 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/cuda_check.h"
+#include "kernels/cuda/device_buffer.h"
 
 namespace tpserve::gpu_test {
 
@@ -80,6 +83,24 @@ inline std::optional<std::string> CudaSkipReason(int min_devices = 1) {
       GTEST_SKIP() << *tp_skip_reason_;                      \
     }                                                        \
   } while (0)
+
+// `host` in a new device buffer, and a buffer's contents back, through `stream` (gtest failures
+// on error).
+template <typename T>
+cuda::DeviceBuffer<T> Upload(const std::vector<T>& host, cudaStream_t stream) {
+  absl::StatusOr<cuda::DeviceBuffer<T>> buffer = cuda::DeviceBuffer<T>::Allocate(host.size());
+  EXPECT_TRUE(buffer.ok()) << buffer.status();
+  EXPECT_TRUE(buffer->CopyFromHost(host, stream).ok());
+  return *std::move(buffer);
+}
+
+template <typename T>
+std::vector<T> Download(const cuda::DeviceBuffer<T>& buffer, cudaStream_t stream) {
+  std::vector<T> host(buffer.size());
+  const absl::Status status = buffer.CopyToHost(absl::MakeSpan(host), stream);
+  EXPECT_TRUE(status.ok()) << status;
+  return host;
+}
 
 // ||got - want||_2 / ||want||_2, in double; ||got||_2 when want is all zeros (so that 0 vs 0 is
 // 0). Sizes must match. A NaN or infinity anywhere makes the result NaN or infinite, which fails
