@@ -1,5 +1,7 @@
 #include "coordinator/http_server.h"
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <exception>
 #include <utility>
@@ -212,10 +214,22 @@ absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
             why);
   });
 
+  // Debian's compiled httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG): dozens of
+  // clients connecting while the workers hold every core overflow it (TcpExtListenOverflows),
+  // and clients see connection resets. The listening socket goes through this hook, so its
+  // backlog is raised right after bind.
+  int listen_fd = -1;
+  server.set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = sock;
+  });
   const int bound =
       port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port));
+  }
+  if (listen_fd < 0 || ::listen(listen_fd, SOMAXCONN) != 0) {
+    LogWarning(kLog, "could not raise the listen backlog of %s:%d to %d", host, bound, SOMAXCONN);
   }
   thread_ = std::thread([this] {
     server_->listen_after_bind();
