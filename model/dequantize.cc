@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "common/half.h"
 
 namespace tpserve {
 namespace {
@@ -152,19 +153,7 @@ void DequantizeQ6_K(const uint8_t* src, float* dst, int64_t num_blocks) {
 
 }  // namespace
 
-float Fp16ToFp32(uint16_t bits) {
-  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000) << 16;
-  const uint32_t exponent = (bits >> 10) & 0x1F;
-  const uint32_t mantissa = bits & 0x3FF;
-  if (exponent == 0x1F) {  // infinity or NaN; the NaN payload is kept
-    return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
-  }
-  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in float
-    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
-    return sign != 0 ? -magnitude : magnitude;
-  }
-  return std::bit_cast<float>(sign | ((exponent + (127 - 15)) << 23) | (mantissa << 13));
-}
+float Fp16ToFp32(uint16_t bits) { return HalfToFloat(bits); }
 
 float Bf16ToFp32(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
 

@@ -71,7 +71,8 @@ absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOption
                    ShardLayout::Make(runner->config_, comm->rank(), comm->world_size()));
   LogInfo("runner", "rank %d/%d: loading %s (%s)", comm->rank(), comm->world_size(),
           options.model_path, runner->config_.DebugString());
-  ASSIGN_OR_RETURN(ModelWeights weights, LoadShard(*runner->file_, runner->config_, layout));
+  ASSIGN_OR_RETURN(ModelWeights weights, LoadShard(*runner->file_, runner->config_, layout,
+                                                         options.cpu_weights));
 #if TPSERVE_WITH_CUDA
   if (options.device == Device::kCuda) {
     ASSIGN_OR_RETURN(runner->model_,

@@ -21,6 +21,13 @@ struct CudaRunnerOptions {
   bool enforce_eager = false;  // true: no CUDA graphs
 };
 
+// How the CPU holds Q4_0, Q4_1 and Q8_0 weights. kPacked: their own bytes, rearranged
+// (cpu::PackedWeight), multiplied with activations rounded to 8 bits per block, as llama.cpp's CPU
+// backend computes. kFp32: decoded to fp32 at load and multiplied in fp32 (SGEMM), the model's
+// function without activation rounding, at 4-8x the memory and a fraction of the speed: what the
+// numerics tests hold against llama.cpp's F32 run.
+enum class CpuWeights { kPacked, kFp32 };
+
 struct ModelRunnerOptions {
   std::string model_path;
   Device device = Device::kCpu;
@@ -29,6 +36,7 @@ struct ModelRunnerOptions {
   // when positive; else (CUDA) what cuda.gpu_memory_utilization leaves after everything else.
   int64_t kv_cache_blocks = 0;
   int64_t kv_cache_bytes = 0;
+  CpuWeights cpu_weights = CpuWeights::kPacked;
   CudaRunnerOptions cuda;
 };
 

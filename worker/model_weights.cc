@@ -3,7 +3,7 @@
 #include "common/check.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/quantized_matmul.h"
+#include "kernels/cpu/packed_matmul.h"
 
 namespace tpserve {
 namespace {
@@ -25,20 +25,23 @@ bool KeepsBlocks(GgmlType type) {
   return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ8_0;
 }
 
-int64_t Linear::row_bytes() const {
-  if (!quantized()) return cols * static_cast<int64_t>(sizeof(float));
-  return cols / cpu::kBlockElements * cpu::BlockBytes(FormatOf(type));
+int64_t Linear::resident_bytes() const {
+  return static_cast<int64_t>(packed.data.size() + values.size() * sizeof(float));
 }
 
-int64_t Linear::resident_bytes() const {
-  return static_cast<int64_t>(blocks.size() + values.size() * sizeof(float));
+Linear PackedLinear(GgmlType type, const uint8_t* blocks, int64_t rows, int64_t cols) {
+  Linear w;
+  w.type = type;
+  w.rows = rows;
+  w.cols = cols;
+  w.packed = cpu::PackWeight(FormatOf(type), blocks, rows, cols);
+  return w;
 }
 
 void ApplyLinearRows(const Linear& w, Range rows, const float* x, int64_t m, float* y) {
   TP_CHECK(rows.begin >= 0 && rows.size >= 0 && rows.end() <= w.rows);
   if (w.quantized()) {
-    cpu::QuantizedMatmulBT(x, FormatOf(w.type), w.blocks.data() + rows.begin * w.row_bytes(), m,
-                           rows.size, w.cols, y);
+    cpu::PackedMatmulBT(x, m, w.packed, rows.begin, rows.size, y);
   } else {
     cpu::MatmulBT(x, w.values.data() + rows.begin * w.cols, m, rows.size, w.cols, y);
   }
@@ -53,11 +56,9 @@ void LookupRows(const Linear& w, const int32_t* ids, int64_t n, float* out) {
     cpu::Embedding(w.values.data(), w.rows, w.cols, ids, n, out);
     return;
   }
-  const int64_t row_bytes = w.row_bytes();
   for (int64_t i = 0; i < n; ++i) {
     TP_CHECK(ids[i] >= 0 && ids[i] < w.rows);
-    cpu::DequantizeBlockRows(FormatOf(w.type), w.blocks.data() + ids[i] * row_bytes, 1, w.cols,
-                             out + i * w.cols);
+    cpu::DequantizePackedRows(w.packed, ids[i], 1, out + i * w.cols);
   }
 }
 

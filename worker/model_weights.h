@@ -5,31 +5,35 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/packed_weight.h"
 #include "model/ggml_type.h"
 #include "model/shard_layout.h"
 
 namespace tpserve {
 
-// A linear weight [rows, cols] as this rank holds it: GGUF blocks for Q4_0, Q4_1 and Q8_0 (read
-// directly by cpu::QuantizedMatmulBT), fp32 for every other type and for slices that cut through
-// blocks.
+// A linear weight [rows, cols] as this rank holds it: Q4_0, Q4_1 and Q8_0 rearranged into
+// cpu::PackedWeight (same bytes, 16 rows side by side, read by cpu::PackedMatmulBT), fp32 for
+// every other type and for slices that cut through blocks.
 struct Linear {
-  GgmlType type = GgmlType::kF32;  // kF32: `values` holds the weight; otherwise `blocks` does
-  std::vector<uint8_t> blocks;     // rows × (cols / 32) blocks of `type`, row-major
+  GgmlType type = GgmlType::kF32;  // kF32: `values` holds the weight; otherwise `packed` does
+  cpu::PackedWeight packed;
   std::vector<float> values;       // [rows, cols] when type == kF32
   int64_t rows = 0;
   int64_t cols = 0;
 
   bool quantized() const { return type != GgmlType::kF32; }
-  int64_t row_bytes() const;  // bytes of one row as stored
   int64_t resident_bytes() const;
 };
+
+// A quantized Linear of `type` (one KeepsBlocks) from its GGUF blocks, rows × (cols / 32) of them,
+// row-major.
+Linear PackedLinear(GgmlType type, const uint8_t* blocks, int64_t rows, int64_t cols);
 
 // True when this build keeps `type` in blocks (Q4_0, Q4_1, Q8_0).
 bool KeepsBlocks(GgmlType type);
 
-// y[m, w.rows] = x[m, w.cols] · wᵀ. Small m reads the blocks (GEMV), large m runs SGEMM on
-// decoded tiles; fp32 weights go through cpu::MatmulBT.
+// y[m, w.rows] = x[m, w.cols] · wᵀ: quantized weights through the 8-bit integer product
+// (cpu::PackedMatmulBT), fp32 weights through cpu::MatmulBT.
 void ApplyLinear(const Linear& w, const float* x, int64_t m, float* y);
 
 // y[m, rows.size] = x[m, w.cols] · w[rows]ᵀ: the rows [rows.begin, rows.end()) of `w` only (the

@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "kernels/cpu/quantized_matmul.h"
+#include "kernels/cpu/packed_weight.h"
 #include "model/dequantize.h"
 
 namespace tpserve {
@@ -59,7 +59,7 @@ struct RowSlice {
 // The slices stacked by rows into one [Σ rows, cols] Linear. Column-parallel slices are whole
 // rows, so when every slice has the same block type that GEMV reads, its blocks are copied as
 // they are; otherwise the rows are decoded to fp32.
-absl::StatusOr<Linear> LoadRows(const GgufFile& file, int64_t cols,
+absl::StatusOr<Linear> LoadRows(const GgufFile& file, CpuWeights weights, int64_t cols,
                                 std::initializer_list<RowSlice> slices) {
   Linear w;
   w.cols = cols;
@@ -68,16 +68,17 @@ absl::StatusOr<Linear> LoadRows(const GgufFile& file, int64_t cols,
     w.rows += slice.rows.size;
     if (slice.tensor->type != w.type) w.type = GgmlType::kF32;
   }
-  if (!KeepsBlocks(w.type)) w.type = GgmlType::kF32;
+  if (!KeepsBlocks(w.type) || weights == CpuWeights::kFp32) w.type = GgmlType::kF32;
   if (w.quantized()) {
     ASSIGN_OR_RETURN(const uint64_t row_bytes, GgmlBytesFor(w.type, cols));
-    w.blocks.reserve(w.rows * row_bytes);
+    std::vector<uint8_t> blocks;
+    blocks.reserve(w.rows * row_bytes);
     for (const RowSlice& slice : slices) {
       const auto data = file.TensorData(*slice.tensor)
                             .subspan(slice.rows.begin * row_bytes, slice.rows.size * row_bytes);
-      w.blocks.insert(w.blocks.end(), data.begin(), data.end());
+      blocks.insert(blocks.end(), data.begin(), data.end());
     }
-    return w;
+    return PackedLinear(w.type, blocks.data(), w.rows, cols);
   }
   w.values.resize(w.rows * cols);
   float* dst = w.values.data();
@@ -91,24 +92,25 @@ absl::StatusOr<Linear> LoadRows(const GgufFile& file, int64_t cols,
 // Columns [cols.begin, cols.end()) of every row of a [rows, total_cols] tensor (row-parallel).
 // When the slice starts and ends on block boundaries each row's blocks in it are copied;
 // otherwise the tensor is decoded to fp32.
-absl::StatusOr<Linear> LoadColumns(const GgufFile& file, const GgufTensorInfo& tensor,
-                                   int64_t rows, int64_t total_cols, Range cols) {
+absl::StatusOr<Linear> LoadColumns(const GgufFile& file, CpuWeights weights,
+                                   const GgufTensorInfo& tensor, int64_t rows, int64_t total_cols,
+                                   Range cols) {
   Linear w;
   w.rows = rows;
   w.cols = cols.size;
   const bool aligned = cols.begin % cpu::kBlockElements == 0 && cols.size % cpu::kBlockElements == 0;
-  if (KeepsBlocks(tensor.type) && aligned) {
-    w.type = tensor.type;
+  if (KeepsBlocks(tensor.type) && aligned && weights == CpuWeights::kPacked) {
     ASSIGN_OR_RETURN(const uint64_t row_bytes, GgmlBytesFor(tensor.type, total_cols));
     ASSIGN_OR_RETURN(const uint64_t skip_bytes, GgmlBytesFor(tensor.type, cols.begin));
     ASSIGN_OR_RETURN(const uint64_t slice_bytes, GgmlBytesFor(tensor.type, cols.size));
     const auto data = file.TensorData(tensor);
-    w.blocks.reserve(rows * slice_bytes);
+    std::vector<uint8_t> blocks;
+    blocks.reserve(rows * slice_bytes);
     for (int64_t r = 0; r < rows; ++r) {
       const auto row = data.subspan(r * row_bytes + skip_bytes, slice_bytes);
-      w.blocks.insert(w.blocks.end(), row.begin(), row.end());
+      blocks.insert(blocks.end(), row.begin(), row.end());
     }
-    return w;
+    return PackedLinear(tensor.type, blocks.data(), rows, cols.size);
   }
   w.values.resize(rows * cols.size);
   RETURN_IF_ERROR(ReadColumns(file, tensor, rows, total_cols, cols, w.values.data()));
@@ -124,7 +126,7 @@ absl::StatusOr<std::vector<float>> LoadVector(const GgufFile& file, const std::s
 }
 
 absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& config,
-                                       const ShardLayout& layout, int layer) {
+                                       const ShardLayout& layout, CpuWeights weights, int layer) {
   const std::string prefix = absl::StrCat("blk.", layer, ".");
   const int64_t hidden = config.hidden_size;
   const int64_t head_dim = config.head_dim;
@@ -142,12 +144,12 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
                                                         config.num_kv_heads * head_dim, hidden));
   const Range q_range{layout.q_heads.begin * head_dim, q_rows};
   const Range kv_range{layout.kv_heads.begin * head_dim, kv_rows};
-  ASSIGN_OR_RETURN(w.qkv, LoadRows(file, hidden, {{wq, q_range}, {wk, kv_range}, {wv, kv_range}}));
+  ASSIGN_OR_RETURN(w.qkv, LoadRows(file, weights, hidden, {{wq, q_range}, {wk, kv_range}, {wv, kv_range}}));
 
   ASSIGN_OR_RETURN(const GgufTensorInfo* wo, FindMatrix(file, prefix + "attn_output.weight",
                                                         hidden, config.num_heads * head_dim));
   ASSIGN_OR_RETURN(w.attn_output,
-                   LoadColumns(file, *wo, hidden, config.num_heads * head_dim, q_range));
+                   LoadColumns(file, weights, *wo, hidden, config.num_heads * head_dim, q_range));
 
   const int64_t ffn = config.intermediate_size;
   ASSIGN_OR_RETURN(const GgufTensorInfo* gate,
@@ -155,36 +157,36 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
   ASSIGN_OR_RETURN(const GgufTensorInfo* up, FindMatrix(file, prefix + "ffn_up.weight", ffn, hidden));
   ASSIGN_OR_RETURN(const GgufTensorInfo* down,
                    FindMatrix(file, prefix + "ffn_down.weight", hidden, ffn));
-  ASSIGN_OR_RETURN(w.gate_up, LoadRows(file, hidden, {{gate, layout.ffn}, {up, layout.ffn}}));
-  ASSIGN_OR_RETURN(w.down, LoadColumns(file, *down, hidden, ffn, layout.ffn));
+  ASSIGN_OR_RETURN(w.gate_up, LoadRows(file, weights, hidden, {{gate, layout.ffn}, {up, layout.ffn}}));
+  ASSIGN_OR_RETURN(w.down, LoadColumns(file, weights, *down, hidden, ffn, layout.ffn));
   return w;
 }
 
 }  // namespace
 
 absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& config,
-                                       const ShardLayout& layout) {
+                                       const ShardLayout& layout, CpuWeights weights) {
   const int64_t hidden = config.hidden_size;
-  ModelWeights weights;
+  ModelWeights out;
   ASSIGN_OR_RETURN(const GgufTensorInfo* embedding,
                    FindMatrix(file, "token_embd.weight", config.vocab_size, hidden));
-  ASSIGN_OR_RETURN(weights.token_embedding,
-                   LoadRows(file, hidden, {{embedding, {0, config.vocab_size}}}));
-  ASSIGN_OR_RETURN(weights.output_norm, LoadVector(file, "output_norm.weight", hidden));
+  ASSIGN_OR_RETURN(out.token_embedding,
+                   LoadRows(file, weights, hidden, {{embedding, {0, config.vocab_size}}}));
+  ASSIGN_OR_RETURN(out.output_norm, LoadVector(file, "output_norm.weight", hidden));
   if (!config.tie_word_embeddings) {
     ASSIGN_OR_RETURN(const GgufTensorInfo* output,
                      FindMatrix(file, "output.weight", config.vocab_size, hidden));
-    ASSIGN_OR_RETURN(weights.lm_head, LoadRows(file, hidden, {{output, layout.vocab}}));
+    ASSIGN_OR_RETURN(out.lm_head, LoadRows(file, weights, hidden, {{output, layout.vocab}}));
   }
   for (int layer = 0; layer < config.num_layers; ++layer) {
-    ASSIGN_OR_RETURN(LayerWeights w, LoadLayer(file, config, layout, layer));
-    weights.layers.push_back(std::move(w));
+    ASSIGN_OR_RETURN(LayerWeights w, LoadLayer(file, config, layout, weights, layer));
+    out.layers.push_back(std::move(w));
     if ((layer + 1) % 10 == 0 || layer + 1 == config.num_layers) {
       LogInfo("loader", "rank %d/%d: loaded layer %d/%d", layout.rank, layout.world_size,
               layer + 1, config.num_layers);
     }
   }
-  return weights;
+  return out;
 }
 
 }  // namespace tpserve

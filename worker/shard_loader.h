@@ -1,6 +1,7 @@
 // Reads one rank's slices of a GGUF model into ModelWeights. Only the rank's rows (column-
-// parallel) or columns (row-parallel) are kept: Q4_0/Q4_1/Q8_0 linears as copies of their blocks
-// (row-parallel slices when they fall on block boundaries), everything else decoded to fp32.
+// parallel) or columns (row-parallel) are kept: Q4_0/Q4_1/Q8_0 linears packed from their blocks
+// (row-parallel slices when they fall on block boundaries) unless `weights` asks for fp32,
+// everything else decoded to fp32.
 #pragma once
 
 #include "absl/status/statusor.h"
@@ -8,11 +9,12 @@
 #include "model/model_config.h"
 #include "worker/model_weights.h"
 #include "model/shard_layout.h"
+#include "worker/model_runner_options.h"
 
 namespace tpserve {
 
 // Errors name the tensor and the expected and found shapes. Logs progress per layer.
 absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& config,
-                                       const ShardLayout& layout);
+                                       const ShardLayout& layout, CpuWeights weights);
 
 }  // namespace tpserve

@@ -32,6 +32,7 @@ struct Flags {
   int threads = 0;
   int local_rank = -1;
   double gpu_memory_utilization = 0.9;
+  std::string cpu_weights = "packed";
   int coordinator_timeout_s = 30;
 };
 
@@ -84,6 +85,7 @@ int Run(const Flags& flags) {
   options.port = flags.port;
   options.cuda_device = flags.local_rank;
   options.gpu_memory_utilization = flags.gpu_memory_utilization;
+  options.cpu_weights = flags.cpu_weights == "fp32" ? CpuWeights::kFp32 : CpuWeights::kPacked;
   auto server = WorkerServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "tpserve-worker: %s\n", std::string(server.status().message()).c_str());
@@ -164,6 +166,12 @@ int main(int argc, char** argv) {
                  "--kv-cache-memory)")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 1.0));
+  app.add_option("--cpu-weights", flags.cpu_weights,
+                 "CPU: how Q4_0/Q4_1/Q8_0 weights are held. packed: their own bytes, products on "
+                 "activations rounded to 8 bits per block (as llama.cpp); fp32: decoded at load, "
+                 "products in fp32 (no activation rounding; 4-8x the memory, slower)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"packed", "fp32"}));
   CLI11_PARSE(app, argc, argv);
   return tpserve::Run(flags);
 }

@@ -322,6 +322,7 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
   options.block_size = group_.block_size();
   options.kv_cache_blocks = group_.kv_cache_blocks();
   options.kv_cache_bytes = group_.kv_cache_bytes();
+  options.cpu_weights = options_.cpu_weights;
   if (group_.device() == v1::DEVICE_CUDA) {
     options.device = Device::kCuda;
     options.cuda.device = cuda_device_;

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "tpserve/v1/worker.grpc.pb.h"
+#include "worker/model_runner_options.h"
 #include "worker/comm/swappable_communicator.h"
 #include "worker/execution_thread.h"
 #include "worker/model_runner.h"
@@ -43,6 +44,7 @@ struct WorkerServerOptions {
   int64_t default_kv_cache_bytes = int64_t{256} << 20;
   int cuda_device = -1;  // --local-rank: the CUDA device ordinal; -1: rank mod visible devices
   double gpu_memory_utilization = 0.9;
+  CpuWeights cpu_weights = CpuWeights::kPacked;  // --cpu-weights
 };
 
 // Both directions: a step's logits can be [tokens, vocab] floats.

@@ -1,8 +1,15 @@
-// A T=3 cluster (three worker processes, Gloo all-reduce over 127.0.0.1) computes what a T=1
-// cluster computes on SmolLM2: teacher-forced logits within 1e-3 and identical greedy text.
+// A T=3 cluster (three worker processes on one host) computes what a T=1 cluster computes on
+// SmolLM2. With fp32 weights (--cpu-weights fp32) the function is the same up to fp32 summation
+// order: teacher-forced logits within 1e-3 and identical greedy text. With the default packed
+// weights, activations are rounded to 8 bits per block after every sum, so a last-bit difference
+// of the row-parallel partial sums can move a rounding by one step: T=3 then strays from T=1 as
+// little as two independent 8-bit roundings differ (logits_match_llamacpp measures one rounding's
+// distance from fp32), checked here as top-1 agreement and a bound on the mean difference.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <future>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_test_util.h"
@@ -17,9 +24,11 @@ struct ClusterOutputs {
   std::vector<std::vector<int32_t>> continuations;      // [prompt][kContinuation]
 };
 
-ClusterOutputs RunCluster(int world_size, const std::vector<std::vector<int32_t>>& prompts) {
+ClusterOutputs RunCluster(int world_size, const std::vector<std::vector<int32_t>>& prompts,
+                          const std::string& cpu_weights, bool generate) {
   ClusterOutputs out;
   LocalClusterOptions options = ClusterOptions(TPSERVE_MODEL_PATH, world_size);
+  options.worker_args = {"--cpu-weights", cpu_weights};
   auto cluster = StartServing(options, absl::Seconds(120));
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   if (!cluster.ok()) return out;
@@ -28,6 +37,7 @@ ClusterOutputs RunCluster(int world_size, const std::vector<std::vector<int32_t>
     EXPECT_TRUE(logits.ok()) << logits.status() << "\n" << LogTails(options);
     if (logits.ok()) out.logits.push_back(*std::move(logits));
   }
+  if (!generate) return out;
   // All prompts at once, so the engine decodes them as one batch.
   std::vector<std::future<absl::StatusOr<std::vector<int32_t>>>> pending;
   for (const auto& ids : prompts) {
@@ -43,29 +53,53 @@ ClusterOutputs RunCluster(int world_size, const std::vector<std::vector<int32_t>
   return out;
 }
 
-TEST(TpEquivalenceSmolLM2, ThreeRanksMatchOne) {
-  const std::vector<std::vector<int32_t>> prompts = GoldenPromptIds();
-  ASSERT_GE(prompts.size(), 8u);
-  const ClusterOutputs one = RunCluster(1, prompts);
-  const ClusterOutputs three = RunCluster(3, prompts);
-  ASSERT_EQ(one.logits.size(), prompts.size());
-  ASSERT_EQ(three.logits.size(), prompts.size());
+struct LogitsDistance {
   double max_diff = 0;
+  double mean_diff = 0;
+  double top1 = 0;
   int64_t positions = 0;
+};
+
+LogitsDistance Distance(const std::vector<std::vector<int32_t>>& prompts, const ClusterOutputs& a,
+                        const ClusterOutputs& b) {
+  LogitsDistance d;
+  EXPECT_EQ(a.logits.size(), prompts.size());
+  EXPECT_EQ(b.logits.size(), prompts.size());
+  if (a.logits.size() != prompts.size() || b.logits.size() != prompts.size()) return d;
+  double sum = 0;
+  int64_t values = 0, agree = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
-    ASSERT_EQ(one.logits[p].size(), prompts[p].size());
-    ASSERT_EQ(three.logits[p].size(), prompts[p].size());
-    for (size_t i = 0; i < prompts[p].size(); ++i) {
-      ASSERT_EQ(one.logits[p][i].size(), three.logits[p][i].size());
-      for (size_t v = 0; v < one.logits[p][i].size(); ++v) {
-        max_diff = std::max<double>(max_diff, std::fabs(one.logits[p][i][v] - three.logits[p][i][v]));
+    EXPECT_EQ(a.logits[p].size(), prompts[p].size());
+    EXPECT_EQ(b.logits[p].size(), prompts[p].size());
+    for (size_t i = 0; i < std::min(a.logits[p].size(), b.logits[p].size()); ++i) {
+      const std::vector<float>& x = a.logits[p][i];
+      const std::vector<float>& y = b.logits[p][i];
+      EXPECT_EQ(x.size(), y.size());
+      for (size_t v = 0; v < std::min(x.size(), y.size()); ++v) {
+        const double diff = std::fabs(x[v] - y[v]);
+        d.max_diff = std::max(d.max_diff, diff);
+        sum += diff;
+        ++values;
       }
-      ++positions;
+      agree += std::max_element(x.begin(), x.end()) - x.begin() ==
+               std::max_element(y.begin(), y.end()) - y.begin();
+      ++d.positions;
     }
   }
-  std::printf("tp_equivalence_smollm2: %lld positions, max |logit(T=3) - logit(T=1)| = %.3e\n",
-              static_cast<long long>(positions), max_diff);
-  EXPECT_LE(max_diff, 1e-3);
+  d.mean_diff = values > 0 ? sum / values : 0;
+  d.top1 = d.positions > 0 ? static_cast<double>(agree) / d.positions : 0;
+  return d;
+}
+
+TEST(TpEquivalenceSmolLM2, ThreeRanksMatchOneWithFp32Weights) {
+  const std::vector<std::vector<int32_t>> prompts = GoldenPromptIds();
+  ASSERT_GE(prompts.size(), 8u);
+  const ClusterOutputs one = RunCluster(1, prompts, "fp32", /*generate=*/true);
+  const ClusterOutputs three = RunCluster(3, prompts, "fp32", /*generate=*/true);
+  const LogitsDistance d = Distance(prompts, one, three);
+  std::printf("tp_equivalence_smollm2 fp32: %lld positions, max |logit(T=3) - logit(T=1)| = %.3e\n",
+              static_cast<long long>(d.positions), d.max_diff);
+  EXPECT_LE(d.max_diff, 1e-3);
 
   ASSERT_EQ(one.continuations.size(), prompts.size());
   ASSERT_EQ(three.continuations.size(), prompts.size());
@@ -73,6 +107,22 @@ TEST(TpEquivalenceSmolLM2, ThreeRanksMatchOne) {
     EXPECT_EQ(one.continuations[p].size(), static_cast<size_t>(kContinuation));
     EXPECT_EQ(one.continuations[p], three.continuations[p]) << "prompt " << p;
   }
+}
+
+TEST(TpEquivalenceSmolLM2, ThreeRanksStayWithinActivationRoundingOfOneWithPackedWeights) {
+  const std::vector<std::vector<int32_t>> prompts = GoldenPromptIds();
+  ASSERT_GE(prompts.size(), 8u);
+  const ClusterOutputs one = RunCluster(1, prompts, "packed", /*generate=*/false);
+  const ClusterOutputs three = RunCluster(3, prompts, "packed", /*generate=*/false);
+  const LogitsDistance d = Distance(prompts, one, three);
+  std::printf("tp_equivalence_smollm2 packed: %lld positions, top-1 agreement %.4f, mean "
+              "|logit(T=3) - logit(T=1)| %.3e, max %.3e\n",
+              static_cast<long long>(d.positions), d.top1, d.mean_diff, d.max_diff);
+  EXPECT_GE(d.positions, 500);
+  // Measured: 0.965 and 0.196, as two independent 8-bit roundings of the same fp32 function
+  // differ; the bars leave three standard deviations of 665 positions' top-1 agreement.
+  EXPECT_GE(d.top1, 0.94);
+  EXPECT_LE(d.mean_diff, 0.3);
 }
 
 }  // namespace

@@ -63,12 +63,13 @@ absl::StatusOr<DeviceLinear> UploadLinear(Linear& w, Staging& staging, cudaStrea
   out.cols = w.cols;
   if (w.rows == 0) return out;
   if (w.quantized()) {
-    ASSIGN_OR_RETURN(out.weight, Decode(w.type, w.blocks, w.rows * w.cols, staging, stream));
+    const std::vector<uint8_t> blocks = cpu::UnpackWeight(w.packed);
+    ASSIGN_OR_RETURN(out.weight, Decode(w.type, blocks, w.rows * w.cols, staging, stream));
   } else {
     ASSIGN_OR_RETURN(out.weight,
                      Decode(GgmlType::kF32, Bytes(w.values), w.rows * w.cols, staging, stream));
   }
-  std::vector<uint8_t>().swap(w.blocks);  // The staging copy returned once it had finished.
+  w.packed = {};  // The staging copy returned once it had finished.
   std::vector<float>().swap(w.values);
   return out;
 }

@@ -1,0 +1,35 @@
+// c = a · wᵀ against a PackedWeight (Q4_0, Q4_1, Q8_0), CPU.
+//
+// Numerics, as llama.cpp's CPU backend: the activations are rounded to 8 bits per 32-element
+// block (quantized_activations.h), each block's dot product with the weight codes is exact in
+// integers, and per output the blocks are added in fp32 in order k = 0, 32, 64, ...:
+//   acc = fma(float(isum), d_w * d_x, acc)        isum = Σ code · q_x  (Q4_0: Σ (code - 8) · q_x)
+//   acc = fma(m_w, d_x * Σ q_x, acc)               Q4_1 only: the block minimum
+// Every instruction set computes exactly these operations, so the result is the same bits on
+// each, and an output does not depend on m or on which other rows share the call.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/packed_weight.h"
+#include "kernels/cpu/quantized_activations.h"
+
+namespace tpserve::cpu {
+
+// The instruction sets the product runs on, best last.
+enum class PackedIsa { kPortable, kAvx2, kAvx512Vnni };
+bool PackedIsaSupported(PackedIsa isa);  // by this CPU
+PackedIsa BestPackedIsa();               // what PackedMatmulBT uses
+const char* PackedIsaName(PackedIsa isa);
+
+// c[m, count] = a[m, w.cols] · w[first, first + count)ᵀ, row-major, c not read. Threads: the
+// OpenMP pool, over groups of 16 weight rows.
+void PackedMatmulBT(const float* a, int64_t m, const PackedWeight& w, int64_t first, int64_t count,
+                    float* c);
+
+// The same on already quantized activations and a given instruction set (one PackedIsaSupported):
+// what the tests compare.
+void PackedMatmulBT(const QuantizedActivations& a, const PackedWeight& w, int64_t first,
+                    int64_t count, float* c, PackedIsa isa);
+
+}  // namespace tpserve::cpu

@@ -1,0 +1,30 @@
+// Activations rounded to 8 bits per 32-element block before a product with packed weights, as
+// llama.cpp's CPU backend rounds them: the integer block dot products that follow are exact, and
+// one fp32 scale per block and row turns them back into floats.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tpserve::cpu {
+
+// `rows` rows of k activations, x ≈ d * q within each 32-element block.
+struct QuantizedActivations {
+  int64_t rows = 0;
+  int64_t k = 0;               // a multiple of 32
+  std::vector<int8_t> q;       // [rows, k] round-half-even(x * (127 / max|x|)) of its block
+  std::vector<float> d;        // [rows, k / 32] max|x| / 127 (0 when the block is all zero)
+  std::vector<int32_t> sum;    // [rows, k / 32] the sum of the block's q
+  std::vector<float> d_sum;    // [rows, k / 32] d * sum: what a per-block weight offset multiplies
+
+  int64_t blocks() const { return k / 32; }
+};
+
+// x: [rows, k] fp32, k a multiple of 32. Reuses `out`'s buffers. Threads: the OpenMP pool, over
+// rows. Every instruction set gives the same bits (the vector path rounds like the scalar one).
+void QuantizeActivations(const float* x, int64_t rows, int64_t k, QuantizedActivations* out);
+
+// The portable path alone, which the vector path must equal.
+void QuantizeActivationsScalar(const float* x, int64_t rows, int64_t k, QuantizedActivations* out);
+
+}  // namespace tpserve::cpu

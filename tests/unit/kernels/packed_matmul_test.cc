@@ -1,0 +1,150 @@
+#include "kernels/cpu/packed_matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/packed_weight.h"
+#include "kernels/cpu/quantized_activations.h"
+#include "tests/unit/kernels/quant_test_blocks.h"
+#include "tests/unit/kernels/random_vector.h"
+
+namespace tpserve::cpu {
+namespace {
+
+std::vector<PackedIsa> SupportedIsas() {
+  std::vector<PackedIsa> isas;
+  for (PackedIsa isa : {PackedIsa::kPortable, PackedIsa::kAvx2, PackedIsa::kAvx512Vnni}) {
+    if (PackedIsaSupported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+struct Shape {
+  int64_t n, k;
+};
+constexpr Shape kShapes[] = {{1, 32}, {7, 96}, {33, 576}, {130, 64}, {16, 1536}, {300, 32}};
+constexpr int64_t kRows[] = {1, 2, 3, 5, 8, 15, 16, 17, 40};
+
+// Against the math on paper: the weights decoded by model/dequantize.h times the activations as
+// their 8-bit blocks represent them (d * q), summed in double. What the kernel adds is only fp32
+// rounding, bounded relative to sum |w| |d q|. On every instruction set this CPU has.
+TEST(PackedMatmulTest, MatchesDecodedWeightsTimesDecodedActivations) {
+  uint64_t seed = 1;
+  for (const Format& f : kFormats) {
+    for (const Shape& s : kShapes) {
+      const std::vector<uint8_t> blocks = RandomBlocks(f.format, s.n, s.k, ++seed);
+      const std::vector<float> w = DecodeBlocks(f, blocks, s.n, s.k);
+      const PackedWeight packed = PackWeight(f.format, blocks.data(), s.n, s.k);
+      for (int64_t m : kRows) {
+        const std::vector<float> x = RandomVector(m * s.k, 2.0f, ++seed);
+        QuantizedActivations a;
+        QuantizeActivations(x.data(), m, s.k, &a);
+        for (PackedIsa isa : SupportedIsas()) {
+          std::vector<float> c(m * s.n, NAN);
+          PackedMatmulBT(a, packed, 0, s.n, c.data(), isa);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < s.n; ++j) {
+              double want = 0, magnitude = 0;
+              for (int64_t p = 0; p < s.k; ++p) {
+                const double xq = double{a.d[(i * s.k + p) / 32]} * a.q[i * s.k + p];
+                want += xq * w[j * s.k + p];
+                magnitude += std::abs(xq * w[j * s.k + p]);
+              }
+              ASSERT_LE(std::abs(c[i * s.n + j] - want), 2e-6 * magnitude + 1e-30)
+                  << f.name << " " << PackedIsaName(isa) << " m=" << m << " n=" << s.n
+                  << " k=" << s.k << " at (" << i << ", " << j << ")";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Against the fp32 activations themselves: rounding x to d q moves each product by at most
+// |w| d / 2, so |c - x · w| <= sum over blocks of d_x / 2 * sum |w| (plus fp32 rounding).
+TEST(PackedMatmulTest, ActivationRoundingStaysWithinItsBound) {
+  for (const Format& f : kFormats) {
+    const int64_t n = 40, k = 576, m = 3;
+    const std::vector<uint8_t> blocks = RandomBlocks(f.format, n, k, 21);
+    const std::vector<float> w = DecodeBlocks(f, blocks, n, k);
+    const PackedWeight packed = PackWeight(f.format, blocks.data(), n, k);
+    const std::vector<float> x = RandomVector(m * k, 1.0f, 22);
+    QuantizedActivations a;
+    QuantizeActivations(x.data(), m, k, &a);
+    std::vector<float> c(m * n);
+    PackedMatmulBT(x.data(), m, packed, 0, n, c.data());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double exact = 0, bound = 0, magnitude = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          exact += double{x[i * k + p]} * w[j * k + p];
+          bound += a.d[(i * k + p) / 32] / 2.0 * std::abs(w[j * k + p]);
+          magnitude += std::abs(double{x[i * k + p]} * w[j * k + p]);
+        }
+        EXPECT_LE(std::abs(c[i * n + j] - exact), bound + 2e-6 * magnitude)
+            << f.name << " at (" << i << ", " << j << ")";
+      }
+    }
+  }
+}
+
+// The stated operations are the same on every instruction set: identical bits. And an output does
+// not depend on which rows share the call (m = 1 vs 40) or on the slice of weight rows asked for
+// (an unaligned start, a partial group).
+TEST(PackedMatmulTest, SameBitsOnEveryIsaEveryBatchAndEverySlice) {
+  uint64_t seed = 100;
+  for (const Format& f : kFormats) {
+    const int64_t n = 70, k = 192, m = 40;
+    const std::vector<uint8_t> blocks = RandomBlocks(f.format, n, k, ++seed);
+    const PackedWeight packed = PackWeight(f.format, blocks.data(), n, k);
+    const std::vector<float> x = RandomVector(m * k, 3.0f, ++seed);
+    QuantizedActivations all;
+    QuantizeActivations(x.data(), m, k, &all);
+    std::vector<float> want(m * n);
+    PackedMatmulBT(all, packed, 0, n, want.data(), PackedIsa::kPortable);
+    for (PackedIsa isa : SupportedIsas()) {
+      std::vector<float> got(m * n);
+      PackedMatmulBT(all, packed, 0, n, got.data(), isa);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << f.name << " " << PackedIsaName(isa);
+      for (int64_t i : {0, 17, 39}) {
+        QuantizedActivations one;
+        QuantizeActivations(x.data() + i * k, 1, k, &one);
+        std::vector<float> row(n);
+        PackedMatmulBT(one, packed, 0, n, row.data(), isa);
+        EXPECT_EQ(std::memcmp(row.data(), want.data() + i * n, n * sizeof(float)), 0)
+            << f.name << " " << PackedIsaName(isa) << " row " << i << " alone";
+      }
+      const int64_t first = 5, count = 50;
+      std::vector<float> slice(m * count);
+      PackedMatmulBT(all, packed, first, count, slice.data(), isa);
+      for (int64_t i = 0; i < m; ++i) {
+        EXPECT_EQ(std::memcmp(slice.data() + i * count, want.data() + i * n + first,
+                              count * sizeof(float)),
+                  0)
+            << f.name << " " << PackedIsaName(isa) << " rows [5, 55) of row " << i;
+      }
+    }
+  }
+}
+
+TEST(PackedMatmulTest, ZeroSizes) {
+  const std::vector<uint8_t> blocks = RandomBlocks(BlockFormat::kQ4_1, 3, 32, 5);
+  const PackedWeight w = PackWeight(BlockFormat::kQ4_1, blocks.data(), 3, 32);
+  const std::vector<float> a = RandomVector(2 * 32, 1.0f, 6);
+  std::vector<float> c(6, NAN);
+  PackedMatmulBT(a.data(), 0, w, 0, 3, c.data());
+  PackedMatmulBT(a.data(), 2, w, 0, 0, c.data());
+  EXPECT_TRUE(std::isnan(c[0]));
+  const PackedWeight empty = PackWeight(BlockFormat::kQ4_1, blocks.data(), 3, 0);
+  PackedMatmulBT(a.data(), 2, empty, 0, 3, c.data());
+  EXPECT_EQ(c, std::vector<float>(6, 0.0f));
+}
+
+}  // namespace
+}  // namespace tpserve::cpu
