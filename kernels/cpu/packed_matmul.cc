@@ -4,9 +4,12 @@
 #include <cmath>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "common/check.h"
 #include "common/half.h"
+#include "kernels/cpu/packed_matmul_amx.h"
+#include "kernels/cpu/packed_tile.h"
 #include "kernels/cpu/threads.h"
 
 #if defined(__x86_64__)
@@ -29,23 +32,6 @@ inline uint16_t LoadU16(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, sizeof(v));
   return v;
-}
-
-inline int32_t LoadI32(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-// Calls run.template operator()<kM>() for kM = rows, 1 <= rows <= 16.
-template <typename Run, int... kMinus1>
-void WithRows(int rows, Run&& run, std::integer_sequence<int, kMinus1...>) {
-  TP_CHECK(rows >= 1 && rows <= static_cast<int>(sizeof...(kMinus1)));
-  ((rows == kMinus1 + 1 ? (run.template operator()<kMinus1 + 1>(), 0) : 0), ...);
-}
-template <typename Run>
-void WithRows(int rows, Run&& run) {
-  WithRows(rows, std::forward<Run>(run), std::make_integer_sequence<int, kGroupRows>());
 }
 
 // The reference of the vector paths, and what CPUs without AVX2 run.
@@ -242,6 +228,7 @@ void RunTile(PackedIsa isa, const QuantizedActivations& a, int64_t i0, int rows_
              const PackedWeight& w, int64_t group, float* out) {
 #if defined(__x86_64__)
   switch (isa) {
+    case PackedIsa::kAmx:
     case PackedIsa::kAvx512Vnni:
       return WithRows(rows_m,
                       [&]<int kM>() { TileZmm<kFormat, kM>(a, i0, w, group, out); });
@@ -254,20 +241,32 @@ void RunTile(PackedIsa isa, const QuantizedActivations& a, int64_t i0, int rows_
   TileScalar<kFormat>(a, i0, rows_m, w, group, out);
 }
 
+// Below this many activation rows a tile goes through VNNI even where AMX is available: one
+// TDPBSSD costs the same for 1 row as for 16, and the unpacked weight tiles must be written
+// first.
+constexpr int kAmxMinRows = 4;
+
 template <BlockFormat kFormat>
 void Product(PackedIsa isa, const QuantizedActivations& a, const PackedWeight& w, int64_t first,
              int64_t count, float* c) {
   const int64_t m = a.rows;
   const int64_t first_group = first / kGroupRows;
   const int64_t end_group = (first + count + kGroupRows - 1) / kGroupRows;
+  const bool amx = isa == PackedIsa::kAmx && m >= kAmxMinRows;
 #pragma omp parallel for schedule(static) num_threads(CpuThreads())
   for (int64_t group = first_group; group < end_group; ++group) {
     alignas(64) float out[kGroupRows * kGroupRows];
+    thread_local std::vector<uint8_t> scratch;  // the pool's threads live on: no steady allocation
+    const uint8_t* weight_tiles = amx ? AmxWeightTiles(w, group, &scratch) : nullptr;
     const int64_t lo = std::max(first, group * kGroupRows);
     const int64_t hi = std::min(first + count, (group + 1) * kGroupRows);
     for (int64_t i0 = 0; i0 < m; i0 += kGroupRows) {
       const int rows_m = static_cast<int>(std::min<int64_t>(kGroupRows, m - i0));
-      RunTile<kFormat>(isa, a, i0, rows_m, w, group, out);
+      if (amx && rows_m >= kAmxMinRows) {
+        AmxTile(a, i0, rows_m, w, group, weight_tiles, out);
+      } else {
+        RunTile<kFormat>(isa, a, i0, rows_m, w, group, out);
+      }
       for (int i = 0; i < rows_m; ++i) {
         std::memcpy(c + (i0 + i) * count + (lo - first), out + i * kGroupRows + (lo - group * kGroupRows),
                     (hi - lo) * sizeof(float));
@@ -287,6 +286,8 @@ bool PackedIsaSupported(PackedIsa isa) {
       return HasAvx2();
     case PackedIsa::kAvx512Vnni:
       return HasAvx512Vnni();
+    case PackedIsa::kAmx:
+      return HasAvx512Vnni() && AmxAvailable();
 #else
     default:
       return false;
@@ -297,7 +298,7 @@ bool PackedIsaSupported(PackedIsa isa) {
 
 PackedIsa BestPackedIsa() {
   static const PackedIsa best = [] {
-    for (PackedIsa isa : {PackedIsa::kAvx512Vnni, PackedIsa::kAvx2}) {
+    for (PackedIsa isa : {PackedIsa::kAmx, PackedIsa::kAvx512Vnni, PackedIsa::kAvx2}) {
       if (PackedIsaSupported(isa)) return isa;
     }
     return PackedIsa::kPortable;
@@ -310,6 +311,7 @@ const char* PackedIsaName(PackedIsa isa) {
     case PackedIsa::kPortable: return "portable";
     case PackedIsa::kAvx2: return "avx2";
     case PackedIsa::kAvx512Vnni: return "avx512-vnni";
+    case PackedIsa::kAmx: return "amx";
   }
   return "?";
 }

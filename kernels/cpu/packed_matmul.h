@@ -17,8 +17,9 @@
 namespace tpserve::cpu {
 
 // The instruction sets the product runs on, best last.
-enum class PackedIsa { kPortable, kAvx2, kAvx512Vnni };
-bool PackedIsaSupported(PackedIsa isa);  // by this CPU
+// kAmx: AMX tiles for 4 or more activation rows, AVX-512 VNNI for fewer.
+enum class PackedIsa { kPortable, kAvx2, kAvx512Vnni, kAmx };
+bool PackedIsaSupported(PackedIsa isa);  // by this CPU (AMX: and granted by the kernel)
 PackedIsa BestPackedIsa();               // what PackedMatmulBT uses
 const char* PackedIsaName(PackedIsa isa);
 

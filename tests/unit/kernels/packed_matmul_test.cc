@@ -17,7 +17,8 @@ namespace {
 
 std::vector<PackedIsa> SupportedIsas() {
   std::vector<PackedIsa> isas;
-  for (PackedIsa isa : {PackedIsa::kPortable, PackedIsa::kAvx2, PackedIsa::kAvx512Vnni}) {
+  for (PackedIsa isa :
+       {PackedIsa::kPortable, PackedIsa::kAvx2, PackedIsa::kAvx512Vnni, PackedIsa::kAmx}) {
     if (PackedIsaSupported(isa)) isas.push_back(isa);
   }
   return isas;

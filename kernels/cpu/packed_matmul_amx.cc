@@ -1,0 +1,172 @@
+#include "kernels/cpu/packed_matmul_amx.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "kernels/cpu/packed_tile.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+// GCC 12's avx512fintrin.h leaves the "undefined" vectors of _mm512_set1_* self-initialised,
+// which -W(maybe-)uninitialized reports at every inlined use (GCC PR 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace tpserve::cpu {
+
+#if defined(__x86_64__)
+namespace {
+
+#define TP_TARGET_AMX                                                                        \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-int8")))
+
+// Linux keeps AMX's 8 KiB of tile registers off until a process asks (arch/x86 "xstate").
+constexpr int kArchReqXcompPerm = 0x1023;
+constexpr int kXfeatureXtiledata = 18;
+
+// ldtilecfg's operand (Intel SDM, "TILECFG"): palette 1, bytes per row and rows per tile.
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles 0-2 and 3-5 are two sets (A: rows_m x 32 activation bytes, B: 8 x 64 weight bytes, C:
+// rows_m x 16 int32) so that consecutive blocks do not wait on one another's registers.
+TP_TARGET_AMX void ConfigureFor(int rows_m) {
+  thread_local int configured = 0;  // tile configuration is per thread
+  if (configured == rows_m) return;
+  TileConfig config;
+  for (int set = 0; set < 2; ++set) {
+    config.rows[3 * set] = static_cast<uint8_t>(rows_m);
+    config.colsb[3 * set] = 32;
+    config.rows[3 * set + 1] = 8;
+    config.colsb[3 * set + 1] = 64;
+    config.rows[3 * set + 2] = static_cast<uint8_t>(rows_m);
+    config.colsb[3 * set + 2] = 64;
+  }
+  // Not _tile_loadconfig: GCC 12 declares its memory operand as one pointer wide, so the stores
+  // to rows and colsb above were dropped as dead. The operand here is all 64 bytes.
+  asm volatile("ldtilecfg %0" : : "m"(config));
+  configured = rows_m;
+}
+
+// Adds block `blk`'s integer tile c (rows of 16 int32, one per activation row), scaled as
+// packed_matmul.h states, into acc.
+template <BlockFormat kFormat, int kM>
+TP_TARGET_AMX inline void ScaleIn(const QuantizedActivations& a, int64_t i0, const PackedWeight& w,
+                                  int64_t group, int64_t blk, const int32_t* c, __m512* acc) {
+  const int64_t blocks = a.blocks();
+  const uint8_t* scales = w.record(group, blk) + w.code_bytes();
+  const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
+  __m512 mw;
+  if constexpr (kFormat == BlockFormat::kQ4_1) {
+    mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32)));
+  }
+  for (int i = 0; i < kM; ++i) {
+    const int64_t ab = (i0 + i) * blocks + blk;
+    __m512i isum = _mm512_load_si512(c + i * kGroupRows);
+    if constexpr (kFormat == BlockFormat::kQ4_0) {
+      isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * a.sum[ab]));
+    }
+    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[ab])),
+                             acc[i]);
+    if constexpr (kFormat == BlockFormat::kQ4_1) {
+      acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.d_sum[ab]), acc[i]);
+    }
+  }
+}
+
+template <BlockFormat kFormat, int kM>
+TP_TARGET_AMX void Tile(const QuantizedActivations& a, int64_t i0, const PackedWeight& w,
+                        int64_t group, const uint8_t* weight_tiles, float* out) {
+  const int64_t blocks = a.blocks();
+  const int64_t tile_stride = kFormat == BlockFormat::kQ8_0 ? w.record_bytes() : 512;
+  const int8_t* x = a.q.data() + i0 * a.k;
+  alignas(64) int32_t c[2][kGroupRows * kGroupRows];
+  __m512 acc[kM];
+  for (int i = 0; i < kM; ++i) acc[i] = _mm512_setzero_ps();
+  int64_t blk = 0;
+  for (; blk + 2 <= blocks; blk += 2) {
+    _tile_loadd(0, x + blk * kBlockElements, a.k);
+    _tile_loadd(1, weight_tiles + blk * tile_stride, 64);
+    _tile_zero(2);
+    _tile_loadd(3, x + (blk + 1) * kBlockElements, a.k);
+    _tile_loadd(4, weight_tiles + (blk + 1) * tile_stride, 64);
+    _tile_zero(5);
+    _tile_dpbssd(2, 0, 1);
+    _tile_dpbssd(5, 3, 4);
+    _tile_stored(2, c[0], 64);
+    _tile_stored(5, c[1], 64);
+    ScaleIn<kFormat, kM>(a, i0, w, group, blk, c[0], acc);
+    ScaleIn<kFormat, kM>(a, i0, w, group, blk + 1, c[1], acc);
+  }
+  if (blk < blocks) {
+    _tile_loadd(0, x + blk * kBlockElements, a.k);
+    _tile_loadd(1, weight_tiles + blk * tile_stride, 64);
+    _tile_zero(2);
+    _tile_dpbssd(2, 0, 1);
+    _tile_stored(2, c[0], 64);
+    ScaleIn<kFormat, kM>(a, i0, w, group, blk, c[0], acc);
+  }
+  for (int i = 0; i < kM; ++i) _mm512_storeu_ps(out + i * kGroupRows, acc[i]);
+}
+
+TP_TARGET_AMX void UnpackNibbles(const uint8_t* record, uint8_t* tiles) {
+  const __m512i mask = _mm512_set1_epi8(0x0F);
+  for (int p = 0; p < 4; ++p) {
+    const __m512i raw = _mm512_loadu_si512(record + 64 * p);
+    _mm512_store_si512(tiles + 128 * p, _mm512_and_si512(raw, mask));
+    _mm512_store_si512(tiles + 128 * p + 64, _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask));
+  }
+}
+
+}  // namespace
+
+bool AmxAvailable() {
+  static const bool available = __builtin_cpu_supports("amx-tile") &&
+                                __builtin_cpu_supports("amx-int8") &&
+                                __builtin_cpu_supports("avx512f") &&
+                                syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return available;
+}
+
+const uint8_t* AmxWeightTiles(const PackedWeight& w, int64_t group,
+                              std::vector<uint8_t>* scratch) {
+  if (w.format == BlockFormat::kQ8_0) return w.record(group, 0);
+  // 64 spare bytes let the first tile start on a cache line whatever the allocation's alignment.
+  scratch->resize(w.blocks() * 512 + 64);
+  uint8_t* tiles = scratch->data() + (64 - reinterpret_cast<uintptr_t>(scratch->data()) % 64) % 64;
+  for (int64_t blk = 0; blk < w.blocks(); ++blk) UnpackNibbles(w.record(group, blk), tiles + blk * 512);
+  return tiles;
+}
+
+void AmxTile(const QuantizedActivations& a, int64_t i0, int rows_m, const PackedWeight& w,
+             int64_t group, const uint8_t* weight_tiles, float* out) {
+  ConfigureFor(rows_m);
+  WithRows(rows_m, [&]<int kM>() {
+    switch (w.format) {
+      case BlockFormat::kQ4_0: return Tile<BlockFormat::kQ4_0, kM>(a, i0, w, group, weight_tiles, out);
+      case BlockFormat::kQ4_1: return Tile<BlockFormat::kQ4_1, kM>(a, i0, w, group, weight_tiles, out);
+      case BlockFormat::kQ8_0: return Tile<BlockFormat::kQ8_0, kM>(a, i0, w, group, weight_tiles, out);
+    }
+  });
+}
+
+#else
+bool AmxAvailable() { return false; }
+const uint8_t* AmxWeightTiles(const PackedWeight&, int64_t, std::vector<uint8_t>*) {
+  TP_CHECK(false);
+  return nullptr;
+}
+void AmxTile(const QuantizedActivations&, int64_t, int, const PackedWeight&, int64_t,
+             const uint8_t*, float*) {
+  TP_CHECK(false);
+}
+#endif  // __x86_64__
+
+}  // namespace tpserve::cpu
