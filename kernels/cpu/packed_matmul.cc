@@ -10,6 +10,7 @@
 #include "common/half.h"
 #include "kernels/cpu/packed_matmul_amx.h"
 #include "kernels/cpu/packed_tile.h"
+#include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/threads.h"
 
 #if defined(__x86_64__)
@@ -253,26 +254,30 @@ void Product(PackedIsa isa, const QuantizedActivations& a, const PackedWeight& w
   const int64_t first_group = first / kGroupRows;
   const int64_t end_group = (first + count + kGroupRows - 1) / kGroupRows;
   const bool amx = isa == PackedIsa::kAmx && m >= kAmxMinRows;
-#pragma omp parallel for schedule(static) num_threads(CpuThreads())
-  for (int64_t group = first_group; group < end_group; ++group) {
+  const int64_t groups = end_group - first_group;
+  // A few chunks per thread: enough that a descheduled thread's share goes to the others.
+  const int64_t grain = std::max<int64_t>(1, groups / (4 * CpuThreads()));
+  ParallelFor(groups, grain, [&](int64_t begin, int64_t end) {
     alignas(64) float out[kGroupRows * kGroupRows];
     thread_local std::vector<uint8_t> scratch;  // the pool's threads live on: no steady allocation
-    const uint8_t* weight_tiles = amx ? AmxWeightTiles(w, group, &scratch) : nullptr;
-    const int64_t lo = std::max(first, group * kGroupRows);
-    const int64_t hi = std::min(first + count, (group + 1) * kGroupRows);
-    for (int64_t i0 = 0; i0 < m; i0 += kGroupRows) {
-      const int rows_m = static_cast<int>(std::min<int64_t>(kGroupRows, m - i0));
-      if (amx && rows_m >= kAmxMinRows) {
-        AmxTile(a, i0, rows_m, w, group, weight_tiles, out);
-      } else {
-        RunTile<kFormat>(isa, a, i0, rows_m, w, group, out);
-      }
-      for (int i = 0; i < rows_m; ++i) {
-        std::memcpy(c + (i0 + i) * count + (lo - first), out + i * kGroupRows + (lo - group * kGroupRows),
-                    (hi - lo) * sizeof(float));
+    for (int64_t group = first_group + begin; group < first_group + end; ++group) {
+      const uint8_t* weight_tiles = amx ? AmxWeightTiles(w, group, &scratch) : nullptr;
+      const int64_t lo = std::max(first, group * kGroupRows);
+      const int64_t hi = std::min(first + count, (group + 1) * kGroupRows);
+      for (int64_t i0 = 0; i0 < m; i0 += kGroupRows) {
+        const int rows_m = static_cast<int>(std::min<int64_t>(kGroupRows, m - i0));
+        if (amx && rows_m >= kAmxMinRows) {
+          AmxTile(a, i0, rows_m, w, group, weight_tiles, out);
+        } else {
+          RunTile<kFormat>(isa, a, i0, rows_m, w, group, out);
+        }
+        for (int i = 0; i < rows_m; ++i) {
+          std::memcpy(c + (i0 + i) * count + (lo - first),
+                      out + i * kGroupRows + (lo - group * kGroupRows), (hi - lo) * sizeof(float));
+        }
       }
     }
-  }
+  });
 }
 
 }  // namespace

@@ -23,8 +23,8 @@ bool PackedIsaSupported(PackedIsa isa);  // by this CPU (AMX: and granted by the
 PackedIsa BestPackedIsa();               // what PackedMatmulBT uses
 const char* PackedIsaName(PackedIsa isa);
 
-// c[m, count] = a[m, w.cols] · w[first, first + count)ᵀ, row-major, c not read. Threads: the
-// OpenMP pool, over groups of 16 weight rows.
+// c[m, count] = a[m, w.cols] · w[first, first + count)ᵀ, row-major, c not read. Threads:
+// ParallelFor, over groups of 16 weight rows.
 void PackedMatmulBT(const float* a, int64_t m, const PackedWeight& w, int64_t first, int64_t count,
                     float* c);
 

@@ -5,7 +5,7 @@
 
 #include "common/check.h"
 #include "common/half.h"
-#include "kernels/cpu/threads.h"
+#include "kernels/cpu/parallel_for.h"
 
 // Compiled with -ffp-contract=off (kernels/CMakeLists.txt): the decode q * d + m must round twice
 // like ggml's reference, never fuse into one FMA.
@@ -46,19 +46,20 @@ void PackRows(const uint8_t* blocks, PackedWeight* w) {
   const int64_t record_bytes = w->record_bytes();
   const int64_t code_bytes = w->code_bytes();
   // Load time of a large model: threads take rows; every byte of a record belongs to one row.
-#pragma omp parallel for schedule(static) num_threads(CpuThreads())
-  for (int64_t row = 0; row < w->rows; ++row) {
-    const int r = static_cast<int>(row % kGroupRows);
-    const uint8_t* block = blocks + row * w->blocks() * block_bytes;
-    uint8_t* record = w->data.data() + row / kGroupRows * w->blocks() * record_bytes;
-    for (int64_t b = 0; b < w->blocks(); ++b, block += block_bytes, record += record_bytes) {
-      PackBlockCodes<kFormat>(block, r, record);
-      std::memcpy(record + code_bytes + 2 * r, block, 2);
-      if constexpr (kFormat == BlockFormat::kQ4_1) {
-        std::memcpy(record + code_bytes + 2 * (kGroupRows + r), block + 2, 2);
+  ParallelFor(w->rows, kGroupRows * 64, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int r = static_cast<int>(row % kGroupRows);
+      const uint8_t* block = blocks + row * w->blocks() * block_bytes;
+      uint8_t* record = w->data.data() + row / kGroupRows * w->blocks() * record_bytes;
+      for (int64_t b = 0; b < w->blocks(); ++b, block += block_bytes, record += record_bytes) {
+        PackBlockCodes<kFormat>(block, r, record);
+        std::memcpy(record + code_bytes + 2 * r, block, 2);
+        if constexpr (kFormat == BlockFormat::kQ4_1) {
+          std::memcpy(record + code_bytes + 2 * (kGroupRows + r), block + 2, 2);
+        }
       }
     }
-  }
+  });
 }
 
 }  // namespace

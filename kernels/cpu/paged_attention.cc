@@ -4,10 +4,19 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "common/check.h"
-#include "kernels/cpu/threads.h"
+#include "kernels/cpu/parallel_for.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+// GCC 12's avx512fintrin.h leaves the "undefined" vectors of _mm512_set1_* and the reductions
+// self-initialised, which -W(maybe-)uninitialized reports at every inlined use (GCC PR 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 namespace tpserve::cpu {
 namespace {
@@ -104,6 +113,131 @@ void AttendGroup(const PagedAttentionParams& p, int64_t group, const float* q, c
   }
 }
 
+
+#if defined(__x86_64__)
+#define TP_TARGET_AVX512 __attribute__((target("avx2,fma,avx512f,avx512dq,avx512bw,avx512vl")))
+
+// e^x for x <= 0, within ~2 ulp of expf: Cephes' expf (x = n ln2 + r, |r| <= ln2 / 2, a degree-6
+// polynomial in r, times 2^n). Below -87.3 it returns ~1e-38 instead of underflowing further:
+// a softmax weight that small is nothing next to the largest, which is 1.
+TP_TARGET_AVX512 inline __m512 ExpNonPositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 poly = _mm512_set1_ps(1.9875691500e-4f);
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.3981999507e-3f));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(8.3334519073e-3f));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(4.1665795894e-2f));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.6666665459e-1f));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(5.0000001201e-1f));
+  poly = _mm512_fmadd_ps(poly, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(poly, n);
+}
+
+// AttendGroup on 512-bit vectors for kChunks * 16 = head_dim and kGroup query heads per KV head:
+// the group's queries and running outputs stay in registers, and positions go 16 at a time, so
+// one vector exponential makes 16 softmax weights. The online softmax is the scalar path's, in
+// steps of 16 positions instead of one block.
+template <int kChunks, int kGroup>
+TP_TARGET_AVX512 void AttendGroupAvx512(const PagedAttentionParams& p, const float* q,
+                                        const int32_t* table, int64_t num_positions,
+                                        int64_t kv_head, float* out) {
+  const int64_t block_size = p.block_size;
+  const int64_t slot_stride = p.num_kv_heads * kChunks * 16;
+  __m512 qv[kGroup][kChunks];
+  __m512 acc[kGroup][kChunks];
+  float running_max[kGroup];
+  float running_sum[kGroup];
+  for (int h = 0; h < kGroup; ++h) {
+    for (int c = 0; c < kChunks; ++c) {
+      qv[h][c] = _mm512_loadu_ps(q + (h * kChunks + c) * 16);
+      acc[h][c] = _mm512_setzero_ps();
+    }
+    running_max[h] = -std::numeric_limits<float>::infinity();
+    running_sum[h] = 0.0f;
+  }
+  alignas(64) float weights[kGroup][16];
+  for (int64_t b = 0; b * block_size < num_positions; ++b) {
+    const int64_t in_block = std::min(block_size, num_positions - b * block_size);
+    const int64_t base = int64_t{table[b]} * block_size * slot_stride + kv_head * kChunks * 16;
+    for (int64_t j0 = 0; j0 < in_block; j0 += 16) {
+      const int n = static_cast<int>(std::min<int64_t>(16, in_block - j0));
+      const float* k = p.k_cache + base + j0 * slot_stride;
+      const float* v = p.v_cache + base + j0 * slot_stride;
+      for (int j = 0; j < n; ++j) {
+        __m512 kv[kChunks];
+        for (int c = 0; c < kChunks; ++c) kv[c] = _mm512_loadu_ps(k + j * slot_stride + c * 16);
+        for (int h = 0; h < kGroup; ++h) {
+          __m512 dot = _mm512_mul_ps(qv[h][0], kv[0]);
+          for (int c = 1; c < kChunks; ++c) dot = _mm512_fmadd_ps(qv[h][c], kv[c], dot);
+          weights[h][j] = _mm512_reduce_add_ps(dot) * p.scale;
+        }
+      }
+      const __mmask16 valid = static_cast<__mmask16>((1u << n) - 1);
+      for (int h = 0; h < kGroup; ++h) {
+        const __m512 scores = _mm512_mask_loadu_ps(
+            _mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid, weights[h]);
+        const float chunk_max = _mm512_reduce_max_ps(scores);
+        if (chunk_max > running_max[h]) {
+          // Rescale what was accumulated under the old maximum (exp(-inf) = 0 at the start).
+          const __m512 correction = _mm512_set1_ps(std::exp(running_max[h] - chunk_max));
+          running_sum[h] *= _mm512_cvtss_f32(correction);
+          for (int c = 0; c < kChunks; ++c) acc[h][c] = _mm512_mul_ps(acc[h][c], correction);
+          running_max[h] = chunk_max;
+        }
+        const __m512 w = _mm512_maskz_mov_ps(
+            valid, ExpNonPositive(_mm512_sub_ps(scores, _mm512_set1_ps(running_max[h]))));
+        running_sum[h] += _mm512_reduce_add_ps(w);
+        _mm512_store_ps(weights[h], w);
+      }
+      for (int j = 0; j < n; ++j) {
+        __m512 vv[kChunks];
+        for (int c = 0; c < kChunks; ++c) vv[c] = _mm512_loadu_ps(v + j * slot_stride + c * 16);
+        for (int h = 0; h < kGroup; ++h) {
+          const __m512 wj = _mm512_set1_ps(weights[h][j]);
+          for (int c = 0; c < kChunks; ++c) acc[h][c] = _mm512_fmadd_ps(wj, vv[c], acc[h][c]);
+        }
+      }
+    }
+  }
+  for (int h = 0; h < kGroup; ++h) {
+    const __m512 inv = _mm512_set1_ps(1.0f / running_sum[h]);
+    for (int c = 0; c < kChunks; ++c) {
+      _mm512_storeu_ps(out + (h * kChunks + c) * 16, _mm512_mul_ps(acc[h][c], inv));
+    }
+  }
+}
+
+using AttendFn = void (*)(const PagedAttentionParams&, const float*, const int32_t*, int64_t,
+                          int64_t, float*);
+
+template <int kChunks, int... kGroups>
+AttendFn PickGroup(int64_t group, std::integer_sequence<int, kGroups...>) {
+  AttendFn fn = nullptr;
+  ((group == kGroups + 1 ? (fn = AttendGroupAvx512<kChunks, kGroups + 1>, 0) : 0), ...);
+  return fn;
+}
+
+// The vector path for this shape and CPU (head_dim 64 or 128, up to 8 query heads per KV head),
+// or null: the portable path.
+AttendFn VectorAttend(int64_t head_dim, int64_t group) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f") &&
+                             __builtin_cpu_supports("avx512dq") &&
+                             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  if (!avx512) return nullptr;
+  constexpr auto kGroups = std::make_integer_sequence<int, 8>();
+  if (head_dim == 64) return PickGroup<4>(group, kGroups);
+  if (head_dim == 128) return PickGroup<8>(group, kGroups);
+  return nullptr;
+}
+#else
+using AttendFn = void (*)(const PagedAttentionParams&, const float*, const int32_t*, int64_t,
+                          int64_t, float*);
+AttendFn VectorAttend(int64_t, int64_t) { return nullptr; }
+#endif  // __x86_64__
+
 }  // namespace
 
 void WriteKvCache(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
@@ -134,13 +268,14 @@ void PagedAttention(const PagedAttentionParams& p) {
   const int64_t num_tokens = p.query_start[p.num_seqs];
   const int64_t group = p.num_heads / p.num_kv_heads;  // query heads per KV head
   const int64_t work = num_tokens * p.num_kv_heads;
+  const AttendFn vector_attend = VectorAttend(p.head_dim, group);
 
-#pragma omp parallel if (work > 1) num_threads(CpuThreads())
-  {
-    std::vector<float> scratch(group * (p.block_size + p.head_dim + 2));  // per thread
-    // Positions differ per token, so the work per item differs: hand them out dynamically.
-#pragma omp for schedule(dynamic, 2)
-    for (int64_t item = 0; item < work; ++item) {
+  // Positions differ per token, so the work per item differs: small chunks, taken as threads
+  // come free.
+  ParallelFor(work, 2, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scratch;  // the portable path's; pool threads live on
+    scratch.resize(group * (p.block_size + p.head_dim + 2));
+    for (int64_t item = begin; item < end; ++item) {
       const int64_t token = item / p.num_kv_heads;
       const int64_t kv_head = item % p.num_kv_heads;
       // The sequence owning `token`: the first s with query_start[s + 1] > token.
@@ -149,11 +284,16 @@ void PagedAttention(const PagedAttentionParams& p) {
       const int64_t q_len = int64_t{p.query_start[s + 1]} - p.query_start[s];
       const int64_t position = p.context_lens[s] - q_len + (token - p.query_start[s]);
       const int64_t first_head = token * p.num_heads + kv_head * group;
-      AttendGroup(p, group, p.q + first_head * p.head_dim,
-                  p.block_tables + s * p.max_blocks_per_seq, position + 1, kv_head, scratch.data(),
-                  p.out + first_head * p.head_dim);
+      const int32_t* table = p.block_tables + s * p.max_blocks_per_seq;
+      if (vector_attend != nullptr) {
+        vector_attend(p, p.q + first_head * p.head_dim, table, position + 1, kv_head,
+                      p.out + first_head * p.head_dim);
+      } else {
+        AttendGroup(p, group, p.q + first_head * p.head_dim, table, position + 1, kv_head,
+                    scratch.data(), p.out + first_head * p.head_dim);
+      }
     }
-  }
+  });
 }
 
 }  // namespace tpserve::cpu

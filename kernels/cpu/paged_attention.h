@@ -48,7 +48,7 @@ struct PagedAttentionParams {
 // that token t may see, where g = h / (num_heads / num_kv_heads) is the KV head of query head h.
 // Softmax is computed online block by block (running max and sum, fp32), so no exp sees a
 // positive argument. The query heads of one KV head are processed together, so each K/V row is
-// read once per token. Threads: OpenMP over (token, KV head) pairs (OMP_NUM_THREADS); a single
+// read once per token. Threads: ParallelFor over (token, KV head) pairs; a single
 // decoding sequence therefore uses at most num_kv_heads threads.
 void PagedAttention(const PagedAttentionParams& p);
 

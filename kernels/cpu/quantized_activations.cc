@@ -1,8 +1,10 @@
 #include "kernels/cpu/quantized_activations.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/check.h"
+#include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/threads.h"
 
 #if defined(__x86_64__)
@@ -93,18 +95,19 @@ void QuantizeActivationsScalar(const float* x, int64_t rows, int64_t k, Quantize
 void QuantizeActivations(const float* x, int64_t rows, int64_t k, QuantizedActivations* out) {
   Resize(rows, k, out);
   const int64_t blocks = k / 32;
+  const auto quantize = [&](int64_t begin, int64_t end) {
 #if defined(__x86_64__)
-  if (HasAvx512()) {
-#pragma omp parallel for schedule(static) num_threads(CpuThreads()) if (rows >= kParallelRows)
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t b = r * blocks; b < (r + 1) * blocks; ++b) Avx512Block(x + b * 32, b, out);
+    if (HasAvx512()) {
+      for (int64_t b = begin * blocks; b < end * blocks; ++b) Avx512Block(x + b * 32, b, out);
+      return;
     }
-    return;
-  }
 #endif
-#pragma omp parallel for schedule(static) num_threads(CpuThreads()) if (rows >= kParallelRows)
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t b = r * blocks; b < (r + 1) * blocks; ++b) ScalarBlock(x + b * 32, b, out);
+    for (int64_t b = begin * blocks; b < end * blocks; ++b) ScalarBlock(x + b * 32, b, out);
+  };
+  if (rows < kParallelRows) {
+    quantize(0, rows);
+  } else {
+    ParallelFor(rows, std::max<int64_t>(1, rows / (4 * CpuThreads())), quantize);
   }
 }
 

@@ -20,8 +20,7 @@ struct QuantizedActivations {
   int64_t blocks() const { return k / 32; }
 };
 
-// x: [rows, k] fp32, k a multiple of 32. Reuses `out`'s buffers. Threads: the OpenMP pool, over
-// rows. Every instruction set gives the same bits (the vector path rounds like the scalar one).
+// x: [rows, k] fp32, k a multiple of 32. Reuses `out`'s buffers. Threads: ParallelFor, over rows. Every instruction set gives the same bits (the vector path rounds like the scalar one).
 void QuantizeActivations(const float* x, int64_t rows, int64_t k, QuantizedActivations* out);
 
 // The portable path alone, which the vector path must equal.

@@ -1,9 +1,11 @@
 #include "kernels/cpu/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "common/check.h"
+#include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/threads.h"
 
 namespace tpserve::cpu {
@@ -26,25 +28,31 @@ void ApplyRope(float* x, const int32_t* positions, int64_t num_tokens, int64_t n
   const int64_t second = adjacent ? 1 : half;
   const int64_t token_stride = num_heads * head_dim;
 
-#pragma omp parallel for schedule(static) num_threads(CpuThreads()) \
-    if (num_tokens * token_stride >= (int64_t{1} << 16))
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    const double pos = static_cast<double>(positions[t]);
-    float* xt = x + t * token_stride;
-    for (int64_t i = 0; i < half; ++i) {
-      const double angle = pos * inv_freq[i];
-      const float c = static_cast<float>(std::cos(angle));
-      const float s = static_cast<float>(std::sin(angle));
-      const int64_t i0 = first * i;
-      const int64_t i1 = i0 + second;
-      for (int64_t h = 0; h < num_heads; ++h) {
-        float* xh = xt + h * head_dim;
-        const float x0 = xh[i0];
-        const float x1 = xh[i1];
-        xh[i0] = x0 * c - x1 * s;
-        xh[i1] = x0 * s + x1 * c;
+  const auto rotate = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const double pos = static_cast<double>(positions[t]);
+      float* xt = x + t * token_stride;
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = pos * inv_freq[i];
+        const float c = static_cast<float>(std::cos(angle));
+        const float s = static_cast<float>(std::sin(angle));
+        const int64_t i0 = first * i;
+        const int64_t i1 = i0 + second;
+        for (int64_t h = 0; h < num_heads; ++h) {
+          float* xh = xt + h * head_dim;
+          const float x0 = xh[i0];
+          const float x1 = xh[i1];
+          xh[i0] = x0 * c - x1 * s;
+          xh[i1] = x0 * s + x1 * c;
+        }
       }
     }
+  };
+  // Small steps (decode) rotate on the calling thread: waking the pool costs more.
+  if (num_tokens * token_stride < (int64_t{1} << 16)) {
+    rotate(0, num_tokens);
+  } else {
+    ParallelFor(num_tokens, std::max<int64_t>(1, num_tokens / (4 * CpuThreads())), rotate);
   }
 }
 

@@ -1,7 +1,6 @@
 #include "kernels/cpu/threads.h"
 
 #include <cblas.h>
-#include <omp.h>
 #include <sched.h>
 
 #include <atomic>
@@ -23,7 +22,6 @@ int AvailableCores() {
 void SetCpuThreads(int threads) {
   const int n = threads > 0 ? threads : AvailableCores();
   g_threads.store(n, std::memory_order_relaxed);
-  omp_set_num_threads(n);
   openblas_set_num_threads(n);
 }
 
