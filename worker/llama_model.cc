@@ -6,11 +6,24 @@
 #include "common/check.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/silu_mul.h"
 
 namespace tpserve {
+namespace {
+
+// SiLU rows per ParallelFor chunk: a row is ffn_local elements.
+constexpr int64_t kSiluRowsPerChunk = 4;
+
+// `v` grown to at least n floats (never shrunk, so steady-state steps allocate nothing).
+float* Sized(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  return v.data();
+}
+
+}  // namespace
 
 LlamaModel::LlamaModel(const ModelConfig& config, const ShardLayout& layout, ModelWeights weights,
                        Communicator* comm, const KvCacheShape& kv_shape)
@@ -30,22 +43,22 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, std::vector<float>* 
   const int64_t n = batch.num_tokens();
   const int64_t hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  std::vector<float> residual(n * hidden);  // [n, hidden]
-  std::vector<float> normed(n * hidden);    // [n, hidden]
-  std::vector<float> partial(n * hidden);   // [n, hidden], this rank's share before all-reduce
-  LookupRows(weights_.token_embedding, batch.token_ids.data(), n, residual.data());
+  float* residual = Sized(buffers_.residual, n * hidden);  // [n, hidden]
+  float* normed = Sized(buffers_.normed, n * hidden);      // [n, hidden]
+  float* partial = Sized(buffers_.partial, n * hidden);    // this rank's share before all-reduce
+  LookupRows(weights_.token_embedding, batch.token_ids.data(), n, residual);
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
-    cpu::RmsNorm(residual.data(), w.attn_norm.data(), n, hidden, eps, normed.data());
-    Attention(layer, batch, normed.data(), partial.data());
-    RETURN_IF_ERROR(comm_->AllReduceSum(partial.data(), n * hidden));
+    cpu::RmsNorm(residual, w.attn_norm.data(), n, hidden, eps, normed);
+    Attention(layer, batch, normed, partial);
+    RETURN_IF_ERROR(comm_->AllReduceSum(partial, n * hidden));
     for (int64_t i = 0; i < n * hidden; ++i) residual[i] += partial[i];
-    cpu::RmsNorm(residual.data(), w.ffn_norm.data(), n, hidden, eps, normed.data());
-    Mlp(layer, normed.data(), n, partial.data());
-    RETURN_IF_ERROR(comm_->AllReduceSum(partial.data(), n * hidden));
+    cpu::RmsNorm(residual, w.ffn_norm.data(), n, hidden, eps, normed);
+    Mlp(layer, normed, n, partial);
+    RETURN_IF_ERROR(comm_->AllReduceSum(partial, n * hidden));
     for (int64_t i = 0; i < n * hidden; ++i) residual[i] += partial[i];
   }
-  return Logits(batch, residual.data(), logits);
+  return Logits(batch, residual, logits);
 }
 
 void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* normed, float* out) {
@@ -59,29 +72,29 @@ void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* no
   const int64_t kv_width = layout_.kv_width(head_dim);
   const int64_t qkv_width = layout_.qkv_width(head_dim);
 
-  std::vector<float> qkv(n * qkv_width);  // [n, q | k | v]
+  float* qkv = Sized(buffers_.qkv, n * qkv_width);  // [n, q | k | v]
   TP_CHECK(w.qkv.rows == qkv_width && w.qkv.cols == hidden);
-  ApplyLinear(w.qkv, normed, n, qkv.data());
-  std::vector<float> q(n * q_width);   // [n, q_heads, head_dim]
-  std::vector<float> k(n * kv_width);  // [n, kv_heads, head_dim]
-  std::vector<float> v(n * kv_width);  // [n, kv_heads, head_dim]
+  ApplyLinear(w.qkv, normed, n, qkv);
+  float* q = Sized(buffers_.q, n * q_width);   // [n, q_heads, head_dim]
+  float* k = Sized(buffers_.k, n * kv_width);  // [n, kv_heads, head_dim]
+  float* v = Sized(buffers_.v, n * kv_width);  // [n, kv_heads, head_dim]
   for (int64_t t = 0; t < n; ++t) {
-    const float* row = qkv.data() + t * qkv_width;
-    std::copy(row, row + q_width, q.data() + t * q_width);
-    std::copy(row + q_width, row + q_width + kv_width, k.data() + t * kv_width);
-    std::copy(row + q_width + kv_width, row + qkv_width, v.data() + t * kv_width);
+    const float* row = qkv + t * qkv_width;
+    std::copy(row, row + q_width, q + t * q_width);
+    std::copy(row + q_width, row + q_width + kv_width, k + t * kv_width);
+    std::copy(row + q_width + kv_width, row + qkv_width, v + t * kv_width);
   }
   const float theta = static_cast<float>(config_.rope_theta);
-  cpu::ApplyRope(q.data(), batch.positions.data(), n, q_heads, head_dim, config_.rope_dims, theta,
+  cpu::ApplyRope(q, batch.positions.data(), n, q_heads, head_dim, config_.rope_dims, theta,
                  cpu::RopeStyle::kAdjacentPairs);
-  cpu::ApplyRope(k.data(), batch.positions.data(), n, kv_heads, head_dim, config_.rope_dims, theta,
+  cpu::ApplyRope(k, batch.positions.data(), n, kv_heads, head_dim, config_.rope_dims, theta,
                  cpu::RopeStyle::kAdjacentPairs);
-  cpu::WriteKvCache(k.data(), v.data(), batch.slot_mapping.data(), n, kv_heads, head_dim,
+  cpu::WriteKvCache(k, v, batch.slot_mapping.data(), n, kv_heads, head_dim,
                     kv_cache_.keys(layer), kv_cache_.values(layer));
 
-  std::vector<float> attn(n * q_width);  // [n, q_heads, head_dim]
+  float* attn = Sized(buffers_.attn, n * q_width);  // [n, q_heads, head_dim]
   cpu::PagedAttentionParams params;
-  params.q = q.data();
+  params.q = q;
   params.k_cache = kv_cache_.keys(layer);
   params.v_cache = kv_cache_.values(layer);
   params.num_seqs = batch.num_seqs();
@@ -94,53 +107,61 @@ void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* no
   params.head_dim = head_dim;
   params.block_size = kv_cache_.shape().block_size;
   params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  params.out = attn.data();
+  params.out = attn;
   cpu::PagedAttention(params);
-  ApplyLinear(w.attn_output, attn.data(), n, out);
+  ApplyLinear(w.attn_output, attn, n, out);
 }
 
 void LlamaModel::Mlp(int layer, const float* normed, int64_t num_tokens, float* out) {
   const LayerWeights& w = weights_.layers[layer];
   const int64_t ffn = layout_.ffn.size;
-  std::vector<float> gate_up(num_tokens * 2 * ffn);  // [n, gate | up]
-  ApplyLinear(w.gate_up, normed, num_tokens, gate_up.data());
-  std::vector<float> act(num_tokens * ffn);  // [n, ffn_local]
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    const float* row = gate_up.data() + t * 2 * ffn;
-    cpu::SiluMul(row, row + ffn, ffn, act.data() + t * ffn);
-  }
-  ApplyLinear(w.down, act.data(), num_tokens, out);
+  float* gate_up = Sized(buffers_.gate_up, num_tokens * 2 * ffn);  // [n, gate | up]
+  ApplyLinear(w.gate_up, normed, num_tokens, gate_up);
+  float* act = Sized(buffers_.act, num_tokens * ffn);  // [n, ffn_local]
+  cpu::ParallelFor(num_tokens, kSiluRowsPerChunk, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* row = gate_up + t * 2 * ffn;
+      cpu::SiluMul(row, row + ffn, ffn, act + t * ffn);
+    }
+  });
+  ApplyLinear(w.down, act, num_tokens, out);
 }
 
 absl::Status LlamaModel::Logits(const ForwardBatch& batch, const float* hidden_states,
                                 std::vector<float>* logits) {
   const int64_t hidden = config_.hidden_size;
   const int64_t m = batch.num_logits();
-  std::vector<float> selected(m * hidden);  // [m, hidden]
+  float* selected = Sized(buffers_.selected, m * hidden);  // [m, hidden]
   for (int64_t i = 0; i < m; ++i) {
     const float* row = hidden_states + int64_t{batch.logits_indices[i]} * hidden;
-    std::copy(row, row + hidden, selected.data() + i * hidden);
+    std::copy(row, row + hidden, selected + i * hidden);
   }
-  std::vector<float> normed(m * hidden);
-  cpu::RmsNorm(selected.data(), weights_.output_norm.data(), m, hidden,
-               static_cast<float>(config_.rms_norm_eps), normed.data());
-  const int64_t local_vocab = layout_.vocab.size;
-  std::vector<float> local(m * local_vocab);  // [m, vocab_local]
-  if (weights_.lm_head.rows == 0) {  // tied: this rank's vocabulary rows of the embedding
-    ApplyLinearRows(weights_.token_embedding, layout_.vocab, normed.data(), m, local.data());
-  } else {
-    ApplyLinear(weights_.lm_head, normed.data(), m, local.data());
-  }
-
+  float* normed = Sized(buffers_.normed, m * hidden);
+  cpu::RmsNorm(selected, weights_.output_norm.data(), m, hidden,
+               static_cast<float>(config_.rms_norm_eps), normed);
   const int world = layout_.world_size;
   const int64_t vocab = config_.vocab_size;
+  const int64_t local_vocab = layout_.vocab.size;
+  // One rank writes its logits in place: no gather, and a resize to the size of the last step
+  // fills nothing.
+  if (world == 1) logits->resize(m * vocab);
+  float* local = world == 1 ? logits->data() : Sized(buffers_.local, m * local_vocab);
+  if (weights_.lm_head.rows == 0) {  // tied: this rank's vocabulary rows of the embedding
+    ApplyLinearRows(weights_.token_embedding, layout_.vocab, normed, m, local);
+  } else {
+    ApplyLinear(weights_.lm_head, normed, m, local);
+  }
+  if (world == 1) return absl::OkStatus();
+
   const std::vector<int64_t> counts = VocabGatherCounts(vocab, world, m);
-  std::vector<float> gathered(layout_.rank == 0 ? m * vocab : 0);  // rank chunks [m, vocab_r]
-  RETURN_IF_ERROR(comm_->GatherToRoot(local.data(), counts, gathered.data()));
-  logits->clear();
-  if (layout_.rank != 0) return absl::OkStatus();
+  float* gathered = layout_.rank == 0 ? Sized(buffers_.gathered, m * vocab) : nullptr;
+  RETURN_IF_ERROR(comm_->GatherToRoot(local, counts, gathered));
+  if (layout_.rank != 0) {
+    logits->clear();
+    return absl::OkStatus();
+  }
   logits->resize(m * vocab);
-  const float* chunk = gathered.data();
+  const float* chunk = gathered;
   for (int r = 0; r < world; ++r) {
     const Range range = BalancedRange(vocab, r, world);
     for (int64_t i = 0; i < m; ++i) {

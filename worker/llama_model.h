@@ -42,6 +42,12 @@ class LlamaModel : public StepModel {
   const ModelWeights weights_;
   Communicator* const comm_;
   KvCache kv_cache_;
+  // A step's activations, kept between steps at the largest size seen.
+  struct Buffers {
+    std::vector<float> residual, normed, partial, qkv, q, k, v, attn, gate_up, act, selected,
+        local, gathered;
+  };
+  Buffers buffers_;
 };
 
 }  // namespace tpserve

@@ -12,14 +12,7 @@
 #include "kernels/cpu/packed_tile.h"
 #include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/threads.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-// GCC 12's avx512fintrin.h leaves the "undefined" vectors of _mm512_set1_* and the reductions
-// self-initialised, which -W(maybe-)uninitialized reports at every inlined use (GCC PR 105593).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+#include "kernels/cpu/x86_intrinsics.h"
 
 // Work is split by groups of 16 weight rows (threads take groups) and, within a group, tiles of
 // up to 16 activation rows: a tile function writes out[i * 16 + r], the result of activation row

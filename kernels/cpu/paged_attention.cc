@@ -9,14 +9,8 @@
 
 #include "common/check.h"
 #include "kernels/cpu/parallel_for.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-// GCC 12's avx512fintrin.h leaves the "undefined" vectors of _mm512_set1_* and the reductions
-// self-initialised, which -W(maybe-)uninitialized reports at every inlined use (GCC PR 105593).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+#include "kernels/cpu/vector_exp.h"
+#include "kernels/cpu/x86_intrinsics.h"
 
 namespace tpserve::cpu {
 namespace {
@@ -116,25 +110,6 @@ void AttendGroup(const PagedAttentionParams& p, int64_t group, const float* q, c
 
 #if defined(__x86_64__)
 #define TP_TARGET_AVX512 __attribute__((target("avx2,fma,avx512f,avx512dq,avx512bw,avx512vl")))
-
-// e^x for x <= 0, within ~2 ulp of expf: Cephes' expf (x = n ln2 + r, |r| <= ln2 / 2, a degree-6
-// polynomial in r, times 2^n). Below -87.3 it returns ~1e-38 instead of underflowing further:
-// a softmax weight that small is nothing next to the largest, which is 1.
-TP_TARGET_AVX512 inline __m512 ExpNonPositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 poly = _mm512_set1_ps(1.9875691500e-4f);
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.3981999507e-3f));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(8.3334519073e-3f));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(4.1665795894e-2f));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.6666665459e-1f));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(5.0000001201e-1f));
-  poly = _mm512_fmadd_ps(poly, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(poly, n);
-}
 
 // AttendGroup on 512-bit vectors for kChunks * 16 = head_dim and kGroup query heads per KV head:
 // the group's queries and running outputs stay in registers, and positions go 16 at a time, so

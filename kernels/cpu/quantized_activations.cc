@@ -6,14 +6,7 @@
 #include "common/check.h"
 #include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/threads.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-// GCC 12's avx512fintrin.h leaves the "undefined" vectors of _mm512_set1_* and the reductions
-// self-initialised, which -W(maybe-)uninitialized reports at every inlined use (GCC PR 105593).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+#include "kernels/cpu/x86_intrinsics.h"
 
 namespace tpserve::cpu {
 namespace {

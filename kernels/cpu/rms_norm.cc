@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/check.h"
+#include "kernels/cpu/parallel_for.h"
 
 namespace tpserve::cpu {
 namespace {
@@ -16,12 +17,17 @@ void NormalizeRow(const float* x, const float* weight, int64_t dim, float eps, f
   for (int64_t i = 0; i < dim; ++i) out[i] = x[i] * inv_rms * weight[i];
 }
 
+// A decode step's few rows stay on the calling thread (one chunk); prefill's spread.
+constexpr int64_t kRowsPerChunk = 16;
+
 }  // namespace
 
 void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
              float* out) {
   TP_CHECK(rows >= 0 && dim > 0);
-  for (int64_t r = 0; r < rows; ++r) NormalizeRow(x + r * dim, weight, dim, eps, out + r * dim);
+  ParallelFor(rows, kRowsPerChunk, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) NormalizeRow(x + r * dim, weight, dim, eps, out + r * dim);
+  });
 }
 
 void AddRmsNorm(float* residual, const float* x, const float* weight, int64_t rows, int64_t dim,
