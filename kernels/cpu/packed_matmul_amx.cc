@@ -51,7 +51,7 @@ TP_TARGET_AMX void ConfigureFor(int rows_m) {
 // Adds block `blk`'s integer tile c (rows of 16 int32, one per activation row), scaled as
 // packed_matmul.h states, into acc.
 template <BlockFormat kFormat, int kM>
-TP_TARGET_AMX inline void ScaleIn(const QuantizedActivations& a, int64_t i0, const PackedWeight& w,
+TP_TARGET_AMX __attribute__((always_inline)) inline void ScaleIn(const QuantizedActivations& a, int64_t i0, const PackedWeight& w,
                                   int64_t group, int64_t blk, const int32_t* c, __m512* acc) {
   const int64_t blocks = a.blocks();
   const uint8_t* scales = w.record(group, blk) + w.code_bytes();
@@ -60,6 +60,7 @@ TP_TARGET_AMX inline void ScaleIn(const QuantizedActivations& a, int64_t i0, con
   if constexpr (kFormat == BlockFormat::kQ4_1) {
     mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32)));
   }
+#pragma GCC unroll 16
   for (int i = 0; i < kM; ++i) {
     const int64_t ab = (i0 + i) * blocks + blk;
     __m512i isum = _mm512_load_si512(c + i * kGroupRows);
@@ -74,38 +75,46 @@ TP_TARGET_AMX inline void ScaleIn(const QuantizedActivations& a, int64_t i0, con
   }
 }
 
+// Block products in two tile sets, written out per set because the tile intrinsics take their
+// register numbers as literals: set 0 is tiles 0-2, set 1 tiles 3-5 (A, B, C).
+TP_TARGET_AMX inline void StartInSet0(const int8_t* x, int64_t k, const uint8_t* b) {
+  _tile_loadd(0, x, k);
+  _tile_loadd(1, b, 64);
+  _tile_zero(2);
+  _tile_dpbssd(2, 0, 1);
+}
+TP_TARGET_AMX inline void StartInSet1(const int8_t* x, int64_t k, const uint8_t* b) {
+  _tile_loadd(3, x, k);
+  _tile_loadd(4, b, 64);
+  _tile_zero(5);
+  _tile_dpbssd(5, 3, 4);
+}
+
+// Software-pipelined over blocks: block b + 1's product runs in the tile unit while the vector
+// unit scales block b's, so neither waits for the other's latency.
 template <BlockFormat kFormat, int kM>
 TP_TARGET_AMX void Tile(const QuantizedActivations& a, int64_t i0, const PackedWeight& w,
                         int64_t group, const uint8_t* weight_tiles, float* out) {
   const int64_t blocks = a.blocks();
   const int64_t tile_stride = kFormat == BlockFormat::kQ8_0 ? w.record_bytes() : 512;
   const int8_t* x = a.q.data() + i0 * a.k;
+  const auto x_of = [&](int64_t blk) { return x + blk * kBlockElements; };
+  const auto b_of = [&](int64_t blk) { return weight_tiles + blk * tile_stride; };
   alignas(64) int32_t c[2][kGroupRows * kGroupRows];
   __m512 acc[kM];
+#pragma GCC unroll 16
   for (int i = 0; i < kM; ++i) acc[i] = _mm512_setzero_ps();
-  int64_t blk = 0;
-  for (; blk + 2 <= blocks; blk += 2) {
-    _tile_loadd(0, x + blk * kBlockElements, a.k);
-    _tile_loadd(1, weight_tiles + blk * tile_stride, 64);
-    _tile_zero(2);
-    _tile_loadd(3, x + (blk + 1) * kBlockElements, a.k);
-    _tile_loadd(4, weight_tiles + (blk + 1) * tile_stride, 64);
-    _tile_zero(5);
-    _tile_dpbssd(2, 0, 1);
-    _tile_dpbssd(5, 3, 4);
+  if (blocks > 0) StartInSet0(x_of(0), a.k, b_of(0));
+  for (int64_t blk = 0; blk < blocks; blk += 2) {
+    if (blk + 1 < blocks) StartInSet1(x_of(blk + 1), a.k, b_of(blk + 1));
     _tile_stored(2, c[0], 64);
-    _tile_stored(5, c[1], 64);
     ScaleIn<kFormat, kM>(a, i0, w, group, blk, c[0], acc);
+    if (blk + 1 == blocks) break;
+    if (blk + 2 < blocks) StartInSet0(x_of(blk + 2), a.k, b_of(blk + 2));
+    _tile_stored(5, c[1], 64);
     ScaleIn<kFormat, kM>(a, i0, w, group, blk + 1, c[1], acc);
   }
-  if (blk < blocks) {
-    _tile_loadd(0, x + blk * kBlockElements, a.k);
-    _tile_loadd(1, weight_tiles + blk * tile_stride, 64);
-    _tile_zero(2);
-    _tile_dpbssd(2, 0, 1);
-    _tile_stored(2, c[0], 64);
-    ScaleIn<kFormat, kM>(a, i0, w, group, blk, c[0], acc);
-  }
+#pragma GCC unroll 16
   for (int i = 0; i < kM; ++i) _mm512_storeu_ps(out + i * kGroupRows, acc[i]);
 }
 
