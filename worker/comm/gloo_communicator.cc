@@ -14,16 +14,14 @@
 #include <cctype>
 #include <chrono>
 #include <cstring>
-#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "worker/comm/gloo_status.h"
 
 namespace tpserve {
 namespace {
@@ -38,30 +36,6 @@ void IgnoreSigpipeIfDefault() {
   if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
     signal(SIGPIPE, SIG_IGN);
   }
-}
-
-// Gloo signals timeouts with IoException texts such as "Timed out waiting 30000ms for recv",
-// "Connect timeout", "Read timeout"; everything else is a broken or refused connection.
-absl::StatusCode CodeForGlooError(absl::string_view what) {
-  const std::string lower = absl::AsciiStrToLower(what);
-  return absl::StrContains(lower, "timeout") || absl::StrContains(lower, "timed out")
-             ? absl::StatusCode::kDeadlineExceeded
-             : absl::StatusCode::kUnavailable;
-}
-
-// Runs `fn`; any exception becomes a Status whose message is `context` plus the exception text.
-template <typename Fn>
-absl::Status RunCatching(absl::string_view context, Fn&& fn) {
-  std::string what;
-  try {
-    fn();
-    return absl::OkStatus();
-  } catch (const std::exception& e) {  // gloo::Exception, gloo::EnforceNotMet, std::system_error
-    what = e.what();
-  } catch (...) {
-    what = "unknown exception";
-  }
-  return absl::Status(CodeForGlooError(what), absl::StrCat(context, ": ", what));
 }
 
 // connectFullMesh names rank r's keys "rank_<r>" and "<r>"; map a key back to the rank.
