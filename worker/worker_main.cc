@@ -33,6 +33,7 @@ struct Flags {
   int local_rank = -1;
   double gpu_memory_utilization = 0.9;
   int coordinator_timeout_s = 30;
+  std::string cpu_comm = "auto";
 };
 
 // Registers `address` as `rank`, retrying while the coordinator is unreachable. Returns an empty
@@ -84,6 +85,7 @@ int Run(const Flags& flags) {
   options.port = flags.port;
   options.cuda_device = flags.local_rank;
   options.gpu_memory_utilization = flags.gpu_memory_utilization;
+  options.cpu_transport = *ParseCpuTransport(flags.cpu_comm);  // the flag admits only valid names
   auto server = WorkerServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "tpserve-worker: %s\n", std::string(server.status().message()).c_str());
@@ -164,6 +166,12 @@ int main(int argc, char** argv) {
                  "--kv-cache-memory)")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 1.0));
+  app.add_option("--cpu-comm", flags.cpu_comm,
+                 "how CPU ranks all-reduce: auto = shared memory when every rank of the group "
+                 "can map it (one host, one /dev/shm), else Gloo over TCP; shm = shared memory "
+                 "or fail; gloo = Gloo, and the whole group with it")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "shm", "gloo"}));
   CLI11_PARSE(app, argc, argv);
   return tpserve::Run(flags);
 }

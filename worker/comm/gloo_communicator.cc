@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "worker/comm/gloo_status.h"
+#include "worker/comm/group_arguments.h"
 
 namespace tpserve {
 namespace {
@@ -102,19 +103,10 @@ class DeadlineStore : public gloo::rendezvous::Store {
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     int rank, int world_size, std::shared_ptr<gloo::rendezvous::Store> store,
     const GlooOptions& options) {
-  if (world_size < 1 || rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GlooCommunicator: rank ", rank, " is not in a world of ", world_size));
-  }
-  if (store == nullptr) {
-    return absl::InvalidArgumentError("GlooCommunicator: the rendezvous store is null");
-  }
-  if (options.connect_timeout < absl::Milliseconds(1) ||
-      options.operation_timeout < absl::Milliseconds(1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GlooCommunicator: timeouts must be at least 1ms (connect_timeout ",
-                     absl::FormatDuration(options.connect_timeout), ", operation_timeout ",
-                     absl::FormatDuration(options.operation_timeout), ")"));
+  if (absl::Status s = CheckGroupArguments("GlooCommunicator", rank, world_size, store.get(),
+                                           options.connect_timeout, options.operation_timeout);
+      !s.ok()) {
+    return s;
   }
 
   IgnoreSigpipeIfDefault();

@@ -3,9 +3,7 @@
 #include <fcntl.h>
 #include <gloo/rendezvous/store.h>
 #include <linux/futex.h>
-#include <poll.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -19,7 +17,6 @@
 #include <climits>
 #include <cstring>
 #include <new>
-#include <tuple>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -30,6 +27,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "worker/comm/gloo_status.h"
+#include "worker/comm/group_arguments.h"
 
 namespace tpserve {
 namespace {
@@ -61,9 +59,7 @@ bool Reached(uint32_t word, uint32_t target) {
 struct alignas(kLine) RankSlot {
   std::atomic<uint32_t> arrived{0};  // the futex word
   std::atomic<uint32_t> waiters{0};  // ranks asleep, or about to sleep, on `arrived`
-  std::atomic<int32_t> pid{0};       // set, after the namespace, once the rank has mapped
-  uint64_t pid_ns_dev = 0;           // the rank's pid namespace; 0: unknown
-  uint64_t pid_ns_ino = 0;
+  int32_t pid = 0;                   // in the rank's own pid namespace, for messages only
 };
 
 struct alignas(kLine) SegmentHeader {
@@ -134,13 +130,6 @@ absl::StatusOr<std::string> RandomBytes(size_t n) {
   return bytes;
 }
 
-// This process's pid namespace, or {0, 0} without /proc.
-std::pair<uint64_t, uint64_t> PidNamespace() {
-  struct stat st = {};
-  if (stat("/proc/self/ns/pid", &st) != 0) return {0, 0};
-  return {st.st_dev, st.st_ino};
-}
-
 int CpusAvailable() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
@@ -168,6 +157,7 @@ class ShmSegment {
   ~ShmSegment() {
     Unlink();
     munmap(base_, layout_.total_bytes());
+    close(fd_);  // releases this rank's lock
   }
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
@@ -175,6 +165,22 @@ class ShmSegment {
   void Unlink() {
     if (owns_name_) shm_unlink(name_.c_str());
     owns_name_ = false;
+  }
+  // Liveness without pids: rank r holds a write lock on byte r of the segment for as long as its
+  // mapping lives. The lock belongs to the open file description, so the kernel drops it when the
+  // process ends, however it ends (also in another pid namespace, and before it is reaped).
+  absl::Status Claim(int rank) {
+    struct flock lock = ByteOf(rank, F_WRLCK);
+    if (fcntl(fd_, F_OFD_SETLK, &lock) != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot lock byte ", rank, " of ", name_, ": ", strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+  // False once `rank`'s process has ended (or dropped its mapping); true while unsure.
+  bool Alive(int rank) const {
+    struct flock lock = ByteOf(rank, F_WRLCK);
+    return fcntl(fd_, F_OFD_GETLK, &lock) != 0 || lock.l_type != F_UNLCK;
   }
   const std::string& name() const { return name_; }
   // What rank 0 publishes for the others to Open.
@@ -187,9 +193,19 @@ class ShmSegment {
   float* at(int64_t offset) const { return reinterpret_cast<float*>(base_ + offset); }
 
  private:
-  ShmSegment(char* base, const Layout& layout, std::string name, bool owns_name)
-      : base_(base), layout_(layout), name_(std::move(name)), owns_name_(owns_name) {}
+  ShmSegment(int fd, char* base, const Layout& layout, std::string name, bool owns_name)
+      : fd_(fd), base_(base), layout_(layout), name_(std::move(name)), owns_name_(owns_name) {}
 
+  static struct flock ByteOf(int rank, short type) {
+    struct flock lock = {};
+    lock.l_type = type;
+    lock.l_whence = SEEK_SET;
+    lock.l_start = rank;
+    lock.l_len = 1;
+    return lock;
+  }
+
+  const int fd_;  // kept open: it carries this rank's lock
   char* const base_;
   const Layout layout_;
   const std::string name_;
@@ -210,8 +226,8 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(const Layout& lay
                    ? MAP_FAILED
                    : mmap(nullptr, layout.total_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int map_errno = errno;
-  close(fd);
   if (base == MAP_FAILED) {
+    close(fd);
     shm_unlink(name.c_str());
     return absl::ResourceExhaustedError(
         reserve_error != 0
@@ -220,7 +236,7 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(const Layout& lay
             : absl::StrCat("cannot map ", name, ": ", strerror(map_errno)));
   }
   std::unique_ptr<ShmSegment> segment(
-      new ShmSegment(static_cast<char*>(base), layout, std::move(name), /*owns_name=*/true));
+      new ShmSegment(fd, static_cast<char*>(base), layout, std::move(name), /*owns_name=*/true));
   SegmentHeader* header = new (base) SegmentHeader;
   for (int r = 0; r < layout.world_size; ++r) new (&segment->slot(r)) RankSlot;
   std::memcpy(&header->token, random->data() + 16, sizeof(header->token));
@@ -255,10 +271,12 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Open(const std::string& 
                           0)) == MAP_FAILED) {
     why = absl::StrCat("cannot map ", name, ": ", strerror(errno));
   }
-  close(fd);
-  if (base == MAP_FAILED) return absl::UnavailableError(why);
+  if (base == MAP_FAILED) {
+    close(fd);
+    return absl::UnavailableError(why);
+  }
   std::unique_ptr<ShmSegment> segment(
-      new ShmSegment(static_cast<char*>(base), layout, name, /*owns_name=*/false));
+      new ShmSegment(fd, static_cast<char*>(base), layout, name, /*owns_name=*/false));
   const SegmentHeader& header = segment->header();
   if (header.magic != kMagic || header.token != token || header.world_size != layout.world_size ||
       header.chunk_bytes != layout.chunk_bytes) {
@@ -271,20 +289,14 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Open(const std::string& 
 absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::Create(
     int rank, int world_size, std::shared_ptr<gloo::rendezvous::Store> store,
     const ShmOptions& options) {
-  if (world_size < 1 || rank < 0 || rank >= world_size) {
+  if (absl::Status s = CheckGroupArguments("ShmCommunicator", rank, world_size, store.get(),
+                                           options.connect_timeout, options.operation_timeout);
+      !s.ok()) {
+    return s;
+  }
+  if (options.chunk_bytes < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("ShmCommunicator: rank ", rank, " is not in a world of ", world_size));
-  }
-  if (store == nullptr) {
-    return absl::InvalidArgumentError("ShmCommunicator: the rendezvous store is null");
-  }
-  if (options.connect_timeout < absl::Milliseconds(1) ||
-      options.operation_timeout < absl::Milliseconds(1) || options.chunk_bytes < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ShmCommunicator: timeouts must be at least 1ms and chunk_bytes positive (connect_timeout ",
-        absl::FormatDuration(options.connect_timeout), ", operation_timeout ",
-        absl::FormatDuration(options.operation_timeout), ", chunk_bytes ", options.chunk_bytes,
-        ")"));
+        absl::StrCat("ShmCommunicator: chunk_bytes ", options.chunk_bytes, " is not positive"));
   }
   const std::string context = absl::StrCat("ShmCommunicator rank ", rank, " of ", world_size);
   const absl::Time deadline = absl::Now() + options.connect_timeout;
@@ -332,9 +344,11 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::Create(
     }
   }
   if (segment.ok()) {
-    RankSlot& mine = (*segment)->slot(rank);
-    std::tie(mine.pid_ns_dev, mine.pid_ns_ino) = PidNamespace();
-    mine.pid.store(getpid(), std::memory_order_release);
+    if (absl::Status claimed = (*segment)->Claim(rank); !claimed.ok()) {
+      segment = claimed;
+    } else {
+      (*segment)->slot(rank).pid = getpid();
+    }
   }
   const std::string vote =
       segment.ok() ? kVoteYes : absl::StrCat(kVoteNo, segment.status().message());
@@ -355,7 +369,6 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::Create(
   }
   std::unique_ptr<ShmCommunicator> comm(
       new ShmCommunicator(rank, world_size, options, *std::move(segment)));
-  comm->WatchPeers();
   // A segment that every rank mapped but whose writes some rank cannot see would hang the first
   // collective; find out now, within the connect deadline.
   if (absl::Status s = comm->Barrier("connect", deadline, options.connect_timeout); !s.ok()) {
@@ -373,26 +386,7 @@ ShmCommunicator::ShmCommunicator(int rank, int world_size, const ShmOptions& opt
       segment_(std::move(segment)),
       spin_iterations_(CpusAvailable() >= world_size ? kSpinWithSpareCores : kSpinOversubscribed) {}
 
-ShmCommunicator::~ShmCommunicator() {
-  Leave();
-  for (const Peer& peer : peers_) {
-    if (peer.pidfd >= 0) close(peer.pidfd);
-  }
-}
-
-void ShmCommunicator::WatchPeers() {
-  const auto ns = PidNamespace();
-  for (int r = 0; r < world_size_; ++r) {
-    if (r == rank_) continue;
-    const RankSlot& slot = segment_->slot(r);
-    const int pid = slot.pid.load(std::memory_order_acquire);
-    const bool same_ns =
-        ns.second != 0 && slot.pid_ns_dev == ns.first && slot.pid_ns_ino == ns.second;
-    Peer peer{r, same_ns ? pid : 0, -1};
-    if (peer.pid > 0) peer.pidfd = static_cast<int>(syscall(SYS_pidfd_open, peer.pid, 0));
-    peers_.push_back(peer);
-  }
-}
+ShmCommunicator::~ShmCommunicator() { Leave(); }
 
 std::string ShmCommunicator::Context(const char* op) const {
   return absl::StrCat("ShmCommunicator rank ", rank_, " of ", world_size_, ": ", op, " failed");
@@ -420,24 +414,18 @@ absl::Status ShmCommunicator::Fail(absl::Status status) {
 }
 
 absl::Status ShmCommunicator::CheckPending(const char* op, uint32_t target) {
-  for (const Peer& peer : peers_) {
-    const uint32_t word = segment_->slot(peer.rank).arrived.load(std::memory_order_acquire);
+  for (int r = 0; r < world_size_; ++r) {
+    if (r == rank_) continue;
+    const RankSlot& slot = segment_->slot(r);
+    const uint32_t word = slot.arrived.load(std::memory_order_acquire);
     if (Reached(word, target)) continue;
     if (word & kLeftBit) {
-      return absl::UnavailableError(
-          absl::StrCat(Context(op), ": rank ", peer.rank, " has left the group"));
-    }
-    bool exited = false;
-    if (peer.pidfd >= 0) {
-      pollfd fd = {peer.pidfd, POLLIN, 0};
-      exited = poll(&fd, 1, 0) > 0;
-    } else if (peer.pid > 0) {
-      exited = kill(peer.pid, 0) != 0 && errno == ESRCH;
+      return absl::UnavailableError(absl::StrCat(Context(op), ": rank ", r, " has left the group"));
     }
     // It may have arrived just before it exited.
-    if (exited && !Reached(segment_->slot(peer.rank).arrived.load(), target)) {
+    if (!segment_->Alive(r) && !Reached(slot.arrived.load(), target)) {
       return absl::UnavailableError(
-          absl::StrCat(Context(op), ": rank ", peer.rank, " (pid ", peer.pid, ") has exited"));
+          absl::StrCat(Context(op), ": rank ", r, " (pid ", slot.pid, ") has exited"));
     }
   }
   return absl::OkStatus();

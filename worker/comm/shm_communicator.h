@@ -15,14 +15,18 @@
 //
 // Waiting spins briefly, then sleeps on a futex in the segment (the ranks may have fewer cores
 // than there are of them; a waiter must hand its core to the rank it waits for). While asleep it
-// wakes every 20 ms to see whether a rank it still waits for has exited (pidfd, when the ranks
-// share a pid namespace) or left the group (its communicator failed or was destroyed): then the
-// collective fails with UNAVAILABLE. A rank that is only slow is waited for until the operation
-// timeout: DEADLINE_EXCEEDED. After a failure the communicator stays broken and every later call
-// returns the first error (the GlooCommunicator contract); recover by forming a new group.
+// wakes every 20 ms to see whether a rank it still waits for has exited (each rank holds a lock on
+// the segment that the kernel drops when its process ends, in any pid namespace) or left the group
+// (its communicator failed or was destroyed): then the collective fails with UNAVAILABLE. A rank
+// that is only slow is waited for until the operation timeout: DEADLINE_EXCEEDED. After a failure
+// the communicator stays broken and every later call returns the first error (the GlooCommunicator
+// contract); recover by forming a new group.
 //
 // Results are identical on every rank and independent of the message size: each element is summed
 // in rank order, ((x0 + x1) + x2) + ..., whichever rank computes it.
+//
+// A child forked (without exec) after Create shares the segment's open file, and with it the
+// lock: this rank then looks alive until the child ends too.
 //
 // Thread-safety: none. Calls come from the worker's execution thread only, in the same order on
 // every rank (see communicator.h).
@@ -94,17 +98,9 @@ class ShmCommunicator : public Communicator {
   const std::string& segment_name() const;
 
  private:
-  struct Peer {
-    int rank;
-    int pid;    // 0: in another pid namespace, not watched
-    int pidfd;  // -1: watched with kill(pid, 0)
-  };
-
   ShmCommunicator(int rank, int world_size, const ShmOptions& options,
                   std::unique_ptr<ShmSegment> segment);
 
-  // Opens a pidfd for every peer that shares this rank's pid namespace.
-  void WatchPeers();
   // Arrives at the next barrier and waits until every rank has, by `deadline` (`timeout` after
   // the start of `op`, for the message).
   absl::Status Barrier(const char* op, absl::Time deadline, absl::Duration timeout);
@@ -129,9 +125,8 @@ class ShmCommunicator : public Communicator {
   const std::unique_ptr<ShmSegment> segment_;
   const int spin_iterations_;  // before sleeping; fewer when the ranks outnumber the cores
 
-  std::vector<Peer> peers_;  // every rank but this one; pidfds owned
-  uint32_t barrier_ = 0;     // the barriers this rank has arrived at
-  absl::Status error_;       // the first failure; OK while healthy
+  uint32_t barrier_ = 0;  // the barriers this rank has arrived at
+  absl::Status error_;    // the first failure; OK while healthy
 };
 
 }  // namespace tpserve

@@ -3,13 +3,17 @@
 // note, or what was wrong.
 #pragma once
 
+#include <gloo/rendezvous/file_store.h>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "gtest/gtest.h"
 #include "worker/comm/communicator.h"
 
 namespace tpserve::comm_test {
@@ -35,5 +39,20 @@ absl::StatusOr<std::string> CheckMissingPeer(const absl::Status& status, absl::D
 absl::StatusOr<std::string> CheckStickyFailure(const absl::Status& first, const absl::Status& again,
                                                int rank, int world_size,
                                                const std::vector<absl::StatusCode>& codes);
+
+// Create(rank 3 of 3), Create(rank 0 of 0), Create with a null store, and Create with
+// `bad_timeout` options must all be INVALID_ARGUMENT.
+template <typename Comm, typename Options>
+void ExpectCreateRejectsBadArguments(const Options& bad_timeout) {
+  auto store = std::make_shared<gloo::rendezvous::FileStore>("/tmp");
+  EXPECT_EQ(Comm::Create(3, 3, store, Options()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Comm::Create(0, 0, store, Options()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Comm::Create(0, 2, nullptr, Options()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Comm::Create(0, 2, store, bad_timeout).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
 
 }  // namespace tpserve::comm_test

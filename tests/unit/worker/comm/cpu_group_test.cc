@@ -15,14 +15,8 @@
 #include "tests/unit/worker/comm/private_shm.h"
 #include "tests/unit/worker/comm/rank_processes.h"
 
-namespace tpserve {
+namespace tpserve::comm_test {
 namespace {
-
-using comm_test::AllRanks;
-using comm_test::CheckAllReduce;
-using comm_test::ExpectAllPassed;
-using comm_test::RunRanks;
-using comm_test::Store;
 
 constexpr absl::Duration kWorldTimeout = absl::Seconds(60);
 
@@ -69,11 +63,11 @@ TEST(CpuGroupTest, OneRankAskingForGlooSendsTheGroupToGloo) {
 
 // Pods of one Kubernetes node: same host, separate /dev/shm.
 TEST(CpuGroupTest, RankWithoutTheSharedDevShmSendsTheGroupToGloo) {
-  if (absl::Status s = comm_test::CanGivePrivateDevShm(); !s.ok()) GTEST_SKIP() << s;
+  if (absl::Status s = CanGivePrivateDevShm(); !s.ok()) GTEST_SKIP() << s;
   ExpectAllPassed(RunRanks(
       AllRanks(3), kWorldTimeout, [](int rank, Store store) -> absl::StatusOr<std::string> {
         if (rank == 2) {
-          if (absl::Status s = comm_test::GivePrivateDevShm(); !s.ok()) {
+          if (absl::Status s = GivePrivateDevShm(); !s.ok()) {
             return s;
           }
         }
@@ -106,4 +100,4 @@ TEST(CpuGroupTest, ParsesTransportNames) {
 }
 
 }  // namespace
-}  // namespace tpserve
+}  // namespace tpserve::comm_test

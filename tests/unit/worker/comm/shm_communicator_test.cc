@@ -5,7 +5,6 @@
 #include "worker/comm/shm_communicator.h"
 
 #include <fcntl.h>
-#include <gloo/rendezvous/file_store.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -29,18 +28,8 @@
 #include "tests/unit/worker/comm/private_shm.h"
 #include "tests/unit/worker/comm/rank_processes.h"
 
-namespace tpserve {
+namespace tpserve::comm_test {
 namespace {
-
-using comm_test::AllRanks;
-using comm_test::CheckAllReduce;
-using comm_test::CheckGather;
-using comm_test::CheckMissingPeer;
-using comm_test::CheckStickyFailure;
-using comm_test::ExpectAllPassed;
-using comm_test::RankResult;
-using comm_test::RunRanks;
-using comm_test::Store;
 
 constexpr absl::Duration kWorldTimeout = absl::Seconds(60);
 
@@ -67,6 +56,23 @@ double CpuSeconds() {
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_utime.tv_sec + usage.ru_utime.tv_usec * 1e-6 + usage.ru_stime.tv_sec +
          usage.ru_stime.tv_usec * 1e-6;
+}
+
+// `status` must have `code` and say `text`, and have come `took` after the call began, within
+// [`min_took`, `max_took`].
+absl::StatusOr<std::string> ExpectError(const absl::Status& status, absl::StatusCode code,
+                                        absl::string_view text,
+                                        absl::Duration took = absl::ZeroDuration(),
+                                        absl::Duration min_took = absl::ZeroDuration(),
+                                        absl::Duration max_took = absl::InfiniteDuration()) {
+  if (status.code() != code || !absl::StrContains(status.message(), text) || took < min_took ||
+      took > max_took) {
+    return absl::InternalError(
+        absl::StrCat("want ", absl::StatusCodeToString(code), " saying '", text, "' within [",
+                     absl::FormatDuration(min_took), ", ", absl::FormatDuration(max_took),
+                     "]; got ", status.ToString(), " after ", absl::FormatDuration(took)));
+  }
+  return status.ToString();
 }
 
 // {world size, chunk bytes}
@@ -214,14 +220,8 @@ TEST(ShmCommunicatorTest, PeerThatLeavesFailsTheOthersAtOnce) {
         std::vector<float> send(10, 1.0f), recv(30);
         const absl::Status first = (*comm)->GatherToRoot(send.data(), {10, 10, 10}, recv.data());
         const absl::Duration took = absl::Now() - begin;
-        if (first.code() != absl::StatusCode::kUnavailable ||
-            !absl::StrContains(first.message(), "rank 2 has left the group") ||
-            took > absl::Seconds(2)) {
-          return absl::InternalError(absl::StrCat("want UNAVAILABLE within 2s; got ",
-                                                  first.ToString(), " after ",
-                                                  absl::FormatDuration(took)));
-        }
-        return first.ToString();
+        return ExpectError(first, absl::StatusCode::kUnavailable, "rank 2 has left the group", took,
+                           absl::ZeroDuration(), absl::Seconds(2));
       }));
 }
 
@@ -240,25 +240,15 @@ TEST(ShmCommunicatorTest, StalledPeerIsDeadlineExceeded) {
           // The others staged their inputs before giving up, so this one completes; the next
           // cannot.
           (*comm)->AllReduceSum(data.data(), 100).IgnoreError();
-          const absl::Status late = (*comm)->AllReduceSum(data.data(), 100);
-          if (late.code() != absl::StatusCode::kUnavailable ||
-              !absl::StrContains(late.message(), "has left the group")) {
-            return absl::InternalError(
-                absl::StrCat("the late rank: want UNAVAILABLE; got ", late.ToString()));
-          }
-          return late.ToString();
+          return ExpectError((*comm)->AllReduceSum(data.data(), 100),
+                             absl::StatusCode::kUnavailable, "has left the group");
         }
         const absl::Time begin = absl::Now();
         const absl::Status status = (*comm)->AllReduceSum(data.data(), 100);
         const absl::Duration took = absl::Now() - begin;
-        if (status.code() != absl::StatusCode::kDeadlineExceeded ||
-            !absl::StrContains(status.message(), "rank 2 did not arrive within 1s") ||
-            took < absl::Seconds(1) || took > absl::Milliseconds(1500)) {
-          return absl::InternalError(absl::StrCat("want DEADLINE_EXCEEDED after 1s; got ",
-                                                  status.ToString(), " after ",
-                                                  absl::FormatDuration(took)));
-        }
-        return status.ToString();
+        return ExpectError(status, absl::StatusCode::kDeadlineExceeded,
+                           "rank 2 did not arrive within 1s", took, absl::Seconds(1),
+                           absl::Milliseconds(1500));
       }));
 }
 
@@ -306,13 +296,8 @@ INSTANTIATE_TEST_SUITE_P(MissingRank, ShmMissingRankTest, testing::Values(0, 2),
                          [](const auto& info) { return absl::StrCat("rank", info.param); });
 
 // Every rank must get the same FAILED_PRECONDITION, naming the rank that refused and why.
-absl::StatusOr<std::string> ExpectRefusal(const absl::Status& status, const std::string& why) {
-  if (status.code() != absl::StatusCode::kFailedPrecondition ||
-      !absl::StrContains(status.message(), why)) {
-    return absl::InternalError(
-        absl::StrCat("want FAILED_PRECONDITION saying '", why, "'; got ", status.ToString()));
-  }
-  return status.ToString();
+absl::StatusOr<std::string> ExpectRefusal(const absl::Status& status, absl::string_view why) {
+  return ExpectError(status, absl::StatusCode::kFailedPrecondition, why);
 }
 
 TEST(ShmRefusalTest, RankThatDeclinesSendsEveryRankAway) {
@@ -326,11 +311,11 @@ TEST(ShmRefusalTest, RankThatDeclinesSendsEveryRankAway) {
 }
 
 TEST(ShmRefusalTest, RankWithADevShmOfItsOwnSendsEveryRankAway) {
-  if (absl::Status s = comm_test::CanGivePrivateDevShm(); !s.ok()) GTEST_SKIP() << s;
+  if (absl::Status s = CanGivePrivateDevShm(); !s.ok()) GTEST_SKIP() << s;
   ExpectAllPassed(RunRanks(
       AllRanks(3), kWorldTimeout, [](int rank, Store store) -> absl::StatusOr<std::string> {
         if (rank == 2) {
-          if (absl::Status s = comm_test::GivePrivateDevShm(); !s.ok()) return s;
+          if (absl::Status s = GivePrivateDevShm(); !s.ok()) return s;
         }
         return ExpectRefusal(ShmCommunicator::Create(rank, 3, store, TestOptions()).status(),
                              "rank 2: cannot open /tpserve-");
@@ -348,18 +333,10 @@ TEST(ShmRefusalTest, SegmentTooLargeForDevShmSendsEveryRankAway) {
 }
 
 TEST(ShmCommunicatorTest, CreateRejectsBadArguments) {
-  auto store = std::make_shared<gloo::rendezvous::FileStore>("/tmp");
-  EXPECT_EQ(ShmCommunicator::Create(3, 3, store, ShmOptions()).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ShmCommunicator::Create(0, 0, store, ShmOptions()).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ShmCommunicator::Create(0, 2, nullptr, ShmOptions()).status().code(),
-            absl::StatusCode::kInvalidArgument);
   ShmOptions zero_timeout;
   zero_timeout.operation_timeout = absl::ZeroDuration();
-  EXPECT_EQ(ShmCommunicator::Create(0, 2, store, zero_timeout).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  ExpectCreateRejectsBadArguments<ShmCommunicator>(zero_timeout);
 }
 
 }  // namespace
-}  // namespace tpserve
+}  // namespace tpserve::comm_test
