@@ -14,6 +14,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -175,17 +176,8 @@ absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t count) {
 
 absl::Status GlooCommunicator::GatherToRoot(const float* send, absl::Span<const int64_t> counts,
                                             float* recv) {
-  if (static_cast<int>(counts.size()) != world_size_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GatherToRoot: ", counts.size(), " counts for a world of ", world_size_));
-  }
-  int64_t total = 0;
-  for (const int64_t count : counts) {
-    if (count < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("GatherToRoot: negative count ", count));
-    }
-    total += count;
-  }
+  if (absl::Status s = CheckGatherCounts(counts, world_size_); !s.ok()) return s;
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   return Guarded("GatherToRoot", [&] {
     // The slot Gloo's own gather/gatherv use; messages on one slot match in issue order.
     const uint64_t slot = gloo::Slot::build(gloo::kGatherSlotPrefix, /*tag=*/0);

@@ -23,4 +23,17 @@ absl::Status CheckGroupArguments(absl::string_view who, int rank, int world_size
   return absl::OkStatus();
 }
 
+absl::Status CheckGatherCounts(absl::Span<const int64_t> counts, int world_size) {
+  if (static_cast<int>(counts.size()) != world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GatherToRoot: ", counts.size(), " counts for a world of ", world_size));
+  }
+  for (const int64_t count : counts) {
+    if (count < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("GatherToRoot: negative count ", count));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tpserve

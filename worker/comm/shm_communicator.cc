@@ -532,17 +532,8 @@ absl::Status ShmCommunicator::AllReduceSum(float* data, int64_t count) {
 
 absl::Status ShmCommunicator::GatherToRoot(const float* send, absl::Span<const int64_t> counts,
                                            float* recv) {
-  if (static_cast<int>(counts.size()) != world_size_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GatherToRoot: ", counts.size(), " counts for a world of ", world_size_));
-  }
-  int64_t longest = 0;
-  for (const int64_t count : counts) {
-    if (count < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("GatherToRoot: negative count ", count));
-    }
-    longest = std::max(longest, count);
-  }
+  if (absl::Status s = CheckGatherCounts(counts, world_size_); !s.ok()) return s;
+  const int64_t longest = *std::max_element(counts.begin(), counts.end());
   if (!error_.ok()) return error_;
   const absl::Time deadline = absl::Now() + operation_timeout_;
   auto piece = [&](int r, int64_t p) {

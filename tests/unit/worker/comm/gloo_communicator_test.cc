@@ -101,10 +101,7 @@ class MissingRankTest : public testing::TestWithParam<int> {};
 TEST_P(MissingRankTest, PeersFailWithinConnectTimeout) {
   const int missing = GetParam();
   constexpr absl::Duration kConnectTimeout = absl::Seconds(3);
-  std::vector<int> ranks;
-  for (int r = 0; r < 3; ++r) {
-    if (r != missing) ranks.push_back(r);
-  }
+  const std::vector<int> ranks = AllRanksBut(3, missing);
   const absl::Time start = absl::Now();
   const std::vector<RankResult> results =
       RunRanks(ranks, kConnectTimeout + absl::Seconds(10), [&](int rank, Store store) {

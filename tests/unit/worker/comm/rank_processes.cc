@@ -158,6 +158,14 @@ std::vector<int> AllRanks(int world_size) {
   return ranks;
 }
 
+std::vector<int> AllRanksBut(int world_size, int missing) {
+  std::vector<int> ranks;
+  for (int r = 0; r < world_size; ++r) {
+    if (r != missing) ranks.push_back(r);
+  }
+  return ranks;
+}
+
 void ExpectAllPassed(const std::vector<RankResult>& results) {
   for (const RankResult& result : results) {
     EXPECT_TRUE(result.passed) << "rank " << result.rank << ": " << result.message;

@@ -36,6 +36,9 @@ std::vector<RankResult> RunRanks(const std::vector<int>& ranks, absl::Duration t
 // 0, 1, ..., world_size - 1.
 std::vector<int> AllRanks(int world_size);
 
+// The same without `missing`: a world in which one rank never starts.
+std::vector<int> AllRanksBut(int world_size, int missing);
+
 // One EXPECT per rank: it passed, or its message.
 void ExpectAllPassed(const std::vector<RankResult>& results);
 

@@ -33,10 +33,11 @@ namespace {
 
 constexpr absl::Duration kWorldTimeout = absl::Seconds(60);
 
-ShmOptions TestOptions(int64_t chunk_bytes = ShmOptions().chunk_bytes) {
+ShmOptions TestOptions(int64_t chunk_bytes = ShmOptions().chunk_bytes,
+                       absl::Duration operation_timeout = absl::Seconds(20)) {
   ShmOptions options;
   options.connect_timeout = absl::Seconds(20);
-  options.operation_timeout = absl::Seconds(20);
+  options.operation_timeout = operation_timeout;
   options.chunk_bytes = chunk_bytes;
   return options;
 }
@@ -230,9 +231,7 @@ TEST(ShmCommunicatorTest, PeerThatLeavesFailsTheOthersAtOnce) {
 TEST(ShmCommunicatorTest, StalledPeerIsDeadlineExceeded) {
   ExpectAllPassed(RunRanks(
       AllRanks(3), kWorldTimeout, [](int rank, Store store) -> absl::StatusOr<std::string> {
-        ShmOptions options = TestOptions();
-        options.operation_timeout = absl::Seconds(1);
-        auto comm = Join(rank, 3, store, options);
+        auto comm = Join(rank, 3, store, TestOptions(ShmOptions().chunk_bytes, absl::Seconds(1)));
         if (!comm.ok()) return comm.status();
         std::vector<float> data(100, 1.0f);
         if (rank == 2) {
@@ -257,9 +256,7 @@ TEST(ShmCommunicatorTest, StalledPeerIsDeadlineExceeded) {
 TEST(ShmCommunicatorTest, SlowPeerIsWaitedForWithoutSpinning) {
   ExpectAllPassed(RunRanks(
       AllRanks(3), kWorldTimeout, [](int rank, Store store) -> absl::StatusOr<std::string> {
-        ShmOptions options = TestOptions();
-        options.operation_timeout = absl::Seconds(10);
-        auto comm = Join(rank, 3, store, options);
+        auto comm = Join(rank, 3, store, TestOptions(ShmOptions().chunk_bytes, absl::Seconds(10)));
         if (!comm.ok()) return comm.status();
         if (rank == 2) absl::SleepFor(absl::Seconds(2));
         const double cpu_before = CpuSeconds();
@@ -277,10 +274,7 @@ class ShmMissingRankTest : public testing::TestWithParam<int> {};
 TEST_P(ShmMissingRankTest, PeersFailWithinConnectTimeout) {
   const int missing = GetParam();
   constexpr absl::Duration kConnectTimeout = absl::Seconds(3);
-  std::vector<int> ranks;
-  for (int r = 0; r < 3; ++r) {
-    if (r != missing) ranks.push_back(r);
-  }
+  const std::vector<int> ranks = AllRanksBut(3, missing);
   ExpectAllPassed(RunRanks(ranks, kConnectTimeout + absl::Seconds(10),
                            [&](int rank, Store store) -> absl::StatusOr<std::string> {
                              ShmOptions options = TestOptions();
