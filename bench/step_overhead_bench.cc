@@ -1,7 +1,9 @@
 // Round-trip cost of one engine step through a real cluster on 127.0.0.1: the coordinator plans
 // a decode step, sends StepRequest to every worker over gRPC, the workers run a 1-layer synthetic
-// model (two Gloo all-reduces per layer at T > 1), rank 0 samples and answers. The model is tiny,
-// so the time is almost all overhead: gRPC, collectives, scheduling.
+// model (two all-reduces per layer at T > 1), rank 0 samples and answers. The model is tiny, so
+// the time is almost all overhead: gRPC, collectives, scheduling. BM_StepRoundTrip/auto lets the
+// workers choose their transport as they do by default (shared memory on one host);
+// BM_StepRoundTrip/gloo forces Gloo over TCP for comparison.
 //
 //   tpserve-bench-step [--benchmark_filter=...]
 //
@@ -49,9 +51,11 @@ const std::string& ModelPath() {
   return *path;
 }
 
-void BM_StepRoundTrip(benchmark::State& state) {
+// `cpu_comm`: the workers' --cpu-comm.
+void BM_StepRoundTrip(benchmark::State& state, const char* cpu_comm) {
   const int world = static_cast<int>(state.range(0));
   LocalClusterOptions options;
+  options.worker_args = {"--cpu-comm", cpu_comm};
   options.bin_dir = BinDir();
   options.model = ModelPath();
   options.world_size = world;
@@ -83,10 +87,21 @@ void BM_StepRoundTrip(benchmark::State& state) {
       return;
     }
   }
+  if (world > 1) state.SetLabel((*cluster)->WorkerCpuTransport(0));
   state.counters["step_us"] = absl::ToDoubleMicroseconds(absl::Now() - start) /
                               (static_cast<double>(state.iterations()) * kSteps);
 }
-BENCHMARK(BM_StepRoundTrip)->Arg(1)->Arg(3)->Iterations(8)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_StepRoundTrip, auto, "auto")
+    ->Arg(1)
+    ->Arg(3)
+    ->Iterations(8)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_StepRoundTrip, gloo, "gloo")
+    ->Arg(3)
+    ->Iterations(8)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace tpserve

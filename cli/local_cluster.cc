@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -98,6 +99,18 @@ absl::StatusOr<std::string> LocalCluster::WaitForPortFile(const std::string& pat
 
 std::string LocalCluster::LogPath(const std::string& name) const {
   return options_.log_dir.empty() ? "" : options_.log_dir + "/" + name + ".log";
+}
+
+std::string LocalCluster::WorkerCpuTransport(int rank) const {
+  std::ifstream log(LogPath(absl::StrCat("worker-", rank)));
+  // The line WorkerServer logs when the group forms.
+  constexpr std::string_view kMarker = " ranks all-reduces through ";
+  std::string line, transport;
+  while (std::getline(log, line)) {
+    const size_t at = line.find(kMarker);
+    if (at != std::string::npos) transport = line.substr(at + kMarker.size());
+  }
+  return transport;
 }
 
 absl::Status LocalCluster::StartChild(const std::string& name, int rank,

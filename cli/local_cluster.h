@@ -57,6 +57,9 @@ class LocalCluster {
   absl::Status RestartCoordinator();
   v1::InferenceService::Stub& inference() { return *inference_; }
   std::string LogPath(const std::string& name) const;
+  // How worker `rank`'s CPU group all-reduces, as its log says ("shared memory", "Gloo over TCP
+  // (why)"); empty before the group has formed or without a log_dir.
+  std::string WorkerCpuTransport(int rank) const;
 
  private:
   struct Child {

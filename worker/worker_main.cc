@@ -34,6 +34,7 @@ struct Flags {
   double gpu_memory_utilization = 0.9;
   std::string cpu_weights = "packed";
   int coordinator_timeout_s = 30;
+  std::string cpu_comm = "auto";
 };
 
 // Registers `address` as `rank`, retrying while the coordinator is unreachable. Returns an empty
@@ -86,6 +87,7 @@ int Run(const Flags& flags) {
   options.cuda_device = flags.local_rank;
   options.gpu_memory_utilization = flags.gpu_memory_utilization;
   options.cpu_weights = flags.cpu_weights == "fp32" ? CpuWeights::kFp32 : CpuWeights::kPacked;
+  options.cpu_transport = *ParseCpuTransport(flags.cpu_comm);  // the flag admits only valid names
   auto server = WorkerServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "tpserve-worker: %s\n", std::string(server.status().message()).c_str());
@@ -172,6 +174,12 @@ int main(int argc, char** argv) {
                  "products in fp32 (no activation rounding; 4-8x the memory, slower)")
       ->capture_default_str()
       ->check(CLI::IsMember({"packed", "fp32"}));
+  app.add_option("--cpu-comm", flags.cpu_comm,
+                 "how CPU ranks all-reduce: auto = shared memory when every rank of the group "
+                 "can map it (one host, one /dev/shm), else Gloo over TCP; shm = shared memory "
+                 "or fail; gloo = Gloo, and the whole group with it")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "shm", "gloo"}));
   CLI11_PARSE(app, argc, argv);
   return tpserve::Run(flags);
 }

@@ -11,7 +11,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/comm/coordinator_store.h"
-#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/cpu_group.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/cuda_backend.h"
 #include "model/shard_layout.h"
@@ -259,9 +259,17 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
         group_comm = nccl.status();
       }
     } else {
-      GlooOptions gloo;
-      gloo.host = options_.host;
-      group_comm = GlooCommunicator::Create(rank, world, std::move(store), gloo);
+      CpuGroupOptions cpu;
+      cpu.transport = options_.cpu_transport;
+      cpu.gloo.host = options_.host;
+      absl::StatusOr<CpuGroup> group = CreateCpuGroup(rank, world, std::move(store), cpu);
+      if (group.ok()) {
+        LogInfo("worker", "rank %d: the CPU group of %d ranks all-reduces through %s", rank, world,
+                group->transport);
+        group_comm = std::move(group->comm);
+      } else {
+        group_comm = group.status();
+      }
     }
     if (!group_comm.ok()) {
       SetState(WorkerState::kFailed, std::string(group_comm.status().message()));

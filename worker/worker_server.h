@@ -23,10 +23,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "tpserve/v1/worker.grpc.pb.h"
-#include "worker/model_runner_options.h"
+#include "worker/comm/cpu_group.h"
 #include "worker/comm/swappable_communicator.h"
 #include "worker/execution_thread.h"
 #include "worker/model_runner.h"
+#include "worker/model_runner_options.h"
 
 namespace tpserve {
 
@@ -38,6 +39,8 @@ struct WorkerServerOptions {
   int rank = 0;                    // the rank this worker registers as; Init must agree
   std::string model_path;          // InitRequest.model_path overrides it when non-empty
   std::string host = "127.0.0.1";  // bound and advertised, for gRPC and for Gloo
+  // How the ranks of a CPU group all-reduce: shared memory when all can map it, else Gloo.
+  CpuTransport cpu_transport = CpuTransport::kAuto;
   int port = 0;                    // 0: any free port
   // CPU: the KV budget when Init gives neither blocks nor bytes (CUDA then fills the device up
   // to gpu_memory_utilization).

@@ -1,11 +1,16 @@
 // A random-weight model with 8 heads and 4 KV heads gives the same logits at T = 1, 2, 4 and 8
-// (T = 8 replicates each KV head on two ranks). T = 2 on SmolLM2 (9 heads) is refused at start-up.
+// (T = 8 replicates each KV head on two ranks), through shared memory and through Gloo. T = 2 on
+// SmolLM2 (9 heads) is refused at start-up.
 #include <sys/wait.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_test_util.h"
 
@@ -25,15 +30,33 @@ TEST(TpEquivalenceSynthetic, SameLogitsAtEveryTensorParallelSize) {
       << made.output;
   const std::vector<int32_t> prompt = {1, 40, 41, 42, 100, 200, 7, 300, 259, 260, 3, 99,
                                        17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28};
+  // Every size through shared memory (the automatic choice on one host), and T=4 once more
+  // through Gloo, so both CPU transports stay tested.
+  struct Case {
+    int world;
+    std::string cpu_comm;
+    std::string transport;  // what the workers must report
+  };
+  const std::vector<Case> cases = {{1, "auto", ""},
+                                   {2, "auto", "shared memory"},
+                                   {4, "auto", "shared memory"},
+                                   {8, "auto", "shared memory"},
+                                   {4, "gloo", "Gloo over TCP"}};
   std::vector<std::vector<float>> reference;
-  for (int world : {1, 2, 4, 8}) {
-    LocalClusterOptions options = ClusterOptions(model, world);
+  for (const Case& c : cases) {
+    const std::string name = absl::StrCat("T=", c.world, " --cpu-comm ", c.cpu_comm);
+    LocalClusterOptions options = ClusterOptions(model, c.world);
+    options.worker_args = {"--cpu-comm", c.cpu_comm};
     auto cluster = StartServing(options, absl::Seconds(60));
-    ASSERT_TRUE(cluster.ok()) << "T=" << world << ": " << cluster.status();
+    ASSERT_TRUE(cluster.ok()) << name << ": " << cluster.status();
+    for (int rank = 0; rank < c.world && c.world > 1; ++rank) {
+      EXPECT_TRUE(absl::StartsWith((*cluster)->WorkerCpuTransport(rank), c.transport))
+          << name << ", rank " << rank << ": '" << (*cluster)->WorkerCpuTransport(rank) << "'";
+    }
     auto logits = Score(**cluster, prompt);
-    ASSERT_TRUE(logits.ok()) << "T=" << world << ": " << logits.status() << LogTails(options);
+    ASSERT_TRUE(logits.ok()) << name << ": " << logits.status() << LogTails(options);
     ASSERT_EQ(logits->size(), prompt.size());
-    if (world == 1) {
+    if (c.world == 1) {
       reference = *logits;
       continue;
     }
@@ -44,8 +67,8 @@ TEST(TpEquivalenceSynthetic, SameLogitsAtEveryTensorParallelSize) {
         max_diff = std::max<double>(max_diff, std::fabs((*logits)[i][v] - reference[i][v]));
       }
     }
-    std::printf("T=%d: max |logit difference| to T=1 = %.3e\n", world, max_diff);
-    EXPECT_LE(max_diff, 1e-3) << "T=" << world;
+    std::printf("%s: max |logit difference| to T=1 = %.3e\n", name.c_str(), max_diff);
+    EXPECT_LE(max_diff, 1e-3) << name;
   }
   std::filesystem::remove(model);
 }

@@ -14,16 +14,16 @@
 #include <cctype>
 #include <chrono>
 #include <cstring>
-#include <exception>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "worker/comm/gloo_status.h"
+#include "worker/comm/group_arguments.h"
 
 namespace tpserve {
 namespace {
@@ -38,30 +38,6 @@ void IgnoreSigpipeIfDefault() {
   if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
     signal(SIGPIPE, SIG_IGN);
   }
-}
-
-// Gloo signals timeouts with IoException texts such as "Timed out waiting 30000ms for recv",
-// "Connect timeout", "Read timeout"; everything else is a broken or refused connection.
-absl::StatusCode CodeForGlooError(absl::string_view what) {
-  const std::string lower = absl::AsciiStrToLower(what);
-  return absl::StrContains(lower, "timeout") || absl::StrContains(lower, "timed out")
-             ? absl::StatusCode::kDeadlineExceeded
-             : absl::StatusCode::kUnavailable;
-}
-
-// Runs `fn`; any exception becomes a Status whose message is `context` plus the exception text.
-template <typename Fn>
-absl::Status RunCatching(absl::string_view context, Fn&& fn) {
-  std::string what;
-  try {
-    fn();
-    return absl::OkStatus();
-  } catch (const std::exception& e) {  // gloo::Exception, gloo::EnforceNotMet, std::system_error
-    what = e.what();
-  } catch (...) {
-    what = "unknown exception";
-  }
-  return absl::Status(CodeForGlooError(what), absl::StrCat(context, ": ", what));
 }
 
 // connectFullMesh names rank r's keys "rank_<r>" and "<r>"; map a key back to the rank.
@@ -128,19 +104,10 @@ class DeadlineStore : public gloo::rendezvous::Store {
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     int rank, int world_size, std::shared_ptr<gloo::rendezvous::Store> store,
     const GlooOptions& options) {
-  if (world_size < 1 || rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GlooCommunicator: rank ", rank, " is not in a world of ", world_size));
-  }
-  if (store == nullptr) {
-    return absl::InvalidArgumentError("GlooCommunicator: the rendezvous store is null");
-  }
-  if (options.connect_timeout < absl::Milliseconds(1) ||
-      options.operation_timeout < absl::Milliseconds(1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GlooCommunicator: timeouts must be at least 1ms (connect_timeout ",
-                     absl::FormatDuration(options.connect_timeout), ", operation_timeout ",
-                     absl::FormatDuration(options.operation_timeout), ")"));
+  if (absl::Status s = CheckGroupArguments("GlooCommunicator", rank, world_size, store.get(),
+                                           options.connect_timeout, options.operation_timeout);
+      !s.ok()) {
+    return s;
   }
 
   IgnoreSigpipeIfDefault();
@@ -209,17 +176,8 @@ absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t count) {
 
 absl::Status GlooCommunicator::GatherToRoot(const float* send, absl::Span<const int64_t> counts,
                                             float* recv) {
-  if (static_cast<int>(counts.size()) != world_size_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GatherToRoot: ", counts.size(), " counts for a world of ", world_size_));
-  }
-  int64_t total = 0;
-  for (const int64_t count : counts) {
-    if (count < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("GatherToRoot: negative count ", count));
-    }
-    total += count;
-  }
+  if (absl::Status s = CheckGatherCounts(counts, world_size_); !s.ok()) return s;
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   return Guarded("GatherToRoot", [&] {
     // The slot Gloo's own gather/gatherv use; messages on one slot match in issue order.
     const uint64_t slot = gloo::Slot::build(gloo::kGatherSlotPrefix, /*tag=*/0);

@@ -1,6 +1,7 @@
-// Three WorkerServers in this process form a CPU group (Gloo) through CoordinatorStore on a
-// minimal in-process ClusterService, and decode greedily in lockstep; rank 0's tokens must match
-// a world-of-one loaded model. Then the group is re-formed under a new group id and serves again.
+// Three WorkerServers in this process form a CPU group (shared memory, the automatic choice on one
+// host) through CoordinatorStore on a minimal in-process ClusterService, and decode greedily in
+// lockstep; rank 0's tokens must match a world-of-one loaded model. Then the group is re-formed
+// under a new group id (a new segment) and serves again.
 #include <grpcpp/grpcpp.h>
 
 #include <future>

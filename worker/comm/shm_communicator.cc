@@ -1,0 +1,560 @@
+#include "worker/comm/shm_communicator.h"
+
+#include <fcntl.h>
+#include <gloo/rendezvous/store.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "worker/comm/gloo_status.h"
+#include "worker/comm/group_arguments.h"
+
+namespace tpserve {
+namespace {
+
+constexpr uint64_t kMagic = 0x31764d4853505400;  // "\0TPSHMv1"
+constexpr int64_t kLine = 64;
+constexpr int64_t kPage = 4096;
+constexpr char kNamePrefix[] = "/tpserve-";
+// One barrier for messages up to this size: every rank then reads n× the message, which at this
+// size costs less than a second barrier (measured in docs/PERFORMANCE.md).
+constexpr int64_t kOneRoundMaxBytes = 64 << 10;
+// Sums are split at multiples of a cache line, so that no two ranks write one line.
+constexpr int64_t kSliceAlignFloats = kLine / sizeof(float);
+// How often a sleeping waiter looks for exited or departed ranks.
+constexpr absl::Duration kLivenessPeriod = absl::Milliseconds(20);
+// Pause instructions before sleeping: ~2 µs when every rank has a core of its own (a peer that
+// is running arrives within that, and a futex round trip costs more), almost none otherwise.
+constexpr int kSpinWithSpareCores = 64;
+constexpr int kSpinOversubscribed = 4;
+
+// A rank's barrier word: (barriers arrived at) << 1, bit 0 set once the rank has left the group.
+// Counts wrap; comparisons are modular, ranks are never more than one barrier apart.
+constexpr uint32_t kLeftBit = 1;
+
+bool Reached(uint32_t word, uint32_t target) {
+  return static_cast<int32_t>((word & ~kLeftBit) - (target << 1)) >= 0;
+}
+
+struct alignas(kLine) RankSlot {
+  std::atomic<uint32_t> arrived{0};  // the futex word
+  std::atomic<uint32_t> waiters{0};  // ranks asleep, or about to sleep, on `arrived`
+  int32_t pid = 0;                   // in the rank's own pid namespace, for messages only
+};
+
+struct alignas(kLine) SegmentHeader {
+  uint64_t magic = 0;
+  uint64_t token = 0;  // random, published with the name: the segment is the one rank 0 made
+  int32_t world_size = 0;
+  int64_t chunk_bytes = 0;
+};
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free && sizeof(std::atomic<uint32_t>) == 4,
+              "futex words must be plain 32-bit integers");
+
+// [header][slots: world][pad to a page][in: 2 × world × chunk][out: 2 × chunk]. Staging and sum
+// buffers alternate by barrier parity, so one barrier both publishes a chunk and proves that every
+// rank has finished reading the buffers written two barriers earlier.
+struct Layout {
+  Layout(int world, int64_t chunk) : world_size(world), chunk_bytes(chunk) {}
+  int64_t data_offset() const {
+    const int64_t control = kLine + world_size * static_cast<int64_t>(sizeof(RankSlot));
+    return (control + kPage - 1) / kPage * kPage;
+  }
+  int64_t in_offset(int parity, int rank) const {
+    return data_offset() + (static_cast<int64_t>(parity) * world_size + rank) * chunk_bytes;
+  }
+  int64_t out_offset(int parity) const {
+    return data_offset() + (2 * static_cast<int64_t>(world_size) + parity) * chunk_bytes;
+  }
+  int64_t total_bytes() const { return out_offset(2); }
+
+  int world_size;
+  int64_t chunk_bytes;
+};
+
+void CpuPause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// No FUTEX_PRIVATE_FLAG: the word is in a shared mapping, the waiter and waker in two processes.
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, absl::Duration timeout) {
+  const timespec ts = absl::ToTimespec(timeout);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// Sets the word (seq_cst, paired with the waiter's seq_cst increment of `waiters` and re-load)
+// and wakes the sleepers, if any, with one syscall.
+void Publish(RankSlot& slot, uint32_t word) {
+  slot.arrived.store(word);
+  if (slot.waiters.load() > 0) FutexWakeAll(&slot.arrived);
+}
+
+absl::StatusOr<std::string> RandomBytes(size_t n) {
+  std::string bytes(n, '\0');
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = getrandom(bytes.data() + got, n - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return absl::InternalError(absl::StrCat("getrandom: ", strerror(errno)));
+    got += r;
+  }
+  return bytes;
+}
+
+int CpusAvailable() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return CPU_COUNT(&set);
+}
+
+// Store values are never empty (FileStore refuses to read an empty one).
+std::string VoteKey(int rank) { return absl::StrCat("shm_vote_rank_", rank); }
+constexpr char kVoteYes[] = "yes";
+constexpr char kVoteNo[] = "no: ";  // followed by why
+constexpr char kSegmentKey[] = "shm_segment";
+constexpr char kNoSegment[] = "none";  // a name begins with '/'
+
+}  // namespace
+
+// One mapping of the segment. Rank 0's also owns the name until Unlink.
+class ShmSegment {
+ public:
+  // Rank 0: a new segment under a random name, every page reserved.
+  static absl::StatusOr<std::unique_ptr<ShmSegment>> Create(const Layout& layout);
+  // The other ranks: the segment `published` names ("<name> <token as hex>"). The error message
+  // says why not, as the rank's vote.
+  static absl::StatusOr<std::unique_ptr<ShmSegment>> Open(const std::string& published,
+                                                          const Layout& layout);
+  ~ShmSegment() {
+    Unlink();
+    munmap(base_, layout_.total_bytes());
+    close(fd_);  // releases this rank's lock
+  }
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  void Unlink() {
+    if (owns_name_) shm_unlink(name_.c_str());
+    owns_name_ = false;
+  }
+  // Liveness without pids: rank r holds a write lock on byte r of the segment for as long as its
+  // mapping lives. The lock belongs to the open file description, so the kernel drops it when the
+  // process ends, however it ends (also in another pid namespace, and before it is reaped).
+  absl::Status Claim(int rank) {
+    struct flock lock = ByteOf(rank, F_WRLCK);
+    if (fcntl(fd_, F_OFD_SETLK, &lock) != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot lock byte ", rank, " of ", name_, ": ", strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+  // False once `rank`'s process has ended (or dropped its mapping); true while unsure.
+  bool Alive(int rank) const {
+    struct flock lock = ByteOf(rank, F_WRLCK);
+    return fcntl(fd_, F_OFD_GETLK, &lock) != 0 || lock.l_type != F_UNLCK;
+  }
+  const std::string& name() const { return name_; }
+  // What rank 0 publishes for the others to Open.
+  std::string published() const {
+    return absl::StrCat(name_, " ", absl::Hex(header().token, absl::kZeroPad16));
+  }
+  const Layout& layout() const { return layout_; }
+  SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base_); }
+  RankSlot& slot(int rank) const { return reinterpret_cast<RankSlot*>(base_ + kLine)[rank]; }
+  float* at(int64_t offset) const { return reinterpret_cast<float*>(base_ + offset); }
+
+ private:
+  ShmSegment(int fd, char* base, const Layout& layout, std::string name, bool owns_name)
+      : fd_(fd), base_(base), layout_(layout), name_(std::move(name)), owns_name_(owns_name) {}
+
+  static struct flock ByteOf(int rank, short type) {
+    struct flock lock = {};
+    lock.l_type = type;
+    lock.l_whence = SEEK_SET;
+    lock.l_start = rank;
+    lock.l_len = 1;
+    return lock;
+  }
+
+  const int fd_;  // kept open: it carries this rank's lock
+  char* const base_;
+  const Layout layout_;
+  const std::string name_;
+  bool owns_name_;
+};
+
+absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(const Layout& layout) {
+  absl::StatusOr<std::string> random = RandomBytes(16 + sizeof(uint64_t));
+  if (!random.ok()) return random.status();
+  std::string name = absl::StrCat(kNamePrefix, absl::BytesToHexString(random->substr(0, 16)));
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot create ", name, ": ", strerror(errno)));
+  }
+  // Every page now: on a full /dev/shm a sparse segment would SIGBUS at first touch instead.
+  const int reserve_error = posix_fallocate(fd, 0, layout.total_bytes());
+  void* base = reserve_error != 0
+                   ? MAP_FAILED
+                   : mmap(nullptr, layout.total_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int map_errno = errno;
+  if (base == MAP_FAILED) {
+    close(fd);
+    shm_unlink(name.c_str());
+    return absl::ResourceExhaustedError(
+        reserve_error != 0
+            ? absl::StrCat("cannot reserve ", layout.total_bytes() >> 10, " KiB for ", name,
+                           " in /dev/shm: ", strerror(reserve_error))
+            : absl::StrCat("cannot map ", name, ": ", strerror(map_errno)));
+  }
+  std::unique_ptr<ShmSegment> segment(
+      new ShmSegment(fd, static_cast<char*>(base), layout, std::move(name), /*owns_name=*/true));
+  SegmentHeader* header = new (base) SegmentHeader;
+  for (int r = 0; r < layout.world_size; ++r) new (&segment->slot(r)) RankSlot;
+  std::memcpy(&header->token, random->data() + 16, sizeof(header->token));
+  header->world_size = layout.world_size;
+  header->chunk_bytes = layout.chunk_bytes;
+  header->magic = kMagic;  // the store's hand-over of the name orders this before any reader
+  return segment;
+}
+
+absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Open(const std::string& published,
+                                                             const Layout& layout) {
+  const std::vector<std::string> parts = absl::StrSplit(published, ' ');
+  uint64_t token = 0;
+  if (parts.size() != 2 || !absl::StartsWith(parts[0], kNamePrefix) ||
+      parts[0].find('/', 1) != std::string::npos || parts[1].size() != 16 ||
+      !absl::SimpleHexAtoi(parts[1], &token)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank 0 published a malformed segment '", absl::CHexEscape(published), "'"));
+  }
+  const std::string& name = parts[0];
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot open ", name, ": ", strerror(errno),
+                                               " (another host, or a /dev/shm of its own)"));
+  }
+  struct stat st = {};
+  void* base = MAP_FAILED;
+  std::string why;
+  if (fstat(fd, &st) != 0 || st.st_size != layout.total_bytes()) {
+    why = absl::StrCat(name, " has ", st.st_size, " bytes, want ", layout.total_bytes());
+  } else if ((base = mmap(nullptr, layout.total_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                          0)) == MAP_FAILED) {
+    why = absl::StrCat("cannot map ", name, ": ", strerror(errno));
+  }
+  if (base == MAP_FAILED) {
+    close(fd);
+    return absl::UnavailableError(why);
+  }
+  std::unique_ptr<ShmSegment> segment(
+      new ShmSegment(fd, static_cast<char*>(base), layout, name, /*owns_name=*/false));
+  const SegmentHeader& header = segment->header();
+  if (header.magic != kMagic || header.token != token || header.world_size != layout.world_size ||
+      header.chunk_bytes != layout.chunk_bytes) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, " is not the segment rank 0 made for this group"));
+  }
+  return segment;
+}
+
+absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::Create(
+    int rank, int world_size, std::shared_ptr<gloo::rendezvous::Store> store,
+    const ShmOptions& options) {
+  if (absl::Status s = CheckGroupArguments("ShmCommunicator", rank, world_size, store.get(),
+                                           options.connect_timeout, options.operation_timeout);
+      !s.ok()) {
+    return s;
+  }
+  if (options.chunk_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ShmCommunicator: chunk_bytes ", options.chunk_bytes, " is not positive"));
+  }
+  const std::string context = absl::StrCat("ShmCommunicator rank ", rank, " of ", world_size);
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  const Layout layout(world_size, (options.chunk_bytes + kLine - 1) / kLine * kLine);
+
+  auto set = [&](const std::string& key, const std::string& value) {
+    return RunCatching(absl::StrCat(context, ": writing '", key, "' to the store"),
+                       [&] { store->set(key, std::vector<char>(value.begin(), value.end())); });
+  };
+  // `key` as rank `from` wrote it, waiting for it until the connect deadline.
+  auto get = [&](const std::string& key, int from) -> absl::StatusOr<std::string> {
+    std::vector<char> value;
+    const absl::Duration left = deadline - absl::Now();
+    absl::Status status = absl::DeadlineExceededError("");
+    if (left >= absl::Milliseconds(1)) {
+      status = RunCatching(absl::StrCat(context, ": reading '", key, "' from the store"), [&] {
+        store->wait({key}, absl::ToChronoMilliseconds(left));
+        value = store->get(key);
+      });
+    }
+    if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          context, ": rank ", from, " did not join the shared-memory rendezvous within ",
+          absl::FormatDuration(options.connect_timeout)));
+    }
+    if (!status.ok()) return status;
+    return std::string(value.begin(), value.end());
+  };
+
+  absl::StatusOr<std::unique_ptr<ShmSegment>> segment =
+      absl::FailedPreconditionError("declined shared memory");
+  if (rank == 0) {
+    if (!options.decline) segment = ShmSegment::Create(layout);
+    if (absl::Status s = set(kSegmentKey, segment.ok() ? (*segment)->published() : kNoSegment);
+        !s.ok()) {
+      return s;
+    }
+  } else {
+    absl::StatusOr<std::string> published = get(kSegmentKey, 0);
+    if (!published.ok()) return published.status();
+    if (*published == kNoSegment) {
+      segment = absl::FailedPreconditionError("rank 0 made no segment");
+    } else if (!options.decline) {
+      segment = ShmSegment::Open(*published, layout);
+    }
+  }
+  if (segment.ok()) {
+    if (absl::Status claimed = (*segment)->Claim(rank); !claimed.ok()) {
+      segment = claimed;
+    } else {
+      (*segment)->slot(rank).pid = getpid();
+    }
+  }
+  const std::string vote =
+      segment.ok() ? kVoteYes : absl::StrCat(kVoteNo, segment.status().message());
+  if (absl::Status s = set(VoteKey(rank), vote); !s.ok()) return s;
+
+  std::string refusal;
+  for (int r = 0; r < world_size; ++r) {
+    absl::StatusOr<std::string> their = get(VoteKey(r), r);
+    if (!their.ok()) return their.status();
+    if (refusal.empty() && *their != kVoteYes) {
+      refusal = absl::StrCat("rank ", r, ": ", absl::StripPrefix(*their, kVoteNo));
+    }
+  }
+  if (segment.ok()) (*segment)->Unlink();  // every rank that could map it has
+  if (!refusal.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(context, ": shared memory is not usable for this group (", refusal, ")"));
+  }
+  std::unique_ptr<ShmCommunicator> comm(
+      new ShmCommunicator(rank, world_size, options, *std::move(segment)));
+  // A segment that every rank mapped but whose writes some rank cannot see would hang the first
+  // collective; find out now, within the connect deadline.
+  if (absl::Status s = comm->Barrier("connect", deadline, options.connect_timeout); !s.ok()) {
+    return s;
+  }
+  return comm;
+}
+
+ShmCommunicator::ShmCommunicator(int rank, int world_size, const ShmOptions& options,
+                                 std::unique_ptr<ShmSegment> segment)
+    : rank_(rank),
+      world_size_(world_size),
+      operation_timeout_(options.operation_timeout),
+      chunk_floats_(segment->layout().chunk_bytes / static_cast<int64_t>(sizeof(float))),
+      segment_(std::move(segment)),
+      spin_iterations_(CpusAvailable() >= world_size ? kSpinWithSpareCores : kSpinOversubscribed) {}
+
+ShmCommunicator::~ShmCommunicator() { Leave(); }
+
+std::string ShmCommunicator::Context(const char* op) const {
+  return absl::StrCat("ShmCommunicator rank ", rank_, " of ", world_size_, ": ", op, " failed");
+}
+
+const std::string& ShmCommunicator::segment_name() const { return segment_->name(); }
+
+float* ShmCommunicator::In(uint32_t barrier, int rank) const {
+  return segment_->at(segment_->layout().in_offset(barrier & 1, rank));
+}
+
+float* ShmCommunicator::Out(uint32_t barrier) const {
+  return segment_->at(segment_->layout().out_offset(barrier & 1));
+}
+
+void ShmCommunicator::Leave() {
+  RankSlot& mine = segment_->slot(rank_);
+  Publish(mine, mine.arrived.load() | kLeftBit);
+}
+
+absl::Status ShmCommunicator::Fail(absl::Status status) {
+  error_ = std::move(status);
+  Leave();
+  return error_;
+}
+
+absl::Status ShmCommunicator::CheckPending(const char* op, uint32_t target) {
+  for (int r = 0; r < world_size_; ++r) {
+    if (r == rank_) continue;
+    const RankSlot& slot = segment_->slot(r);
+    const uint32_t word = slot.arrived.load(std::memory_order_acquire);
+    if (Reached(word, target)) continue;
+    if (word & kLeftBit) {
+      return absl::UnavailableError(absl::StrCat(Context(op), ": rank ", r, " has left the group"));
+    }
+    // It may have arrived just before it exited.
+    if (!segment_->Alive(r) && !Reached(slot.arrived.load(), target)) {
+      return absl::UnavailableError(
+          absl::StrCat(Context(op), ": rank ", r, " (pid ", slot.pid, ") has exited"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmCommunicator::WaitFor(const char* op, int peer, uint32_t target,
+                                      absl::Time deadline, absl::Duration timeout) {
+  RankSlot& slot = segment_->slot(peer);
+  for (int i = 0; i < spin_iterations_; ++i) {
+    if (Reached(slot.arrived.load(std::memory_order_acquire), target)) return absl::OkStatus();
+    CpuPause();
+  }
+  for (;;) {
+    slot.waiters.fetch_add(1);
+    const uint32_t word = slot.arrived.load();
+    if (Reached(word, target)) {
+      slot.waiters.fetch_sub(1);
+      return absl::OkStatus();
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left > absl::ZeroDuration() && !(word & kLeftBit)) {
+      FutexWait(&slot.arrived, word, std::min(left, kLivenessPeriod));
+    }
+    slot.waiters.fetch_sub(1);
+    if (Reached(slot.arrived.load(std::memory_order_acquire), target)) return absl::OkStatus();
+    if (absl::Status s = CheckPending(op, target); !s.ok()) return s;
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          Context(op), ": rank ", peer, " did not arrive within ", absl::FormatDuration(timeout)));
+    }
+  }
+}
+
+absl::Status ShmCommunicator::Barrier(const char* op, absl::Time deadline, absl::Duration timeout) {
+  const uint32_t target = ++barrier_;
+  Publish(segment_->slot(rank_), target << 1);
+  for (int r = 0; r < world_size_; ++r) {
+    if (r == rank_) continue;
+    if (absl::Status s = WaitFor(op, r, target, deadline, timeout); !s.ok())
+      return Fail(std::move(s));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// dst[i] = ((src[0][i] + src[1][i]) + src[2][i]) + ..., for n >= 1.
+void SumInRankOrder(float* __restrict dst, const float* const* src, int n, int64_t len) {
+  if (n == 1) {
+    std::memcpy(dst, src[0], len * sizeof(float));
+    return;
+  }
+  const float* __restrict a = src[0];
+  const float* __restrict b = src[1];
+  for (int64_t i = 0; i < len; ++i) dst[i] = a[i] + b[i];
+  for (int r = 2; r < n; ++r) {
+    const float* __restrict c = src[r];
+    for (int64_t i = 0; i < len; ++i) dst[i] += c[i];
+  }
+}
+
+}  // namespace
+
+absl::Status ShmCommunicator::AllReduceSum(float* data, int64_t count) {
+  if (count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("AllReduceSum: negative count ", count));
+  }
+  if (!error_.ok() || count == 0 || world_size_ == 1) return error_;
+  constexpr char kOp[] = "AllReduceSum";
+  const absl::Time deadline = absl::Now() + operation_timeout_;
+  std::vector<const float*> src(world_size_);
+  const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+  if (count <= chunk_floats_ && bytes <= kOneRoundMaxBytes) {
+    const uint32_t barrier = barrier_ + 1;
+    std::memcpy(In(barrier, rank_), data, bytes);
+    if (absl::Status s = Barrier(kOp, deadline, operation_timeout_); !s.ok()) return s;
+    for (int r = 0; r < world_size_; ++r) src[r] = In(barrier, r);
+    SumInRankOrder(data, src.data(), world_size_, count);
+    return absl::OkStatus();
+  }
+  const int64_t chunks = (count + chunk_floats_ - 1) / chunk_floats_;
+  auto chunk_len = [&](int64_t c) { return std::min(chunk_floats_, count - c * chunk_floats_); };
+  for (int64_t c = 0; c <= chunks; ++c) {
+    const uint32_t barrier = barrier_ + 1;
+    if (c < chunks) {
+      std::memcpy(In(barrier, rank_), data + c * chunk_floats_, chunk_len(c) * sizeof(float));
+    }
+    if (absl::Status s = Barrier(kOp, deadline, operation_timeout_); !s.ok()) return s;
+    if (c > 0) {  // every rank's slice of the previous chunk is summed
+      std::memcpy(data + (c - 1) * chunk_floats_, Out(barrier - 1),
+                  chunk_len(c - 1) * sizeof(float));
+    }
+    if (c == chunks) break;
+    const int64_t len = chunk_len(c);
+    const int64_t per_rank = ((len + world_size_ - 1) / world_size_ + kSliceAlignFloats - 1) /
+                             kSliceAlignFloats * kSliceAlignFloats;
+    const int64_t begin = std::min(len, rank_ * per_rank);
+    const int64_t end = std::min(len, begin + per_rank);
+    for (int r = 0; r < world_size_; ++r) src[r] = In(barrier, r) + begin;
+    SumInRankOrder(Out(barrier) + begin, src.data(), world_size_, end - begin);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmCommunicator::GatherToRoot(const float* send, absl::Span<const int64_t> counts,
+                                           float* recv) {
+  if (absl::Status s = CheckGatherCounts(counts, world_size_); !s.ok()) return s;
+  const int64_t longest = *std::max_element(counts.begin(), counts.end());
+  if (!error_.ok()) return error_;
+  const absl::Time deadline = absl::Now() + operation_timeout_;
+  auto piece = [&](int r, int64_t p) {
+    return std::clamp<int64_t>(counts[r] - p * chunk_floats_, 0, chunk_floats_);
+  };
+  const int64_t pieces = (longest + chunk_floats_ - 1) / chunk_floats_;
+  for (int64_t p = 0; p < pieces; ++p) {
+    const uint32_t barrier = barrier_ + 1;
+    if (rank_ != 0 && piece(rank_, p) > 0) {
+      std::memcpy(In(barrier, rank_), send + p * chunk_floats_, piece(rank_, p) * sizeof(float));
+    }
+    if (absl::Status s = Barrier("GatherToRoot", deadline, operation_timeout_); !s.ok()) return s;
+    if (rank_ != 0) continue;
+    int64_t offset = 0;
+    for (int r = 0; r < world_size_; ++r) {
+      const float* from = r == 0 ? send + p * chunk_floats_ : In(barrier, r);
+      std::memcpy(recv + offset + p * chunk_floats_, from, piece(r, p) * sizeof(float));
+      offset += counts[r];
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tpserve
