@@ -30,7 +30,8 @@ std::string BinDir() {
   return std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
 }
 
-// The model is written once per process; 6 heads and 3 KV heads split at T = 1 and 3.
+// The model is written once per process; 6 heads and 3 KV heads split at T = 1 and 3. Q8_0, so
+// that the step runs the packed kernels that quantized models (what is served) run.
 const std::string& ModelPath() {
   static const std::string* path = [] {
     auto* p = new std::string("/tmp/tpserve-step-bench-" + std::to_string(getpid()) + ".gguf");
@@ -41,6 +42,7 @@ const std::string& ModelPath() {
     spec.kv_heads = 3;
     spec.ffn = 768;
     spec.vocab = 512;
+    spec.dtype = GgmlType::kQ8_0;
     const absl::Status status = WriteSyntheticModel(spec, *p);
     if (!status.ok()) {
       std::fprintf(stderr, "step bench: %s\n", std::string(status.message()).c_str());
