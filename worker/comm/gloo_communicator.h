@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -61,7 +62,8 @@ class GlooCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
 
-  // Ring all-reduce (reduce-scatter then all-gather, 1 MiB segments pipelined).
+  // Reduce-scatter then all-gather over point-to-point messages; every element is summed in rank
+  // order, so the result is the same bits on every rank and for every count.
   absl::Status AllReduceSum(float* data, int64_t count) override;
 
   // Point-to-point sends to rank 0, received straight into `recv` at each rank's offset (Gloo's
@@ -85,6 +87,7 @@ class GlooCommunicator : public Communicator {
   const absl::Duration operation_timeout_;
 
   absl::Status error_;  // The first collective failure; OK while healthy.
+  std::vector<float> staging_;  // AllReduceSum: every rank's copy of this rank's slice
 };
 
 }  // namespace tpserve

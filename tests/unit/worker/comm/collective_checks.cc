@@ -1,6 +1,8 @@
 #include "tests/unit/worker/comm/collective_checks.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +25,32 @@ absl::StatusOr<std::string> CheckAllReduce(Communicator& comm, const std::vector
     }
   }
   return absl::StrCat("all-reduced ", absl::StrJoin(counts, ", "), " floats");
+}
+
+absl::StatusOr<std::string> CheckRankOrderSum(Communicator& comm,
+                                              const std::vector<int64_t>& counts) {
+  const int rank = comm.rank(), n = comm.world_size();
+  auto input = [](int r, int64_t i) {
+    return std::sin(0.37f * static_cast<float>(i) + r) * std::pow(10.0f, (i + r) % 7 - 3);
+  };
+  for (const int64_t count : counts) {
+    // Stored first: a sum of the expressions themselves could be contracted into FMAs.
+    std::vector<std::vector<float>> inputs(n, std::vector<float>(count));
+    for (int r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < count; ++i) inputs[r][i] = input(r, i);
+    }
+    std::vector<float> data = inputs[rank];
+    if (absl::Status s = comm.AllReduceSum(data.data(), count); !s.ok()) return s;
+    for (int64_t i = 0; i < count; ++i) {
+      float want = inputs[0][i];
+      for (int r = 1; r < n; ++r) want += inputs[r][i];
+      if (std::memcmp(&data[i], &want, sizeof(float)) != 0) {
+        return absl::InternalError(
+            absl::StrCat("count ", count, ": element ", i, " is ", data[i], ", want ", want));
+      }
+    }
+  }
+  return absl::StrCat("rank-order sums of ", absl::StrJoin(counts, ", "), " floats");
 }
 
 absl::StatusOr<std::string> CheckGather(Communicator& comm, const std::vector<int64_t>& counts) {

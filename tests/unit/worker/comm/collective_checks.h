@@ -23,6 +23,11 @@ namespace tpserve::comm_test {
 // summation order (every partial sum is an integer below 2^24).
 absl::StatusOr<std::string> CheckAllReduce(Communicator& comm, const std::vector<int64_t>& counts);
 
+// Inexact sums: for each of `counts`, every rank must end with the bits of summing the ranks'
+// floats in rank order, (x_0 + x_1) + x_2 + ..., whatever the count (which moves the slices).
+absl::StatusOr<std::string> CheckRankOrderSum(Communicator& comm,
+                                              const std::vector<int64_t>& counts);
+
 // Gathers counts[r] floats from each rank r, twice with different data (consecutive gathers must
 // not mix); rank 0 checks the concatenation.
 absl::StatusOr<std::string> CheckGather(Communicator& comm, const std::vector<int64_t>& counts);

@@ -85,6 +85,18 @@ TEST_P(GlooWorldTest, AllReduceSumIsExact) {
   }));
 }
 
+// Inexact sums: the bits of the rank-order sum for every count, odd ones and fewer floats than
+// ranks included, so that a step's results do not depend on its batch.
+TEST_P(GlooWorldTest, EveryRankGetsTheRankOrderSum) {
+  const int world_size = GetParam();
+  ExpectAllPassed(RunRanks(
+      AllRanks(world_size), kWorldTimeout, [&](int rank, Store store) -> absl::StatusOr<std::string> {
+        auto comm = GlooCommunicator::Create(rank, world_size, store, TestOptions());
+        if (!comm.ok()) return comm.status();
+        return CheckRankOrderSum(**comm, {1, 2, 999, 200003});
+      }));
+}
+
 TEST_P(GlooWorldTest, GatherToRootConcatenatesInRankOrder) {
   // Uneven counts; the world of 4 includes a rank that sends nothing.
   const std::vector<int64_t> counts =
