@@ -1,10 +1,15 @@
 #include "cli/local_cluster.h"
 
+#include <fcntl.h>
+#include <sys/random.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string_view>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
@@ -33,7 +38,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   const PortDir port_dir{dir_template};
   const std::string port_file = port_dir.path + "/port";
   const std::string http_port_file = port_dir.path + "/http-port";
+  RETURN_IF_ERROR(cluster->WriteClusterToken());
   std::vector<std::string> args = {options.bin_dir + "/tpserve-coordinator",
+                                   "--cluster-token-file", cluster->token_file(),
                                    "--model", options.model,
                                    "--world-size", std::to_string(options.world_size),
                                    "--host", options.host,
@@ -69,7 +76,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
         options.bin_dir + "/tpserve-worker", "--coordinator", cluster->address_, "--rank",
         std::to_string(rank), "--model",
         model == options.worker_models.end() ? options.model : model->second, "--host",
-        options.host, "--threads", std::to_string(threads)};
+        options.host, "--threads", std::to_string(threads), "--cluster-token-file",
+        cluster->token_file()};
     worker_args.insert(worker_args.end(), options.worker_args.begin(), options.worker_args.end());
     RETURN_IF_ERROR(cluster->StartChild(absl::StrCat("worker-", rank), rank, worker_args));
   }
@@ -80,7 +88,28 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   return cluster;
 }
 
-LocalCluster::~LocalCluster() { StopAll(); }
+LocalCluster::~LocalCluster() {
+  StopAll();
+  if (!token_dir_.empty()) std::filesystem::remove_all(token_dir_);
+}
+
+absl::Status LocalCluster::WriteClusterToken() {
+  unsigned char bytes[32];
+  if (getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes))) {
+    return absl::InternalError("getrandom failed: no cluster token");
+  }
+  token_ = absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  char dir_template[] = "/tmp/tpserve-token-XXXXXX";  // mkdtemp: mode 0700
+  if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+  token_dir_ = dir_template;
+  const int fd = open(token_file().c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return absl::InternalError("cannot create the cluster token file");
+  const bool written = write(fd, token_.data(), token_.size()) == static_cast<ssize_t>(token_.size());
+  close(fd);
+  if (!written) return absl::InternalError("cannot write the cluster token file");
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::string> LocalCluster::WaitForPortFile(const std::string& path,
                                                           absl::Time deadline) {

@@ -56,6 +56,9 @@ class LocalCluster {
   // The same for the coordinator, on the ports it had (the workers know its address).
   absl::Status RestartCoordinator();
   v1::InferenceService::Stub& inference() { return *inference_; }
+  // The random token the cluster's processes require on every coordinator-worker call (passed
+  // to them as a 0600 file, removed with the cluster).
+  const std::string& cluster_token() const { return token_; }
   std::string LogPath(const std::string& name) const;
   // How worker `rank`'s CPU group all-reduces, as its log says ("shared memory", "Gloo over TCP
   // (why)"); empty before the group has formed or without a log_dir.
@@ -74,7 +77,12 @@ class LocalCluster {
   // The port the coordinator wrote to `path`, once it has; fails when it dies or at `deadline`.
   absl::StatusOr<std::string> WaitForPortFile(const std::string& path, absl::Time deadline);
 
+  absl::Status WriteClusterToken();
+  std::string token_file() const { return token_dir_ + "/token"; }
+
   const LocalClusterOptions options_;
+  std::string token_;
+  std::string token_dir_;
   std::string address_;
   std::string http_address_;
   std::vector<Child> children_;  // the coordinator first

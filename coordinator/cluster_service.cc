@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/cluster_token.h"
 #include "common/logging.h"
 #include "grpcpp/grpcpp.h"
 
@@ -23,8 +24,7 @@ std::string Describe(const RegisteredWorker& w) {
 
 ClusterServiceImpl::LivenessProbe ClusterServiceImpl::StatusProbe(absl::Duration timeout) {
   return [timeout](const std::string& address) {
-    auto stub = v1::WorkerService::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    auto stub = v1::WorkerService::NewStub(ClusterChannel(address));
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     v1::WorkerStatusRequest request;
@@ -39,6 +39,7 @@ ClusterServiceImpl::ClusterServiceImpl(int world_size, LivenessProbe probe)
 grpc::Status ClusterServiceImpl::Register(grpc::ServerContext* context,
                                           const v1::RegisterRequest* request,
                                           v1::RegisterResponse* response) {
+  if (grpc::Status s = CheckClusterToken(*context, "ClusterService.Register"); !s.ok()) return s;
   const int rank = request->rank();
   if (rank < 0 || rank >= world_size_) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -83,6 +84,7 @@ grpc::Status ClusterServiceImpl::Register(grpc::ServerContext* context,
 grpc::Status ClusterServiceImpl::StoreSet(grpc::ServerContext* context,
                                           const v1::StoreSetRequest* request,
                                           v1::StoreSetResponse* response) {
+  if (grpc::Status s = CheckClusterToken(*context, "ClusterService.StoreSet"); !s.ok()) return s;
   absl::MutexLock lock(&mutex_);
   store_[request->key()] = request->value();
   return grpc::Status::OK;
@@ -91,6 +93,7 @@ grpc::Status ClusterServiceImpl::StoreSet(grpc::ServerContext* context,
 grpc::Status ClusterServiceImpl::StoreGet(grpc::ServerContext* context,
                                           const v1::StoreGetRequest* request,
                                           v1::StoreGetResponse* response) {
+  if (grpc::Status s = CheckClusterToken(*context, "ClusterService.StoreGet"); !s.ok()) return s;
   const absl::Duration timeout = request->timeout_ms() > 0
                                      ? absl::Milliseconds(request->timeout_ms())
                                      : kDefaultStoreGetTimeout;

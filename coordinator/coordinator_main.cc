@@ -18,6 +18,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/cluster_token.h"
+#include "coordinator/api_keys.h"
 #include "common/logging.h"
 #include "coordinator/admin_service.h"
 #include "coordinator/cluster_service.h"
@@ -33,8 +35,8 @@
 #include "model/chat_template.h"
 #include "model/gguf_file.h"
 #include "model/model_config.h"
-#include "model/tokenizer.h"
 #include "model/shard_layout.h"
+#include "model/tokenizer.h"
 
 namespace tpserve {
 namespace {
@@ -67,6 +69,9 @@ struct Flags {
   int max_queued_requests = 0;
   std::string device = "cpu";
   bool enforce_eager = false;
+  std::string cluster_token_file;
+  std::vector<std::string> api_keys;
+  std::string api_key_file;
 };
 
 std::string JoinHostPort(const std::string& host, int port) {
@@ -104,8 +109,7 @@ void HandleSignals(absl::Notification* stop) {
 // Tells the workers that did register to exit, when start-up fails before a pool exists.
 void ShutdownRegistered(const std::vector<RegisteredWorker>& workers) {
   for (const RegisteredWorker& w : workers) {
-    auto stub = v1::WorkerService::NewStub(
-        grpc::CreateChannel(w.address, grpc::InsecureChannelCredentials()));
+    auto stub = v1::WorkerService::NewStub(ClusterChannel(w.address));
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + kShutdownTimeout));
     v1::ShutdownRequest request;
@@ -143,6 +147,19 @@ std::unique_ptr<ChatTemplate> LoadChatTemplate(const GgufFile& file) {
 }
 
 int Run(const Flags& flags) {
+  if (absl::Status s = LoadClusterToken(flags.cluster_token_file); !s.ok()) {
+    return Fail(absl::StrCat("--cluster-token-file: ", s.message()));
+  }
+  if (!HasClusterToken()) {
+    LogWarning(kLog, "no cluster token (--cluster-token-file or %s): anyone who reaches this "
+               "port can register ranks and use the rendezvous store", kClusterTokenEnv);
+  }
+  absl::StatusOr<ApiKeys> api_keys = ApiKeys::Load(flags.api_keys, flags.api_key_file);
+  if (!api_keys.ok()) return Fail(std::string(api_keys.status().message()));
+  if (api_keys->empty()) {
+    LogWarning(kLog, "no API key (--api-key, --api-key-file or %s): the client APIs are open",
+               kApiKeyEnv);
+  }
   // The model file gives the tokenizer and the head counts that decide the tensor-parallel split.
   absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(flags.model);
   if (!file.ok()) return Fail(absl::StrCat("--model: ", file.status().message()));
@@ -170,8 +187,8 @@ int Run(const Flags& flags) {
   const std::string served_model_name = ServedModelName(flags);
   Metrics metrics(served_model_name);
   const std::unique_ptr<ChatTemplate> chat_template = LoadChatTemplate(**file);
-  HttpServer http(
-      {served_model_name, config->context_length, tokenizer->get(), chat_template.get(), &metrics});
+  HttpServer http({served_model_name, config->context_length, tokenizer->get(),
+                   chat_template.get(), &metrics, &*api_keys});
   if (flags.http_port >= 0) {
     const std::string http_host = flags.http_host.empty() ? flags.host : flags.http_host;
     absl::StatusOr<int> http_port = http.Start(http_host, flags.http_port);
@@ -190,6 +207,7 @@ int Run(const Flags& flags) {
   ClusterServiceImpl cluster(flags.world_size,
                              ClusterServiceImpl::StatusProbe(kRegisterProbeTimeout));
   InferenceServiceImpl inference(tokenizer->get(), flags.world_size, served_model_name);
+  inference.SetApiKeys(&*api_keys);
   AdminServiceImpl admin(&cluster, flags.world_size, flags.model);
   // Server reflection, so that grpcurl and other generic clients can list and call the services.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -367,6 +385,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--enforce-eager", flags.enforce_eager,
                "cuda: every worker runs every step eagerly, without decode CUDA graphs");
+  app.add_option("--cluster-token-file", flags.cluster_token_file,
+                 "file holding the token every coordinator-worker call carries (default: $" +
+                     std::string(tpserve::kClusterTokenEnv) + "; neither: an open cluster)");
+  app.add_option("--api-key", flags.api_keys,
+                 "a key clients must send as 'Authorization: Bearer' (HTTP /v1/*) or gRPC "
+                 "metadata 'authorization' (InferenceService); repeatable");
+  app.add_option("--api-key-file", flags.api_key_file,
+                 "file of API keys, one per line (also $" + std::string(tpserve::kApiKeyEnv) +
+                     ")");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

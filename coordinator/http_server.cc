@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "coordinator/openai_error.h"
@@ -184,6 +185,18 @@ absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
              [this](const httplib::Request&, httplib::Response& res) { HandleReady(res); });
   server.Get("/metrics",
              [this](const httplib::Request&, httplib::Response& res) { HandleMetrics(res); });
+  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.api_keys == nullptr || !absl::StartsWith(req.path, "/v1/") ||
+        options_.api_keys->Accepts(req.get_header_value("Authorization"))) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    LogWarning("http", "%s %s from %s refused: no valid API key", req.method, req.path,
+               req.remote_addr);
+    const absl::Status refused = InvalidApiKey();
+    res.status = HttpStatusOf(refused);
+    res.set_content(ErrorBody(refused), kJson);
+    return httplib::Server::HandlerResponse::Handled;
+  });
   // What httplib answers itself (unknown routes, oversized bodies, bad request lines) gets an
   // OpenAI error body too.
   server.set_error_handler(

@@ -8,7 +8,9 @@
 //                       nor draining, else 503; the body says why
 //   GET  /metrics       Metrics::RenderPrometheus(), text format 0.0.4
 //
-// Until SetEngine, /v1/* answer 503 "cluster is starting". Errors are OpenAI error bodies
+// With API keys configured, /v1/* without `Authorization: Bearer <key>` answer 401
+// (code "invalid_api_key") before anything else. Until SetEngine, /v1/* answer 503 "cluster is
+// starting". Errors are OpenAI error bodies
 // (openai_error.h); 429 carries `Retry-After: 1`. Every response to an accepted request carries
 // `X-Request-Id`, the engine's request id; one log line per request names it.
 //
@@ -31,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "coordinator/engine.h"
+#include "coordinator/api_keys.h"
 #include "coordinator/metrics.h"
 #include "coordinator/openai_request.h"
 #include "model/chat_template.h"
@@ -55,6 +58,8 @@ struct HttpServerOptions {
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;
   Metrics* metrics = nullptr;
+  // /v1/* need one of these keys (none: open); health and metrics stay open.
+  const ApiKeys* api_keys = nullptr;
 };
 
 class HttpServer {

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/engine.h"
 #include "model/tokenizer.h"
+#include "coordinator/api_keys.h"
 #include "tpserve/v1/inference.grpc.pb.h"
 
 namespace tpserve {
@@ -24,6 +25,9 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
   // Until an engine is set, Generate and Score answer UNAVAILABLE "cluster is starting" and
   // Health says STATE_STARTING. `engine` must outlive the server.
   void SetEngine(Engine* engine) { engine_.store(engine); }
+  // From now on every method but Health needs metadata `authorization: Bearer <one of the keys>`
+  // (UNAUTHENTICATED otherwise). `keys` must outlive the service; null or empty: open.
+  void SetApiKeys(const ApiKeys* keys) { api_keys_ = keys; }
 
   grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override;
@@ -37,6 +41,8 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
                           v1::ListModelsResponse* response) override;
 
  private:
+  // OK when no key is configured or the call carries one; UNAUTHENTICATED (logged) otherwise.
+  grpc::Status CheckApiKey(const grpc::ServerContext& context, const char* method) const;
   // The request as the engine takes it: prompt tokenized, sampling defaults filled in.
   absl::StatusOr<GenerateParams> ToParams(const v1::GenerateRequest& request) const;
   // The engine, or UNAVAILABLE while starting.
@@ -49,6 +55,7 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
   const int world_size_;
   const std::string model_name_;
   std::atomic<Engine*> engine_{nullptr};
+  const ApiKeys* api_keys_ = nullptr;
 };
 
 }  // namespace tpserve

@@ -19,6 +19,7 @@ nlohmann::json PayloadOrNull(const absl::Status& status, absl::string_view url) 
 const char* ErrorType(int http_status) {
   switch (http_status) {
     case 400:
+    case 401:
     case 404:
       return "invalid_request_error";
     case 429:
@@ -48,12 +49,21 @@ absl::Status ModelNotFound(absl::string_view model) {
   return status;
 }
 
+absl::Status InvalidApiKey() {
+  absl::Status status = absl::UnauthenticatedError(
+      "Incorrect or missing API key: send it as 'Authorization: Bearer <key>'.");
+  status.SetPayload(kCodePayload, absl::Cord("invalid_api_key"));
+  return status;
+}
+
 int HttpStatusOf(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kOk:
       return 200;
     case absl::StatusCode::kInvalidArgument:
       return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
     case absl::StatusCode::kNotFound:
       return 404;
     case absl::StatusCode::kResourceExhausted:

@@ -4,7 +4,7 @@
 //
 //   {"error": {"message": "...", "type": "invalid_request_error", "param": "top_p", "code": null}}
 //
-// Status codes: INVALID_ARGUMENT 400, NOT_FOUND 404, RESOURCE_EXHAUSTED 429 (the caller adds
+// Status codes: INVALID_ARGUMENT 400, UNAUTHENTICATED 401, NOT_FOUND 404, RESOURCE_EXHAUSTED 429 (the caller adds
 // `Retry-After`), UNAVAILABLE 503, anything else 500.
 #pragma once
 
@@ -21,6 +21,9 @@ absl::Status InvalidField(absl::string_view param, absl::string_view message);
 absl::Status WithParam(absl::Status status, absl::string_view param);
 // NOT_FOUND for a model this server does not serve, with code "model_not_found".
 absl::Status ModelNotFound(absl::string_view model);
+
+// UNAUTHENTICATED (401) with code "invalid_api_key", as OpenAI answers a missing or wrong key.
+absl::Status InvalidApiKey();
 
 int HttpStatusOf(const absl::Status& status);
 // OpenAI's error object for a non-OK status, serialized.

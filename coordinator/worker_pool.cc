@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/check.h"
+#include "common/cluster_token.h"
 #include "common/logging.h"
 
 namespace tpserve {
@@ -26,8 +27,7 @@ std::shared_ptr<v1::WorkerService::Stub> Connect(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   args.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
-  return v1::WorkerService::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  return v1::WorkerService::NewStub(ClusterChannel(address, args));
 }
 
 }  // namespace

@@ -12,10 +12,11 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
-#include "kernels/cpu/threads.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/cluster_token.h"
 #include "common/logging.h"
+#include "kernels/cpu/threads.h"
 #include "tpserve/v1/worker.grpc.pb.h"
 #include "worker/worker_server.h"
 
@@ -33,6 +34,7 @@ struct Flags {
   int local_rank = -1;
   double gpu_memory_utilization = 0.9;
   std::string cpu_weights = "packed";
+  std::string cluster_token_file;
   int coordinator_timeout_s = 30;
   std::string cpu_comm = "auto";
 };
@@ -41,8 +43,7 @@ struct Flags {
 // string on success, else the line to print.
 std::string Register(const Flags& flags, WorkerServer& server) {
   using Clock = std::chrono::steady_clock;
-  auto stub = v1::ClusterService::NewStub(
-      grpc::CreateChannel(flags.coordinator, grpc::InsecureChannelCredentials()));
+  auto stub = v1::ClusterService::NewStub(ClusterChannel(flags.coordinator));
   v1::RegisterRequest request;
   request.set_rank(flags.rank);
   request.set_address(server.address());
@@ -71,6 +72,16 @@ std::string Register(const Flags& flags, WorkerServer& server) {
 }
 
 int Run(const Flags& flags) {
+  if (absl::Status s = LoadClusterToken(flags.cluster_token_file); !s.ok()) {
+    std::fprintf(stderr, "tpserve-worker: --cluster-token-file: %s\n",
+                 std::string(s.message()).c_str());
+    return 1;
+  }
+  if (!HasClusterToken()) {
+    LogWarning("worker", "rank %d: no cluster token (--cluster-token-file or %s): anyone who "
+               "reaches this port can initialise, drive or stop this worker", flags.rank,
+               kClusterTokenEnv);
+  }
   cpu::SetCpuThreads(flags.threads);
   // Block the stop signals in every thread; one thread waits for them.
   sigset_t stop_signals;
@@ -180,6 +191,9 @@ int main(int argc, char** argv) {
                  "or fail; gloo = Gloo, and the whole group with it")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "shm", "gloo"}));
+  app.add_option("--cluster-token-file", flags.cluster_token_file,
+                 "file holding the token every coordinator-worker call carries (default: $" +
+                     std::string(tpserve::kClusterTokenEnv) + "; neither: an open worker)");
   CLI11_PARSE(app, argc, argv);
   return tpserve::Run(flags);
 }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/cluster_token.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -152,8 +153,9 @@ grpc::Status WorkerServer::Execute(const std::function<absl::Status()>& fn) {
 
 // ---- RPCs ------------------------------------------------------------------------------------
 
-grpc::Status WorkerServer::Init(grpc::ServerContext*, const v1::InitRequest* request,
+grpc::Status WorkerServer::Init(grpc::ServerContext* context, const v1::InitRequest* request,
                                 v1::InitResponse* response) {
+  if (grpc::Status s = CheckClusterToken(*context, "WorkerService.Init"); !s.ok()) return s;
   const CoordinatorCall call(this);
   response->set_hostname(hostname_);
   const grpc::Status status = Execute([&] { return DoInit(*request); });
@@ -163,20 +165,23 @@ grpc::Status WorkerServer::Init(grpc::ServerContext*, const v1::InitRequest* req
   return status;
 }
 
-grpc::Status WorkerServer::LoadShard(grpc::ServerContext*, const v1::LoadShardRequest*,
+grpc::Status WorkerServer::LoadShard(grpc::ServerContext* context, const v1::LoadShardRequest*,
                                      v1::LoadShardResponse* response) {
+  if (grpc::Status s = CheckClusterToken(*context, "WorkerService.LoadShard"); !s.ok()) return s;
   const CoordinatorCall call(this);
   return Execute([&] { return DoLoadShard(response); });
 }
 
-grpc::Status WorkerServer::Step(grpc::ServerContext*, const v1::StepRequest* request,
+grpc::Status WorkerServer::Step(grpc::ServerContext* context, const v1::StepRequest* request,
                                 v1::StepResponse* response) {
+  if (grpc::Status s = CheckClusterToken(*context, "WorkerService.Step"); !s.ok()) return s;
   const CoordinatorCall call(this);
   return Execute([&] { return DoStep(*request, response); });
 }
 
-grpc::Status WorkerServer::Status(grpc::ServerContext*, const v1::WorkerStatusRequest*,
+grpc::Status WorkerServer::Status(grpc::ServerContext* context, const v1::WorkerStatusRequest*,
                                   v1::WorkerStatusResponse* response) {
+  if (grpc::Status s = CheckClusterToken(*context, "WorkerService.Status"); !s.ok()) return s;
   absl::MutexLock lock(&status_mu_);
   last_call_ = absl::Now();  // the coordinator's heartbeat
   response->set_rank(options_.rank);
@@ -195,8 +200,9 @@ grpc::Status WorkerServer::Status(grpc::ServerContext*, const v1::WorkerStatusRe
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerServer::Shutdown(grpc::ServerContext*, const v1::ShutdownRequest*,
+grpc::Status WorkerServer::Shutdown(grpc::ServerContext* context, const v1::ShutdownRequest*,
                                     v1::ShutdownResponse*) {
+  if (grpc::Status s = CheckClusterToken(*context, "WorkerService.Shutdown"); !s.ok()) return s;
   LogInfo("worker", "rank %d: Shutdown requested", options_.rank);
   RequestShutdown();  // The main thread stops the server once this reply is on its way.
   return grpc::Status::OK;

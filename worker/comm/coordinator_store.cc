@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/cluster_token.h"
 
 namespace tpserve {
 namespace {
@@ -35,8 +36,7 @@ CoordinatorStore::CoordinatorStore(const std::string& coordinator_address,
                                    const std::string& group_id)
     : address_(coordinator_address),
       prefix_(absl::StrCat(group_id, "/")),
-      stub_(v1::ClusterService::NewStub(
-          grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials()))) {}
+      stub_(v1::ClusterService::NewStub(ClusterChannel(coordinator_address))) {}
 
 void CoordinatorStore::set(const std::string& key, const std::vector<char>& data) {
   v1::StoreSetRequest request;

@@ -1,0 +1,48 @@
+#include "coordinator/api_keys.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/cluster_token.h"
+
+namespace tpserve {
+
+absl::StatusOr<ApiKeys> ApiKeys::Load(const std::vector<std::string>& keys,
+                                      const std::string& file) {
+  ApiKeys out;
+  for (const std::string& key : keys) {
+    const std::string k(absl::StripAsciiWhitespace(key));
+    if (k.empty()) return absl::InvalidArgumentError("--api-key: an empty key");
+    out.keys_.push_back(k);
+  }
+  if (!file.empty()) {
+    std::ifstream in(file);
+    if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read the API key file ", file));
+    const size_t before = out.keys_.size();
+    for (std::string line; std::getline(in, line);) {
+      const std::string k(absl::StripAsciiWhitespace(line));
+      if (!k.empty()) out.keys_.push_back(k);
+    }
+    if (out.keys_.size() == before) {
+      return absl::InvalidArgumentError(absl::StrCat("the API key file ", file, " holds no key"));
+    }
+  }
+  if (const char* env = std::getenv(kApiKeyEnv); env != nullptr) {
+    const std::string k(absl::StripAsciiWhitespace(env));
+    if (!k.empty()) out.keys_.push_back(k);
+  }
+  return out;
+}
+
+bool ApiKeys::Accepts(const std::string& authorization) const {
+  if (keys_.empty()) return true;
+  const std::string offered = BearerSecret(authorization);
+  bool match = false;
+  for (const std::string& key : keys_) match |= !offered.empty() && SecretsEqual(offered, key);
+  return match;
+}
+
+}  // namespace tpserve
