@@ -85,7 +85,22 @@ grpc::Status ClusterServiceImpl::StoreSet(grpc::ServerContext* context,
                                           const v1::StoreSetRequest* request,
                                           v1::StoreSetResponse* response) {
   if (grpc::Status s = CheckClusterToken(*context, "ClusterService.StoreSet"); !s.ok()) return s;
+  if (request->key().size() > kMaxStoreKeyBytes || request->value().size() > kMaxStoreValueBytes) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("StoreSet: keys hold at most ", kMaxStoreKeyBytes,
+                                     " bytes and values ", kMaxStoreValueBytes));
+  }
   absl::MutexLock lock(&mutex_);
+  const auto it = store_.find(request->key());
+  const int64_t replaced = it == store_.end() ? 0 : it->first.size() + it->second.size();
+  const int64_t added = request->key().size() + request->value().size();
+  if ((it == store_.end() && store_.size() >= kMaxStoreKeys) ||
+      store_bytes_ - replaced + added > kMaxStoreBytes) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("StoreSet: the rendezvous store holds at most ", kMaxStoreKeys,
+                                     " keys and ", kMaxStoreBytes, " bytes"));
+  }
+  store_bytes_ += added - replaced;
   store_[request->key()] = request->value();
   return grpc::Status::OK;
 }

@@ -27,6 +27,14 @@ struct RegisteredWorker {
   int pid = 0;
 };
 
+// The rendezvous store's bounds. Groups keep a few small values per rank (addresses, the
+// shared-memory segment's name, votes, NCCL ids), so these leave room for many re-formed groups
+// while no caller can make the coordinator hold more than kMaxStoreBytes.
+inline constexpr size_t kMaxStoreKeyBytes = 512;
+inline constexpr size_t kMaxStoreValueBytes = size_t{1} << 20;
+inline constexpr size_t kMaxStoreKeys = 100000;
+inline constexpr int64_t kMaxStoreBytes = int64_t{64} << 20;
+
 class ClusterServiceImpl final : public v1::ClusterService::Service {
  public:
   // Whether a worker still serves at `address`. Register uses it to tell a restarted worker
@@ -74,6 +82,7 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
   mutable absl::Mutex mutex_;
   std::map<int, RegisteredWorker> workers_ ABSL_GUARDED_BY(mutex_);  // by rank
   absl::flat_hash_map<std::string, std::string> store_ ABSL_GUARDED_BY(mutex_);
+  int64_t store_bytes_ ABSL_GUARDED_BY(mutex_) = 0;  // keys and values
 };
 
 }  // namespace tpserve

@@ -198,10 +198,8 @@ class GgufParser {
   absl::Status ReadHeader() {
     if (remaining() < 4) return Truncated(Field{"magic"}, 4);
     if (std::memcmp(bytes_.data(), "GGUF", 4) != 0) {
-      return Error(0, "magic",
-                   absl::StrCat("expected \"GGUF\", found 0x",
-                                absl::BytesToHexString(absl::string_view(
-                                    reinterpret_cast<const char*>(bytes_.data()), 4))));
+      // The bytes found are not quoted: the file may be anything the caller named.
+      return Error(0, "magic", "expected \"GGUF\": not a GGUF file");
     }
     pos_ = 4;
     RETURN_IF_ERROR(ReadPod(Field{"version"}, &out_->version_));

@@ -35,6 +35,7 @@ struct Flags {
   double gpu_memory_utilization = 0.9;
   std::string cpu_weights = "packed";
   std::string cluster_token_file;
+  std::string model_dir;
   int coordinator_timeout_s = 30;
   std::string cpu_comm = "auto";
 };
@@ -97,6 +98,7 @@ int Run(const Flags& flags) {
   options.port = flags.port;
   options.cuda_device = flags.local_rank;
   options.gpu_memory_utilization = flags.gpu_memory_utilization;
+  options.model_dir = flags.model_dir;
   options.cpu_weights = flags.cpu_weights == "fp32" ? CpuWeights::kFp32 : CpuWeights::kPacked;
   options.cpu_transport = *ParseCpuTransport(flags.cpu_comm);  // the flag admits only valid names
   auto server = WorkerServer::Start(options);
@@ -191,6 +193,9 @@ int main(int argc, char** argv) {
                  "or fail; gloo = Gloo, and the whole group with it")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "shm", "gloo"}));
+  app.add_option("--model-dir", flags.model_dir,
+                 "a directory whose models the coordinator may ask this worker to load instead of "
+                 "--model (default: none, only --model)");
   app.add_option("--cluster-token-file", flags.cluster_token_file,
                  "file holding the token every coordinator-worker call carries (default: $" +
                      std::string(tpserve::kClusterTokenEnv) + "; neither: an open worker)");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -210,6 +211,18 @@ grpc::Status WorkerServer::Shutdown(grpc::ServerContext* context, const v1::Shut
 
 // ---- Execution thread ------------------------------------------------------------------------
 
+bool WorkerServer::MayLoad(const std::string& path) const {
+  if (path == options_.model_path) return true;
+  if (options_.model_dir.empty()) return false;
+  std::error_code error;
+  const std::filesystem::path dir = std::filesystem::weakly_canonical(options_.model_dir, error);
+  if (error) return false;
+  const std::filesystem::path file = std::filesystem::weakly_canonical(path, error);
+  if (error) return false;
+  const auto [end, _] = std::mismatch(dir.begin(), dir.end(), file.begin(), file.end());
+  return end == dir.end() && file != dir;
+}
+
 absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   const int rank = request.rank(), world = request.world_size();
   if (rank != options_.rank) {
@@ -285,6 +298,14 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   }
   v1::InitRequest group = request;
   if (group.block_size() == 0) group.set_block_size(kDefaultBlockSize);
+  if (!request.model_path().empty() && !MayLoad(request.model_path())) {
+    // The path is not opened, and not echoed back beyond what the caller sent.
+    return absl::PermissionDeniedError(absl::StrCat(
+        "Init: this worker loads only the model it was started with (--model ",
+        options_.model_path, ")",
+        options_.model_dir.empty() ? "" : absl::StrCat(" or one under --model-dir ",
+                                                       options_.model_dir)));
+  }
   const std::string model_path =
       request.model_path().empty() ? options_.model_path : request.model_path();
   // A CUDA model of several ranks is reloaded: its decode graphs captured NCCL calls on the old

@@ -37,7 +37,10 @@ const char* WorkerStateName(WorkerState state);  // "starting", …, "failed"
 
 struct WorkerServerOptions {
   int rank = 0;                    // the rank this worker registers as; Init must agree
-  std::string model_path;          // InitRequest.model_path overrides it when non-empty
+  // The model this worker serves. InitRequest.model_path may name another only under
+  // `model_dir` (empty: none); anything else is refused unopened.
+  std::string model_path;
+  std::string model_dir;
   std::string host = "127.0.0.1";  // bound and advertised, for gRPC and for Gloo
   // How the ranks of a CPU group all-reduce: shared memory when all can map it, else Gloo.
   CpuTransport cpu_transport = CpuTransport::kAuto;
@@ -104,6 +107,8 @@ class WorkerServer final : public v1::WorkerService::Service {
   };
 
   // Execution thread only.
+  // Whether Init may load `path`: the --model file, or one under --model-dir.
+  bool MayLoad(const std::string& path) const;
   absl::Status DoInit(const v1::InitRequest& request);
   absl::Status DoLoadShard(v1::LoadShardResponse* response);
   absl::Status DoStep(const v1::StepRequest& request, v1::StepResponse* response);

@@ -150,5 +150,26 @@ TEST_F(ClusterServiceTest, StoreGetTimesOut) {
   EXPECT_LT(waited, absl::Seconds(3));
 }
 
+// However many calls a client makes, the store holds at most kMaxStoreBytes: oversized keys or
+// values are refused, and so is growth past the total, while overwriting a key stays allowed.
+TEST_F(ClusterServiceTest, StoreIsBounded) {
+  Start(1);
+  EXPECT_EQ(Set(std::string(kMaxStoreKeyBytes + 1, 'k'), "v").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Set("big", std::string(kMaxStoreValueBytes + 1, 'v')).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  const std::string value(kMaxStoreValueBytes, 'v');
+  int stored = 0;
+  grpc::Status status;
+  while ((status = Set("key" + std::to_string(stored), value)).ok()) ++stored;
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_LE(static_cast<int64_t>(stored) * kMaxStoreValueBytes, kMaxStoreBytes);
+  EXPECT_GE(static_cast<int64_t>(stored + 1) * kMaxStoreValueBytes, kMaxStoreBytes);
+  EXPECT_TRUE(Set("key0", "small").ok());  // replacing frees room
+  std::string got;
+  ASSERT_TRUE(Get("key0", 100, &got).ok());
+  EXPECT_EQ(got, "small");
+}
+
 }  // namespace
 }  // namespace tpserve

@@ -171,6 +171,34 @@ TEST(WorkerServerLifecycle, StepBeforeLoadShardIsFailedPrecondition) {
   (*server)->Stop();
 }
 
+// Even with the cluster's credentials, Init may not point the worker at another file: it is
+// refused unopened, and the answer holds nothing of the file.
+TEST(WorkerServerLifecycle, InitRefusesAModelItWasNotStartedWith) {
+  WorkerServerOptions options;
+  options.model_path = TPSERVE_MODEL_PATH;
+  auto server = WorkerServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = Connect(**server);
+  for (const char* path : {"/etc/passwd", "/proc/self/environ", "../../etc/passwd"}) {
+    grpc::ClientContext context;
+    v1::InitRequest init = InitRequest();
+    init.set_model_path(path);
+    v1::InitResponse response;
+    const grpc::Status status = stub->Init(&context, init, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << path;
+    EXPECT_EQ(status.error_message().find("root"), std::string::npos) << status.error_message();
+  }
+  grpc::ClientContext status_context;
+  v1::WorkerStatusResponse worker_status;
+  ASSERT_TRUE(stub->Status(&status_context, {}, &worker_status).ok());
+  EXPECT_EQ(worker_status.state(), "starting");
+  EXPECT_TRUE(worker_status.error().empty()) << worker_status.error();
+  grpc::ClientContext init_context;
+  v1::InitResponse init_response;
+  EXPECT_TRUE(stub->Init(&init_context, InitRequest(), &init_response).ok());
+  (*server)->Stop();
+}
+
 TEST_F(WorkerServerTest, StepsRunStrictlyInOrder) {
   v1::StepResponse response;
   v1::StepRequest gap;
