@@ -192,6 +192,8 @@ int main(int argc, char** argv) {
   tpserve::Flags flags;
   CLI::App app{"tpctl: operate a running tpserve cluster through the coordinator"};
   app.require_subcommand(1);
+  // The top-level options also after the command: `tpctl status --json`.
+  app.fallthrough();
   app.add_option("--coordinator", flags.coordinator,
                  "coordinator address HOST:PORT (default: $TPSERVE_COORDINATOR)");
   app.add_flag("--json", flags.json, "print the response as JSON");

@@ -9,6 +9,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "coordinator/openai_error.h"
 #include "coordinator/radix_cache.h"
 
 namespace tpserve {
@@ -132,6 +133,16 @@ absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
   if (params.max_tokens < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens = ", params.max_tokens, " is negative"));
+  }
+  if (params.max_tokens > 0 &&
+      static_cast<int64_t>(params.prompt.size()) + params.max_tokens > options_.context_length) {
+    return WithParam(
+        absl::InvalidArgumentError(absl::StrCat(
+            "this model's maximum context length is ", options_.context_length,
+            " tokens; the request asks for ", params.prompt.size() + params.max_tokens, " (",
+            params.prompt.size(), " in the prompt, ", params.max_tokens,
+            " in the completion): lower max_tokens or shorten the prompt")),
+        "max_tokens");
   }
   if (params.n < 1 || params.n > kMaxSamples) {
     return absl::InvalidArgumentError(

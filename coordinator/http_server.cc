@@ -275,9 +275,10 @@ void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const httplib::Request&
   absl::StatusOr<Streams> streams = engine->SubmitGenerate(std::move(parsed->params));
   if (!streams.ok()) {
     // The request's own fields are checked already: what the engine refuses is the prompt
-    // (too long for the context or the KV pool).
+    // (too long for the context or the KV pool) unless it names another field (max_tokens, when
+    // prompt and completion together pass the context).
     absl::Status status = streams.status();
-    if (status.code() == absl::StatusCode::kInvalidArgument) {
+    if (status.code() == absl::StatusCode::kInvalidArgument && !HasParam(status)) {
       status = WithParam(std::move(status), parsed->prompt_field());
     }
     return ReplyError(response, status);

@@ -42,6 +42,10 @@ absl::Status WithParam(absl::Status status, absl::string_view param) {
   return status;
 }
 
+bool HasParam(const absl::Status& status) {
+  return status.GetPayload(kParamPayload).has_value();
+}
+
 absl::Status ModelNotFound(absl::string_view model) {
   absl::Status status = WithParam(
       absl::NotFoundError(absl::StrCat("The model `", model, "` does not exist.")), "model");

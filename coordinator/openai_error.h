@@ -19,6 +19,8 @@ namespace tpserve {
 absl::Status InvalidField(absl::string_view param, absl::string_view message);
 // `status` with `param` attached (replacing any it had); OK stays OK.
 absl::Status WithParam(absl::Status status, absl::string_view param);
+// Whether `status` names a request field already.
+bool HasParam(const absl::Status& status);
 // NOT_FOUND for a model this server does not serve, with code "model_not_found".
 absl::Status ModelNotFound(absl::string_view model);
 

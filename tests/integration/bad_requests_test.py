@@ -97,6 +97,8 @@ BAD_CASES = [
     (CHAT, {"messages": USER, "logprobs": True, "top_logprobs": 99}, 400, "top_logprobs"),
     # Longer than SmolLM2's context of 8192: the engine refuses it, the edge names the field.
     (COMPLETIONS, {"prompt": [1] * 9000, "max_tokens": 1}, 400, "prompt"),
+    # Inside the context, but not with the completion asked for (vLLM answers 400 too).
+    (COMPLETIONS, {"prompt": [1] * 5000, "max_tokens": 4000}, 400, "max_tokens"),
 ]
 
 

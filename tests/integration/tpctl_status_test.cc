@@ -48,6 +48,11 @@ TEST(TpctlStatus, TableJsonAndUnreachable) {
   }
   EXPECT_EQ(rows, 3) << table.output;
 
+  // Options go before or after the command.
+  const CommandResult after =
+      RunCommand({kTpctl, "--coordinator", address, "status", "--json"}, absl::Seconds(10));
+  EXPECT_TRUE(ExitedZero(after)) << after.output;
+  EXPECT_FALSE(nlohmann::json::parse(after.output, nullptr, false).is_discarded()) << after.output;
   const CommandResult json =
       RunCommand({kTpctl, "--coordinator", address, "--json", "status"}, absl::Seconds(10));
   EXPECT_TRUE(ExitedZero(json)) << json.output;

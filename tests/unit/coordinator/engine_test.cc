@@ -342,10 +342,15 @@ TEST_F(EngineTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) {
   EXPECT_EQ(Generate(bad_top_p).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Generate(v1::GenerateRequest()).status.error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
-  // A prompt of the whole context still gets one token, then "length".
-  Generated full = Generate(Request(std::vector<int32_t>(32, 300), 5));
+  // Prompt + max_tokens past the context is refused naming both numbers, as vLLM does; up to it
+  // the request runs to max_tokens.
+  Generated over = Generate(Request(std::vector<int32_t>(28, 300), 5));
+  EXPECT_EQ(over.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(over.status.error_message(), HasSubstr("maximum context length is 32"));
+  EXPECT_THAT(over.status.error_message(), HasSubstr("33 (28 in the prompt, 5 in the completion)"));
+  Generated full = Generate(Request(std::vector<int32_t>(27, 300), 5));
   ASSERT_TRUE(full.status.ok()) << full.status.error_message();
-  EXPECT_EQ(full.tokens.size(), 1u);
+  EXPECT_EQ(full.tokens.size(), 5u);
   EXPECT_EQ(full.finish_reason, "length");
 }
 
