@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/cluster_token.h"
 
 namespace tpserve {
@@ -31,8 +32,10 @@ absl::StatusOr<ApiKeys> ApiKeys::Load(const std::vector<std::string>& keys,
     }
   }
   if (const char* env = std::getenv(kApiKeyEnv); env != nullptr) {
-    const std::string k(absl::StripAsciiWhitespace(env));
-    if (!k.empty()) out.keys_.push_back(k);
+    for (absl::string_view line : absl::StrSplit(env, '\n')) {
+      const std::string k(absl::StripAsciiWhitespace(line));
+      if (!k.empty()) out.keys_.push_back(k);
+    }
   }
   return out;
 }

@@ -14,7 +14,7 @@ inline constexpr char kApiKeyEnv[] = "TPSERVE_API_KEY";
 
 class ApiKeys {
  public:
-  // `keys` from flags, plus one key per non-empty line of `file` (if given), plus the
+  // `keys` from flags, plus one key per non-empty line of `file` (if given) and of the
   // environment variable. An unreadable or keyless file is an error naming the file only.
   static absl::StatusOr<ApiKeys> Load(const std::vector<std::string>& keys,
                                       const std::string& file);

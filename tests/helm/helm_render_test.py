@@ -71,7 +71,7 @@ class WorkerPod:
     """The worker StatefulSet's container for one ordinal, run here with the stand-in
     tpserve-worker: started() returns once every rank it started has recorded its arguments."""
 
-    def __init__(self, processes, worker_set, ordinal, workdir):
+    def __init__(self, processes, worker_set, ordinal, workdir, secret_values):
         self.processes = processes
         self.name = f"{worker_set['metadata']['name']}-{ordinal}"
         self.ranks = chart.ranks_per_pod(worker_set)
@@ -81,7 +81,7 @@ class WorkerPod:
         self.container = chart.container(worker_set, "worker")
         argv, env = pods.local_process(
             pod_spec, self.container, self.name,
-            {"model": "/models", "tmp": workdir, "shm": "/dev/shm"}, [workdir])
+            {"model": "/models", "tmp": workdir, "shm": "/dev/shm"}, [workdir], secret_values)
         env["FAKE_WORKER_DIR"] = self.record_dir
         self.env = env
         self.process = processes.start(self.name, argv, env)
@@ -245,7 +245,7 @@ class HelmRenderTest(unittest.TestCase):
         started = []
         with pods.Processes() as processes:
             for ordinal in range(worker_set["spec"]["replicas"]):
-                pod = WorkerPod(processes, worker_set, ordinal, workdir)
+                pod = WorkerPod(processes, worker_set, ordinal, workdir, pods.secrets(objects))
                 for argv in pod.started().values():
                     self.check_rank_flags(pod, ordinal, argv)
                     started.append(argv)
@@ -283,10 +283,11 @@ class HelmRenderTest(unittest.TestCase):
         self.assertEqual(sorted(by_pod[1]), [(local, 8 + local) for local in range(8)])
 
     def test_worker_pod_stops_when_a_rank_dies(self):
-        worker_set = chart.one(self.rendered["llama3-70b-2x8"], "StatefulSet", "worker")
+        objects = self.rendered["llama3-70b-2x8"]
+        worker_set = chart.one(objects, "StatefulSet", "worker")
         workdir = fake_worker_dir(self)
         with pods.Processes() as processes:
-            pod = WorkerPod(processes, worker_set, 1, workdir)
+            pod = WorkerPod(processes, worker_set, 1, workdir, pods.secrets(objects))
             pid = next(pid for pid, argv in pod.started().items()
                        if chart.flag(argv, "--local-rank") == "3")
             os.kill(pid, signal.SIGKILL)

@@ -58,7 +58,8 @@ class HelmWiringTest(unittest.TestCase):
     def run_init_containers(self, workload, pod):
         spec = workload["spec"]["template"]["spec"]
         for init in spec.get("initContainers", []):
-            argv, env = pods.local_process(spec, init, pod, self.volumes(pod), self.path)
+            argv, env = pods.local_process(spec, init, pod, self.volumes(pod), self.path,
+                                           pods.secrets(self.objects))
             result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
             self.assertEqual(result.returncode, 0,
                              f"{pod}/{init['name']}: {result.stdout}{result.stderr}")
@@ -69,7 +70,8 @@ class HelmWiringTest(unittest.TestCase):
         self.run_init_containers(self.coordinator_set, pod)
         container = chart.container(self.coordinator_set, "coordinator")
         argv, env = pods.local_process(self.coordinator_set["spec"]["template"]["spec"],
-                                       container, pod, self.volumes(pod), self.path)
+                                       container, pod, self.volumes(pod), self.path,
+                                       pods.secrets(self.objects))
         rewrites = {  # flag: (rendered value, local value)
             "--host": ("0.0.0.0", "127.0.0.1"),
             "--http-host": ("0.0.0.0", "127.0.0.1"),
@@ -95,7 +97,8 @@ class HelmWiringTest(unittest.TestCase):
         for ordinal in range(self.pods):
             pod = f"{self.worker_set['metadata']['name']}-{ordinal}"
             self.run_init_containers(self.worker_set, pod)
-            argv, env = pods.local_process(spec, container, pod, self.volumes(pod), self.path)
+            argv, env = pods.local_process(spec, container, pod, self.volumes(pod), self.path,
+                                           pods.secrets(self.objects))
             # Every pod has an IP of its own; here they share 127.0.0.1, so each gets its ports.
             env["TPSERVE_WORKER_PORT"] = str(first_port + ordinal * self.ranks)
             # helm_render checks that this is the coordinator's headless Service.

@@ -12,6 +12,7 @@ Addresses and ports are the caller's to rewrite (helm_wiring_test maps them to f
 Processes start in their own session and die with the test (tpserve_cluster.die_with_parent).
 """
 
+import base64
 import os
 import signal
 import socket
@@ -32,8 +33,20 @@ def _map_paths(text, mounts):
     return text
 
 
-def local_process(pod_spec, container_spec, pod_name, volume_dirs, path_dirs):
-    """(argv, env) that run `container_spec` of a pod named `pod_name` here."""
+def secrets(objects):
+    """{(Secret name, key): value} of the rendered Secrets, decoded."""
+    out = {}
+    for o in objects:
+        if o["kind"] == "Secret":
+            for key, value in o.get("data", {}).items():
+                out[(o["metadata"]["name"], key)] = base64.b64decode(value).decode()
+    return out
+
+
+def local_process(pod_spec, container_spec, pod_name, volume_dirs, path_dirs,
+                  secret_values=None):
+    """(argv, env) that run `container_spec` of a pod named `pod_name` here; environment
+    variables from Secrets take their values from `secret_values` (see secrets())."""
     mounts = {}
     for mount in container_spec.get("volumeMounts", []):
         if mount["name"] not in volume_dirs:
@@ -48,6 +61,12 @@ def local_process(pod_spec, container_spec, pod_name, volume_dirs, path_dirs):
     for entry in container_spec.get("env", []):
         if "value" in entry:
             env[entry["name"]] = _map_paths(entry["value"], mounts)
+        elif "secretKeyRef" in entry["valueFrom"]:
+            ref = entry["valueFrom"]["secretKeyRef"]
+            if (ref["name"], ref["key"]) not in (secret_values or {}):
+                raise AssertionError(f"{pod_name}: env {entry['name']} comes from Secret "
+                                     f"{ref['name']} key {ref['key']}, which is not rendered")
+            env[entry["name"]] = secret_values[(ref["name"], ref["key"])]
         else:
             field = entry["valueFrom"].get("fieldRef", {}).get("fieldPath")
             if field not in _FIELDS:

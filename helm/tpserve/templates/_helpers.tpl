@@ -122,3 +122,17 @@ read-only. */}}
     - name: tmp
       mountPath: /tmp
 {{- end }}
+
+{{/* The Secret holding the cluster token under `token`. */}}
+{{- define "tpserve.clusterTokenSecret" -}}
+{{- default (printf "%s-cluster-token" (include "tpserve.fullname" . | trunc 49 | trimSuffix "-")) .Values.clusterToken.existingSecret }}
+{{- end }}
+
+{{/* The cluster token as a container's environment variable. */}}
+{{- define "tpserve.clusterTokenEnv" -}}
+- name: TPSERVE_CLUSTER_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "tpserve.clusterTokenSecret" . }}
+      key: token
+{{- end }}
