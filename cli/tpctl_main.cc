@@ -1,6 +1,7 @@
 // tpctl: operator commands against a running coordinator's AdminService.
 //
-//   tpctl [--coordinator HOST:PORT] [--json] [--timeout S] status|drain|flush-cache
+//   tpctl [--coordinator HOST:PORT] [--json] [--timeout S] [--admin-key-file F]
+//         status|drain|undrain|flush-cache
 //
 // The address comes from --coordinator, else $TPSERVE_COORDINATOR. Exits 0 on success, 1 when
 // the flags are wrong, the coordinator cannot be reached within --timeout, or the call fails;
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +30,8 @@ struct Flags {
   std::string coordinator;
   bool json = false;
   double timeout_s = 5;
+  std::string admin_key_file;
+  std::string admin_key;  // from the file, else $TPSERVE_ADMIN_KEY; sent when not empty
 };
 
 std::string StateName(v1::HealthResponse::State state) {
@@ -125,6 +129,7 @@ int RunCall(const Flags& flags, const char* method, Call call, Print print) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000)));
+  if (!flags.admin_key.empty()) context.AddMetadata("authorization", "Bearer " + flags.admin_key);
   Response response;
   const grpc::Status status = call(*stub, &context, &response);
   // These codes also come from a coordinator that answered ("cluster is starting", a slow
@@ -155,7 +160,7 @@ int RunCall(const Flags& flags, const char* method, Call call, Print print) {
   return 0;
 }
 
-enum class Command { kStatus, kDrain, kFlushCache };
+enum class Command { kStatus, kDrain, kUndrain, kFlushCache };
 
 int RunCommand(const Flags& flags, Command command) {
   using Stub = v1::AdminService::Stub;
@@ -174,6 +179,13 @@ int RunCommand(const Flags& flags, Command command) {
             return stub.Drain(context, v1::DrainRequest(), response);
           },
           PrintDrain);
+    case Command::kUndrain:
+      return RunCall<v1::UndrainResponse>(
+          flags, "Undrain",
+          [](Stub& stub, grpc::ClientContext* context, v1::UndrainResponse* response) {
+            return stub.Undrain(context, v1::UndrainRequest(), response);
+          },
+          [](const v1::UndrainResponse&) { std::printf("admitting requests again\n"); });
     case Command::kFlushCache:
       return RunCall<v1::FlushPrefixCacheResponse>(
           flags, "FlushPrefixCache",
@@ -203,6 +215,10 @@ int main(int argc, char** argv) {
   CLI::App* status = app.add_subcommand("status", "cluster state and one row per shard");
   CLI::App* drain = app.add_subcommand(
       "drain", "stop admitting requests; those in flight run to the end (for restarts)");
+  app.add_option("--admin-key-file", flags.admin_key_file,
+                 "file whose first line is the coordinator's admin key (default: "
+                 "$TPSERVE_ADMIN_KEY), for drain, undrain and flush-cache");
+  CLI::App* undrain = app.add_subcommand("undrain", "admit requests again after a drain");
   CLI::App* flush = app.add_subcommand(
       "flush-cache", "evict every prefix-cache block that no running request uses");
   try {
@@ -218,8 +234,19 @@ int main(int argc, char** argv) {
     }
     flags.coordinator = env;
   }
+  if (!flags.admin_key_file.empty()) {
+    std::ifstream in(flags.admin_key_file);
+    if (!in || !std::getline(in, flags.admin_key) || flags.admin_key.empty()) {
+      std::fprintf(stderr, "tpctl: --admin-key-file: cannot read a key from %s\n",
+                   flags.admin_key_file.c_str());
+      return 1;
+    }
+  } else if (const char* env = std::getenv("TPSERVE_ADMIN_KEY"); env != nullptr) {
+    flags.admin_key = env;
+  }
   if (status->parsed()) return tpserve::RunCommand(flags, tpserve::Command::kStatus);
   if (drain->parsed()) return tpserve::RunCommand(flags, tpserve::Command::kDrain);
+  if (undrain->parsed()) return tpserve::RunCommand(flags, tpserve::Command::kUndrain);
   if (flush->parsed()) return tpserve::RunCommand(flags, tpserve::Command::kFlushCache);
   return 1;
 }

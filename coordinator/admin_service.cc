@@ -102,15 +102,34 @@ grpc::Status AdminServiceImpl::ClusterStatus(grpc::ServerContext* context,
 
 grpc::Status AdminServiceImpl::Drain(grpc::ServerContext* context, const v1::DrainRequest* request,
                                      v1::DrainResponse* response) {
+  if (admin_keys_ != nullptr) {
+    if (grpc::Status s = admin_keys_->Check(*context, "AdminService.Drain"); !s.ok()) return s;
+  }
   const absl::StatusOr<Engine*> engine = GetEngine();
   if (!engine.ok()) return ToGrpc(engine.status());
   response->set_requests_in_flight((*engine)->Drain());
   return grpc::Status::OK;
 }
 
+grpc::Status AdminServiceImpl::Undrain(grpc::ServerContext* context, const v1::UndrainRequest*,
+                                       v1::UndrainResponse*) {
+  if (admin_keys_ != nullptr) {
+    if (grpc::Status s = admin_keys_->Check(*context, "AdminService.Undrain"); !s.ok()) return s;
+  }
+  const absl::StatusOr<Engine*> engine = GetEngine();
+  if (!engine.ok()) return ToGrpc(engine.status());
+  (*engine)->Undrain();
+  return grpc::Status::OK;
+}
+
 grpc::Status AdminServiceImpl::FlushPrefixCache(grpc::ServerContext* context,
                                                 const v1::FlushPrefixCacheRequest* request,
                                                 v1::FlushPrefixCacheResponse* response) {
+  if (admin_keys_ != nullptr) {
+    if (grpc::Status s = admin_keys_->Check(*context, "AdminService.FlushPrefixCache"); !s.ok()) {
+      return s;
+    }
+  }
   const absl::StatusOr<Engine*> engine = GetEngine();
   if (!engine.ok()) return ToGrpc(engine.status());
   const absl::StatusOr<int32_t> evicted = (*engine)->FlushPrefixCache();

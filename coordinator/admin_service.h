@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/bearer_keys.h"
 #include "coordinator/cluster_service.h"
 #include "coordinator/engine.h"
 #include "coordinator/worker_pool.h"
@@ -26,11 +27,16 @@ class AdminServiceImpl final : public v1::AdminService::Service {
 
   // `pool` and `engine` must outlive the server.
   void SetServing(const WorkerPool* pool, Engine* engine);
+  // From now on Drain, Undrain and FlushPrefixCache need one of `keys` (null or empty: open).
+  // `keys` must outlive the service.
+  void SetAdminKeys(const BearerKeys* keys) { admin_keys_ = keys; }
 
   grpc::Status ClusterStatus(grpc::ServerContext* context, const v1::ClusterStatusRequest* request,
                              v1::ClusterStatusResponse* response) override;
   grpc::Status Drain(grpc::ServerContext* context, const v1::DrainRequest* request,
                      v1::DrainResponse* response) override;
+  grpc::Status Undrain(grpc::ServerContext* context, const v1::UndrainRequest* request,
+                       v1::UndrainResponse* response) override;
   grpc::Status FlushPrefixCache(grpc::ServerContext* context,
                                 const v1::FlushPrefixCacheRequest* request,
                                 v1::FlushPrefixCacheResponse* response) override;
@@ -40,6 +46,7 @@ class AdminServiceImpl final : public v1::AdminService::Service {
   const ClusterServiceImpl* const cluster_;
   const int world_size_;
   const std::string model_path_;
+  const BearerKeys* admin_keys_ = nullptr;  // set before the server starts
 
   // The engine once serving; UNAVAILABLE "cluster is starting" before.
   absl::StatusOr<Engine*> GetEngine();

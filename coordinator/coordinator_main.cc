@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/cluster_token.h"
-#include "coordinator/api_keys.h"
+#include "coordinator/bearer_keys.h"
 #include "common/logging.h"
 #include "coordinator/admin_service.h"
 #include "coordinator/cluster_service.h"
@@ -72,6 +72,7 @@ struct Flags {
   std::string cluster_token_file;
   std::vector<std::string> api_keys;
   std::string api_key_file;
+  std::string admin_key_file;
 };
 
 std::string JoinHostPort(const std::string& host, int port) {
@@ -154,8 +155,15 @@ int Run(const Flags& flags) {
     LogWarning(kLog, "no cluster token (--cluster-token-file or %s): anyone who reaches this "
                "port can register ranks and use the rendezvous store", kClusterTokenEnv);
   }
-  absl::StatusOr<ApiKeys> api_keys = ApiKeys::Load(flags.api_keys, flags.api_key_file);
-  if (!api_keys.ok()) return Fail(std::string(api_keys.status().message()));
+  absl::StatusOr<BearerKeys> api_keys =
+      BearerKeys::Load(flags.api_keys, flags.api_key_file, kApiKeyEnv);
+  if (!api_keys.ok()) return Fail(absl::StrCat("API keys: ", api_keys.status().message()));
+  absl::StatusOr<BearerKeys> admin_keys = BearerKeys::Load({}, flags.admin_key_file, kAdminKeyEnv);
+  if (!admin_keys.ok()) return Fail(absl::StrCat("admin key: ", admin_keys.status().message()));
+  if (admin_keys->empty()) {
+    LogWarning(kLog, "no admin key (--admin-key-file or %s): anyone who reaches this port can "
+               "drain the cluster or flush its prefix cache", kAdminKeyEnv);
+  }
   if (api_keys->empty()) {
     LogWarning(kLog, "no API key (--api-key, --api-key-file or %s): the client APIs are open",
                kApiKeyEnv);
@@ -207,8 +215,9 @@ int Run(const Flags& flags) {
   ClusterServiceImpl cluster(flags.world_size,
                              ClusterServiceImpl::StatusProbe(kRegisterProbeTimeout));
   InferenceServiceImpl inference(tokenizer->get(), flags.world_size, served_model_name);
-  inference.SetApiKeys(&*api_keys);
+  inference.SetBearerKeys(&*api_keys);
   AdminServiceImpl admin(&cluster, flags.world_size, flags.model);
+  admin.SetAdminKeys(&*admin_keys);
   // Server reflection, so that grpcurl and other generic clients can list and call the services.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -394,6 +403,10 @@ int main(int argc, char** argv) {
   app.add_option("--api-key-file", flags.api_key_file,
                  "file of API keys, one per line (also $" + std::string(tpserve::kApiKeyEnv) +
                      ")");
+  app.add_option("--admin-key-file", flags.admin_key_file,
+                 "file of keys (one per line) that AdminService's Drain, Undrain and "
+                 "FlushPrefixCache need as 'authorization: Bearer' (also $" +
+                     std::string(tpserve::kAdminKeyEnv) + "; tpctl --admin-key-file)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -257,6 +257,12 @@ int32_t Engine::Drain() {
   return s.num_running + s.num_waiting + static_cast<int32_t>(submitted_.size());
 }
 
+void Engine::Undrain() {
+  absl::MutexLock lock(&mutex_);
+  if (draining_) LogInfo(kLog, "undrained: admitting requests again");
+  draining_ = false;
+}
+
 bool Engine::draining() const {
   absl::MutexLock lock(&mutex_);
   return draining_;

@@ -107,6 +107,8 @@ class Engine {
   // Stops admitting requests (UNAVAILABLE "draining"); those already accepted run to the end.
   // Returns how many were in flight.
   int32_t Drain();
+  // Admits requests again.
+  void Undrain();
   bool draining() const;
   // Evicts every cached block no request uses, on the engine thread; returns how many. Waits
   // for the step in flight, if any.

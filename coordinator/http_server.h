@@ -33,7 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "coordinator/engine.h"
-#include "coordinator/api_keys.h"
+#include "coordinator/bearer_keys.h"
 #include "coordinator/metrics.h"
 #include "coordinator/openai_request.h"
 #include "model/chat_template.h"
@@ -59,7 +59,7 @@ struct HttpServerOptions {
   const ChatTemplate* chat_template = nullptr;
   Metrics* metrics = nullptr;
   // /v1/* need one of these keys (none: open); health and metrics stay open.
-  const ApiKeys* api_keys = nullptr;
+  const BearerKeys* api_keys = nullptr;
 };
 
 class HttpServer {

@@ -109,23 +109,10 @@ absl::StatusOr<StreamUpdate> InferenceServiceImpl::WaitDone(grpc::ServerContext*
   }
 }
 
-grpc::Status InferenceServiceImpl::CheckApiKey(const grpc::ServerContext& context,
-                                               const char* method) const {
-  if (api_keys_ == nullptr || api_keys_->empty()) return grpc::Status::OK;
-  const auto& metadata = context.client_metadata();
-  const auto it = metadata.find("authorization");
-  const std::string offered =
-      it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
-  if (api_keys_->Accepts(offered)) return grpc::Status::OK;
-  LogWarning("grpc", "%s from %s refused: no valid API key", method, context.peer());
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                      absl::StrCat(method, " needs an API key (metadata authorization: Bearer)"));
-}
-
 grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
                                             const v1::GenerateRequest* request,
                                             grpc::ServerWriter<v1::GenerateResponse>* writer) {
-  if (grpc::Status s = CheckApiKey(*context, "InferenceService.Generate"); !s.ok()) return s;
+  if (grpc::Status s = CheckKey(*context, "InferenceService.Generate"); !s.ok()) return s;
   absl::StatusOr<Engine*> engine = GetEngine();
   if (!engine.ok()) return ToGrpc(engine.status());
   absl::StatusOr<GenerateParams> params = ToParams(*request);
@@ -160,7 +147,7 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
 grpc::Status InferenceServiceImpl::Tokenize(grpc::ServerContext* context,
                                             const v1::TokenizeRequest* request,
                                             v1::TokenizeResponse* response) {
-  if (grpc::Status s = CheckApiKey(*context, "InferenceService.Tokenize"); !s.ok()) return s;
+  if (grpc::Status s = CheckKey(*context, "InferenceService.Tokenize"); !s.ok()) return s;
   absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->EncodePrompt(request->text());
   if (!ids.ok()) return ToGrpc(ids.status());
   response->mutable_token_ids()->Add(ids->begin(), ids->end());
@@ -170,7 +157,7 @@ grpc::Status InferenceServiceImpl::Tokenize(grpc::ServerContext* context,
 grpc::Status InferenceServiceImpl::ListModels(grpc::ServerContext* context,
                                               const v1::ListModelsRequest* request,
                                               v1::ListModelsResponse* response) {
-  if (grpc::Status s = CheckApiKey(*context, "InferenceService.ListModels"); !s.ok()) return s;
+  if (grpc::Status s = CheckKey(*context, "InferenceService.ListModels"); !s.ok()) return s;
   v1::ListModelsResponse::Model* model = response->add_models();
   model->set_id(model_name_);
   model->set_vocab_size(tokenizer_->vocab_size());
@@ -183,7 +170,7 @@ grpc::Status InferenceServiceImpl::ListModels(grpc::ServerContext* context,
 grpc::Status InferenceServiceImpl::Score(grpc::ServerContext* context,
                                          const v1::ScoreRequest* request,
                                          v1::ScoreResponse* response) {
-  if (grpc::Status s = CheckApiKey(*context, "InferenceService.Score"); !s.ok()) return s;
+  if (grpc::Status s = CheckKey(*context, "InferenceService.Score"); !s.ok()) return s;
   absl::StatusOr<Engine*> engine = GetEngine();
   if (!engine.ok()) return ToGrpc(engine.status());
   std::vector<int32_t> prompt(request->prompt().ids().begin(), request->prompt().ids().end());

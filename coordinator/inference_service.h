@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/engine.h"
 #include "model/tokenizer.h"
-#include "coordinator/api_keys.h"
+#include "coordinator/bearer_keys.h"
 #include "tpserve/v1/inference.grpc.pb.h"
 
 namespace tpserve {
@@ -27,7 +27,7 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
   void SetEngine(Engine* engine) { engine_.store(engine); }
   // From now on every method but Health needs metadata `authorization: Bearer <one of the keys>`
   // (UNAUTHENTICATED otherwise). `keys` must outlive the service; null or empty: open.
-  void SetApiKeys(const ApiKeys* keys) { api_keys_ = keys; }
+  void SetBearerKeys(const BearerKeys* keys) { api_keys_ = keys; }
 
   grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override;
@@ -41,8 +41,9 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
                           v1::ListModelsResponse* response) override;
 
  private:
-  // OK when no key is configured or the call carries one; UNAUTHENTICATED (logged) otherwise.
-  grpc::Status CheckApiKey(const grpc::ServerContext& context, const char* method) const;
+  grpc::Status CheckKey(const grpc::ServerContext& context, const char* method) const {
+    return api_keys_ == nullptr ? grpc::Status::OK : api_keys_->Check(context, method);
+  }
   // The request as the engine takes it: prompt tokenized, sampling defaults filled in.
   absl::StatusOr<GenerateParams> ToParams(const v1::GenerateRequest& request) const;
   // The engine, or UNAVAILABLE while starting.
@@ -55,7 +56,7 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
   const int world_size_;
   const std::string model_name_;
   std::atomic<Engine*> engine_{nullptr};
-  const ApiKeys* api_keys_ = nullptr;
+  const BearerKeys* api_keys_ = nullptr;
 };
 
 }  // namespace tpserve

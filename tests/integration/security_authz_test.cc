@@ -6,6 +6,10 @@
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
 
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -187,6 +191,58 @@ TEST(SecurityAuthz, ClientApisNeedAnApiKey) {
     EXPECT_TRUE(ok_reader->Finish().ok());
     EXPECT_GT(chunks, 0);
   }
+}
+
+// Drain, Undrain and FlushPrefixCache need the admin key; ClusterStatus stays readable.
+TEST(SecurityAuthz, AdminOperationsNeedTheAdminKey) {
+  char dir[] = "/tmp/tpserve-admin-key-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string key_file = std::string(dir) + "/admin-key";
+  std::ofstream(key_file) << "admin-secret-42\n";
+  const std::string wrong_file = std::string(dir) + "/wrong-key";
+  std::ofstream(wrong_file) << "not-the-key\n";
+  LocalClusterOptions options = ClusterOptions(TPSERVE_MODEL_PATH, 1);
+  options.http_port = 0;
+  options.coordinator_args = {"--admin-key-file", key_file};
+  auto cluster = StartServing(options, absl::Seconds(120));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string address = (*cluster)->address();
+  for (const char* method : {"/tpserve.v1.AdminService/Drain", "/tpserve.v1.AdminService/Undrain",
+                             "/tpserve.v1.AdminService/FlushPrefixCache"}) {
+    EXPECT_EQ(CallRaw(address, method, "").error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << method;
+    EXPECT_EQ(CallRaw(address, method, "Bearer not-the-key").error_code(),
+              grpc::StatusCode::UNAUTHENTICATED)
+        << method;
+  }
+  EXPECT_TRUE(CallRaw(address, "/tpserve.v1.AdminService/ClusterStatus", "").ok());
+  httplib::Client http("http://" + (*cluster)->http_address());
+  auto ready = http.Get("/health/ready");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200) << "refused drains must not drain";
+
+  const std::string tpctl = std::string(TPSERVE_BIN_DIR) + "/tpctl";
+  const auto exited_zero = [](const CommandResult& r) {
+    return r.finished && WIFEXITED(r.wait_status) && WEXITSTATUS(r.wait_status) == 0;
+  };
+  const CommandResult refused = RunCommand(
+      {tpctl, "--coordinator", address, "--admin-key-file", wrong_file, "drain"}, absl::Seconds(10));
+  EXPECT_FALSE(exited_zero(refused)) << refused.output;
+  const CommandResult drained = RunCommand(
+      {tpctl, "--coordinator", address, "--admin-key-file", key_file, "drain"}, absl::Seconds(10));
+  EXPECT_TRUE(exited_zero(drained)) << drained.output;
+  ready = http.Get("/health/ready");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+  const CommandResult undrained = RunCommand(
+      {tpctl, "--coordinator", address, "undrain", "--admin-key-file", key_file},
+      absl::Seconds(10));
+  EXPECT_TRUE(exited_zero(undrained)) << undrained.output;
+  ready = http.Get("/health/ready");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200);
+  EXPECT_TRUE(GenerateGreedy(**cluster, kPrompt, 2).ok());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
