@@ -102,9 +102,7 @@ grpc::Status AdminServiceImpl::ClusterStatus(grpc::ServerContext* context,
 
 grpc::Status AdminServiceImpl::Drain(grpc::ServerContext* context, const v1::DrainRequest* request,
                                      v1::DrainResponse* response) {
-  if (admin_keys_ != nullptr) {
-    if (grpc::Status s = admin_keys_->Check(*context, "AdminService.Drain"); !s.ok()) return s;
-  }
+  if (grpc::Status s = CheckAdminKey(*context, "AdminService.Drain"); !s.ok()) return s;
   const absl::StatusOr<Engine*> engine = GetEngine();
   if (!engine.ok()) return ToGrpc(engine.status());
   response->set_requests_in_flight((*engine)->Drain());
@@ -113,9 +111,7 @@ grpc::Status AdminServiceImpl::Drain(grpc::ServerContext* context, const v1::Dra
 
 grpc::Status AdminServiceImpl::Undrain(grpc::ServerContext* context, const v1::UndrainRequest*,
                                        v1::UndrainResponse*) {
-  if (admin_keys_ != nullptr) {
-    if (grpc::Status s = admin_keys_->Check(*context, "AdminService.Undrain"); !s.ok()) return s;
-  }
+  if (grpc::Status s = CheckAdminKey(*context, "AdminService.Undrain"); !s.ok()) return s;
   const absl::StatusOr<Engine*> engine = GetEngine();
   if (!engine.ok()) return ToGrpc(engine.status());
   (*engine)->Undrain();
@@ -125,10 +121,8 @@ grpc::Status AdminServiceImpl::Undrain(grpc::ServerContext* context, const v1::U
 grpc::Status AdminServiceImpl::FlushPrefixCache(grpc::ServerContext* context,
                                                 const v1::FlushPrefixCacheRequest* request,
                                                 v1::FlushPrefixCacheResponse* response) {
-  if (admin_keys_ != nullptr) {
-    if (grpc::Status s = admin_keys_->Check(*context, "AdminService.FlushPrefixCache"); !s.ok()) {
-      return s;
-    }
+  if (grpc::Status s = CheckAdminKey(*context, "AdminService.FlushPrefixCache"); !s.ok()) {
+    return s;
   }
   const absl::StatusOr<Engine*> engine = GetEngine();
   if (!engine.ok()) return ToGrpc(engine.status());

@@ -48,6 +48,9 @@ class AdminServiceImpl final : public v1::AdminService::Service {
   const std::string model_path_;
   const BearerKeys* admin_keys_ = nullptr;  // set before the server starts
 
+  grpc::Status CheckAdminKey(const grpc::ServerContext& context, const char* method) const {
+    return admin_keys_ == nullptr ? grpc::Status::OK : admin_keys_->Check(context, method);
+  }
   // The engine once serving; UNAVAILABLE "cluster is starting" before.
   absl::StatusOr<Engine*> GetEngine();
 
