@@ -67,10 +67,16 @@ void Engine::Stop() {
 
 void Engine::MarkDegraded(const absl::Status& cause) {
   TP_CHECK(!cause.ok());
-  absl::MutexLock lock(&mutex_);
-  if (!degraded_.ok()) return;
-  degraded_ = absl::UnavailableError(absl::StrCat("cluster degraded: ", cause.message()));
-  LogError(kLog, "%s", degraded_.message());
+  absl::Status degraded;
+  {
+    absl::MutexLock lock(&mutex_);
+    if (!degraded_.ok()) return;
+    degraded_ = absl::UnavailableError(absl::StrCat("cluster degraded: ", cause.message()));
+    LogError(kLog, "%s", degraded_.message());
+    degraded = degraded_;
+  }
+  // A step waiting on a rank that is gone would hold its requests until the step deadline.
+  pool_->AbandonStep(degraded);
 }
 
 void Engine::SetGroupReformer(std::function<absl::Status()> reform) { reform_ = std::move(reform); }

@@ -71,7 +71,7 @@ std::vector<RankReport> WorkerPool::Reports() const {
 }
 
 std::vector<grpc::Status> WorkerPool::CallAll(absl::Duration timeout, bool cancel_on_failure,
-                                              const StartCall& start) const {
+                                              const StartCall& start, bool abandonable) const {
   const int n = world_size();
   std::vector<grpc::Status> statuses(n);
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
@@ -84,6 +84,11 @@ std::vector<grpc::Status> WorkerPool::CallAll(absl::Duration timeout, bool cance
   {
     absl::MutexLock lock(&ranks_mutex_);
     for (const Rank& r : ranks_) stubs.push_back(r.stub);
+  }
+  if (abandonable) {
+    absl::MutexLock lock(&step_mutex_);
+    abandoned_ = absl::OkStatus();
+    for (auto& context : contexts) step_contexts_.push_back(context.get());
   }
   absl::Mutex mutex;
   int pending = n;
@@ -116,7 +121,20 @@ std::vector<grpc::Status> WorkerPool::CallAll(absl::Duration timeout, bool cance
     mutex.Await(absl::Condition(&all_done));
   }
   mutex.Unlock();
+  if (abandonable) {
+    absl::MutexLock lock(&step_mutex_);
+    step_contexts_.clear();
+  }
   return statuses;
+}
+
+void WorkerPool::AbandonStep(const absl::Status& cause) const {
+  // TryCancel may run a call's callback on this thread; those take only their CallAll's mutex.
+  absl::MutexLock lock(&step_mutex_);
+  if (step_contexts_.empty()) return;
+  LogWarning("pool", "abandoning the step in flight: %s", cause.message());
+  abandoned_ = cause;
+  for (grpc::ClientContext* context : step_contexts_) context->TryCancel();
 }
 
 std::vector<int> WorkerPool::FailedRanks(const std::vector<grpc::Status>& statuses) const {
@@ -269,10 +287,19 @@ absl::StatusOr<LoadedModel> WorkerPool::LoadShard(absl::Duration timeout) {
 absl::StatusOr<v1::StepResponse> WorkerPool::Step(const v1::StepRequest& request,
                                                   absl::Duration timeout) {
   std::vector<v1::StepResponse> responses(world_size());
-  auto statuses = CallAll(timeout, /*cancel_on_failure=*/true,
-                          [&](int rank, auto* stub, auto* context, auto done) {
-                            stub->Step(context, &request, &responses[rank], done);
-                          });
+  auto statuses = CallAll(
+      timeout, /*cancel_on_failure=*/true,
+      [&](int rank, auto* stub, auto* context, auto done) {
+        stub->Step(context, &request, &responses[rank], done);
+      },
+      /*abandonable=*/true);
+  {
+    absl::MutexLock lock(&step_mutex_);
+    if (!abandoned_.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("step ", request.step_id(), " abandoned: ", abandoned_.message()));
+    }
+  }
   if (!FailedRanks(statuses).empty()) {
     return absl::UnavailableError(
         absl::StrCat("step ", request.step_id(), ": ", ExplainStepFailure(statuses, timeout)));

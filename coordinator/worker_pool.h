@@ -84,6 +84,9 @@ class WorkerPool {
   // first failure the calls still outstanding are cancelled, since their ranks would otherwise sit
   // in a collective waiting for the failed one.
   absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request, absl::Duration timeout);
+  // Cancels the Step in flight, if any: the heartbeats found a rank gone, so the step returns
+  // UNAVAILABLE with `cause` now instead of at its deadline. No effect between steps.
+  void AbandonStep(const absl::Status& cause) const;
   // What Heartbeat requires of every rank: to answer and not report the state "failed", or
   // only to answer (a rank whose collective failed reports "failed" until the next Init).
   enum class RankCheck { kHealthy, kAnswers };
@@ -108,9 +111,9 @@ class WorkerPool {
 
   // Starts a call on every rank at once and waits for all of them; statuses by rank. With
   // `cancel_on_failure`, the calls still running a second after the first failure are
-  // cancelled.
+  // cancelled. `abandonable` calls (Step) are the ones AbandonStep cancels.
   std::vector<grpc::Status> CallAll(absl::Duration timeout, bool cancel_on_failure,
-                                    const StartCall& start) const;
+                                    const StartCall& start, bool abandonable = false) const;
   // The ranks whose call failed; calls we cancelled ourselves are left out when another rank
   // failed first.
   std::vector<int> FailedRanks(const std::vector<grpc::Status>& statuses) const;
@@ -134,6 +137,11 @@ class WorkerPool {
   // Lock order: reports_mutex_, then ranks_mutex_ (Address under reports_mutex_).
   mutable absl::Mutex ranks_mutex_;
   std::vector<Rank> ranks_ ABSL_GUARDED_BY(ranks_mutex_);  // [world_size]
+
+  // The Step in flight: its calls' contexts while it runs, and why it was abandoned, if it was.
+  mutable absl::Mutex step_mutex_;
+  mutable std::vector<grpc::ClientContext*> step_contexts_ ABSL_GUARDED_BY(step_mutex_);
+  mutable absl::Status abandoned_ ABSL_GUARDED_BY(step_mutex_);
 
   mutable absl::Mutex reports_mutex_;
   // [world_size]: written by LoadShard and Heartbeat, read by Reports.
