@@ -17,6 +17,19 @@ namespace {
 
 constexpr char kLog[] = "engine";
 
+// A step's work in the units its time grows with: every token's linears, plus its attention
+// over the context so far, a 1,024-token context counting as much again.
+double StepWork(const ScheduledBatch& batch) {
+  double work = 1.0;  // the step's fixed cost (plan, RPC, sampling)
+  for (const ScheduledBatch::Entry& e : batch.entries) {
+    work += e.num_tokens * (1.0 + (e.start + e.num_tokens) / 1024.0);
+  }
+  return work;
+}
+
+// How much slower than so far a step may run before it counts as stuck.
+constexpr double kStepDeadlineMargin = 8.0;
+
 
 SchedulerOptions ToSchedulerOptions(const EngineOptions& options, const Tokenizer& tokenizer) {
   SchedulerOptions s;
@@ -105,6 +118,11 @@ absl::Status Engine::health() const {
   absl::MutexLock lock(&mutex_);
   if (stopping_) return absl::UnavailableError("coordinator is shutting down");
   return degraded_;
+}
+
+absl::Duration Engine::StepTimeout(const ScheduledBatch& batch) const {
+  return std::max(options_.step_timeout,
+                  absl::Seconds(kStepDeadlineMargin * seconds_per_work_ * StepWork(batch)));
 }
 
 int32_t Engine::BlocksFor(int64_t num_tokens) const {
@@ -334,13 +352,17 @@ void Engine::Run() {
     RecordQueueTimes(batch);
     PublishStats();
     ++step_id_;
-    const int64_t deadline_ms = absl::ToUnixMillis(absl::Now() + options_.step_timeout);
+    const absl::Duration timeout = StepTimeout(batch);
+    const absl::Time started = absl::Now();
+    const int64_t deadline_ms = absl::ToUnixMillis(started + timeout);
     absl::StatusOr<v1::StepResponse> response =
-        pool_->Step(ToStepRequest(batch, step_id_, deadline_ms), options_.step_timeout);
+        pool_->Step(ToStepRequest(batch, step_id_, deadline_ms), timeout);
     if (!response.ok()) {
       MarkDegraded(response.status());
       continue;  // the next iteration fails everything
     }
+    const double measured = absl::ToDoubleSeconds(absl::Now() - started) / StepWork(batch);
+    seconds_per_work_ = 0.8 * seconds_per_work_ + 0.2 * measured;
     Apply(batch, *response);
   }
   FailAll(absl::UnavailableError("coordinator is shutting down"));

@@ -49,6 +49,9 @@ struct EngineOptions {
   // Requests waiting for their first step beyond which new ones are refused with
   // RESOURCE_EXHAUSTED; 0: no limit.
   int32_t max_queued_requests = 0;
+  // The least time a step may take before the cluster is degraded. A step of more work gets
+  // proportionally longer (Engine::StepTimeout): that a rank is alive the heartbeats say, so a
+  // long prefill is not taken for a dead rank.
   absl::Duration step_timeout = absl::Seconds(30);
 };
 
@@ -142,6 +145,9 @@ class Engine {
   // Stores what stats() returns (engine thread).
   void PublishStats();
 
+  // The deadline for `batch`: options_.step_timeout, or kStepDeadlineMargin times what the
+  // batch's work has cost per unit so far, whichever is longer.
+  absl::Duration StepTimeout(const ScheduledBatch& batch) const;
   int32_t BlocksFor(int64_t num_tokens) const;
   // Checks shared by both Submit*: prompt ids, length and blocks.
   absl::Status CheckPrompt(const std::vector<int32_t>& prompt) const;
@@ -162,6 +168,9 @@ class Engine {
   std::unique_ptr<PrefixCache> cache_;  // a NoPrefixCache with enable_prefix_cache off
   Scheduler scheduler_;
   uint64_t step_id_ = 0;
+  // Seconds per unit of StepWork, a moving average over the steps run; before the first, a slow
+  // CPU's 1 ms. Engine thread only.
+  double seconds_per_work_ = 1e-3;
   std::function<absl::Status()> reform_;  // set before Start
   std::string last_reform_error_;
 

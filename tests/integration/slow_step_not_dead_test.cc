@@ -1,7 +1,8 @@
-// A rank that stops answering (SIGSTOP: alive to the kernel, silent to everyone) is noticed by
-// the heartbeats, and the step waiting on it is abandoned at once: the requests in flight get
-// their error within a few heartbeat intervals (1 s each, 2 s to answer), not at the 30 s step
-// deadline.
+// Liveness comes from the heartbeats, not from how long a step takes:
+// - a step with much work gets a deadline in proportion (a long prefill is not a dead rank),
+// - a rank that stops answering (SIGSTOP: alive to the kernel, silent to everyone) is noticed by
+//   the heartbeats, and the step waiting on it is abandoned at once: the requests in flight get
+//   their error within a few heartbeat intervals (1 s each, 2 s to answer), not at the deadline.
 #include <signal.h>
 
 #include <chrono>
@@ -14,6 +15,27 @@
 
 namespace tpserve::testing {
 namespace {
+
+TEST(SlowStepNotDead, LongPrefillOutlivesASmallStepTimeout) {
+  LocalClusterOptions options = ClusterOptions(TPSERVE_MODEL_PATH, 3);
+  options.coordinator_args = {"--step-timeout", "1"};
+  auto cluster = StartServing(options, absl::Seconds(120));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  // ~2,000 tokens in one prefill step: 2-4 s at T=3 on two cores, past the 1 s step timeout.
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 2000; ++i) prompt.push_back(300 + (i * 7919) % 20000);
+  const auto started = std::chrono::steady_clock::now();
+  auto tokens = GenerateGreedy(**cluster, prompt, 4);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ASSERT_TRUE(tokens.ok()) << tokens.status() << "\n" << LogTails(options);
+  std::printf("slow_step_not_dead: a 2,000-token prompt served in %.2f s with --step-timeout 1\n",
+              seconds);
+  EXPECT_EQ(tokens->size(), 4u);
+  auto status = ClusterStatus(**cluster);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->state(), v1::HealthResponse::STATE_SERVING) << status->DebugString();
+}
 
 TEST(SlowStepNotDead, StoppedRankFailsTheRequestsInFlightWithinHeartbeats) {
   LocalClusterOptions options = ClusterOptions(TPSERVE_MODEL_PATH, 3);
