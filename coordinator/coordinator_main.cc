@@ -349,7 +349,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--step-timeout", flags.step_timeout_s,
-                 "seconds a step may take on every rank before the cluster is degraded")
+                 "the least time, in seconds, a step may take before the cluster is degraded; a "
+                 "step of more work gets proportionally longer (dead ranks are found by the "
+                 "heartbeats)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--kv-cache-blocks", flags.kv_cache_blocks,
