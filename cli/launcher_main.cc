@@ -10,12 +10,16 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -47,6 +51,9 @@ struct Flags {
   int block_size = 16;
   int max_num_batched_tokens = 2048;
   int max_num_seqs = 256;
+  double step_timeout_s = 30;
+  std::vector<std::string> api_keys;
+  std::string admin_key_file;
   bool no_prefix_cache = false;
   int ready_timeout_s = 600;
   std::string prompt;
@@ -67,6 +74,12 @@ absl::Status AnswerPrompt(const Flags& flags, LocalCluster& cluster) {
   request.set_max_tokens(flags.max_tokens);
   request.mutable_sampling()->set_temperature(0.0f);
   grpc::ClientContext context;
+  // The sample prompt is a client like any other: it shows one of the cluster's API keys.
+  if (const char* keys = std::getenv("TPSERVE_API_KEY"); keys != nullptr) {
+    const std::string all(keys);
+    const std::string first(absl::StripAsciiWhitespace(all.substr(0, all.find('\n'))));
+    if (!first.empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", first));
+  }
   auto reader = cluster.inference().Generate(&context, request);
   v1::GenerateResponse chunk;
   std::printf("> %s\n", flags.prompt.c_str());
@@ -105,7 +118,19 @@ absl::Status Serve(const Flags& flags) {
       absl::StrCat("--max-num-batched-tokens=", flags.max_num_batched_tokens),
       absl::StrCat("--max-num-seqs=", flags.max_num_seqs),
       absl::StrCat("--max-queued-requests=", flags.max_queued_requests),
+      absl::StrCat("--step-timeout=", flags.step_timeout_s),
       absl::StrCat("--device=", flags.device)};
+  if (!flags.api_keys.empty()) {
+    // Through the environment the coordinator inherits, not its argv, which any local user
+    // can read in /proc.
+    const char* inherited = std::getenv("TPSERVE_API_KEY");
+    std::string keys = inherited == nullptr ? "" : absl::StrCat(inherited, "\n");
+    absl::StrAppend(&keys, absl::StrJoin(flags.api_keys, "\n"));
+    setenv("TPSERVE_API_KEY", keys.c_str(), /*overwrite=*/1);
+  }
+  if (!flags.admin_key_file.empty()) {
+    options.coordinator_args.push_back(absl::StrCat("--admin-key-file=", flags.admin_key_file));
+  }
   if (flags.device == "cuda") {
     // On one host, rank r drives GPU r (the workers' default --local-rank).
     options.worker_args.push_back(
@@ -186,6 +211,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--max-num-seqs", flags.max_num_seqs, "sequences running at once")
       ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--step-timeout", flags.step_timeout_s,
+                 "the least seconds a step may take before the cluster is degraded (longer "
+                 "steps get proportionally more)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--api-key", flags.api_keys,
+                 "a key clients must send as 'Authorization: Bearer' (repeatable; added to "
+                 "$TPSERVE_API_KEY, which the coordinator inherits)");
+  app.add_option("--admin-key-file", flags.admin_key_file,
+                 "file of admin keys for drain, undrain and flush-cache");
   app.add_flag("--no-prefix-cache", flags.no_prefix_cache,
                "turn off the RadixAttention prefix cache");
   app.add_option("--ready-timeout", flags.ready_timeout_s, "seconds to wait for the cluster")
