@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/cluster_token.h"
@@ -103,6 +104,19 @@ grpc::Status ClusterServiceImpl::StoreSet(grpc::ServerContext* context,
   store_bytes_ += added - replaced;
   store_[request->key()] = request->value();
   return grpc::Status::OK;
+}
+
+void ClusterServiceImpl::ClearGroup(const std::string& group_id) {
+  const std::string prefix = absl::StrCat(group_id, "/");
+  absl::MutexLock lock(&mutex_);
+  for (auto it = store_.begin(); it != store_.end();) {
+    if (absl::StartsWith(it->first, prefix)) {
+      store_bytes_ -= it->first.size() + it->second.size();
+      store_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
 }
 
 grpc::Status ClusterServiceImpl::StoreGet(grpc::ServerContext* context,

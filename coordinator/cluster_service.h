@@ -51,6 +51,10 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
   // INVALID_ARGUMENT naming the rank when it is outside [0, world_size) or the address is empty;
   // ALREADY_EXISTS naming the rank and both addresses when another live worker holds the rank.
   // The same worker registering again (same address and pid) is accepted.
+  // Forgets the rendezvous keys of group `group_id` (those under "<group_id>/"), when a group
+  // incarnation has ended and its successor forms under a new id.
+  void ClearGroup(const std::string& group_id);
+
   grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
                         v1::RegisterResponse* response) override;
   // Sets (or overwrites) a key and wakes its waiters.

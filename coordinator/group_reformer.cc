@@ -44,6 +44,7 @@ absl::Status GroupReformer::Reform() {
     return absl::UnavailableError(absl::StrCat("waiting for every rank to answer: ",
                                                alive.message()));
   }
+  cluster_->ClearGroup(init_.group_id);  // the ended incarnation's rendezvous
   init_.group_id = NewGroupId();
   LogInfo(kLog, "every rank answers: Init with group %s", init_.group_id);
   if (absl::Status s = pool_->Init(init_, init_timeout_); !s.ok()) return s;

@@ -171,5 +171,27 @@ TEST_F(ClusterServiceTest, StoreIsBounded) {
   EXPECT_EQ(got, "small");
 }
 
+// A re-formed group leaves nothing of its predecessor's rendezvous behind.
+TEST_F(ClusterServiceTest, ClearGroupForgetsOnlyThatGroupsKeys) {
+  Start(1);
+  ASSERT_TRUE(Set("g1/rank0", "a").ok());
+  ASSERT_TRUE(Set("g1/rank1", "b").ok());
+  ASSERT_TRUE(Set("g10/rank0", "c").ok());
+  service_->ClearGroup("g1");
+  std::string value;
+  EXPECT_EQ(Get("g1/rank0", 50, &value).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(Get("g1/rank1", 50, &value).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  ASSERT_TRUE(Get("g10/rank0", 50, &value).ok());
+  EXPECT_EQ(value, "c");
+  // The bytes were given back: the whole budget is there again.
+  const std::string big(kMaxStoreValueBytes, 'v');
+  int stored = 0;
+  while (Set("g2/" + std::to_string(stored), big).ok()) ++stored;
+  service_->ClearGroup("g2");
+  int again = 0;
+  while (Set("g3/" + std::to_string(again), big).ok()) ++again;
+  EXPECT_EQ(again, stored);
+}
+
 }  // namespace
 }  // namespace tpserve
