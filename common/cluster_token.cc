@@ -89,12 +89,15 @@ std::string BearerSecret(const std::string& authorization) {
   return std::string(absl::StripAsciiWhitespace(authorization.substr(sizeof(kBearer) - 1)));
 }
 
-grpc::Status CheckClusterToken(const grpc::ServerContext& context, const char* method) {
-  if (!HasClusterToken()) return grpc::Status::OK;
+std::string AuthorizationOf(const grpc::ServerContext& context) {
   const auto& metadata = context.client_metadata();
   const auto it = metadata.find("authorization");
-  const std::string offered =
-      it == metadata.end() ? "" : BearerSecret(std::string(it->second.data(), it->second.size()));
+  return it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
+}
+
+grpc::Status CheckClusterToken(const grpc::ServerContext& context, const char* method) {
+  if (!HasClusterToken()) return grpc::Status::OK;
+  const std::string offered = BearerSecret(AuthorizationOf(context));
   if (!offered.empty() && SecretsEqual(offered, Token())) return grpc::Status::OK;
   LogWarning("auth", "%s from %s refused: %s cluster token", method, context.peer(),
              offered.empty() ? "no" : "a wrong");

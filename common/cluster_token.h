@@ -40,4 +40,7 @@ bool SecretsEqual(const std::string& a, const std::string& b);
 // The secret of an `authorization: Bearer <secret>` value; empty when it is not one.
 std::string BearerSecret(const std::string& authorization);
 
+// A call's `authorization` metadata; empty when it has none.
+std::string AuthorizationOf(const grpc::ServerContext& context);
+
 }  // namespace tpserve

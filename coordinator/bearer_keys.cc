@@ -50,11 +50,7 @@ bool BearerKeys::Accepts(const std::string& authorization) const {
 }
 
 grpc::Status BearerKeys::Check(const grpc::ServerContext& context, const char* method) const {
-  const auto& metadata = context.client_metadata();
-  const auto it = metadata.find("authorization");
-  const std::string offered =
-      it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
-  if (Accepts(offered)) return grpc::Status::OK;
+  if (Accepts(AuthorizationOf(context))) return grpc::Status::OK;
   LogWarning("auth", "%s from %s refused: no valid key", method, context.peer());
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                       absl::StrCat(method, " needs a key (metadata authorization: Bearer)"));

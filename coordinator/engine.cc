@@ -120,9 +120,9 @@ absl::Status Engine::health() const {
   return degraded_;
 }
 
-absl::Duration Engine::StepTimeout(const ScheduledBatch& batch) const {
+absl::Duration Engine::StepTimeout(double work) const {
   return std::max(options_.step_timeout,
-                  absl::Seconds(kStepDeadlineMargin * seconds_per_work_ * StepWork(batch)));
+                  absl::Seconds(kStepDeadlineMargin * seconds_per_work_ * work));
 }
 
 int32_t Engine::BlocksFor(int64_t num_tokens) const {
@@ -352,7 +352,8 @@ void Engine::Run() {
     RecordQueueTimes(batch);
     PublishStats();
     ++step_id_;
-    const absl::Duration timeout = StepTimeout(batch);
+    const double work = StepWork(batch);
+    const absl::Duration timeout = StepTimeout(work);
     const absl::Time started = absl::Now();
     const int64_t deadline_ms = absl::ToUnixMillis(started + timeout);
     absl::StatusOr<v1::StepResponse> response =
@@ -361,7 +362,7 @@ void Engine::Run() {
       MarkDegraded(response.status());
       continue;  // the next iteration fails everything
     }
-    const double measured = absl::ToDoubleSeconds(absl::Now() - started) / StepWork(batch);
+    const double measured = absl::ToDoubleSeconds(absl::Now() - started) / work;
     seconds_per_work_ = 0.8 * seconds_per_work_ + 0.2 * measured;
     Apply(batch, *response);
   }

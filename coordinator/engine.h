@@ -145,9 +145,9 @@ class Engine {
   // Stores what stats() returns (engine thread).
   void PublishStats();
 
-  // The deadline for `batch`: options_.step_timeout, or kStepDeadlineMargin times what the
-  // batch's work has cost per unit so far, whichever is longer.
-  absl::Duration StepTimeout(const ScheduledBatch& batch) const;
+  // The deadline for a step of `work` (StepWork): options_.step_timeout, or kStepDeadlineMargin
+  // times what a unit of work has cost so far, whichever is longer.
+  absl::Duration StepTimeout(double work) const;
   int32_t BlocksFor(int64_t num_tokens) const;
   // Checks shared by both Submit*: prompt ids, length and blocks.
   absl::Status CheckPrompt(const std::vector<int32_t>& prompt) const;

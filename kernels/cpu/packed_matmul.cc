@@ -11,7 +11,6 @@
 #include "kernels/cpu/packed_matmul_amx.h"
 #include "kernels/cpu/packed_tile.h"
 #include "kernels/cpu/parallel_for.h"
-#include "kernels/cpu/threads.h"
 #include "kernels/cpu/x86_intrinsics.h"
 
 // Work is split by groups of 16 weight rows (threads take groups) and, within a group, tiles of
@@ -248,9 +247,7 @@ void Product(PackedIsa isa, const QuantizedActivations& a, const PackedWeight& w
   const int64_t end_group = (first + count + kGroupRows - 1) / kGroupRows;
   const bool amx = isa == PackedIsa::kAmx && m >= kAmxMinRows;
   const int64_t groups = end_group - first_group;
-  // A few chunks per thread: enough that a descheduled thread's share goes to the others.
-  const int64_t grain = std::max<int64_t>(1, groups / (4 * CpuThreads()));
-  ParallelFor(groups, grain, [&](int64_t begin, int64_t end) {
+  ParallelFor(groups, FewChunksPerThread(groups), [&](int64_t begin, int64_t end) {
     alignas(64) float out[kGroupRows * kGroupRows];
     thread_local std::vector<uint8_t> scratch;  // the pool's threads live on: no steady allocation
     for (int64_t group = first_group + begin; group < first_group + end; ++group) {

@@ -164,6 +164,8 @@ class Pool {
 
 }  // namespace
 
+int64_t FewChunksPerThread(int64_t n) { return std::max<int64_t>(1, n / (4 * CpuThreads())); }
+
 void ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn) {
   TP_CHECK(n >= 0 && grain >= 1);
   if (n == 0) return;

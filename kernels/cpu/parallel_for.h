@@ -22,4 +22,8 @@ namespace tpserve::cpu {
 // chunk, or while another thread's call holds the pool, runs on the calling thread alone.
 void ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn);
 
+// A grain that splits n items into about four chunks per thread: enough that a descheduled
+// thread's share goes to the others, few enough that handing them out costs nothing.
+int64_t FewChunksPerThread(int64_t n);
+
 }  // namespace tpserve::cpu

@@ -1,11 +1,9 @@
 #include "kernels/cpu/quantized_activations.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "common/check.h"
 #include "kernels/cpu/parallel_for.h"
-#include "kernels/cpu/threads.h"
 #include "kernels/cpu/x86_intrinsics.h"
 
 namespace tpserve::cpu {
@@ -100,7 +98,7 @@ void QuantizeActivations(const float* x, int64_t rows, int64_t k, QuantizedActiv
   if (rows < kParallelRows) {
     quantize(0, rows);
   } else {
-    ParallelFor(rows, std::max<int64_t>(1, rows / (4 * CpuThreads())), quantize);
+    ParallelFor(rows, FewChunksPerThread(rows), quantize);
   }
 }
 

@@ -1,12 +1,10 @@
 #include "kernels/cpu/rope.h"
 
-#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "common/check.h"
 #include "kernels/cpu/parallel_for.h"
-#include "kernels/cpu/threads.h"
 
 namespace tpserve::cpu {
 
@@ -52,7 +50,7 @@ void ApplyRope(float* x, const int32_t* positions, int64_t num_tokens, int64_t n
   if (num_tokens * token_stride < (int64_t{1} << 16)) {
     rotate(0, num_tokens);
   } else {
-    ParallelFor(num_tokens, std::max<int64_t>(1, num_tokens / (4 * CpuThreads())), rotate);
+    ParallelFor(num_tokens, FewChunksPerThread(num_tokens), rotate);
   }
 }
 

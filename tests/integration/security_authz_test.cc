@@ -48,6 +48,18 @@ grpc::Status CallRaw(const std::string& address, const std::string& method,
   return status;
 }
 
+// Each of `methods` on `address` with each of `credentials` is refused as UNAUTHENTICATED.
+void ExpectRefused(const std::string& address, const std::vector<std::string>& methods,
+                   const std::vector<std::string>& credentials) {
+  for (const std::string& method : methods) {
+    for (const std::string& credential : credentials) {
+      EXPECT_EQ(CallRaw(address, method, credential).error_code(),
+                grpc::StatusCode::UNAUTHENTICATED)
+          << method << " on " << address << " with '" << credential << "'";
+    }
+  }
+}
+
 // Every method of `service` (its descriptor, so that a method added later is covered too).
 std::vector<std::string> Methods(const std::string& service) {
   const auto* descriptor =
@@ -81,21 +93,9 @@ TEST(SecurityAuthz, ClusterCallsNeedTheClusterToken) {
 
   const std::vector<std::string> bad = {"", "Bearer wrong-token", "Bearer ", "Basic abc"};
   for (const std::string& address : workers) {
-    for (const std::string& method : Methods("tpserve.v1.WorkerService")) {
-      for (const std::string& credential : bad) {
-        EXPECT_EQ(CallRaw(address, method, credential).error_code(),
-                  grpc::StatusCode::UNAUTHENTICATED)
-            << method << " on " << address << " with '" << credential << "'";
-      }
-    }
+    ExpectRefused(address, Methods("tpserve.v1.WorkerService"), bad);
   }
-  for (const std::string& method : Methods("tpserve.v1.ClusterService")) {
-    for (const std::string& credential : bad) {
-      EXPECT_EQ(CallRaw((*cluster)->address(), method, credential).error_code(),
-                grpc::StatusCode::UNAUTHENTICATED)
-          << method << " with '" << credential << "'";
-    }
-  }
+  ExpectRefused((*cluster)->address(), Methods("tpserve.v1.ClusterService"), bad);
   // A fake rank 1 tries to register, with a well-formed request and no token.
   {
     auto stub = v1::ClusterService::NewStub(
@@ -158,15 +158,10 @@ TEST(SecurityAuthz, ClientApisNeedAnApiKey) {
   EXPECT_EQ(served->status, 200) << served->body;
 
   const std::string address = (*cluster)->address();
-  for (const char* method : {"/tpserve.v1.InferenceService/Score",
-                             "/tpserve.v1.InferenceService/Tokenize",
-                             "/tpserve.v1.InferenceService/ListModels"}) {
-    EXPECT_EQ(CallRaw(address, method, "").error_code(), grpc::StatusCode::UNAUTHENTICATED)
-        << method;
-    EXPECT_EQ(CallRaw(address, method, "Bearer wrong").error_code(),
-              grpc::StatusCode::UNAUTHENTICATED)
-        << method;
-  }
+  ExpectRefused(address,
+                {"/tpserve.v1.InferenceService/Score", "/tpserve.v1.InferenceService/Tokenize",
+                 "/tpserve.v1.InferenceService/ListModels"},
+                {"", "Bearer wrong"});
   EXPECT_TRUE(CallRaw(address, "/tpserve.v1.InferenceService/Health", "").ok());
   EXPECT_TRUE(CallRaw(address, "/tpserve.v1.InferenceService/ListModels",
                       std::string("Bearer ") + kApiKey)
@@ -207,14 +202,10 @@ TEST(SecurityAuthz, AdminOperationsNeedTheAdminKey) {
   auto cluster = StartServing(options, absl::Seconds(120));
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string address = (*cluster)->address();
-  for (const char* method : {"/tpserve.v1.AdminService/Drain", "/tpserve.v1.AdminService/Undrain",
-                             "/tpserve.v1.AdminService/FlushPrefixCache"}) {
-    EXPECT_EQ(CallRaw(address, method, "").error_code(), grpc::StatusCode::UNAUTHENTICATED)
-        << method;
-    EXPECT_EQ(CallRaw(address, method, "Bearer not-the-key").error_code(),
-              grpc::StatusCode::UNAUTHENTICATED)
-        << method;
-  }
+  ExpectRefused(address,
+                {"/tpserve.v1.AdminService/Drain", "/tpserve.v1.AdminService/Undrain",
+                 "/tpserve.v1.AdminService/FlushPrefixCache"},
+                {"", "Bearer not-the-key"});
   EXPECT_TRUE(CallRaw(address, "/tpserve.v1.AdminService/ClusterStatus", "").ok());
   httplib::Client http("http://" + (*cluster)->http_address());
   auto ready = http.Get("/health/ready");
