@@ -65,6 +65,9 @@ struct Flags {
   int http_port = 8000;   // -1: no HTTP
   std::string http_host;  // empty: --host
   std::string http_port_file;
+  int http_max_connections = HttpLimits().max_connections;
+  int64_t http_max_body_bytes = HttpLimits().max_body_bytes;
+  double http_header_timeout_s = absl::ToDoubleSeconds(HttpLimits().header_timeout);
   std::string served_model_name;  // empty: the model file's name without ".gguf"
   int max_queued_requests = 0;
   std::string device = "cpu";
@@ -195,8 +198,12 @@ int Run(const Flags& flags) {
   const std::string served_model_name = ServedModelName(flags);
   Metrics metrics(served_model_name);
   const std::unique_ptr<ChatTemplate> chat_template = LoadChatTemplate(**file);
+  HttpLimits http_limits;
+  http_limits.max_connections = flags.http_max_connections;
+  http_limits.max_body_bytes = static_cast<size_t>(flags.http_max_body_bytes);
+  http_limits.header_timeout = absl::Seconds(flags.http_header_timeout_s);
   HttpServer http({served_model_name, config->context_length, tokenizer->get(),
-                   chat_template.get(), &metrics, &*api_keys});
+                   chat_template.get(), &metrics, &*api_keys, http_limits});
   if (flags.http_port >= 0) {
     const std::string http_host = flags.http_host.empty() ? flags.host : flags.http_host;
     absl::StatusOr<int> http_port = http.Start(http_host, flags.http_port);
@@ -382,6 +389,19 @@ int main(int argc, char** argv) {
                  "address the HTTP API listens on (default: --host)");
   app.add_option("--http-port-file", flags.http_port_file,
                  "write the chosen HTTP port to this file");
+  app.add_option("--http-max-connections", flags.http_max_connections,
+                 "open HTTP connections beyond which new ones get 503 (idle and slow ones count)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--http-max-body-bytes", flags.http_max_body_bytes,
+                 "largest request body accepted; larger ones get 413 before they are read")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32));
+  app.add_option("--http-header-timeout", flags.http_header_timeout_s,
+                 "seconds a request's head may take to arrive (and an idle connection may stay "
+                 "open) before the connection is closed")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--served-model-name", flags.served_model_name,
                  "the model name clients pass in OpenAI requests (default: the model file's name "
                  "without .gguf)");

@@ -1,19 +1,17 @@
 #include "coordinator/http_server.h"
 
-#include <sys/socket.h>
-
-#include <chrono>
 #include <exception>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "coordinator/json_depth.h"
 #include "coordinator/openai_error.h"
 #include "coordinator/openai_response.h"
 #include "coordinator/sample_streams.h"
-#include "httplib.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve {
@@ -25,25 +23,18 @@ using Streams = std::vector<std::shared_ptr<RequestStream>>;
 constexpr char kLog[] = "http";
 // How long a request thread waits on the engine before it looks at the client and at Stop().
 constexpr absl::Duration kPoll = absl::Milliseconds(50);
-// Token-id prompts of a full context are ~100 KB of JSON; this leaves room without letting one
-// client make the server hold gigabytes.
-constexpr size_t kMaxBodyBytes = 32 << 20;
 constexpr char kJson[] = "application/json";
 constexpr char kRequestIdHeader[] = "X-Request-Id";
-constexpr size_t kLoggedErrorBytes = 300;
 
-void ReplyError(httplib::Response& response, const absl::Status& status) {
-  response.status = HttpStatusOf(status);
-  if (status.code() == absl::StatusCode::kResourceExhausted) {
-    response.set_header("Retry-After", "1");
-  }
-  response.set_content(ErrorBody(status), kJson);
+HttpReply ErrorReply(const absl::Status& status, int http_status) {
+  HttpReply reply{http_status, kJson, {}, ErrorBody(status)};
+  if (http_status == 429 || http_status == 503) reply.headers.emplace_back("Retry-After", "1");
+  return reply;
 }
 
-void ReplyJson(httplib::Response& response, int status, const json& body) {
-  response.status = status;
-  response.set_content(Dump(body), kJson);
-}
+HttpReply ErrorReply(const absl::Status& status) { return ErrorReply(status, HttpStatusOf(status)); }
+
+HttpReply JsonReply(int status, const json& body) { return {status, kJson, {}, Dump(body)}; }
 
 // Prompt tokens count once however many samples there are; completion tokens add up.
 void AddUsage(const StreamUpdate& last, int32_t index, Usage* usage) {
@@ -60,13 +51,18 @@ struct Completed {
 };
 
 // Waits for every sample. The first failure cancels the others and is returned.
-absl::StatusOr<Completed> WaitAll(SampleStreams& samples, const std::atomic<bool>& stopping) {
+absl::StatusOr<Completed> WaitAll(SampleStreams& samples, const std::atomic<bool>& stopping,
+                                  const HttpExchange& exchange) {
   Completed result;
   result.choices.resize(samples.size());
   while (!samples.done()) {
     if (stopping.load()) {
       samples.CancelAll();
       return absl::UnavailableError("the HTTP server is stopping");
+    }
+    if (exchange.client_gone()) {
+      samples.CancelAll();
+      return absl::CancelledError("the client went away");
     }
     std::optional<SampleStreams::News> news = samples.Next(kPoll);
     if (!news.has_value()) continue;
@@ -93,11 +89,11 @@ struct EventStream {
   bool with_logprobs = false;
 };
 
-// Writes the whole event stream to `sink`. False when the client went away or the server
+// Writes the whole event stream to `exchange`. False when the client went away or the server
 // stops: the samples are cancelled.
-bool WriteEvents(EventStream& events, httplib::DataSink& sink, const std::atomic<bool>& stopping) {
+bool WriteEvents(EventStream& events, HttpExchange& exchange, const std::atomic<bool>& stopping) {
   SampleStreams& samples = events.samples;
-  auto write = [&sink](const std::string& data) { return sink.write(data.data(), data.size()); };
+  auto write = [&exchange](const std::string& data) { return exchange.WriteChunk(data); };
   auto give_up = [&samples] {
     samples.CancelAll();
     return false;
@@ -111,7 +107,7 @@ bool WriteEvents(EventStream& events, httplib::DataSink& sink, const std::atomic
   std::vector<int32_t> text_offsets(samples.size(), 0);
   Usage usage;
   while (!samples.done()) {
-    if (stopping.load() || !sink.is_writable()) return give_up();
+    if (stopping.load() || exchange.client_gone()) return give_up();
     std::optional<SampleStreams::News> news = samples.Next(kPoll);
     if (!news.has_value()) continue;
     const int32_t i = news->index;
@@ -123,7 +119,6 @@ bool WriteEvents(EventStream& events, httplib::DataSink& sink, const std::atomic
       samples.CancelAll();
       write(absl::StrCat("data: ", ErrorBody(update.status), "\n\n"));
       write(kSseDone);
-      sink.done();
       return true;
     }
     const bool has_logprobs = events.with_logprobs && !update.logprobs.empty();
@@ -138,23 +133,7 @@ bool WriteEvents(EventStream& events, httplib::DataSink& sink, const std::atomic
   if (events.include_usage && !write(SseEvent(events.responder.UsageChunk(usage)))) {
     return give_up();
   }
-  if (!write(kSseDone)) return give_up();
-  sink.done();
-  return true;
-}
-
-// What httplib refused before any handler ran.
-absl::Status HttplibError(const httplib::Request& request, int http_status) {
-  const std::string what = absl::StrCat(request.method, " ", request.path);
-  switch (http_status) {
-    case 404:
-      return absl::NotFoundError(absl::StrCat(what, ": no such endpoint"));
-    case 413:
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": the request body is larger than ", kMaxBodyBytes, " bytes"));
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(what, ": HTTP ", http_status));
-  }
+  return write(kSseDone) || give_up();
 }
 
 std::string StartingMessage() { return "cluster is starting: workers are not loaded yet"; }
@@ -167,110 +146,104 @@ HttpServer::HttpServer(HttpServerOptions options)
 HttpServer::~HttpServer() { Stop(); }
 
 absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
-  server_ = std::make_unique<httplib::Server>();
-  httplib::Server& server = *server_;
-  server.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
-  server.set_payload_max_length(kMaxBodyBytes);
-  server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleGenerate(OpenAiEndpoint::kCompletions, req, res);
-  });
-  server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleGenerate(OpenAiEndpoint::kChatCompletions, req, res);
-  });
-  server.Get("/v1/models",
-             [this](const httplib::Request&, httplib::Response& res) { HandleModels(res); });
-  server.Get("/health",
-             [this](const httplib::Request&, httplib::Response& res) { HandleHealth(res); });
-  server.Get("/health/ready",
-             [this](const httplib::Request&, httplib::Response& res) { HandleReady(res); });
-  server.Get("/metrics",
-             [this](const httplib::Request&, httplib::Response& res) { HandleMetrics(res); });
-  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_keys == nullptr || !absl::StartsWith(req.path, "/v1/") ||
-        options_.api_keys->Accepts(req.get_header_value("Authorization"))) {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    LogWarning("http", "%s %s from %s refused: no valid API key", req.method, req.path,
-               req.remote_addr);
-    const absl::Status refused = InvalidApiKey();
-    res.status = HttpStatusOf(refused);
-    res.set_content(ErrorBody(refused), kJson);
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // What httplib answers itself (unknown routes, oversized bodies, bad request lines) gets an
-  // OpenAI error body too.
-  server.set_error_handler(
-      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        res.set_content(ErrorBody(HttplibError(req, res.status)), kJson);
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  // A last resort: handlers catch what they expect.
-  server.set_exception_handler(
-      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
-        std::string what = "unknown exception";
-        try {
-          std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        LogError(kLog, "%s %s: uncaught exception: %s", req.method, req.path, what);
-        ReplyError(res, absl::InternalError(absl::StrCat("internal error: ", what)));
+  listener_ = std::make_unique<HttpListener>(
+      options_.limits,
+      [this](std::shared_ptr<HttpExchange> exchange, HttpRequest request) {
+        Dispatch(std::move(exchange), std::move(request));
+      },
+      [](int status, const std::string& message) {
+        return ErrorReply(absl::InvalidArgumentError(message), status);
       });
-  server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-    const std::string id = res.get_header_value(kRequestIdHeader);
-    // A refusal's body is the OpenAI error, which says why.
-    const std::string why = res.status >= 400 ? res.body.substr(0, kLoggedErrorBytes) : "";
-    LogInfo(kLog, "%s %s from %s:%d: %d%s%s%s%s", req.method, req.path, req.remote_addr,
-            req.remote_port, res.status, id.empty() ? "" : ", request ", id, why.empty() ? "" : " ",
-            why);
-  });
-
-  // Debian's compiled httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG): dozens of
-  // clients connecting while the workers hold every core overflow it (TcpExtListenOverflows),
-  // and clients see connection resets. The listening socket goes through this hook, so its
-  // backlog is raised right after bind.
-  int listen_fd = -1;
-  server.set_socket_options([&listen_fd](socket_t sock) {
-    httplib::default_socket_options(sock);
-    listen_fd = sock;
-  });
-  const int bound =
-      port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port));
-  }
-  if (listen_fd < 0 || ::listen(listen_fd, SOMAXCONN) != 0) {
-    LogWarning(kLog, "could not raise the listen backlog of %s:%d to %d", host, bound, SOMAXCONN);
-  }
-  thread_ = std::thread([this] {
-    server_->listen_after_bind();
-    accept_loop_ended_.store(true);
-  });
-  // httplib's stop() does nothing to a server whose accept loop has not started yet.
-  while (!server.is_running() && !accept_loop_ended_.load()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return bound;
+  return listener_->Start(host, port);
 }
 
 void HttpServer::Stop() {
   stopping_.store(true);
-  if (server_ != nullptr) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (listener_ == nullptr) return;
+  listener_->BeginStop();
+  {
+    // Each generation thread sees stopping_ within kPoll and answers.
+    absl::MutexLock lock(&mutex_);
+    mutex_.Await(absl::Condition(
+        +[](int* running) { return *running == 0; }, &running_));
+  }
+  listener_->Stop();
 }
 
-void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const httplib::Request& request,
-                                httplib::Response& response) {
+void HttpServer::Dispatch(std::shared_ptr<HttpExchange> exchange, HttpRequest request) {
+  const std::string& path = request.path;
+  if (options_.api_keys != nullptr && absl::StartsWith(path, "/v1/") &&
+      !options_.api_keys->Accepts(request.authorization)) {
+    LogWarning(kLog, "%s %s from %s refused: no valid API key", request.method, path,
+               request.peer);
+    return exchange->Reply(ErrorReply(InvalidApiKey()));
+  }
+  const bool get = request.method == "GET";
+  const bool post = request.method == "POST";
+  if (path == "/v1/completions" && post) {
+    return SpawnGenerate(OpenAiEndpoint::kCompletions, std::move(exchange), std::move(request));
+  }
+  if (path == "/v1/chat/completions" && post) {
+    return SpawnGenerate(OpenAiEndpoint::kChatCompletions, std::move(exchange),
+                         std::move(request));
+  }
+  if (path == "/v1/models" && get) return exchange->Reply(Models());
+  if (path == "/health" && get) return exchange->Reply(Health());
+  if (path == "/health/ready" && get) return exchange->Reply(Ready());
+  if (path == "/metrics" && get) return exchange->Reply(MetricsText());
+  const std::string what = absl::StrCat(request.method, " ", path);
+  const bool known = path == "/v1/completions" || path == "/v1/chat/completions" ||
+                     path == "/v1/models" || path == "/health" || path == "/health/ready" ||
+                     path == "/metrics";
+  if (!known) return exchange->Reply(ErrorReply(absl::NotFoundError(what + ": no such endpoint")));
+  HttpReply refused = ErrorReply(
+      absl::InvalidArgumentError(absl::StrCat(what, ": method not allowed; use ",
+                                              post ? "GET" : "POST" )),
+      405);
+  refused.headers.emplace_back("Allow", absl::StartsWith(path, "/v1/c") ? "POST" : "GET");
+  exchange->Reply(std::move(refused));
+}
+
+void HttpServer::SpawnGenerate(OpenAiEndpoint endpoint, std::shared_ptr<HttpExchange> exchange,
+                               HttpRequest request) {
+  {
+    absl::MutexLock lock(&mutex_);
+    ++running_;
+  }
+  std::thread([this, endpoint, exchange = std::move(exchange),
+               request = std::move(request)]() mutable {
+    try {
+      HandleGenerate(endpoint, request, *exchange);
+    } catch (const std::exception& e) {
+      LogError(kLog, "%s %s: uncaught exception: %s", request.method, request.path, e.what());
+      if (!exchange->ended()) {
+        exchange->Reply(
+            ErrorReply(absl::InternalError(absl::StrCat("internal error: ", e.what()))));
+      }
+    }
+    // The exchange goes before the count: Stop may destroy the listener right after.
+    exchange.reset();
+    absl::MutexLock lock(&mutex_);
+    --running_;
+  }).detach();
+}
+
+void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& request,
+                                HttpExchange& exchange) {
   Engine* engine = engine_.load();
-  if (engine == nullptr) return ReplyError(response, absl::UnavailableError(StartingMessage()));
+  if (engine == nullptr) {
+    return exchange.Reply(ErrorReply(absl::UnavailableError(StartingMessage())));
+  }
+  if (JsonNestingDepth(request.body) > kMaxJsonDepth) {
+    return exchange.Reply(ErrorReply(absl::InvalidArgumentError(
+        absl::StrCat("the request body nests JSON deeper than ", kMaxJsonDepth, " levels"))));
+  }
   const ServedModel model{options_.model_name, engine->options().context_length, options_.tokenizer,
                           options_.chat_template};
   absl::StatusOr<OpenAiRequest> parsed = endpoint == OpenAiEndpoint::kCompletions
                                              ? ParseCompletionRequest(request.body, model)
                                              : ParseChatRequest(request.body, model);
-  if (!parsed.ok()) return ReplyError(response, parsed.status());
+  if (!parsed.ok()) return exchange.Reply(ErrorReply(parsed.status()));
   const bool with_logprobs = parsed->params.logprobs >= 0;
   absl::StatusOr<Streams> streams = engine->SubmitGenerate(std::move(parsed->params));
   if (!streams.ok()) {
@@ -281,84 +254,78 @@ void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const httplib::Request&
     if (status.code() == absl::StatusCode::kInvalidArgument && !HasParam(status)) {
       status = WithParam(std::move(status), parsed->prompt_field());
     }
-    return ReplyError(response, status);
+    return exchange.Reply(ErrorReply(status));
   }
   const uint64_t request_id = streams->front()->request_id();
-  response.set_header(kRequestIdHeader, std::to_string(request_id));
   OpenAiResponder responder(
       MakeResponseHeader(endpoint, request_id, options_.model_name, absl::Now()),
       options_.tokenizer, with_logprobs);
+  const std::pair<std::string, std::string> id_header{kRequestIdHeader,
+                                                      std::to_string(request_id)};
 
   if (!parsed->stream) {
     SampleStreams samples(*std::move(streams));
-    absl::StatusOr<Completed> completed = WaitAll(samples, stopping_);
-    if (!completed.ok()) return ReplyError(response, completed.status());
-    return ReplyJson(response, 200, responder.Response(completed->choices, completed->usage));
+    absl::StatusOr<Completed> completed = WaitAll(samples, stopping_, exchange);
+    HttpReply reply = completed.ok() ? JsonReply(200, responder.Response(completed->choices,
+                                                                          completed->usage))
+                                     : ErrorReply(completed.status());
+    if (absl::IsCancelled(completed.status())) reply.status = 499;  // nginx's "client closed"
+    reply.headers.push_back(id_header);
+    reply.request_id = request_id;
+    return exchange.Reply(std::move(reply));
   }
-  auto events = std::make_shared<EventStream>(
-      EventStream{SampleStreams(*std::move(streams)), std::move(responder), parsed->include_usage,
-                  with_logprobs});
-  response.set_header("Cache-Control", "no-cache");
-  response.set_chunked_content_provider(
-      "text/event-stream",
-      [this, events](size_t, httplib::DataSink& sink) {
-        try {
-          return WriteEvents(*events, sink, stopping_);
-        } catch (const std::exception& e) {
-          LogError(kLog, "request %d: streaming failed: %s", events->samples.request_id(),
-                   e.what());
-          return false;
-        }
-      },
-      // Runs when the response is destroyed, also when the provider never ran because the
-      // client left first; cancelling finished samples does nothing.
-      [events](bool) { events->samples.CancelAll(); });
+  EventStream events{SampleStreams(*std::move(streams)), std::move(responder),
+                     parsed->include_usage, with_logprobs};
+  HttpReply head{200, "text/event-stream", {{"Cache-Control", "no-cache"}, id_header}, ""};
+  head.request_id = request_id;
+  if (exchange.StartStream(head)) {
+    WriteEvents(events, exchange, stopping_);
+  } else {
+    events.samples.CancelAll();
+  }
+  exchange.EndStream();
 }
 
-void HttpServer::HandleModels(httplib::Response& response) const {
+HttpReply HttpServer::Models() const {
   const Engine* engine = engine_.load();
   const int64_t context_length =
       engine != nullptr ? engine->options().context_length : options_.context_length;
-  ReplyJson(response, 200,
-            {{"object", "list"},
-             {"data", json::array({{{"id", options_.model_name},
-                                    {"object", "model"},
-                                    {"created", absl::ToUnixSeconds(started_)},
-                                    {"owned_by", "tpserve"},
-                                    {"max_model_len", context_length}}})}});
+  return JsonReply(200, {{"object", "list"},
+                         {"data", json::array({{{"id", options_.model_name},
+                                                {"object", "model"},
+                                                {"created", absl::ToUnixSeconds(started_)},
+                                                {"owned_by", "tpserve"},
+                                                {"max_model_len", context_length}}})}});
 }
 
-void HttpServer::HandleHealth(httplib::Response& response) const {
+HttpReply HttpServer::Health() const {
   const Engine* engine = engine_.load();
   if (engine == nullptr) {
-    return ReplyJson(response, 200, {{"status", "starting"}, {"message", StartingMessage()}});
+    return JsonReply(200, {{"status", "starting"}, {"message", StartingMessage()}});
   }
   if (const absl::Status health = engine->health(); !health.ok()) {
-    return ReplyJson(response, 503,
-                     {{"status", "unavailable"}, {"message", std::string(health.message())}});
+    return JsonReply(503, {{"status", "unavailable"}, {"message", std::string(health.message())}});
   }
-  ReplyJson(response, 200, {{"status", engine->draining() ? "draining" : "serving"}});
+  return JsonReply(200, {{"status", engine->draining() ? "draining" : "serving"}});
 }
 
-void HttpServer::HandleReady(httplib::Response& response) const {
+HttpReply HttpServer::Ready() const {
   const Engine* engine = engine_.load();
   if (engine == nullptr) {
-    return ReplyJson(response, 503, {{"status", "starting"}, {"message", StartingMessage()}});
+    return JsonReply(503, {{"status", "starting"}, {"message", StartingMessage()}});
   }
   if (const absl::Status health = engine->health(); !health.ok()) {
-    return ReplyJson(response, 503,
-                     {{"status", "unavailable"}, {"message", std::string(health.message())}});
+    return JsonReply(503, {{"status", "unavailable"}, {"message", std::string(health.message())}});
   }
   if (engine->draining()) {
-    return ReplyJson(response, 503,
-                     {{"status", "draining"},
-                      {"message", "the server is draining: it accepts no new requests"}});
+    return JsonReply(503, {{"status", "draining"},
+                           {"message", "the server is draining: it accepts no new requests"}});
   }
-  ReplyJson(response, 200, {{"status", "ready"}});
+  return JsonReply(200, {{"status", "ready"}});
 }
 
-void HttpServer::HandleMetrics(httplib::Response& response) const {
-  response.set_content(options_.metrics->RenderPrometheus(), "text/plain; version=0.0.4");
+HttpReply HttpServer::MetricsText() const {
+  return {200, "text/plain; version=0.0.4", {}, options_.metrics->RenderPrometheus()};
 }
 
 }  // namespace tpserve

@@ -8,7 +8,8 @@ packages=(
   libabsl-dev libicu-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libgloo-dev libcpp-httplib-dev
+  libgloo-dev libboost-dev
+  libcpp-httplib-dev  # the C++ integration tests' HTTP client
   # helm-render, the Helm chart tests' renderer (tests/helm): Go, sprig and what helm itself uses
   golang-go golang-github-masterminds-sprig-dev golang-github-xeipuuv-gojsonschema-dev
   golang-k8s-sigs-yaml-dev

@@ -1,0 +1,314 @@
+#include "coordinator/http_connection.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <chrono>
+#include <utility>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+
+namespace tpserve {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+
+constexpr char kLog[] = "http";
+constexpr size_t kLoggedErrorBytes = 300;
+// After a refusal the client may still be sending its body (clients that write the whole body
+// before they read get a reset instead of the answer if the socket closes with data unread):
+// read and drop up to this much, for up to this long, into a fixed buffer.
+constexpr size_t kMaxDrainBytes = 64 << 20;
+constexpr absl::Duration kDrainTime = absl::Seconds(5);
+// A stream write posted to the I/O thread is bounded by the write timeout; this is the margin
+// past it after which the handler stops waiting (the I/O thread is gone).
+constexpr absl::Duration kWriteWaitMargin = absl::Seconds(5);
+
+std::chrono::steady_clock::duration ToSteady(absl::Duration d) {
+  return absl::ToChronoNanoseconds(d);
+}
+
+std::string PeerOf(const net::ip::tcp::socket& socket) {
+  beast::error_code error;
+  const net::ip::tcp::endpoint peer = socket.remote_endpoint(error);
+  if (error) return "unknown peer";
+  return absl::StrCat(peer.address().to_string(), ":", peer.port());
+}
+
+}  // namespace
+
+HttpConnection::HttpConnection(net::ip::tcp::socket socket, std::shared_ptr<Shared> shared,
+                               bool counted)
+    : shared_(std::move(shared)),
+      counted_(counted),
+      peer_(PeerOf(socket)),
+      stream_(std::move(socket)) {
+  if (counted_) shared_->open.fetch_add(1);
+}
+
+HttpConnection::~HttpConnection() {
+  if (counted_) shared_->open.fetch_sub(1);
+}
+
+std::shared_ptr<HttpConnection> HttpConnection::Start(net::ip::tcp::socket socket,
+                                                      std::shared_ptr<Shared> shared,
+                                                      std::optional<HttpReply> refusal) {
+  auto connection =
+      std::make_shared<HttpConnection>(std::move(socket), std::move(shared), !refusal.has_value());
+  if (refusal.has_value()) {
+    connection->ended_.store(true);
+    connection->WriteReply(*std::move(refusal));
+  } else {
+    connection->ReadHead();
+  }
+  return connection;
+}
+
+void HttpConnection::CloseNow() {
+  beast::error_code ignored;
+  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_both, ignored);
+  stream_.socket().close(ignored);
+}
+
+void HttpConnection::ReadHead() {
+  parser_.emplace();
+  parser_->header_limit(static_cast<uint32_t>(shared_->limits.max_header_bytes));
+  parser_->body_limit(shared_->limits.max_body_bytes);
+  stream_.expires_after(ToSteady(shared_->limits.header_timeout));
+  http::async_read_header(stream_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code error, size_t) {
+                            self->OnHead(error);
+                          });
+}
+
+void HttpConnection::OnHead(beast::error_code error) {
+  if (error) return OnReadError(error);
+  const auto& head = parser_->get();
+  method_ = std::string(head.method_string());
+  path_ = std::string(head.target().substr(0, head.target().find('?')));
+  if (parser_->is_done()) return OnRequest();
+  // curl and others send a large body only after this interim answer (or a 1 s wait).
+  if (absl::EqualsIgnoreCase(std::string(head[http::field::expect]), "100-continue")) {
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    stream_.expires_after(ToSteady(shared_->limits.write_timeout));
+    return net::async_write(stream_, net::buffer(kContinue),
+                            [self = shared_from_this()](beast::error_code error, size_t) {
+                              if (error) return self->CloseNow();
+                              self->ReadBody();
+                            });
+  }
+  ReadBody();
+}
+
+void HttpConnection::ReadBody() {
+  stream_.expires_after(ToSteady(shared_->limits.body_timeout));
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code error, size_t) {
+                     if (error) return self->OnReadError(error);
+                     self->OnRequest();
+                   });
+}
+
+void HttpConnection::OnReadError(beast::error_code error) {
+  const HttpLimits& limits = shared_->limits;
+  auto refuse = [this](int status, const std::string& message) {
+    if (method_.empty()) {
+      // A refusal from the head (its size, its Content-Length) comes before OnHead.
+      const auto& head = parser_->get();
+      method_ = head.method_string().empty() ? "-" : std::string(head.method_string());
+      path_ = std::string(head.target().substr(0, head.target().find('?')));
+    }
+    ended_.store(true);
+    keep_alive_ = false;
+    WriteReply(shared_->error_reply(status, message));
+  };
+  if (error == http::error::body_limit) {
+    return refuse(413, absl::StrCat("the request body is larger than the limit of ",
+                                    limits.max_body_bytes, " bytes"));
+  }
+  if (error == http::error::header_limit) {
+    return refuse(431, absl::StrCat("the request head is larger than the limit of ",
+                                    limits.max_header_bytes, " bytes"));
+  }
+  if (error == beast::error::timeout) {
+    // An idle kept-alive connection just ends; a request that stalled halfway is told why.
+    if (!parser_->got_some()) return CloseNow();
+    const bool in_body = parser_->is_header_done();
+    return refuse(408, absl::StrCat("the request ", in_body ? "body" : "head",
+                                    " did not arrive within ",
+                                    absl::FormatDuration(in_body ? limits.body_timeout
+                                                                 : limits.header_timeout)));
+  }
+  if (error == http::error::end_of_stream || error == net::error::eof ||
+      error == net::error::operation_aborted || error == net::error::connection_reset ||
+      error == http::error::partial_message) {
+    return CloseNow();
+  }
+  refuse(400, absl::StrCat("malformed HTTP request: ", error.message()));
+}
+
+void HttpConnection::OnRequest() {
+  stream_.expires_never();
+  auto& head = parser_->get();
+  keep_alive_ = head.keep_alive();
+  status_ = 0;
+  request_id_ = 0;
+  why_.clear();
+  ended_.store(false);
+  client_gone_.store(false);
+  ++exchange_;
+  HttpRequest request{method_, path_, std::string(head[http::field::authorization]),
+                      std::move(head.body()), peer_};
+  WatchForClose(exchange_);
+  shared_->dispatch(shared_from_this(), std::move(request));
+}
+
+void HttpConnection::WatchForClose(uint64_t exchange) {
+  stream_.socket().async_wait(
+      net::ip::tcp::socket::wait_read,
+      [self = shared_from_this(), exchange](beast::error_code error) {
+        if (error || exchange != self->exchange_) return;
+        char byte;
+        const ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1,
+                                 MSG_PEEK | MSG_DONTWAIT);
+        if (n > 0) return;  // the next request, pipelined: read once this one is answered
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+          return self->WatchForClose(exchange);
+        }
+        self->client_gone_.store(true);
+      });
+}
+
+template <typename Message>
+void HttpConnection::SetCommonFields(Message& message, const HttpReply& reply) {
+  message.set(http::field::server, "tpserve");
+  if (!reply.content_type.empty()) message.set(http::field::content_type, reply.content_type);
+  for (const auto& [name, value] : reply.headers) message.set(name, value);
+  message.keep_alive(keep_alive_ && !shared_->stopping.load());
+  status_ = reply.status;
+  request_id_ = reply.request_id;
+}
+
+void HttpConnection::Reply(HttpReply reply) {
+  ended_.store(true);
+  net::post(stream_.get_executor(), [self = shared_from_this(), reply = std::move(reply)]() mutable {
+    // A handler that failed halfway through a stream: its head is out, so the stream just ends.
+    if (self->stream_head_ != nullptr) {
+      self->why_ = reply.body.substr(0, kLoggedErrorBytes);
+      return self->EndExchange(net::error::connection_aborted);
+    }
+    self->WriteReply(std::move(reply));
+  });
+}
+
+void HttpConnection::WriteReply(HttpReply reply) {
+  auto response = std::make_shared<Response>(static_cast<http::status>(reply.status), 11);
+  SetCommonFields(*response, reply);
+  if (reply.status >= 400) why_ = reply.body.substr(0, kLoggedErrorBytes);
+  response->body() = std::move(reply.body);
+  response->prepare_payload();
+  stream_.expires_after(ToSteady(shared_->limits.write_timeout));
+  http::async_write(stream_, *response,
+                    [self = shared_from_this(), response](beast::error_code error, size_t) {
+                      self->EndExchange(error);
+                    });
+}
+
+bool HttpConnection::WaitForWrite(std::function<void(std::function<void(bool)>)> write) {
+  if (client_gone_.load()) return false;
+  auto done = std::make_shared<std::promise<bool>>();
+  std::future<bool> written = done->get_future();
+  net::post(stream_.get_executor(), [self = shared_from_this(), write = std::move(write), done] {
+    write([done](bool ok) { done->set_value(ok); });
+  });
+  const auto wait = ToSteady(shared_->limits.write_timeout + kWriteWaitMargin);
+  const bool ok = written.wait_for(wait) == std::future_status::ready && written.get();
+  if (!ok) client_gone_.store(true);
+  return ok;
+}
+
+bool HttpConnection::StartStream(const HttpReply& head) {
+  return WaitForWrite([this, head](std::function<void(bool)> done) {
+    stream_head_ = std::make_unique<StreamHead>(static_cast<http::status>(head.status), 11);
+    SetCommonFields(*stream_head_, head);
+    stream_head_->chunked(true);
+    stream_serializer_ =
+        std::make_unique<http::response_serializer<http::empty_body>>(*stream_head_);
+    stream_.expires_after(ToSteady(shared_->limits.write_timeout));
+    http::async_write_header(stream_, *stream_serializer_,
+                             [self = shared_from_this(), done](beast::error_code error, size_t) {
+                               done(!error);
+                             });
+  });
+}
+
+bool HttpConnection::WriteChunk(std::string data) {
+  auto owned = std::make_shared<std::string>(std::move(data));
+  return WaitForWrite([this, owned](std::function<void(bool)> done) {
+    stream_.expires_after(ToSteady(shared_->limits.write_timeout));
+    net::async_write(stream_, http::make_chunk(net::buffer(*owned)),
+                     [self = shared_from_this(), owned, done](beast::error_code error, size_t) {
+                       done(!error);
+                     });
+  });
+}
+
+void HttpConnection::EndStream() {
+  ended_.store(true);
+  net::post(stream_.get_executor(), [self = shared_from_this()] {
+    if (self->client_gone_.load()) {
+      self->why_ = "the client went away";
+      return self->EndExchange(net::error::connection_aborted);
+    }
+    self->stream_.expires_after(ToSteady(self->shared_->limits.write_timeout));
+    net::async_write(self->stream_, http::make_chunk_last(),
+                     [self](beast::error_code error, size_t) { self->EndExchange(error); });
+  });
+}
+
+void HttpConnection::EndExchange(beast::error_code error) {
+  ++exchange_;  // the close watch, if still waiting, is stale now
+  if (status_ != 0) {
+    LogInfo(kLog, "%s %s from %s: %d%s%s%s%s", method_, path_, peer_, status_,
+            request_id_ == 0 ? "" : ", request ", request_id_ == 0 ? "" : std::to_string(request_id_),
+            why_.empty() ? "" : " ", why_);
+  }
+  stream_serializer_.reset();
+  stream_head_.reset();
+  if (error) return CloseNow();
+  if (!keep_alive_ || shared_->stopping.load()) return LingerAndClose();
+  beast::error_code ignored;
+  stream_.socket().cancel(ignored);  // the close watch
+  method_.clear();
+  path_.clear();
+  ReadHead();
+}
+
+void HttpConnection::LingerAndClose() {
+  beast::error_code ignored;
+  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ignored);
+  stream_.expires_after(ToSteady(kDrainTime));
+  drained_bytes_ = 0;
+  Drain();
+}
+
+void HttpConnection::Drain() {
+  stream_.async_read_some(net::buffer(drain_buffer_),
+                          [self = shared_from_this()](beast::error_code error, size_t n) {
+                            self->drained_bytes_ += n;
+                            if (error || self->drained_bytes_ > kMaxDrainBytes) {
+                              return self->CloseNow();
+                            }
+                            self->Drain();
+                          });
+}
+
+}  // namespace tpserve

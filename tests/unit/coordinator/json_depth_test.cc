@@ -1,0 +1,81 @@
+// JsonNestingDepth against nlohmann::json's parser, which reports the depth of every value it
+// reads: hand-picked texts (brackets inside strings, escapes) and random nested documents.
+#include "coordinator/json_depth.h"
+
+#include <algorithm>
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace tpserve {
+namespace {
+
+using nlohmann::json;
+
+// The deepest container nesting as nlohmann's parser sees it.
+size_t ParserDepth(const std::string& text) {
+  size_t deepest = 0;
+  json::parse(text, [&deepest](int depth, json::parse_event_t event, json&) {
+    if (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) {
+      deepest = std::max(deepest, static_cast<size_t>(depth) + 1);
+    }
+    return true;
+  });
+  return deepest;
+}
+
+TEST(JsonNestingDepthTest, CountsContainersNotStrings) {
+  for (const std::string text : {
+           R"(1)",
+           R"("[[[{{{")",
+           R"({"a": "]]]"})",
+           R"({"a": "\"[[", "b": [1, [2, [3]]]})",
+           R"([[], [[]], {"k": {"k": {}}}])",
+           R"({"escaped backslash\\": ["x"]})",
+       }) {
+    EXPECT_EQ(JsonNestingDepth(text), ParserDepth(text)) << text;
+  }
+}
+
+json RandomValue(std::mt19937& rng, int budget) {
+  std::uniform_int_distribution<int> kind(0, budget > 0 ? 4 : 1);
+  switch (kind(rng)) {
+    case 0:
+      return std::uniform_int_distribution<int>(-9, 9)(rng);
+    case 1: {
+      static const char* const kStrings[] = {"[", "]{", "\"}", "\\", "plain", ""};
+      return kStrings[std::uniform_int_distribution<int>(0, 5)(rng)];
+    }
+    case 2:
+    case 3: {
+      json array = json::array();
+      const int n = std::uniform_int_distribution<int>(0, 3)(rng);
+      for (int i = 0; i < n; ++i) array.push_back(RandomValue(rng, budget - 1));
+      return array;
+    }
+    default: {
+      json object = json::object();
+      const int n = std::uniform_int_distribution<int>(0, 3)(rng);
+      for (int i = 0; i < n; ++i) object["k[" + std::to_string(i)] = RandomValue(rng, budget - 1);
+      return object;
+    }
+  }
+}
+
+TEST(JsonNestingDepthTest, AgreesWithTheParserOnRandomDocuments) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 500; ++i) {
+    const std::string text = RandomValue(rng, 12).dump();
+    ASSERT_EQ(JsonNestingDepth(text), ParserDepth(text)) << text;
+  }
+}
+
+TEST(JsonNestingDepthTest, DeepBodiesAreMeasuredWithoutRecursion) {
+  const std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
+  EXPECT_EQ(JsonNestingDepth(deep), 1'000'000u);
+}
+
+}  // namespace
+}  // namespace tpserve
