@@ -47,6 +47,10 @@ struct Flags {
   int http_port = 8000;  // -1: off
   std::string served_model_name;
   int max_queued_requests = 0;
+  // The coordinator's HTTP limits; 0: its defaults.
+  int http_max_connections = 0;
+  int64_t http_max_body_bytes = 0;
+  double http_header_timeout_s = 0;
   int64_t kv_cache_blocks = 0;
   int block_size = 16;
   int max_num_batched_tokens = 2048;
@@ -138,6 +142,18 @@ absl::Status Serve(const Flags& flags) {
     if (flags.enforce_eager) options.coordinator_args.push_back("--enforce-eager");
   }
   if (flags.no_prefix_cache) options.coordinator_args.push_back("--no-prefix-cache");
+  if (flags.http_max_connections > 0) {
+    options.coordinator_args.push_back(
+        absl::StrCat("--http-max-connections=", flags.http_max_connections));
+  }
+  if (flags.http_max_body_bytes > 0) {
+    options.coordinator_args.push_back(
+        absl::StrCat("--http-max-body-bytes=", flags.http_max_body_bytes));
+  }
+  if (flags.http_header_timeout_s > 0) {
+    options.coordinator_args.push_back(
+        absl::StrCat("--http-header-timeout=", flags.http_header_timeout_s));
+  }
   if (!flags.served_model_name.empty()) {
     options.coordinator_args.push_back(
         absl::StrCat("--served-model-name=", flags.served_model_name));
@@ -201,6 +217,16 @@ int main(int argc, char** argv) {
                  "model name for OpenAI requests (default: the model file's name without .gguf)");
   app.add_option("--max-queued-requests", flags.max_queued_requests,
                  "waiting requests beyond which new ones get HTTP 429 (0 = no limit)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--http-max-connections", flags.http_max_connections,
+                 "open HTTP connections beyond which new ones get 503 (0 = the coordinator's "
+                 "default, 2048)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--http-max-body-bytes", flags.http_max_body_bytes,
+                 "largest HTTP request body; larger ones get 413 (0 = the default, 8 MiB)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--http-header-timeout", flags.http_header_timeout_s,
+                 "seconds a request head may take to arrive (0 = the default, 10)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-cache-blocks", flags.kv_cache_blocks, "KV pool size (0 = workers decide)")
       ->check(CLI::NonNegativeNumber);
