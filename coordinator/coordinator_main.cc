@@ -298,6 +298,15 @@ int Run(const Flags& flags) {
   options.num_blocks = static_cast<int32_t>(loaded->kv_cache_blocks);
   options.context_length =
       loaded->context_length > 0 ? loaded->context_length : config->context_length;
+  // A sequence can never outgrow the KV pool: advertise (and enforce) what fits.
+  if (const int64_t pool_tokens = int64_t{options.num_blocks} * flags.block_size;
+      pool_tokens < options.context_length) {
+    LogWarning(kLog,
+               "the KV pool holds %d tokens, less than the model's context of %d: serving a "
+               "context of %d (raise --kv-cache-memory or --kv-cache-blocks for more)",
+               pool_tokens, options.context_length, pool_tokens);
+    options.context_length = pool_tokens;
+  }
   options.vocab_size = loaded->vocab_size > 0 ? loaded->vocab_size : config->vocab_size;
   options.step_timeout = absl::Seconds(flags.step_timeout_s);
   options.max_num_seqs = flags.max_num_seqs;

@@ -1,5 +1,7 @@
 #include "worker/model_loader.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -26,6 +28,10 @@ absl::StatusOr<std::unique_ptr<StepModel>> CreateCpuModel(const ModelRunnerOptio
   shape.head_dim = config.head_dim;
   shape.num_blocks = options.kv_cache_blocks > 0 ? options.kv_cache_blocks
                                                  : options.kv_cache_bytes / shape.bytes_per_block();
+  if (options.kv_cache_blocks == 0 && options.kv_cache_holds_context) {
+    const int64_t context_blocks = (config.context_length + shape.block_size - 1) / shape.block_size;
+    shape.num_blocks = std::max(shape.num_blocks, context_blocks);
+  }
   if (shape.num_blocks <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("the KV pool needs a positive block count or a byte budget of at least one "

@@ -36,6 +36,9 @@ struct ModelRunnerOptions {
   // when positive; else (CUDA) what cuda.gpu_memory_utilization leaves after everything else.
   int64_t kv_cache_blocks = 0;
   int64_t kv_cache_bytes = 0;
+  // With a byte budget: grow the pool to hold one full context (config.context_length tokens)
+  // when the budget holds less; the worker's default budget asks this, an operator's does not.
+  bool kv_cache_holds_context = false;
   CpuWeights cpu_weights = CpuWeights::kPacked;
   CudaRunnerOptions cuda;
 };

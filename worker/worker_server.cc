@@ -369,6 +369,7 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
     }
   } else if (options.kv_cache_blocks == 0 && options.kv_cache_bytes == 0) {
     options.kv_cache_bytes = options_.default_kv_cache_bytes;
+    options.kv_cache_holds_context = true;
   }
   auto runner = ModelRunner::Create(options, comm_.get(), device_comm_);
   if (!runner.ok()) return LoadError(model_path_, runner.status());

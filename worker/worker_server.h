@@ -45,8 +45,8 @@ struct WorkerServerOptions {
   // How the ranks of a CPU group all-reduce: shared memory when all can map it, else Gloo.
   CpuTransport cpu_transport = CpuTransport::kAuto;
   int port = 0;                    // 0: any free port
-  // CPU: the KV budget when Init gives neither blocks nor bytes (CUDA then fills the device up
-  // to gpu_memory_utilization).
+  // CPU: the KV budget when Init gives neither blocks nor bytes, grown to one full context if it
+  // holds less (CUDA then fills the device up to gpu_memory_utilization).
   int64_t default_kv_cache_bytes = int64_t{256} << 20;
   int cuda_device = -1;  // --local-rank: the CUDA device ordinal; -1: rank mod visible devices
   double gpu_memory_utilization = 0.9;
