@@ -26,7 +26,9 @@ void ExecutionThread::Run(std::function<void()> fn, absl::Duration period,
   absl::MutexLock lock(&mu_);
   queue_.push_back(&task);
   // Called with mu_ held: Loop marks the task done, and takes the next, only under it.
-  while (!mu_.AwaitWithTimeout(absl::Condition(+[](Task* t) { return t->done; }, &task), period)) {
+  while (!mu_.AwaitWithTimeout(absl::Condition(
+                                   +[](Task* t) { return t->done; }, &task),
+                               period)) {
     waiting();
   }
 }

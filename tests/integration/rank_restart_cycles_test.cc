@@ -72,9 +72,8 @@ TEST_P(RankRestartCycles, ServesAgainWithinFiveSecondsOfEveryRestart) {
   std::vector<double> seconds;
   for (int cycle = 0; cycle < cycles; ++cycle) {
     const int rank = cycle % 3;
-    auto in_flight = std::async(std::launch::async, [&] {
-      return GenerateGreedy(cluster, serving->prompt, 4000);
-    });
+    auto in_flight = std::async(std::launch::async,
+                                [&] { return GenerateGreedy(cluster, serving->prompt, 4000); });
     absl::SleepFor(absl::Seconds(1));  // decoding: every rank is in the step's collectives
     if (cycle % 2 == 1) {
       cluster.worker(rank)->Signal(SIGSTOP);
@@ -83,19 +82,21 @@ TEST_P(RankRestartCycles, ServesAgainWithinFiveSecondsOfEveryRestart) {
           << "cycle " << cycle << ": the survivors still wait for stopped rank " << rank;
     }
     cluster.worker(rank)->Signal(SIGKILL);
-    EXPECT_FALSE(in_flight.get().ok()) << "cycle " << cycle << ": the request outlived rank "
-                                       << rank;
+    EXPECT_FALSE(in_flight.get().ok())
+        << "cycle " << cycle << ": the request outlived rank " << rank;
     ASSERT_TRUE(cluster.RestartWorker(rank).ok());
     const absl::Time restarted = absl::Now();
     ASSERT_TRUE(WaitForServing(cluster, absl::Seconds(60))) << LogTails(options);
     seconds.push_back(absl::ToDoubleSeconds(absl::Now() - restarted));
-    std::printf("rank_restart_cycles (%s): cycle %d, rank %d killed: serving again %.2f s after "
-                "the restart\n",
-                GetParam(), cycle + 1, rank, seconds.back());
+    std::printf(
+        "rank_restart_cycles (%s): cycle %d, rank %d killed: serving again %.2f s after "
+        "the restart\n",
+        GetParam(), cycle + 1, rank, seconds.back());
     EXPECT_LT(seconds.back(), absl::ToDoubleSeconds(kServingAgainWithin))
-        << "cycle " << cycle << "\n" << LogTails(options);
-    const auto answer = GenerateGreedy(cluster, serving->prompt,
-                                       static_cast<int>(serving->answer.size()));
+        << "cycle " << cycle << "\n"
+        << LogTails(options);
+    const auto answer =
+        GenerateGreedy(cluster, serving->prompt, static_cast<int>(serving->answer.size()));
     ASSERT_TRUE(answer.ok()) << answer.status() << "\n" << LogTails(options);
     EXPECT_EQ(*answer, serving->answer) << "cycle " << cycle;
   }
