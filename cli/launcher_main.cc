@@ -56,6 +56,8 @@ struct Flags {
   int max_num_batched_tokens = 2048;
   int max_num_seqs = 256;
   double step_timeout_s = 30;
+  double heartbeat_interval_s = 1;
+  int64_t max_step_attention = int64_t{2048} * 2048;
   std::vector<std::string> api_keys;
   std::string admin_key_file;
   bool no_prefix_cache = false;
@@ -123,6 +125,8 @@ absl::Status Serve(const Flags& flags) {
       absl::StrCat("--max-num-seqs=", flags.max_num_seqs),
       absl::StrCat("--max-queued-requests=", flags.max_queued_requests),
       absl::StrCat("--step-timeout=", flags.step_timeout_s),
+      absl::StrCat("--heartbeat-interval=", flags.heartbeat_interval_s),
+      absl::StrCat("--max-step-attention=", flags.max_step_attention),
       absl::StrCat("--device=", flags.device)};
   if (!flags.api_keys.empty()) {
     // Through the environment the coordinator inherits, not its argv, which any local user
@@ -241,6 +245,14 @@ int main(int argc, char** argv) {
                  "the least seconds a step may take before the cluster is degraded (longer "
                  "steps get proportionally more)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--heartbeat-interval", flags.heartbeat_interval_s,
+                 "seconds between heartbeats; a rank silent for half of one fails the step in "
+                 "flight")
+      ->check(CLI::Range(0.05, 60.0));
+  app.add_option("--max-step-attention", flags.max_step_attention,
+                 "attention work per step (tokens times their context): long prompts run as "
+                 "more, shorter steps")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
   app.add_option("--api-key", flags.api_keys,
                  "a key clients must send as 'Authorization: Bearer' (repeatable; added to "
                  "$TPSERVE_API_KEY, which the coordinator inherits)");

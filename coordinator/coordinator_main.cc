@@ -43,8 +43,6 @@ namespace {
 
 constexpr char kLog[] = "coordinator";
 constexpr absl::Duration kLoadTimeout = absl::Minutes(10);
-constexpr absl::Duration kHeartbeatInterval = absl::Seconds(1);
-constexpr absl::Duration kHeartbeatTimeout = absl::Seconds(2);
 constexpr absl::Duration kShutdownTimeout = absl::Seconds(5);
 constexpr absl::Duration kRegisterProbeTimeout = absl::Seconds(1);
 
@@ -56,10 +54,12 @@ struct Flags {
   std::string port_file;
   double startup_timeout_s = 60;
   double step_timeout_s = 30;
+  double heartbeat_interval_s = 1;
   int64_t kv_cache_blocks = 0;
   int64_t kv_cache_memory_mib = 0;
   int block_size = 16;
   int max_num_batched_tokens = 2048;
+  int64_t max_step_attention = int64_t{2048} * 2048;
   int max_num_seqs = 256;
   bool no_prefix_cache = false;
   int http_port = 8000;   // -1: no HTTP
@@ -311,6 +311,7 @@ int Run(const Flags& flags) {
   options.step_timeout = absl::Seconds(flags.step_timeout_s);
   options.max_num_seqs = flags.max_num_seqs;
   options.max_num_batched_tokens = flags.max_num_batched_tokens;
+  options.max_step_attention = flags.max_step_attention;
   options.enable_prefix_cache = !flags.no_prefix_cache;
   options.max_queued_requests = flags.max_queued_requests;
   Engine engine(options, &pool, tokenizer->get());
@@ -320,7 +321,7 @@ int Run(const Flags& flags) {
   engine.SetGroupReformer([&reformer] { return reformer.Reform(); });
   engine.Start();
   {
-    HeartbeatMonitor heartbeat(&pool, kHeartbeatInterval, kHeartbeatTimeout,
+    HeartbeatMonitor heartbeat(&pool, absl::Seconds(flags.heartbeat_interval_s),
                                [&engine](const absl::Status& s) { engine.MarkDegraded(s); });
     admin.SetServing(&pool, &engine);
     inference.SetEngine(&engine);
@@ -370,6 +371,12 @@ int main(int argc, char** argv) {
                  "heartbeats)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--heartbeat-interval", flags.heartbeat_interval_s,
+                 "seconds between heartbeats to every rank; a rank that does not answer within "
+                 "half of it has missed one, which fails the step in flight and degrades the "
+                 "cluster")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 60.0));
   app.add_option("--kv-cache-blocks", flags.kv_cache_blocks,
                  "KV blocks per rank; 0 sizes the pool from --kv-cache-memory")
       ->capture_default_str()
@@ -382,6 +389,11 @@ int main(int argc, char** argv) {
                  "tokens run per step: decodes plus prefill chunks")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-step-attention", flags.max_step_attention,
+                 "attention work per step, in tokens times the context they attend to: a long "
+                 "prompt's later chunks get shorter so that no step runs long")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
   app.add_option("--max-num-seqs", flags.max_num_seqs, "sequences running at once")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
