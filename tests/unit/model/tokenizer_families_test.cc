@@ -4,6 +4,8 @@
 // model's Hugging Face tokenizer). Encoded as llama.cpp's test does: no BOS, special tokens not
 // parsed. The files come from the pinned llama-cpp-python sdist (scripts/fetch-llama-cpp-models.sh),
 // whose directory TPSERVE_LLAMA_CPP_MODELS names; without them the test fails, it never skips.
+// Then 300 strings of the project's corpus per family against llama.cpp itself
+// (tests/golden/tokenizer_families_ids.json, scripts/make-golden.py tokenizer-families).
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "model/gguf_file.h"
 #include "model/tokenizer.h"
+#include "nlohmann/json.hpp"
 
 namespace tpserve {
 namespace {
@@ -52,34 +55,67 @@ std::vector<Case> ReadCases(const std::filesystem::path& vocab) {
   return cases;
 }
 
-class TokenizerFamiliesTest : public testing::TestWithParam<std::string> {};
-
-TEST_P(TokenizerFamiliesTest, MatchesLlamaCppSuite) {
+std::filesystem::path VocabPath(const std::string& family) {
   const char* dir = std::getenv("TPSERVE_LLAMA_CPP_MODELS");
-  ASSERT_NE(dir, nullptr) << "TPSERVE_LLAMA_CPP_MODELS is not set";
-  const std::filesystem::path vocab =
-      std::filesystem::path(dir) / ("ggml-vocab-" + GetParam() + ".gguf");
-  ASSERT_TRUE(std::filesystem::exists(vocab))
-      << vocab << " is missing: run scripts/fetch-llama-cpp-models.sh";
-  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(vocab.string());
-  ASSERT_TRUE(file.ok()) << file.status();
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::FromGguf(**file);
-  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  return std::filesystem::path(dir == nullptr ? "" : dir) / ("ggml-vocab-" + family + ".gguf");
+}
 
-  const std::vector<Case> cases = ReadCases(vocab);
-  ASSERT_GT(cases.size(), 20u);
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadFamily(const std::string& family) {
+  const std::filesystem::path vocab = VocabPath(family);
+  if (!std::filesystem::exists(vocab)) {
+    return absl::NotFoundError(vocab.string() +
+                               " is missing (TPSERVE_LLAMA_CPP_MODELS): run "
+                               "scripts/fetch-llama-cpp-models.sh");
+  }
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(vocab.string());
+  if (!file.ok()) return file.status();
+  return Tokenizer::FromGguf(**file);
+}
+
+// Every case of `cases` encoded as llama.cpp's test does; one failure per mismatch.
+void ExpectEncodes(const std::string& family, const Tokenizer& tokenizer,
+                   const std::vector<Case>& cases) {
   int matched = 0;
   for (const Case& c : cases) {
-    absl::StatusOr<std::vector<int32_t>> ids = (*tokenizer)->Encode(c.text, false);
+    absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(c.text, false);
     ASSERT_TRUE(ids.ok()) << ids.status();
     if (*ids == c.ids) {
       ++matched;
     } else {
-      ADD_FAILURE() << GetParam() << " \"" << absl::CEscape(c.text) << "\"\n  expected "
+      ADD_FAILURE() << family << " \"" << absl::CEscape(c.text) << "\"\n  expected "
                     << absl::StrJoin(c.ids, " ") << "\n  got      " << absl::StrJoin(*ids, " ");
     }
   }
   EXPECT_EQ(matched, static_cast<int>(cases.size()));
+}
+
+class TokenizerFamiliesTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(TokenizerFamiliesTest, MatchesLlamaCppSuite) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadFamily(GetParam());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const std::vector<Case> cases = ReadCases(VocabPath(GetParam()));
+  ASSERT_GT(cases.size(), 20u);
+  ExpectEncodes(GetParam(), **tokenizer, cases);
+}
+
+TEST_P(TokenizerFamiliesTest, MatchesLlamaCppOnTheCorpus) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadFamily(GetParam());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const char* golden = std::getenv("TPSERVE_GOLDEN_DIR");
+  ASSERT_NE(golden, nullptr) << "TPSERVE_GOLDEN_DIR is not set";
+  const nlohmann::json corpus =
+      nlohmann::json::parse(ReadFile(std::filesystem::path(golden) / "tokenizer_corpus.json"));
+  const nlohmann::json ids = nlohmann::json::parse(
+      ReadFile(std::filesystem::path(golden) / "tokenizer_families_ids.json"));
+  ASSERT_TRUE(ids.contains(GetParam()));
+  const nlohmann::json& expected = ids.at(GetParam());
+  ASSERT_EQ(expected.size(), 300u);
+  std::vector<Case> cases;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    cases.push_back({corpus.at(i).get<std::string>(), expected.at(i).get<std::vector<int32_t>>()});
+  }
+  ExpectEncodes(GetParam(), **tokenizer, cases);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, TokenizerFamiliesTest,
