@@ -192,6 +192,7 @@ absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
     }
     LogWarning("http", "%s %s from %s refused: no valid API key", req.method, req.path,
                req.remote_addr);
+    options_.metrics->AddAuthFailure(kSurfaceHttp);
     const absl::Status refused = InvalidApiKey();
     res.status = HttpStatusOf(refused);
     res.set_content(ErrorBody(refused), kJson);

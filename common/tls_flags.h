@@ -1,0 +1,22 @@
+// The TLS flags, the same on every binary that serves or calls gRPC (coordinator, worker, tpctl,
+// the launcher).
+#pragma once
+
+#include "CLI/CLI.hpp"
+#include "common/grpc_tls.h"
+
+namespace tpserve {
+
+inline void AddTlsFlags(CLI::App& app, TlsFiles* files) {
+  app.add_option("--tls-cert", files->cert,
+                 "PEM certificate this process presents on every gRPC port and call (mutual TLS; "
+                 "with --tls-key and --tls-ca)");
+  app.add_option("--tls-key", files->key, "PEM private key of --tls-cert");
+  app.add_option("--tls-ca", files->ca,
+                 "PEM CA certificates: peers (servers and callers) must present a certificate "
+                 "they signed");
+  app.add_option("--tls-server-name", files->server_name,
+                 "the name servers' certificates must carry (a SAN), instead of the host dialed");
+}
+
+}  // namespace tpserve
