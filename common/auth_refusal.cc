@@ -1,5 +1,7 @@
 #include "common/auth_refusal.h"
 
+#include <utility>
+
 #include "common/logging.h"
 
 namespace tpserve {
