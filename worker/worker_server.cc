@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "common/cluster_token.h"
 #include "common/grpc_status.h"
+#include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/comm/coordinator_store.h"
@@ -78,7 +79,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
                                : options.host;
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat(host, ":", options.port), grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(absl::StrCat(host, ":", options.port), ProcessTls().ServerCredentials(),
                            &port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);

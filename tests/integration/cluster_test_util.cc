@@ -100,8 +100,7 @@ absl::StatusOr<std::vector<int32_t>> GenerateGreedy(LocalCluster& cluster,
 }
 
 absl::StatusOr<v1::ClusterStatusResponse> ClusterStatus(LocalCluster& cluster) {
-  auto stub = v1::AdminService::NewStub(
-      grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials()));
+  auto stub = v1::AdminService::NewStub(cluster.tls().Channel(cluster.admin_address()));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::ClusterStatusResponse response;
