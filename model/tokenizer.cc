@@ -6,8 +6,6 @@
 #include <cctype>
 #include <cstddef>
 #include <cstdio>
-#include <functional>
-#include <queue>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +15,7 @@
 #include "common/status_macros.h"
 #include "model/gguf_file.h"
 #include "model/sentencepiece_bpe.h"
+#include "model/symbol_merge.h"
 
 namespace tpserve {
 namespace {
@@ -461,72 +460,19 @@ void Tokenizer::EncodeText(std::string_view text, bool after_special,
 }
 
 void Tokenizer::EncodeWord(const std::string& mapped, std::vector<int32_t>* ids) const {
-  // Symbols form a list over `mapped`; a merged-away symbol has size 0.
-  struct Symbol {
-    uint32_t begin;
-    uint32_t size;  // bytes
-    int32_t prev;   // -1 at the ends
-    int32_t next;
-  };
-  // A candidate merge of `left` and its right neighbour; stale once either has changed size.
-  struct Pair {
-    int32_t rank;
-    int32_t left;
-    int32_t right;
-    uint32_t left_size;
-    uint32_t right_size;
-    bool operator>(const Pair& other) const {
-      return rank != other.rank ? rank > other.rank : left > other.left;
-    }
-  };
-
-  std::vector<Symbol> symbols;
-  symbols.reserve(mapped.size());
-  const int32_t length = static_cast<int32_t>(mapped.size());
-  for (int32_t i = 0; i < length;) {
-    const int32_t begin = i;
-    U8_FWD_1_UNSAFE(mapped.data(), i);
-    const auto index = static_cast<int32_t>(symbols.size());
-    symbols.push_back({static_cast<uint32_t>(begin), static_cast<uint32_t>(i - begin), index - 1,
-                       i < length ? index + 1 : -1});
-  }
-
-  auto text_of = [&](const Symbol& s) { return std::string_view(mapped).substr(s.begin, s.size); };
-  std::priority_queue<Pair, std::vector<Pair>, std::greater<Pair>> queue;
   std::string key;  // "left right", reused
-  auto try_add = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    key.assign(text_of(symbols[left]));
+  auto priority = [&](std::string_view left, std::string_view right) -> std::optional<int32_t> {
+    key.assign(left);
     key.push_back(' ');
-    key.append(text_of(symbols[right]));
+    key.append(right);
     const auto it = merge_ranks_.find(key);
-    if (it == merge_ranks_.end()) return;
-    queue.push({it->second, left, right, symbols[left].size, symbols[right].size});
+    if (it == merge_ranks_.end()) return std::nullopt;
+    return it->second;
   };
-  for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) try_add(i - 1, i);
-
-  while (!queue.empty()) {
-    const Pair pair = queue.top();
-    queue.pop();
-    Symbol& left = symbols[pair.left];
-    Symbol& right = symbols[pair.right];
-    if (left.size == 0 || right.size == 0 || left.size != pair.left_size ||
-        right.size != pair.right_size) {
-      continue;
-    }
-    left.size += right.size;
-    right.size = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = pair.left;
-    try_add(left.prev, pair.left);
-    try_add(pair.left, left.next);
-  }
-
-  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
-    const std::string_view symbol = text_of(symbols[i]);
+  MergeSymbols<int32_t>(mapped, priority, [&](std::string_view symbol) {
     if (const std::optional<int32_t> id = Find(symbol)) {
       ids->push_back(*id);
-      continue;
+      return;
     }
     // Not a token: one token per character, that is per byte; bytes without one are dropped.
     // (llama.cpp looks up each raw byte of the mapped text instead, which finds only ASCII; the
@@ -538,7 +484,7 @@ void Tokenizer::EncodeWord(const std::string& mapped, std::vector<int32_t>* ids)
         ids->push_back(*id);
       }
     }
-  }
+  });
 }
 
 std::optional<int32_t> Tokenizer::Find(std::string_view text) const {

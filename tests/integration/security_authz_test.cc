@@ -448,10 +448,7 @@ TEST(SecurityAuthz, MutualTlsOnEveryGrpcPort) {
             (std::map<std::string, int>{{"admin", 1}, {"cluster", 1}, {"inference", 1}}));
 
   auto stub = v1::InferenceService::NewStub(channel);
-  v1::GenerateRequest request;
-  for (int32_t id : kPrompt) request.mutable_token_ids()->add_ids(id);
-  request.set_max_tokens(4);
-  request.set_ignore_eos(true);
+  const v1::GenerateRequest request = GreedyRequest(kPrompt, 4);
   grpc::ClientContext context;
   context.AddMetadata("authorization", api_key);
   auto reader = stub->Generate(&context, request);

@@ -46,11 +46,7 @@ class TimedStream {
 
  private:
   void Run(LocalCluster& cluster, const std::vector<int32_t>& prompt, int max_tokens) {
-    v1::GenerateRequest request;
-    for (int32_t id : prompt) request.mutable_token_ids()->add_ids(id);
-    request.set_max_tokens(max_tokens);
-    request.set_ignore_eos(true);
-    request.mutable_sampling()->set_temperature(0.0f);
+    const v1::GenerateRequest request = GreedyRequest(prompt, max_tokens);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
     auto reader = cluster.inference().Generate(&context, request);
