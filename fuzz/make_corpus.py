@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the binary seed files of fuzz/corpus/ (the text seeds are committed as they are).
+"""Writes the binary seed files beside the committed text seeds: scripts/fuzz.sh runs it into its
+temporary copy of fuzz/corpus/ before each run, so only this generator is in the tree.
 
-    fuzz/make_corpus.py BUILD_DIR
+    fuzz/make_corpus.py BUILD_DIR CORPUS_DIR
 
 gguf/: a GGUF image written here, independently of model/gguf_writer.cc, with a value of every
 metadata type and a tensor of every supported ggml type; and two tiny models from the build's
@@ -15,7 +16,6 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CORPUS = os.path.join(HERE, "corpus")
 PROTO_DIR = os.path.join(HERE, "..", "proto")
 
 
@@ -160,12 +160,13 @@ def write(path, data):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: fuzz/make_corpus.py BUILD_DIR (with bin/tpserve-mkmodel built)")
+    if len(sys.argv) != 3:
+        sys.exit("usage: fuzz/make_corpus.py BUILD_DIR (with bin/tpserve-mkmodel built) CORPUS_DIR")
     mkmodel = os.path.join(sys.argv[1], "bin", "tpserve-mkmodel")
-    write(os.path.join(CORPUS, "gguf", "all_types.gguf"), all_types_gguf())
+    corpus = sys.argv[2]
+    write(os.path.join(corpus, "gguf", "all_types.gguf"), all_types_gguf())
     for dtype, hidden in (("f32", 8), ("q8_0", 32)):
-        subprocess.run([mkmodel, "--output", os.path.join(CORPUS, "gguf", f"tiny_{dtype}.gguf"),
+        subprocess.run([mkmodel, "--output", os.path.join(corpus, "gguf", f"tiny_{dtype}.gguf"),
                         "--layers", "1", "--hidden", str(hidden), "--heads", "2", "--kv-heads",
                         "1", "--ffn", str(hidden), "--vocab", "259", "--context", "64",
                         "--dtype", dtype], check=True)
@@ -174,7 +175,7 @@ def main():
         for text in steps:
             message = encode_step(text)
             stream += varint(len(message)) + message
-        write(os.path.join(CORPUS, "step", name + ".bin"), stream)
+        write(os.path.join(corpus, "step", name + ".bin"), stream)
 
 
 if __name__ == "__main__":

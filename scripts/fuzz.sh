@@ -44,9 +44,15 @@ echo "fuzz: built ${#targets[@]} targets in $((SECONDS - start)) s"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$build/artifacts"
+# The committed text seeds, then the binary ones (GGUF images, step streams) that
+# fuzz/make_corpus.py writes from code here, with the main build's tpserve-mkmodel.
+cp -r fuzz/corpus/. "$work/"
+mkmodel="$root/build/bin/tpserve-mkmodel"
+[ -x "$mkmodel" ] || { echo "fuzz: $mkmodel is missing: cmake --build build --target tpserve-mkmodel" >&2; exit 1; }
+python3 fuzz/make_corpus.py "$root/build" "$work" >"$build/make_corpus.log" 2>&1 \
+  || { cat "$build/make_corpus.log" >&2; echo "fuzz: fuzz/make_corpus.py failed" >&2; exit 1; }
 failed=0
 for t in "${targets[@]}"; do
-  cp -r "fuzz/corpus/$t" "$work/$t"
   log="$build/$t.log"
   status=0
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" UBSAN_OPTIONS="print_stacktrace=1" \
