@@ -10,6 +10,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libgloo-dev libboost-dev
   libcpp-httplib-dev  # the C++ integration tests' HTTP client
+  python3-jinja2  # chat_templates_match_jinja2's reference (run with /usr/bin/python3)
   # helm-render, the Helm chart tests' renderer (tests/helm): Go, sprig and what helm itself uses
   golang-go golang-github-masterminds-sprig-dev golang-github-xeipuuv-gojsonschema-dev
   golang-k8s-sigs-yaml-dev

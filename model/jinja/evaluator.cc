@@ -125,6 +125,8 @@ absl::Status Evaluator::Exec(const Body& body, std::string* out, Flow* flow) {
 
 absl::Status Evaluator::ExecOne(const Stmt& stmt, std::string* out, Flow* flow) {
   if (absl::Status s = Step(stmt.position); !s.ok()) return s;
+  DepthGuard guard(this);
+  if (depth_ > limits_.max_depth) return ErrorAt(stmt.position, "rendering nests too deeply");
   switch (stmt.kind) {
     case Stmt::Kind::kText:
       return Append(out, stmt.text, stmt.position);
@@ -223,6 +225,7 @@ absl::Status Evaluator::ExecFor(const Stmt& stmt, std::string* out) {
     items = *std::move(all);
   } else {
     for (const Value& item : *all) {
+      if (absl::Status s = Step(stmt.position); !s.ok()) return s;
       scope_ = std::make_shared<Scope>(Scope{{}, outer});
       if (absl::Status s = Unpack(stmt.targets, item, stmt.position, scope_.get()); !s.ok()) {
         return s;
@@ -239,23 +242,25 @@ absl::Status Evaluator::ExecFor(const Stmt& stmt, std::string* out) {
   }
   const int64_t length = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < length; ++i) {
+    // An iteration is a step even when its body is empty, so nested loops stay bounded.
+    if (absl::Status s = Step(stmt.position); !s.ok()) return s;
     scope_ = std::make_shared<Scope>(Scope{{}, outer});
     if (absl::Status s = Unpack(stmt.targets, items[i], stmt.position, scope_.get()); !s.ok()) {
       return s;
     }
     ValueDict loop;
-    loop.Set("index", Value::Int(i + 1));
-    loop.Set("index0", Value::Int(i));
-    loop.Set("revindex", Value::Int(length - i));
-    loop.Set("revindex0", Value::Int(length - i - 1));
-    loop.Set("first", Value::Bool(i == 0));
-    loop.Set("last", Value::Bool(i == length - 1));
-    loop.Set("length", Value::Int(length));
-    loop.Set("depth", Value::Int(1));
-    loop.Set("depth0", Value::Int(0));
-    if (i > 0) loop.Set("previtem", items[i - 1]);
-    if (i + 1 < length) loop.Set("nextitem", items[i + 1]);
-    loop.Set("cycle", Value::Function("cycle", [i](const CallArgs& args, Evaluator&)
+    loop.items.emplace_back(Value::String("index"), Value::Int(i + 1));
+    loop.items.emplace_back(Value::String("index0"), Value::Int(i));
+    loop.items.emplace_back(Value::String("revindex"), Value::Int(length - i));
+    loop.items.emplace_back(Value::String("revindex0"), Value::Int(length - i - 1));
+    loop.items.emplace_back(Value::String("first"), Value::Bool(i == 0));
+    loop.items.emplace_back(Value::String("last"), Value::Bool(i == length - 1));
+    loop.items.emplace_back(Value::String("length"), Value::Int(length));
+    loop.items.emplace_back(Value::String("depth"), Value::Int(1));
+    loop.items.emplace_back(Value::String("depth0"), Value::Int(0));
+    if (i > 0) loop.items.emplace_back(Value::String("previtem"), items[i - 1]);
+    if (i + 1 < length) loop.items.emplace_back(Value::String("nextitem"), items[i + 1]);
+    loop.items.emplace_back(Value::String("cycle"), Value::Function("cycle", [i](const CallArgs& args, Evaluator&)
                                                     -> absl::StatusOr<Value> {
                if (args.positional.empty()) {
                  return absl::InvalidArgumentError("loop.cycle: no items to cycle");
@@ -475,6 +480,8 @@ absl::StatusOr<Value> Evaluator::EvalSlice(const Expr& expr) {
 
 absl::StatusOr<Value> Evaluator::Eval(const Expr& expr) {
   if (absl::Status s = Step(expr.position); !s.ok()) return s;
+  DepthGuard guard(this);
+  if (depth_ > limits_.max_depth) return ErrorAt(expr.position, "rendering nests too deeply");
   switch (expr.kind) {
     case Expr::Kind::kLiteral:
       return expr.value;

@@ -24,8 +24,9 @@ namespace tpserve::jinja {
 
 struct RenderLimits {
   int64_t max_output_bytes = 16 << 20;   // the rendered text, and any string built on the way
-  int64_t max_steps = 20'000'000;        // expression and statement evaluations
+  int64_t max_steps = 5'000'000;         // expressions, statements and loop iterations
   int max_call_depth = 64;               // macro calls inside macro calls
+  int max_depth = 1000;                  // nested evaluations, macro bodies included: the stack
 };
 
 // Variables of one scope; lookups fall through to the parent.
@@ -62,6 +63,11 @@ class Evaluator {
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
+  struct DepthGuard {
+    explicit DepthGuard(Evaluator* e) : evaluator(e) { ++evaluator->depth_; }
+    ~DepthGuard() { --evaluator->depth_; }
+    Evaluator* evaluator;
+  };
 
   absl::Status Exec(const Body& body, std::string* out, Flow* flow);
   absl::Status ExecOne(const Stmt& stmt, std::string* out, Flow* flow);
@@ -82,6 +88,7 @@ class Evaluator {
   std::shared_ptr<Scope> scope_;
   Value filter_input_;  // the rendered body a {% filter %} or block set's chain starts from
   int64_t steps_ = 0;
+  int depth_ = 0;  // Eval and ExecOne frames on the stack
   int call_depth_ = 0;
 };
 

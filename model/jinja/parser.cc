@@ -109,7 +109,7 @@ class Parser {
       const Token& t = Peek();
       if (t.kind == Kind::kEnd) {
         if (enders.empty()) return body;
-        return ErrorAt(t.position, absl::StrCat("the template ends before '{% ", enders.front(),
+        return ErrorAt(t.position, absl::StrCat("the template ends before '{% ", enders.back(),
                                                 " %}'"));
       }
       if (t.kind == Kind::kText) {

@@ -343,6 +343,11 @@ Value Value::FromJson(const nlohmann::ordered_json& json) {
   }
 }
 
+const std::string& Value::undefined_hint() const {
+  static const std::string* const kUnnamed = new std::string("a value is undefined");
+  return string_ == nullptr ? *kUnnamed : *string_;
+}
+
 bool Value::Truthy() const {
   switch (kind_) {
     case Kind::kUndefined:

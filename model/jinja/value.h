@@ -102,7 +102,7 @@ class Value {
   ValueDict& mutable_namespace() const { return *dict_; }
   const Callable& callable() const { return *callable_; }
   // What an undefined value stands for ("'x' is undefined"), for error messages.
-  const std::string& undefined_hint() const { return *string_; }
+  const std::string& undefined_hint() const;
 
   bool Truthy() const;
   // Python's type name ("str", "dict", "NoneType"), for error messages.
@@ -118,7 +118,7 @@ class Value {
   bool safe_ = false;
   int64_t int_ = 0;
   double float_ = 0;
-  std::shared_ptr<const std::string> string_ = std::make_shared<const std::string>("value");
+  std::shared_ptr<const std::string> string_;  // kString; for kUndefined, its hint (may be null)
   std::shared_ptr<const std::vector<Value>> list_;
   std::shared_ptr<ValueDict> dict_;
   std::shared_ptr<const Callable> callable_;
