@@ -4,11 +4,10 @@
 #include <cstdlib>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "model/jinja/evaluator.h"
-#include "model/jinja/parser.h"
+#include "model/jinja/known_names.h"
 #include "model/jinja/py_string.h"
 
 namespace tpserve::jinja {
@@ -463,24 +462,6 @@ absl::StatusOr<bool> RunTest(Evaluator& ev, const std::string& name, const Value
            (name == "filter" ? IsKnownFilter(input.str()) : IsKnownTest(input.str()));
   }
   return ErrorAt(at, absl::StrCat("unsupported test '", name, "'"));
-}
-
-bool IsKnownFilter(absl::string_view name) {
-  static const auto* kFilters = new absl::flat_hash_set<absl::string_view>{
-      "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first",
-      "float", "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max",
-      "min", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
-      "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper"};
-  return kFilters->contains(name);
-}
-
-bool IsKnownTest(absl::string_view name) {
-  static const auto* kTests = new absl::flat_hash_set<absl::string_view>{
-      "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even",
-      "false", "filter", "float", "ge", "gt", "greaterthan", "in", "integer", "iterable", "le",
-      "lessthan", "lower", "lt", "mapping", "ne", "none", "number", "odd", "sameas", "sequence",
-      "string", "test", "true", "undefined", "upper", "==", "!=", "<", "<=", ">", ">="};
-  return kTests->contains(name);
 }
 
 }  // namespace tpserve::jinja

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "model/jinja/known_names.h"
 
 namespace tpserve::jinja {
 namespace {
@@ -756,53 +757,6 @@ class Parser {
   int loop_depth_ = 0;
 };
 
-// jinja2 refuses a template naming an unknown filter or test when it compiles it, except inside
-// an `if` (its test and branches) or a conditional expression, where the error waits until the
-// filter runs; a for loop or macro body inside such a branch is strict again.
-absl::Status CheckNames(const Expr* expr, bool soft) {
-  if (expr == nullptr) return absl::OkStatus();
-  soft = soft || expr->kind == Expr::Kind::kCondition;
-  if (!soft && expr->kind == Expr::Kind::kFilter && !IsKnownFilter(expr->name)) {
-    return absl::InvalidArgumentError(absl::StrCat("line ", expr->position.line, " column ",
-                                                   expr->position.column,
-                                                   ": unsupported filter '", expr->name, "'"));
-  }
-  if (!soft && expr->kind == Expr::Kind::kTest && !IsKnownTest(expr->name)) {
-    return absl::InvalidArgumentError(absl::StrCat("line ", expr->position.line, " column ",
-                                                   expr->position.column,
-                                                   ": unsupported test '", expr->name, "'"));
-  }
-  for (const ExprPtr& arg : expr->args) {
-    if (absl::Status s = CheckNames(arg.get(), soft); !s.ok()) return s;
-  }
-  for (const auto& [key, arg] : expr->keyword) {
-    if (absl::Status s = CheckNames(arg.get(), soft); !s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckNames(const Body& body, bool soft) {
-  for (const StmtPtr& stmt : body) {
-    const bool is_if = stmt->kind == Stmt::Kind::kIf;
-    const bool strict_body = stmt->kind == Stmt::Kind::kFor || stmt->kind == Stmt::Kind::kMacro;
-    for (const Expr* e : {stmt->expr.get(), stmt->condition.get()}) {
-      if (absl::Status s = CheckNames(e, soft); !s.ok()) return s;
-    }
-    for (const ExprPtr& e : stmt->conditions) {
-      if (absl::Status s = CheckNames(e.get(), soft || is_if); !s.ok()) return s;
-    }
-    for (const ExprPtr& e : stmt->defaults) {
-      if (absl::Status s = CheckNames(e.get(), false); !s.ok()) return s;
-    }
-    for (const Body& inner : stmt->bodies) {
-      if (absl::Status s = CheckNames(inner, strict_body ? false : soft || is_if); !s.ok()) {
-        return s;
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<Body> Parse(absl::string_view source) {
@@ -810,7 +764,7 @@ absl::StatusOr<Body> Parse(absl::string_view source) {
   if (!tokens.ok()) return tokens.status();
   absl::StatusOr<Body> body = Parser(*std::move(tokens)).ParseTemplate();
   if (!body.ok()) return body;
-  if (absl::Status s = CheckNames(*body, /*soft=*/false); !s.ok()) return s;
+  if (absl::Status s = CheckFilterAndTestNames(*body); !s.ok()) return s;
   return body;
 }
 

@@ -22,8 +22,4 @@ inline constexpr int kMaxNestingDepth = 128;
 
 absl::StatusOr<Body> Parse(absl::string_view source);
 
-// The filters and tests rendering implements; the parser refuses others.
-bool IsKnownFilter(absl::string_view name);
-bool IsKnownTest(absl::string_view name);
-
 }  // namespace tpserve::jinja
