@@ -20,8 +20,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source, std::s
                                                  std::string eos_token) {
   absl::StatusOr<jinja::Template> parsed = jinja::Template::Parse(source);
   if (!parsed.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chat template: ", parsed.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat("chat template: ", parsed.status().message()));
   }
   return ChatTemplate(*std::move(parsed), std::move(bos_token), std::move(eos_token));
 }
@@ -46,10 +45,9 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Load(const GgufFile& file, const Toke
                TokenTextOr(tokenizer, tokenizer.eos_id()));
 }
 
-absl::StatusOr<std::string> ChatTemplate::Apply(const nlohmann::ordered_json& messages,
-                                                const nlohmann::ordered_json& tools,
-                                                bool add_generation_prompt,
-                                                const nlohmann::ordered_json& extra_variables) const {
+absl::StatusOr<std::string> ChatTemplate::Apply(
+    const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+    bool add_generation_prompt, const nlohmann::ordered_json& extra_variables) const {
   jinja::ValueDict variables;
   if (extra_variables.is_object()) {
     for (const auto& [name, value] : extra_variables.items()) {

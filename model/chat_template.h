@@ -36,8 +36,7 @@ class ChatTemplate {
   // `extra_variables`: an object (or null) whose members become template variables.
   // INVALID_ARGUMENT when the template fails or refuses (raise_exception) the conversation.
   absl::StatusOr<std::string> Apply(const nlohmann::ordered_json& messages,
-                                    const nlohmann::ordered_json& tools,
-                                    bool add_generation_prompt,
+                                    const nlohmann::ordered_json& tools, bool add_generation_prompt,
                                     const nlohmann::ordered_json& extra_variables = nullptr) const;
   // One user message and the generation prompt, as the command-line tools send.
   absl::StatusOr<std::string> ApplyUserPrompt(const std::string& prompt) const;

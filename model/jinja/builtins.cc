@@ -29,7 +29,8 @@ bool BoolArg(const CallArgs& args, size_t index, absl::string_view name, bool fa
 
 CallArgs Rest(const CallArgs& args, size_t from) {
   CallArgs rest;
-  for (size_t i = from; i < args.positional.size(); ++i) rest.positional.push_back(args.positional[i]);
+  for (size_t i = from; i < args.positional.size(); ++i)
+    rest.positional.push_back(args.positional[i]);
   rest.keyword = args.keyword;
   return rest;
 }
@@ -64,7 +65,8 @@ absl::Status SortValues(std::vector<Value>* keys, std::vector<Value>* values, bo
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   absl::Status error;
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-    absl::StatusOr<bool> less = reverse ? Less((*keys)[y], (*keys)[x]) : Less((*keys)[x], (*keys)[y]);
+    absl::StatusOr<bool> less =
+        reverse ? Less((*keys)[y], (*keys)[x]) : Less((*keys)[x], (*keys)[y]);
     if (!less.ok()) {
       if (error.ok()) error = ErrorAt(at, less.status().message());
       return false;
@@ -124,10 +126,11 @@ absl::StatusOr<Value> Tojson(const Value& input, const CallArgs& args, const Pos
 absl::StatusOr<Value> Indent(const Value& input, const CallArgs& args) {
   std::string indention = "    ";
   if (const Value* width = Arg(args, 0, "width")) {
-    indention = width->is_string() ? width->str()
-                                   : std::string(static_cast<size_t>(std::clamp<int64_t>(
-                                                     width->int_value(), 0, 1024)),
-                                                 ' ');
+    indention =
+        width->is_string()
+            ? width->str()
+            : std::string(static_cast<size_t>(std::clamp<int64_t>(width->int_value(), 0, 1024)),
+                          ' ');
   }
   const bool first = BoolArg(args, 1, "first", false);
   const bool blank = BoolArg(args, 2, "blank", false);
@@ -171,7 +174,8 @@ absl::StatusOr<Value> RunFilter(Evaluator& ev, const std::string& name, const Va
   }
   if (name == "length" || name == "count") {
     const int64_t n = input.Length();
-    if (n < 0) return ErrorAt(at, absl::StrCat("object of type '", input.TypeName(), "' has no len()"));
+    if (n < 0)
+      return ErrorAt(at, absl::StrCat("object of type '", input.TypeName(), "' has no len()"));
     return Value::Int(n);
   }
   if (name == "string") {
@@ -205,7 +209,8 @@ absl::StatusOr<Value> RunFilter(Evaluator& ev, const std::string& name, const Va
   if (name == "float") {
     if (input.is_number()) return Value::Float(input.number());
     double d;
-    if (input.is_string() && absl::SimpleAtod(PyStrip(input.str(), nullptr, StripSide::kBoth), &d)) {
+    if (input.is_string() &&
+        absl::SimpleAtod(PyStrip(input.str(), nullptr, StripSide::kBoth), &d)) {
       return Value::Float(d);
     }
     const Value* fallback = Arg(args, 0, "default");
@@ -248,7 +253,8 @@ absl::StatusOr<Value> RunFilter(Evaluator& ev, const std::string& name, const Va
       keys.push_back(SortKey(by_value ? value : key, case_sensitive));
       pairs.push_back(Value::Tuple({key, value}));
     }
-    if (absl::Status s = SortValues(&keys, &pairs, BoolArg(args, 2, "reverse", false), at); !s.ok()) {
+    if (absl::Status s = SortValues(&keys, &pairs, BoolArg(args, 2, "reverse", false), at);
+        !s.ok()) {
       return s;
     }
     return Value::List(std::move(pairs));
@@ -328,7 +334,8 @@ absl::StatusOr<Value> RunFilter(Evaluator& ev, const std::string& name, const Va
     const bool by_attribute = name == "selectattr" || name == "rejectattr";
     const bool keep_if = name == "select" || name == "selectattr";
     const size_t test_at = by_attribute ? 1 : 0;
-    if (by_attribute && args.positional.empty()) return ErrorAt(at, absl::StrCat(name, ": needs an attribute"));
+    if (by_attribute && args.positional.empty())
+      return ErrorAt(at, absl::StrCat(name, ": needs an attribute"));
     std::vector<Value> out;
     for (const Value& item : *items) {
       Value subject = item;
@@ -367,7 +374,8 @@ absl::StatusOr<Value> RunFilter(Evaluator& ev, const std::string& name, const Va
     if (name == "unique") {
       std::vector<Value> out, seen;
       for (size_t i = 0; i < items->size(); ++i) {
-        if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return Equal(s, keys[i]); })) {
+        if (std::none_of(seen.begin(), seen.end(),
+                         [&](const Value& s) { return Equal(s, keys[i]); })) {
           seen.push_back(keys[i]);
           out.push_back((*items)[i]);
         }
@@ -375,7 +383,8 @@ absl::StatusOr<Value> RunFilter(Evaluator& ev, const std::string& name, const Va
       return Value::Generator(std::move(out));
     }
     std::vector<Value> sorted = *items;
-    if (absl::Status s = SortValues(&keys, &sorted, is_sort && BoolArg(args, 0, "reverse", false), at);
+    if (absl::Status s =
+            SortValues(&keys, &sorted, is_sort && BoolArg(args, 0, "reverse", false), at);
         !s.ok()) {
       return s;
     }
@@ -394,7 +403,8 @@ absl::StatusOr<Value> RunFilter(Evaluator& ev, const std::string& name, const Va
         if (!got.ok()) return got;
         term = *std::move(got);
       }
-      if (!term.is_number() || !total.is_number()) return ErrorAt(at, "sum: the items are not numbers");
+      if (!term.is_number() || !total.is_number())
+        return ErrorAt(at, "sum: the items are not numbers");
       total = total.kind() == Value::Kind::kFloat || term.kind() == Value::Kind::kFloat
                   ? Value::Float(total.number() + term.number())
                   : Value::Int(total.int_value() + term.int_value());
@@ -448,10 +458,10 @@ absl::StatusOr<bool> RunTest(Evaluator& ev, const std::string& name, const Value
     return Equal(input, *other) && (k == Kind::kInt || k == Kind::kString);
   }
   static const auto* kOperators = new absl::flat_hash_map<std::string, std::string>{
-      {"eq", "=="}, {"equalto", "=="}, {"==", "=="}, {"ne", "!="}, {"!=", "!="},
-      {"lt", "<"}, {"lessthan", "<"}, {"<", "<"}, {"le", "<="}, {"<=", "<="},
-      {"gt", ">"}, {"greaterthan", ">"}, {">", ">"}, {"ge", ">="}, {">=", ">="},
-      {"in", "in"}};
+      {"eq", "=="}, {"equalto", "=="}, {"==", "=="},      {"ne", "!="},
+      {"!=", "!="}, {"lt", "<"},       {"lessthan", "<"}, {"<", "<"},
+      {"le", "<="}, {"<=", "<="},      {"gt", ">"},       {"greaterthan", ">"},
+      {">", ">"},   {"ge", ">="},      {">=", ">="},      {"in", "in"}};
   if (auto it = kOperators->find(name); it != kOperators->end()) {
     const Value* other = Arg(args, 0, "b");
     if (other == nullptr) return ErrorAt(at, absl::StrCat("test '", name, "' needs a value"));

@@ -97,8 +97,8 @@ absl::Status Evaluator::Step(const Position& at) {
 
 absl::Status Evaluator::Append(std::string* out, const std::string& text, const Position& at) {
   if (static_cast<int64_t>(out->size() + text.size()) > limits_.max_output_bytes) {
-    return ErrorAt(at, absl::StrCat("the rendered text exceeds ", limits_.max_output_bytes,
-                                    " bytes"));
+    return ErrorAt(at,
+                   absl::StrCat("the rendered text exceeds ", limits_.max_output_bytes, " bytes"));
   }
   out->append(text);
   return absl::OkStatus();
@@ -169,7 +169,7 @@ absl::Status Evaluator::ExecOne(const Stmt& stmt, std::string* out, Flow* flow) 
       std::shared_ptr<Scope> closure = scope_;
       const Stmt* macro = &stmt;
       Assign(stmt.text, Value::Function(stmt.text, [macro, closure](const CallArgs& args,
-                                                                      Evaluator& evaluator) {
+                                                                    Evaluator& evaluator) {
                return evaluator.CallMacro(*macro, closure, args, macro->position);
              }));
       return absl::OkStatus();
@@ -189,8 +189,8 @@ absl::Status Evaluator::ExecOne(const Stmt& stmt, std::string* out, Flow* flow) 
 namespace {
 
 // Binds a loop or set target list: one name takes the value, several unpack a sequence.
-absl::Status Unpack(const std::vector<std::string>& targets, const Value& value,
-                    const Position& at, Scope* scope) {
+absl::Status Unpack(const std::vector<std::string>& targets, const Value& value, const Position& at,
+                    Scope* scope) {
   if (targets.size() == 1) {
     scope->vars[targets[0]] = value;
     return absl::OkStatus();
@@ -260,13 +260,14 @@ absl::Status Evaluator::ExecFor(const Stmt& stmt, std::string* out) {
     loop.items.emplace_back(Value::String("depth0"), Value::Int(0));
     if (i > 0) loop.items.emplace_back(Value::String("previtem"), items[i - 1]);
     if (i + 1 < length) loop.items.emplace_back(Value::String("nextitem"), items[i + 1]);
-    loop.items.emplace_back(Value::String("cycle"), Value::Function("cycle", [i](const CallArgs& args, Evaluator&)
-                                                    -> absl::StatusOr<Value> {
-               if (args.positional.empty()) {
-                 return absl::InvalidArgumentError("loop.cycle: no items to cycle");
-               }
-               return args.positional[static_cast<size_t>(i) % args.positional.size()];
-             }));
+    loop.items.emplace_back(
+        Value::String("cycle"),
+        Value::Function("cycle", [i](const CallArgs& args, Evaluator&) -> absl::StatusOr<Value> {
+          if (args.positional.empty()) {
+            return absl::InvalidArgumentError("loop.cycle: no items to cycle");
+          }
+          return args.positional[static_cast<size_t>(i) % args.positional.size()];
+        }));
     scope_->vars["loop"] = Value::Dict(std::move(loop));
     Flow flow = Flow::kNormal;
     if (absl::Status s = Exec(stmt.bodies[0], out, &flow); !s.ok()) return s;
@@ -281,9 +282,9 @@ absl::Status Evaluator::ExecSet(const Stmt& stmt) {
   if (!stmt.attribute.empty()) {
     const Value* target = scope_->Find(stmt.targets[0]);
     if (target == nullptr || target->kind() != Value::Kind::kNamespace) {
-      return ErrorAt(stmt.position, absl::StrCat("cannot assign attribute '", stmt.attribute,
-                                                 "' on '", stmt.targets[0],
-                                                 "': only namespace() objects take attributes"));
+      return ErrorAt(stmt.position,
+                     absl::StrCat("cannot assign attribute '", stmt.attribute, "' on '",
+                                  stmt.targets[0], "': only namespace() objects take attributes"));
     }
     target->mutable_namespace().Set(stmt.attribute, *std::move(value));
     return absl::OkStatus();
@@ -298,8 +299,8 @@ absl::StatusOr<Value> Evaluator::CallMacro(const Stmt& macro, std::shared_ptr<Sc
   }
   const std::vector<std::string>& params = macro.targets;
   if (args.positional.size() > params.size()) {
-    return ErrorAt(at, absl::StrCat("macro '", macro.text, "' takes not more than ",
-                                    params.size(), " argument(s)"));
+    return ErrorAt(at, absl::StrCat("macro '", macro.text, "' takes not more than ", params.size(),
+                                    " argument(s)"));
   }
   auto scope = std::make_shared<Scope>(Scope{{}, std::move(closure)});
   std::vector<bool> bound(params.size(), false);
@@ -311,8 +312,8 @@ absl::StatusOr<Value> Evaluator::CallMacro(const Stmt& macro, std::shared_ptr<Sc
     size_t i = 0;
     while (i < params.size() && params[i] != key) ++i;
     if (i == params.size()) {
-      return ErrorAt(at, absl::StrCat("macro '", macro.text, "' takes no keyword argument '",
-                                      key, "'"));
+      return ErrorAt(
+          at, absl::StrCat("macro '", macro.text, "' takes no keyword argument '", key, "'"));
     }
     scope->vars[key] = value;
     bound[i] = true;
@@ -420,8 +421,8 @@ absl::StatusOr<Value> Evaluator::GetItem(const Value& object, const Value& key,
     }
     return GetAttribute(object, key.str(), at);
   }
-  return Value::Undefined(absl::StrCat("'", object.TypeName(), " object' has no element ",
-                                       key.Repr()));
+  return Value::Undefined(
+      absl::StrCat("'", object.TypeName(), " object' has no element ", key.Repr()));
 }
 
 absl::StatusOr<CallArgs> Evaluator::EvalArgs(const Expr& expr, size_t first) {
@@ -469,8 +470,8 @@ absl::StatusOr<Value> Evaluator::EvalSlice(const Expr& expr) {
   if (target->is_string()) {
     const std::vector<char32_t> cps = DecodeUtf8(target->str());
     std::vector<char32_t> out;
-    for (int64_t i : SliceIndices(static_cast<int64_t>(cps.size()), present[0], present[1],
-                                  bounds[2])) {
+    for (int64_t i :
+         SliceIndices(static_cast<int64_t>(cps.size()), present[0], present[1], bounds[2])) {
       out.push_back(cps[static_cast<size_t>(i)]);
     }
     return Value::String(EncodeUtf8(out));
@@ -562,12 +563,11 @@ absl::StatusOr<Value> Evaluator::Eval(const Expr& expr) {
       if (expr.name == "not") return Value::Bool(!operand->Truthy());
       if (operand->is_undefined()) return UndefinedError(*operand, expr.position);
       if (!operand->is_number()) {
-        return ErrorAt(expr.position, absl::StrCat("bad operand type for unary ", expr.name,
-                                                   ": '", operand->TypeName(), "'"));
+        return ErrorAt(expr.position, absl::StrCat("bad operand type for unary ", expr.name, ": '",
+                                                   operand->TypeName(), "'"));
       }
       if (expr.name == "+") {
-        return operand->kind() == Value::Kind::kFloat ? *operand
-                                                      : Value::Int(operand->int_value());
+        return operand->kind() == Value::Kind::kFloat ? *operand : Value::Int(operand->int_value());
       }
       if (operand->kind() == Value::Kind::kFloat) return Value::Float(-operand->number());
       return IntResult(-static_cast<__int128>(operand->int_value()), expr.position);
@@ -642,10 +642,9 @@ absl::StatusOr<Value> Evaluator::EvalBinary(const Expr& expr) {
   }
   if (op == "+" && a.is_string() && b.is_string()) {
     if (!a.is_safe() && !b.is_safe()) return MakeString(a.str() + b.str(), at);
-    absl::StatusOr<Value> joined =
-        MakeString((a.is_safe() ? a.str() : HtmlEscape(a.str())) +
-                       (b.is_safe() ? b.str() : HtmlEscape(b.str())),
-                   at);
+    absl::StatusOr<Value> joined = MakeString((a.is_safe() ? a.str() : HtmlEscape(a.str())) +
+                                                  (b.is_safe() ? b.str() : HtmlEscape(b.str())),
+                                              at);
     if (!joined.ok()) return joined;
     return Value::SafeString(joined->str());
   }
@@ -671,7 +670,8 @@ absl::StatusOr<Value> Evaluator::EvalBinary(const Expr& expr) {
       return Value::String(std::move(out));
     }
     std::vector<Value> items;
-    for (int64_t i = 0; i < count; ++i) items.insert(items.end(), seq.items().begin(), seq.items().end());
+    for (int64_t i = 0; i < count; ++i)
+      items.insert(items.end(), seq.items().begin(), seq.items().end());
     return seq.kind() == Value::Kind::kTuple ? Value::Tuple(std::move(items))
                                              : Value::List(std::move(items));
   }
@@ -707,8 +707,8 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& item, const P
     case Value::Kind::kUndefined:
       return false;
     default:
-      return ErrorAt(at, absl::StrCat("argument of type '", container.TypeName(),
-                                      "' is not iterable"));
+      return ErrorAt(at,
+                     absl::StrCat("argument of type '", container.TypeName(), "' is not iterable"));
   }
 }
 

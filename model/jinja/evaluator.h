@@ -23,10 +23,10 @@
 namespace tpserve::jinja {
 
 struct RenderLimits {
-  int64_t max_output_bytes = 16 << 20;   // the rendered text, and any string built on the way
-  int64_t max_steps = 5'000'000;         // expressions, statements and loop iterations
-  int max_call_depth = 64;               // macro calls inside macro calls
-  int max_depth = 1000;                  // nested evaluations, macro bodies included: the stack
+  int64_t max_output_bytes = 16 << 20;  // the rendered text, and any string built on the way
+  int64_t max_steps = 5'000'000;        // expressions, statements and loop iterations
+  int max_call_depth = 64;              // macro calls inside macro calls
+  int max_depth = 1000;                 // nested evaluations, macro bodies included: the stack
 };
 
 // Variables of one scope; lookups fall through to the parent.
@@ -47,8 +47,8 @@ class Evaluator {
   absl::StatusOr<Value> Call(const Value& callee, const CallArgs& args, const Position& at);
   absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& input,
                                     const CallArgs& args, const Position& at);
-  absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& input,
-                                 const CallArgs& args, const Position& at);
+  absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& input, const CallArgs& args,
+                                 const Position& at);
   // jinja2's getattr (attribute first, then item) and getitem (item first, then attribute).
   absl::StatusOr<Value> GetAttribute(const Value& object, const std::string& name,
                                      const Position& at);

@@ -14,13 +14,13 @@ absl::Status CheckNames(const Expr* expr, bool soft) {
   soft = soft || expr->kind == Expr::Kind::kCondition;
   if (!soft && expr->kind == Expr::Kind::kFilter && !IsKnownFilter(expr->name)) {
     return absl::InvalidArgumentError(absl::StrCat("line ", expr->position.line, " column ",
-                                                   expr->position.column,
-                                                   ": unsupported filter '", expr->name, "'"));
+                                                   expr->position.column, ": unsupported filter '",
+                                                   expr->name, "'"));
   }
   if (!soft && expr->kind == Expr::Kind::kTest && !IsKnownTest(expr->name)) {
     return absl::InvalidArgumentError(absl::StrCat("line ", expr->position.line, " column ",
-                                                   expr->position.column,
-                                                   ": unsupported test '", expr->name, "'"));
+                                                   expr->position.column, ": unsupported test '",
+                                                   expr->name, "'"));
   }
   for (const ExprPtr& arg : expr->args) {
     if (absl::Status s = CheckNames(arg.get(), soft); !s.ok()) return s;
@@ -57,19 +57,23 @@ absl::Status CheckNames(const Body& body, bool soft) {
 
 bool IsKnownFilter(absl::string_view name) {
   static const auto* kFilters = new absl::flat_hash_set<absl::string_view>{
-      "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first",
-      "float", "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max",
-      "min", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
-      "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper"};
+      "abs",    "attr",       "capitalize", "count",   "d",       "default", "dictsort",
+      "e",      "escape",     "first",      "float",   "indent",  "int",     "items",
+      "join",   "last",       "length",     "list",    "lower",   "map",     "max",
+      "min",    "reject",     "rejectattr", "replace", "reverse", "round",   "safe",
+      "select", "selectattr", "sort",       "string",  "sum",     "title",   "tojson",
+      "trim",   "unique",     "upper"};
   return kFilters->contains(name);
 }
 
 bool IsKnownTest(absl::string_view name) {
   static const auto* kTests = new absl::flat_hash_set<absl::string_view>{
-      "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even",
-      "false", "filter", "float", "ge", "gt", "greaterthan", "in", "integer", "iterable", "le",
-      "lessthan", "lower", "lt", "mapping", "ne", "none", "number", "odd", "sameas", "sequence",
-      "string", "test", "true", "undefined", "upper", "==", "!=", "<", "<=", ">", ">="};
+      "boolean", "callable", "defined",  "divisibleby", "eq",       "equalto", "escaped",
+      "even",    "false",    "filter",   "float",       "ge",       "gt",      "greaterthan",
+      "in",      "integer",  "iterable", "le",          "lessthan", "lower",   "lt",
+      "mapping", "ne",       "none",     "number",      "odd",      "sameas",  "sequence",
+      "string",  "test",     "true",     "undefined",   "upper",    "==",      "!=",
+      "<",       "<=",       ">",        ">="};
   return kTests->contains(name);
 }
 

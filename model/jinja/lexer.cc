@@ -80,8 +80,7 @@ class Lexer {
 
  private:
   size_t FindTag(size_t from) const {
-    for (size_t i = source_.find('{', from); i != std::string::npos;
-         i = source_.find('{', i + 1)) {
+    for (size_t i = source_.find('{', from); i != std::string::npos; i = source_.find('{', i + 1)) {
       if (i + 1 < source_.size() &&
           (source_[i + 1] == '{' || source_[i + 1] == '%' || source_[i + 1] == '#')) {
         return i;
@@ -165,8 +164,8 @@ class Lexer {
         for (const char* two : kTwoChar) {
           if (c == two[0] && next == two[1]) op = two;
         }
-        if (op.size() == 1 && std::string_view("+-*/%~<>=()[]{}.,:|").find(c) ==
-                                  std::string_view::npos) {
+        if (op.size() == 1 &&
+            std::string_view("+-*/%~<>=()[]{}.,:|").find(c) == std::string_view::npos) {
           return Error(pos, absl::StrCat("unexpected character '", std::string(1, c), "'"));
         }
         if (c == '(' || c == '[' || c == '{') ++depth;
@@ -257,18 +256,41 @@ class Lexer {
       const char e = source_[i + 1];
       i += 2;
       switch (e) {
-        case 'n': value.push_back('\n'); break;
-        case 't': value.push_back('\t'); break;
-        case 'r': value.push_back('\r'); break;
-        case 'b': value.push_back('\b'); break;
-        case 'f': value.push_back('\f'); break;
-        case 'v': value.push_back('\v'); break;
-        case 'a': value.push_back('\a'); break;
-        case '\\': value.push_back('\\'); break;
-        case '\'': value.push_back('\''); break;
-        case '"': value.push_back('"'); break;
-        case '\n': break;
-        case 'x': case 'u': case 'U': {
+        case 'n':
+          value.push_back('\n');
+          break;
+        case 't':
+          value.push_back('\t');
+          break;
+        case 'r':
+          value.push_back('\r');
+          break;
+        case 'b':
+          value.push_back('\b');
+          break;
+        case 'f':
+          value.push_back('\f');
+          break;
+        case 'v':
+          value.push_back('\v');
+          break;
+        case 'a':
+          value.push_back('\a');
+          break;
+        case '\\':
+          value.push_back('\\');
+          break;
+        case '\'':
+          value.push_back('\'');
+          break;
+        case '"':
+          value.push_back('"');
+          break;
+        case '\n':
+          break;
+        case 'x':
+        case 'u':
+        case 'U': {
           const size_t width = e == 'x' ? 2 : e == 'u' ? 4 : 8;
           if (i + width > source_.size()) return Error(i - 2, "truncated \\x/\\u escape");
           char32_t cp = 0;
@@ -278,8 +300,8 @@ class Lexer {
               return Error(i - 2, "truncated \\x/\\u escape");
             }
             cp = cp * 16 + static_cast<char32_t>(std::isdigit(static_cast<unsigned char>(h))
-                                                      ? h - '0'
-                                                      : std::tolower(h) - 'a' + 10);
+                                                     ? h - '0'
+                                                     : std::tolower(h) - 'a' + 10);
           }
           if (cp > 0x10FFFF) return Error(i - 2, "escape beyond U+10FFFF");
           AppendUtf8(cp, &value);

@@ -48,7 +48,7 @@ absl::StatusOr<Value> Format(const std::string& pattern, const CallArgs& args) {
   size_t next_auto = 0;
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
-    if (c == '}' ) {
+    if (c == '}') {
       if (i + 1 < pattern.size() && pattern[i + 1] == '}') ++i;
       out.push_back('}');
       continue;
@@ -79,7 +79,8 @@ absl::StatusOr<Value> Format(const std::string& pattern, const CallArgs& args) {
         if (key == field) value = &v;
       }
     }
-    if (value == nullptr) return Fail(absl::StrCat("format: no argument for field '{", field, "}'"));
+    if (value == nullptr)
+      return Fail(absl::StrCat("format: no argument for field '{", field, "}'"));
     out += value->ToString();
   }
   return Value::String(std::move(out));
@@ -87,7 +88,7 @@ absl::StatusOr<Value> Format(const std::string& pattern, const CallArgs& args) {
 
 Method StringMethod(const std::string& s, const std::string& name) {
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    const StripSide side = name == "strip" ? StripSide::kBoth
+    const StripSide side = name == "strip"    ? StripSide::kBoth
                            : name == "lstrip" ? StripSide::kLeft
                                               : StripSide::kRight;
     return [s, side, name](const CallArgs& args, Evaluator&) -> absl::StatusOr<Value> {
@@ -115,23 +116,36 @@ Method StringMethod(const std::string& s, const std::string& name) {
     return [s, starts](const CallArgs& args, Evaluator&) -> absl::StatusOr<Value> {
       const Value* affix = Positional(args, 0);
       if (affix == nullptr) return Fail("startswith/endswith: needs an argument");
-      std::vector<Value> options = affix->is_sequence() ? affix->items() : std::vector<Value>{*affix};
+      std::vector<Value> options =
+          affix->is_sequence() ? affix->items() : std::vector<Value>{*affix};
       for (const Value& option : options) {
-        if (!option.is_string()) return Fail("startswith/endswith: the argument must be str or a tuple of str");
+        if (!option.is_string())
+          return Fail("startswith/endswith: the argument must be str or a tuple of str");
         const std::string& a = option.str();
-        if (a.size() <= s.size() &&
-            (starts ? s.compare(0, a.size(), a) == 0 : s.compare(s.size() - a.size(), a.size(), a) == 0)) {
+        if (a.size() <= s.size() && (starts ? s.compare(0, a.size(), a) == 0
+                                            : s.compare(s.size() - a.size(), a.size(), a) == 0)) {
           return Value::Bool(true);
         }
       }
       return Value::Bool(false);
     };
   }
-  if (name == "upper") return [s](const CallArgs&, Evaluator&) -> absl::StatusOr<Value> { return Value::String(PyUpper(s)); };
-  if (name == "lower") return [s](const CallArgs&, Evaluator&) -> absl::StatusOr<Value> { return Value::String(PyLower(s)); };
-  if (name == "title") return [s](const CallArgs&, Evaluator&) -> absl::StatusOr<Value> { return Value::String(PyTitle(s)); };
+  if (name == "upper")
+    return [s](const CallArgs&, Evaluator&) -> absl::StatusOr<Value> {
+      return Value::String(PyUpper(s));
+    };
+  if (name == "lower")
+    return [s](const CallArgs&, Evaluator&) -> absl::StatusOr<Value> {
+      return Value::String(PyLower(s));
+    };
+  if (name == "title")
+    return [s](const CallArgs&, Evaluator&) -> absl::StatusOr<Value> {
+      return Value::String(PyTitle(s));
+    };
   if (name == "capitalize") {
-    return [s](const CallArgs&, Evaluator&) -> absl::StatusOr<Value> { return Value::String(PyCapitalize(s)); };
+    return [s](const CallArgs&, Evaluator&) -> absl::StatusOr<Value> {
+      return Value::String(PyCapitalize(s));
+    };
   }
   if (name == "replace") {
     return [s](const CallArgs& args, Evaluator& ev) -> absl::StatusOr<Value> {
@@ -146,7 +160,8 @@ Method StringMethod(const std::string& s, const std::string& name) {
   if (name == "find" || name == "rfind" || name == "count") {
     return [s, name](const CallArgs& args, Evaluator&) -> absl::StatusOr<Value> {
       const Value* needle = Positional(args, 0);
-      if (needle == nullptr || !needle->is_string()) return Fail(absl::StrCat(name, ": needs a string"));
+      if (needle == nullptr || !needle->is_string())
+        return Fail(absl::StrCat(name, ": needs a string"));
       if (name == "count") {
         if (needle->str().empty()) return Value::Int(CodePointCount(s) + 1);
         int64_t n = 0;
@@ -180,7 +195,8 @@ Method StringMethod(const std::string& s, const std::string& name) {
     const bool prefix = name == "removeprefix";
     return [s, prefix](const CallArgs& args, Evaluator&) -> absl::StatusOr<Value> {
       const Value* affix = Positional(args, 0);
-      if (affix == nullptr || !affix->is_string()) return Fail("removeprefix/removesuffix: needs a string");
+      if (affix == nullptr || !affix->is_string())
+        return Fail("removeprefix/removesuffix: needs a string");
       const std::string& a = affix->str();
       if (a.size() > s.size()) return Value::String(s);
       if (prefix && s.compare(0, a.size(), a) == 0) return Value::String(s.substr(a.size()));
@@ -267,8 +283,8 @@ Method ListMethod(const Value& list, const std::string& name) {
 }
 
 bool IsMutator(Value::Kind kind, const std::string& name) {
-  static const auto* kDict = new absl::flat_hash_set<std::string>{
-      "clear", "pop", "popitem", "setdefault", "update"};
+  static const auto* kDict =
+      new absl::flat_hash_set<std::string>{"clear", "pop", "popitem", "setdefault", "update"};
   static const auto* kList = new absl::flat_hash_set<std::string>{
       "append", "clear", "extend", "insert", "pop", "remove", "reverse", "sort"};
   return kind == Value::Kind::kDict ? kDict->contains(name)
@@ -300,7 +316,9 @@ Value BoundMethod(const Value& object, const std::string& name) {
                                "' object is unsafe: templates cannot modify lists and dicts"));
     };
   }
-  if (method == nullptr) return Value::Undefined(absl::StrCat("'", object.TypeName(), " object' has no attribute '", name, "'"));
+  if (method == nullptr)
+    return Value::Undefined(
+        absl::StrCat("'", object.TypeName(), " object' has no attribute '", name, "'"));
   return Value::Function(name, std::move(method));
 }
 

@@ -53,14 +53,22 @@ class Parser {
 
   static std::string Describe(const Token& t) {
     switch (t.kind) {
-      case Kind::kText: return "template text";
-      case Kind::kVarBegin: return "'{{'";
-      case Kind::kVarEnd: return "'}}'";
-      case Kind::kBlockBegin: return "'{%'";
-      case Kind::kBlockEnd: return "'%}'";
-      case Kind::kString: return "a string";
-      case Kind::kEnd: return "the end of the template";
-      default: return absl::StrCat("'", t.text, "'");
+      case Kind::kText:
+        return "template text";
+      case Kind::kVarBegin:
+        return "'{{'";
+      case Kind::kVarEnd:
+        return "'}}'";
+      case Kind::kBlockBegin:
+        return "'{%'";
+      case Kind::kBlockEnd:
+        return "'%}'";
+      case Kind::kString:
+        return "a string";
+      case Kind::kEnd:
+        return "the end of the template";
+      default:
+        return absl::StrCat("'", t.text, "'");
     }
   }
 
@@ -89,8 +97,8 @@ class Parser {
   // Guards recursion; `depth_` is restored by the guard's owner.
   absl::Status Enter() {
     if (++depth_ > kMaxNestingDepth) {
-      return ErrorAt(Peek().position, absl::StrCat("the template nests deeper than ",
-                                                   kMaxNestingDepth, " levels"));
+      return ErrorAt(Peek().position,
+                     absl::StrCat("the template nests deeper than ", kMaxNestingDepth, " levels"));
     }
     return absl::OkStatus();
   }
@@ -110,8 +118,8 @@ class Parser {
       const Token& t = Peek();
       if (t.kind == Kind::kEnd) {
         if (enders.empty()) return body;
-        return ErrorAt(t.position, absl::StrCat("the template ends before '{% ", enders.back(),
-                                                " %}'"));
+        return ErrorAt(t.position,
+                       absl::StrCat("the template ends before '{% ", enders.back(), " %}'"));
       }
       if (t.kind == Kind::kText) {
         auto stmt = NewStmt(Stmt::Kind::kText, t.position);
@@ -446,8 +454,8 @@ class Parser {
     while (true) {
       std::string op;
       if (Peek().kind == Kind::kOperator &&
-          (Peek().text == "==" || Peek().text == "!=" || Peek().text == "<" ||
-           Peek().text == ">" || Peek().text == "<=" || Peek().text == ">=")) {
+          (Peek().text == "==" || Peek().text == "!=" || Peek().text == "<" || Peek().text == ">" ||
+           Peek().text == "<=" || Peek().text == ">=")) {
         op = Next().text;
       } else if (IsName("in")) {
         Next();
@@ -477,7 +485,9 @@ class Parser {
   absl::StatusOr<ExprPtr> ParseMul() {
     return ParseLevel({"*", "/", "//", "%"}, false, &Parser::ParsePow);
   }
-  absl::StatusOr<ExprPtr> ParsePow() { return ParseLevel({"**"}, false, &Parser::ParseUnaryFiltered); }
+  absl::StatusOr<ExprPtr> ParsePow() {
+    return ParseLevel({"**"}, false, &Parser::ParseUnaryFiltered);
+  }
   absl::StatusOr<ExprPtr> ParseUnaryFiltered() { return ParseUnary(true); }
 
   absl::StatusOr<ExprPtr> ParseUnary(bool with_filter) {
@@ -760,7 +770,8 @@ class Parser {
 }  // namespace
 
 absl::StatusOr<Body> Parse(absl::string_view source) {
-  absl::StatusOr<std::vector<Token>> tokens = Tokenize(std::string_view(source.data(), source.size()));
+  absl::StatusOr<std::vector<Token>> tokens =
+      Tokenize(std::string_view(source.data(), source.size()));
   if (!tokens.ok()) return tokens.status();
   absl::StatusOr<Body> body = Parser(*std::move(tokens)).ParseTemplate();
   if (!body.ok()) return body;

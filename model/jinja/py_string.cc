@@ -23,8 +23,8 @@ std::string CaseMap(std::string_view text, bool upper) {
     }
     return out;
   }
-  icu::UnicodeString unicode =
-      icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+  icu::UnicodeString unicode = icu::UnicodeString::fromUTF8(
+      icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
   if (upper) {
     unicode.toUpper(icu::Locale::getRoot());
   } else {
@@ -50,8 +50,15 @@ std::vector<char32_t> DecodeUtf8(std::string_view text) {
   out.reserve(text.size());
   for (size_t i = 0; i < text.size();) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
-    int length = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    char32_t cp = length == 1 ? c : length == 2 ? (c & 0x1F) : length == 3 ? (c & 0x0F) : (c & 0x07);
+    int length = c < 0x80           ? 1
+                 : (c >> 5) == 0x6  ? 2
+                 : (c >> 4) == 0xE  ? 3
+                 : (c >> 3) == 0x1E ? 4
+                                    : 0;
+    char32_t cp = length == 1   ? c
+                  : length == 2 ? (c & 0x1F)
+                  : length == 3 ? (c & 0x0F)
+                                : (c & 0x07);
     bool valid = length > 0 && i + length <= text.size();
     for (int k = 1; valid && k < length; ++k) {
       const unsigned char next = static_cast<unsigned char>(text[i + k]);
@@ -105,9 +112,24 @@ int64_t CodePointCount(std::string_view text) {
 
 bool PyIsSpace(char32_t c) {
   switch (c) {
-    case ' ': case '\t': case '\n': case '\v': case '\f': case '\r':
-    case 0x1C: case 0x1D: case 0x1E: case 0x1F: case 0x85: case 0xA0: case 0x1680:
-    case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+    case ' ':
+    case '\t':
+    case '\n':
+    case '\v':
+    case '\f':
+    case '\r':
+    case 0x1C:
+    case 0x1D:
+    case 0x1E:
+    case 0x1F:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return c >= 0x2000 && c <= 0x200A;
@@ -183,8 +205,7 @@ std::vector<std::string> PySplit(std::string_view text, const std::string* sep, 
   return parts;
 }
 
-std::vector<std::string> PyRSplit(std::string_view text, const std::string* sep,
-                                  int64_t maxsplit) {
+std::vector<std::string> PyRSplit(std::string_view text, const std::string* sep, int64_t maxsplit) {
   if (maxsplit < 0) return PySplit(text, sep, maxsplit);
   std::vector<std::string> parts;
   if (sep != nullptr) {

@@ -33,8 +33,7 @@ std::string PyTitle(std::string_view text);
 // maxsplit < 0 is unlimited. Empty `sep` is the caller's error to report.
 std::vector<std::string> PySplit(std::string_view text, const std::string* sep, int64_t maxsplit);
 // str.rsplit(sep, maxsplit).
-std::vector<std::string> PyRSplit(std::string_view text, const std::string* sep,
-                                  int64_t maxsplit);
+std::vector<std::string> PyRSplit(std::string_view text, const std::string* sep, int64_t maxsplit);
 // str.splitlines(): \n, \r\n, \r, \v, \f, \x1c-\x1e, \x85, U+2028, U+2029 end lines.
 std::vector<std::string> PySplitLines(std::string_view text);
 // str.replace(old, new, count); count < 0 replaces all.

@@ -26,23 +26,25 @@ absl::StatusOr<Value> Range(const CallArgs& args) {
   const int64_t stop = n == 1 ? args.positional[0].int_value() : args.positional[1].int_value();
   const int64_t step = n == 3 ? args.positional[2].int_value() : 1;
   if (step == 0) return absl::InvalidArgumentError("range() arg 3 must not be zero");
-  const __int128 span = step > 0 ? static_cast<__int128>(stop) - start
-                                 : static_cast<__int128>(start) - stop;
-  const __int128 count = span <= 0 ? 0 : (span + (step > 0 ? step : -step) - 1) /
-                                             (step > 0 ? step : -step);
+  const __int128 span =
+      step > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
+  const __int128 count =
+      span <= 0 ? 0 : (span + (step > 0 ? step : -step) - 1) / (step > 0 ? step : -step);
   if (count > kMaxRange) {
     return absl::InvalidArgumentError(
         absl::StrCat("range too big, the sandbox allows at most ", kMaxRange, " items"));
   }
   std::vector<Value> items;
-  for (__int128 i = 0; i < count; ++i) items.push_back(Value::Int(static_cast<int64_t>(start + i * step)));
+  for (__int128 i = 0; i < count; ++i)
+    items.push_back(Value::Int(static_cast<int64_t>(start + i * step)));
   return Value::List(std::move(items));
 }
 
 absl::StatusOr<ValueDict> DictFromArgs(const CallArgs& args, const std::string& function) {
   ValueDict dict;
   if (args.positional.size() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(function, " takes at most one positional argument"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(function, " takes at most one positional argument"));
   }
   if (!args.positional.empty()) {
     const Value& initial = args.positional[0];
@@ -66,16 +68,16 @@ absl::StatusOr<Template> Template::Parse(std::string_view source) {
 absl::StatusOr<std::string> Template::Render(const ValueDict& variables,
                                              const RenderOptions& options) const {
   auto globals = std::make_shared<Scope>();
-  globals->vars["range"] = Value::Function(
-      "range", [](const CallArgs& args, Evaluator&) { return Range(args); });
-  globals->vars["namespace"] = Value::Function(
-      "namespace", [](const CallArgs& args, Evaluator&) -> absl::StatusOr<Value> {
+  globals->vars["range"] =
+      Value::Function("range", [](const CallArgs& args, Evaluator&) { return Range(args); });
+  globals->vars["namespace"] =
+      Value::Function("namespace", [](const CallArgs& args, Evaluator&) -> absl::StatusOr<Value> {
         absl::StatusOr<ValueDict> dict = DictFromArgs(args, "namespace");
         if (!dict.ok()) return dict.status();
         return Value::Namespace(*std::move(dict));
       });
-  globals->vars["dict"] = Value::Function(
-      "dict", [](const CallArgs& args, Evaluator&) -> absl::StatusOr<Value> {
+  globals->vars["dict"] =
+      Value::Function("dict", [](const CallArgs& args, Evaluator&) -> absl::StatusOr<Value> {
         absl::StatusOr<ValueDict> dict = DictFromArgs(args, "dict");
         if (!dict.ok()) return dict.status();
         return Value::Dict(*std::move(dict));

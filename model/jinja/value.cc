@@ -83,14 +83,19 @@ void AppendJsonString(const std::string& s, bool ensure_ascii, std::string* out)
 // json.dumps turns non-string keys into strings; other key types are an error.
 absl::StatusOr<std::string> JsonKey(const Value& key) {
   switch (key.kind()) {
-    case Value::Kind::kString: return key.str();
-    case Value::Kind::kNone: return std::string("null");
-    case Value::Kind::kBool: return std::string(key.bool_value() ? "true" : "false");
-    case Value::Kind::kInt: return absl::StrCat(key.int_value());
-    case Value::Kind::kFloat: return PyFloatRepr(key.number());
+    case Value::Kind::kString:
+      return key.str();
+    case Value::Kind::kNone:
+      return std::string("null");
+    case Value::Kind::kBool:
+      return std::string(key.bool_value() ? "true" : "false");
+    case Value::Kind::kInt:
+      return absl::StrCat(key.int_value());
+    case Value::Kind::kFloat:
+      return PyFloatRepr(key.number());
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tojson: keys must be str, int, float, bool or None, not ", key.TypeName()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tojson: keys must be str, int, float, bool or None, not ", key.TypeName()));
   }
 }
 
@@ -98,14 +103,29 @@ void AppendJsonString(const std::string& s, bool ensure_ascii, std::string* out)
   out->push_back('"');
   for (char32_t c : DecodeUtf8(s)) {
     switch (c) {
-      case '"': out->append("\\\""); continue;
-      case '\\': out->append("\\\\"); continue;
-      case '\n': out->append("\\n"); continue;
-      case '\r': out->append("\\r"); continue;
-      case '\t': out->append("\\t"); continue;
-      case '\b': out->append("\\b"); continue;
-      case '\f': out->append("\\f"); continue;
-      default: break;
+      case '"':
+        out->append("\\\"");
+        continue;
+      case '\\':
+        out->append("\\\\");
+        continue;
+      case '\n':
+        out->append("\\n");
+        continue;
+      case '\r':
+        out->append("\\r");
+        continue;
+      case '\t':
+        out->append("\\t");
+        continue;
+      case '\b':
+        out->append("\\b");
+        continue;
+      case '\f':
+        out->append("\\f");
+        continue;
+      default:
+        break;
     }
     char buffer[16];
     if (c < 0x20 || (ensure_ascii && c >= 0x7F)) {
@@ -127,9 +147,9 @@ void AppendJsonString(const std::string& s, bool ensure_ascii, std::string* out)
 absl::Status AppendJson(const Value& value, const JsonDumpOptions& options, int depth,
                         std::string* out) {
   if (depth > 512) return absl::InvalidArgumentError("tojson: value nested too deeply");
-  const std::string& item_separator =
-      options.item_separator.empty() ? (options.indent >= 0 ? std::string(",") : ", ")
-                                     : options.item_separator;
+  const std::string& item_separator = options.item_separator.empty()
+                                          ? (options.indent >= 0 ? std::string(",") : ", ")
+                                          : options.item_separator;
   auto newline = [&](int level) {
     if (options.indent < 0) return;
     out->push_back('\n');
@@ -147,8 +167,9 @@ absl::Status AppendJson(const Value& value, const JsonDumpOptions& options, int 
       return absl::OkStatus();
     case Value::Kind::kFloat: {
       const double f = value.number();
-      out->append(std::isnan(f) ? "NaN" : std::isinf(f) ? (f > 0 ? "Infinity" : "-Infinity")
-                                                          : PyFloatRepr(f));
+      out->append(std::isnan(f)   ? "NaN"
+                  : std::isinf(f) ? (f > 0 ? "Infinity" : "-Infinity")
+                                  : PyFloatRepr(f));
       return absl::OkStatus();
     }
     case Value::Kind::kString:
@@ -224,7 +245,9 @@ const Value* ValueDict::FindKey(const Value& key) const {
   return nullptr;
 }
 
-void ValueDict::Set(std::string key, Value value) { SetKey(Value::String(std::move(key)), std::move(value)); }
+void ValueDict::Set(std::string key, Value value) {
+  SetKey(Value::String(std::move(key)), std::move(value));
+}
 
 void ValueDict::SetKey(Value key, Value value) {
   for (auto& [k, v] : items) {
@@ -372,32 +395,52 @@ bool Value::Truthy() const {
 
 std::string Value::TypeName() const {
   switch (kind_) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return "list";
-    case Kind::kTuple: return "tuple";
-    case Kind::kGenerator: return "generator";
-    case Kind::kDict: return "dict";
-    case Kind::kNamespace: return "Namespace";
-    case Kind::kCallable: return "function";
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return "list";
+    case Kind::kTuple:
+      return "tuple";
+    case Kind::kGenerator:
+      return "generator";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kNamespace:
+      return "Namespace";
+    case Kind::kCallable:
+      return "function";
   }
   return "object";
 }
 
 std::string Value::ToString() const {
   switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return int_ != 0 ? "True" : "False";
-    case Kind::kInt: return absl::StrCat(int_);
-    case Kind::kFloat: return PyFloatRepr(float_);
-    case Kind::kString: return *string_;
-    case Kind::kCallable: return absl::StrCat("<function ", callable_->name, ">");
-    case Kind::kGenerator: return "<generator object>";
+    case Kind::kUndefined:
+      return "";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return int_ != 0 ? "True" : "False";
+    case Kind::kInt:
+      return absl::StrCat(int_);
+    case Kind::kFloat:
+      return PyFloatRepr(float_);
+    case Kind::kString:
+      return *string_;
+    case Kind::kCallable:
+      return absl::StrCat("<function ", callable_->name, ">");
+    case Kind::kGenerator:
+      return "<generator object>";
     default: {
       std::string out;
       AppendRepr(*this, &out);
@@ -414,13 +457,18 @@ std::string Value::Repr() const {
 
 int64_t Value::Length() const {
   switch (kind_) {
-    case Kind::kString: return CodePointCount(*string_);
+    case Kind::kString:
+      return CodePointCount(*string_);
     case Kind::kList:
-    case Kind::kTuple: return static_cast<int64_t>(list_->size());
+    case Kind::kTuple:
+      return static_cast<int64_t>(list_->size());
     case Kind::kDict:
-    case Kind::kNamespace: return static_cast<int64_t>(dict_->items.size());
-    case Kind::kUndefined: return 0;
-    default: return -1;
+    case Kind::kNamespace:
+      return static_cast<int64_t>(dict_->items.size());
+    case Kind::kUndefined:
+      return 0;
+    default:
+      return -1;
   }
 }
 
@@ -518,12 +566,23 @@ std::string HtmlEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return out;

@@ -137,7 +137,7 @@ std::string HtmlEscape(const std::string& s);
 std::string PyFloatRepr(double value);
 
 struct JsonDumpOptions {
-  int indent = -1;  // < 0: one line
+  int indent = -1;             // < 0: one line
   std::string item_separator;  // empty: Python's default for the indent
   std::string key_separator = ": ";
   bool ensure_ascii = false;

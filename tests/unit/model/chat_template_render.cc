@@ -57,9 +57,8 @@ int Render(const std::string& path) {
   } catch (const ojson::exception& e) {
     return Fail(std::string("bad cases file: ") + e.what());
   }
-  absl::StatusOr<ChatTemplate> chat =
-      ChatTemplate::Parse(input.value("template", ""), input.value("bos_token", ""),
-                          input.value("eos_token", ""));
+  absl::StatusOr<ChatTemplate> chat = ChatTemplate::Parse(
+      input.value("template", ""), input.value("bos_token", ""), input.value("eos_token", ""));
   if (!chat.ok()) {
     std::cout << Dump({{"parse_error", std::string(chat.status().message())}}) << "\n";
     return 0;
@@ -80,8 +79,8 @@ int Render(const std::string& path) {
   ojson results = ojson::array();
   for (const ojson& c : input["cases"]) {
     absl::StatusOr<std::string> rendered =
-        chat->Apply(c["messages"], c.value("tools", ojson()), c.value("add_generation_prompt", false),
-                    c.value("extra", ojson()));
+        chat->Apply(c["messages"], c.value("tools", ojson()),
+                    c.value("add_generation_prompt", false), c.value("extra", ojson()));
     if (rendered.ok()) {
       results.push_back({{"text", *rendered}});
     } else {
@@ -99,6 +98,7 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--gguf-template") {
     return tpserve::PrintGgufTemplate(argv[2]);
   }
-  if (argc != 2) return tpserve::Fail("usage: chat_template_render CASES.json | --gguf-template MODEL");
+  if (argc != 2)
+    return tpserve::Fail("usage: chat_template_render CASES.json | --gguf-template MODEL");
   return tpserve::Render(argv[1]);
 }

@@ -123,7 +123,9 @@ TEST(ChatTemplate, Llama3RendersBosAndTrimsContent) {
       "<|begin_of_text|>", "<|eot_id|>");
   ASSERT_TRUE(chat.ok()) << chat.status();
   EXPECT_EQ(Render(*chat,
-                   {{"system", "Be brief."}, {"user", "  Hi there\n"}, {"assistant", "Hello."},
+                   {{"system", "Be brief."},
+                    {"user", "  Hi there\n"},
+                    {"assistant", "Hello."},
                     {"user", "Bye"}},
                    true),
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
@@ -155,8 +157,7 @@ TEST(ChatTemplate, ToolsAndExtraVariablesReachTheTemplate) {
 }
 
 TEST(ChatTemplate, DateComesFromStrftimeNow) {
-  absl::StatusOr<ChatTemplate> chat =
-      ChatTemplate::Parse("{{ strftime_now('%d %b %Y') }}", "", "");
+  absl::StatusOr<ChatTemplate> chat = ChatTemplate::Parse("{{ strftime_now('%d %b %Y') }}", "", "");
   ASSERT_TRUE(chat.ok()) << chat.status();
   std::tm now{};
   now.tm_year = 2025 - 1900;

@@ -1,11 +1,10 @@
 // The interpreter against jinja2: each case's expected text is what jinja2 renders in Hugging
 // Face's environment (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, its tojson).
 // chat_templates_match_jinja2 does the same for whole chat templates.
-#include "model/jinja/template.h"
-
 #include <string>
 
 #include "gtest/gtest.h"
+#include "model/jinja/template.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve::jinja {
@@ -30,8 +29,7 @@ TEST(JinjaTemplate, RendersLikeJinja2) {
     const char* expected;
   } cases[] = {
       {R"J({{ 1 + 2 * 3 }}|{{ (1 + 2) * 3 }}|{{ 2 ** 3 ** 2 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ -7 % 3 }}|{{ 7 / 2 }})J",
-       R"J({})J",
-       R"J(7|9|64|3|-4|2|3.5)J"},
+       R"J({})J", R"J(7|9|64|3|-4|2|3.5)J"},
       {R"J({{ 1 / 3 }}|{{ 1e20 * 1.0 }}|{{ 2.0 }}|{{ 0.0001 }}|{{ 0.00001 }}|{{ 1.5e300 * 10 }}|{{ 10 ** 15 * 1.0 }}|{{ 10 ** 16 * 1.0 }})J",
        R"J({})J",
        R"J(0.3333333333333333|1e+20|2.0|0.0001|1e-05|1.5e+301|1000000000000000.0|1e+16)J"},
@@ -43,17 +41,13 @@ TEST(JinjaTemplate, RendersLikeJinja2) {
        R"J({})J",
        R"J([1, 'a', None, True, 2.5]|{'k': 'v', 'n': [1]}|('t',)|['q', "'", 'u', 'o', 't', 'e'])J"},
       {R"J({{ 1 < 2 < 3 }}|{{ 1 < 3 < 2 }}|{{ 'b' in 'abc' }}|{{ 2 not in [1, 3] }}|{{ 'k' in {'k': 1} }}|{{ 1 == 1.0 }}|{{ true == 1 }}|{{ [1] == (1,) }})J",
-       R"J({})J",
-       R"J(True|False|True|True|True|True|True|False)J"},
+       R"J({})J", R"J(True|False|True|True|True|True|True|False)J"},
       {R"J({{ x or 'dflt' }}|{{ 0 and 'no' }}|{{ 'yes' if x else 'no' }}|{{ 'only' if false }}|{{ not x }})J",
-       R"J({"x": ""})J",
-       R"J(dflt|0|no||True)J"},
+       R"J({"x": ""})J", R"J(dflt|0|no||True)J"},
       {R"J({{ s[1:] }}|{{ s[::-1] }}|{{ s[-2] }}|{{ l[1:3] }}|{{ l[-1] }}|{{ l[10] }}|{{ s[1:-1:2] }})J",
-       R"J({"s": "héllo", "l": [1, 2, 3, 4]})J",
-       R"J(éllo|olléh|l|[2, 3]|4||él)J"},
+       R"J({"s": "héllo", "l": [1, 2, 3, 4]})J", R"J(éllo|olléh|l|[2, 3]|4||él)J"},
       {R"J({{ d.a }}|{{ d['a'] }}|{{ d.missing }}|{{ none.attr }}|{{ d.items() | list }}|{{ d.get('zz', 'z') }}|{{ d.get('a') }})J",
-       R"J({"d": {"a": 1, "b": [2]}})J",
-       R"J(1|1|||[('a', 1), ('b', [2])]|z|1)J"},
+       R"J({"d": {"a": 1, "b": [2]}})J", R"J(1|1|||[('a', 1), ('b', [2])]|z|1)J"},
       {R"J(a
   {% if true %}
   b
@@ -64,9 +58,7 @@ c
        R"J(a
   b
 c)J"},
-      {R"J(a  {%- if true -%}  b  {%- endif -%}  c)J",
-       R"J({})J",
-       R"J(abc)J"},
+      {R"J(a  {%- if true -%}  b  {%- endif -%}  c)J", R"J({})J", R"J(abc)J"},
       {R"J(x
     {%+ if true %}y{% endif %}
 {# comment #}
@@ -82,26 +74,19 @@ z)J",
 b)J"},
       {R"J(  {{- 'k' -}}  
 {% raw %}{{ not }}{% endraw %})J",
-       R"J({})J",
-       R"J(k{{ not }})J"},
+       R"J({})J", R"J(k{{ not }})J"},
       {R"J({% for x in 'abc' %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{% endfor %})J",
-       R"J({})J",
-       R"J(103TrueFalse3212FalseFalse3321FalseTrue3)J"},
+       R"J({})J", R"J(103TrueFalse3212FalseFalse3321FalseTrue3)J"},
       {R"J({% for k, v in d | items %}{{ k }}={{ v }};{% else %}empty{% endfor %}|{% for x in [] %}x{% else %}empty{% endfor %})J",
-       R"J({"d": {"b": 1, "a": 2}})J",
-       R"J(b=1;a=2;|empty)J"},
+       R"J({"d": {"b": 1, "a": 2}})J", R"J(b=1;a=2;|empty)J"},
       {R"J({% for x in range(10) if x is odd %}{{ x }}{% if x > 4 %}{% break %}{% endif %}{% endfor %}|{% for x in [1,2,3] %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}{% endfor %})J",
-       R"J({})J",
-       R"J(135|13)J"},
+       R"J({})J", R"J(135|13)J"},
       {R"J({% set n = 0 %}{% for x in [1, 2] %}{% set n = n + x %}{{ n }}{% endfor %}|{{ n }}|{% set ns = namespace(total=0) %}{% for x in [1, 2] %}{% set ns.total = ns.total + x %}{% endfor %}{{ ns.total }})J",
-       R"J({})J",
-       R"J(12|0|3)J"},
+       R"J({})J", R"J(12|0|3)J"},
       {R"J({% for x in [1, 2, 3] %}{{ loop.previtem | default('-') }}{{ loop.nextitem | default('-') }}{{ loop.cycle('a', 'b') }} {% endfor %})J",
-       R"J({})J",
-       R"J(-2a 13b 2-a )J"},
+       R"J({})J", R"J(-2a 13b 2-a )J"},
       {R"J({{ '  hi  ' | trim }}|{{ 'xxhixx' | trim('x') }}|{{ 'hello world' | title }}|{{ 'hELLO' | capitalize }}|{{ 'abc' | upper }}|{{ 'a-b' | replace('-', '+') }}|{{ [3, 1, 2] | sort }}|{{ ['b', 'A', 'a'] | unique | list }})J",
-       R"J({})J",
-       R"J(hi|hi|Hello World|Hello|ABC|a+b|[1, 2, 3]|['b', 'A'])J"},
+       R"J({})J", R"J(hi|hi|Hello World|Hello|ABC|a+b|[1, 2, 3]|['b', 'A'])J"},
       {R"J({{ tools | tojson }}|{{ tools | tojson(indent=2) }}|{{ {'u': 'é"\n'} | tojson }}|{{ [1.0, 2, none, true] | tojson(separators=(',', ':')) }}|{{ {'b': 1, 'a': 2} | tojson(sort_keys=true) }})J",
        R"J({"tools": [{"name": "f", "params": {"x": [1, 2], "y": {}}}]})J",
        R"J([{"name": "f", "params": {"x": [1, 2], "y": {}}}]|[
@@ -117,11 +102,9 @@ b)J"},
   }
 ]|{"u": "é\"\n"}|[1.0,2,null,true]|{"a": 2, "b": 1})J"},
       {R"J({{ l | map(attribute='n') | join(', ') }}|{{ l | selectattr('n', 'equalto', 2) | list }}|{{ l | rejectattr('n', 'gt', 1) | list | length }}|{{ l | map(attribute='n') | select('odd') | list }}|{{ none | selectattr('n') | list }})J",
-       R"J({"l": [{"n": 1}, {"n": 2}, {"n": 3}]})J",
-       R"J(1, 2, 3|[{'n': 2}]|1|[1, 3]|[])J"},
+       R"J({"l": [{"n": 1}, {"n": 2}, {"n": 3}]})J", R"J(1, 2, 3|[{'n': 2}]|1|[1, 3]|[])J"},
       {R"J({{ missing | default('d') }}|{{ '' | default('d', true) }}|{{ 'abc' | length }}|{{ {'a': 1} | length }}|{{ d | dictsort }}|{{ [1, 2] | first }}{{ [1, 2] | last }}|{{ '42' | int + 1 }}|{{ 'x' | int(7) }}|{{ 3.7 | int }}|{{ [1, 2.5] | sum }}|{{ [3, 1] | max }})J",
-       R"J({"d": {"b": 1, "A": 2}})J",
-       R"J(d|d|3|1|[('A', 2), ('b', 1)]|12|43|7|3|3.5|3)J"},
+       R"J({"d": {"b": 1, "A": 2}})J", R"J(d|d|3|1|[('A', 2), ('b', 1)]|12|43|7|3|3.5|3)J"},
       {R"J({{ 'line1\nline2\n\nline4' | indent(2) }}|{{ 'a\nb' | indent(2, true) }}|{{ '<&>' | e }}|{{ '<b>' | safe + '<i>' }}|{{ 'x' ~ ('<' | safe) }})J",
        R"J({})J",
        R"J(line1
@@ -133,17 +116,13 @@ b)J"},
        R"J({})J",
        R"J(['a', 'b', 'c']|['a', 'b', '', 'c']|['a', 'b,c']|['a,b', 'c']|x|y|True|True|1 and n|bba|hello world|1)J"},
       {R"J({% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('a') }} {{ greet('b', '?') }} {{ greet(name='c', punct='.') }})J",
-       R"J({})J",
-       R"J(Hi a! Hi b? Hi c.)J"},
+       R"J({})J", R"J(Hi a! Hi b? Hi c.)J"},
       {R"J({% set block %}inside {{ 1 + 1 }}{% endset %}[{{ block }}]{% set up | upper %}shout{% endset %}{{ up }}{% filter upper %}filtered{% endfilter %})J",
-       R"J({})J",
-       R"J([inside 2]SHOUTFILTERED)J"},
+       R"J({})J", R"J([inside 2]SHOUTFILTERED)J"},
       {R"J({{ none is none }}{{ 1 is number }}{{ 'a' is string }}{{ {} is mapping }}{{ [] is iterable }}{{ x is defined }}{{ x is undefined }}{{ 3 is divisibleby 3 }}{{ 2 is even }}{{ 'ab' is lower }}{{ true is boolean }}{{ 1 is integer }}{{ 1.0 is float }}{{ [] is sequence }}{{ 1 is in [1] }}{{ 1 is sameas 1 }})J",
-       R"J({})J",
-       R"J(TrueTrueTrueTrueTrueFalseTrueTrueTrueTrueTrueTrueTrueTrueTrueTrue)J"},
+       R"J({})J", R"J(TrueTrueTrueTrueTrueFalseTrueTrueTrueTrueTrueTrueTrueTrueTrueTrue)J"},
       {R"J({{ x }}|{{ x | string }}|{{ x | length }}|{% for i in x %}no{% endfor %}|{{ 'yes' if not x }}|{{ x is none }})J",
-       R"J({})J",
-       R"J(||0||yes|False)J"},
+       R"J({})J", R"J(||0||yes|False)J"},
   };
   for (const auto& c : cases) {
     absl::StatusOr<std::string> text = Render(c.source, c.variables);
@@ -274,8 +253,8 @@ TEST(JinjaTemplate, HostileTemplatesAreRefusedCleanly) {
       << text.status();
 
   // Macros nesting expressions as deep as the parser allows stay within the render depth.
-  std::string deep_macro = "{% macro f(n) %}{% if n > 0 %}{{ " + std::string(40, '[') +
-                           "f(n - 1)" + std::string(40, ']') + " }}{% endif %}{% endmacro %}";
+  std::string deep_macro = "{% macro f(n) %}{% if n > 0 %}{{ " + std::string(40, '[') + "f(n - 1)" +
+                           std::string(40, ']') + " }}{% endif %}{% endmacro %}";
   text = Render(deep_macro + "{{ f(60) }}");
   ASSERT_FALSE(text.ok());
   EXPECT_NE(text.status().message().find("nests too deeply"), std::string::npos) << text.status();
@@ -284,8 +263,7 @@ TEST(JinjaTemplate, HostileTemplatesAreRefusedCleanly) {
   small.limits.max_output_bytes = 100;
   text = Render("{% for i in range(1000) %}{{ i }}{% endfor %}", "{}", small);
   ASSERT_FALSE(text.ok());
-  EXPECT_NE(text.status().message().find("exceeds 100 bytes"), std::string::npos)
-      << text.status();
+  EXPECT_NE(text.status().message().find("exceeds 100 bytes"), std::string::npos) << text.status();
 
   // A conversation nested deeper than tojson goes is an error, not a stack overflow.
   std::string deep_json = std::string(2000, '[') + std::string(2000, ']');
@@ -296,8 +274,8 @@ TEST(JinjaTemplate, HostileTemplatesAreRefusedCleanly) {
   ASSERT_TRUE(tojson.ok());
   EXPECT_FALSE(tojson->Render(vars).ok());
 
-  for (const char* bad : {"{{", "{%", "{{ 'a", "{{ [1, 2 }}", "{% for %}", "{% set %}",
-                          "{{ x[ }}", "{{ x | }}", "{% macro m( %}"}) {
+  for (const char* bad : {"{{", "{%", "{{ 'a", "{{ [1, 2 }}", "{% for %}", "{% set %}", "{{ x[ }}",
+                          "{{ x | }}", "{% macro m( %}"}) {
     EXPECT_FALSE(Render(bad).ok()) << bad;
   }
 }
