@@ -1,9 +1,11 @@
 // tpserve: starts a coordinator and N workers on this host, supervises them, and stops them all
 // on Ctrl-C or when any of them dies (saying which one and why).
-//   tpserve --model M --tp N --device cpu [--http-port P] [--prompt "..."] [--once]
+//   tpserve --model M --tp N --device cpu [--http-port P] [--admin-port P] [--prompt "..."]
+//           [--once] [--tls-cert C --tls-key K --tls-ca A]
 // Once the cluster serves it prints one line that scripts parse
 // (tests/integration/tpserve_cluster.py):
-//   tpserve: serving M with tensor parallelism N on cpu; gRPC at HOST:PORT; HTTP at HOST:PORT
+//   tpserve: serving M with tensor parallelism N on cpu; gRPC at HOST:PORT; HTTP at HOST:PORT;
+//   admin at HOST:PORT
 // with "HTTP off" in place of "HTTP at HOST:PORT" under --http-port -1.
 #include <signal.h>
 #include <unistd.h>
@@ -23,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/tls_flags.h"
 #include "cli/local_cluster.h"
 #include "grpcpp/grpcpp.h"
 #include "model/chat_template.h"
@@ -46,6 +49,8 @@ struct Flags {
   std::string host = "127.0.0.1";
   int port = 0;
   int http_port = 8000;  // -1: off
+  int admin_port = 0;
+  TlsFiles tls;
   std::string served_model_name;
   int max_queued_requests = 0;
   // The coordinator's HTTP limits; 0: its defaults.
@@ -57,6 +62,8 @@ struct Flags {
   int max_num_batched_tokens = 2048;
   int max_num_seqs = 256;
   double step_timeout_s = 30;
+  double heartbeat_interval_s = 1;
+  int64_t max_step_attention = int64_t{2048} * 2048;
   std::vector<std::string> api_keys;
   std::string admin_key_file;
   bool no_prefix_cache = false;
@@ -119,6 +126,8 @@ absl::Status Serve(const Flags& flags) {
   options.host = flags.host;
   options.port = flags.port;
   options.http_port = flags.http_port;
+  options.admin_port = flags.admin_port;
+  options.tls = flags.tls;
   options.kv_cache_blocks = flags.kv_cache_blocks;
   options.coordinator_args = {
       absl::StrCat("--block-size=", flags.block_size),
@@ -126,6 +135,8 @@ absl::Status Serve(const Flags& flags) {
       absl::StrCat("--max-num-seqs=", flags.max_num_seqs),
       absl::StrCat("--max-queued-requests=", flags.max_queued_requests),
       absl::StrCat("--step-timeout=", flags.step_timeout_s),
+      absl::StrCat("--heartbeat-interval=", flags.heartbeat_interval_s),
+      absl::StrCat("--max-step-attention=", flags.max_step_attention),
       absl::StrCat("--device=", flags.device)};
   if (!flags.api_keys.empty()) {
     // Through the environment the coordinator inherits, not its argv, which any local user
@@ -175,9 +186,9 @@ absl::Status Serve(const Flags& flags) {
   const std::string http = cluster->http_address().empty()
                                ? "HTTP off"
                                : absl::StrCat("HTTP at ", cluster->http_address());
-  std::printf("tpserve: serving %s with tensor parallelism %d on %s; gRPC at %s; %s\n",
+  std::printf("tpserve: serving %s with tensor parallelism %d on %s; gRPC at %s; %s; admin at %s\n",
               flags.model.c_str(), flags.tp, flags.device.c_str(), cluster->address().c_str(),
-              http.c_str());
+              http.c_str(), cluster->admin_address().c_str());
   std::fflush(stdout);
   if (!flags.prompt.empty()) RETURN_IF_ERROR(AnswerPrompt(flags, *cluster));
   if (flags.once) return absl::OkStatus();
@@ -222,6 +233,10 @@ int main(int argc, char** argv) {
                  "OpenAI-compatible HTTP API port (0 = any free port, -1 = off)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 65535));
+  app.add_option("--admin-port", flags.admin_port,
+                 "the coordinator's AdminService port, for tpctl (0 = any free port)")
+      ->check(CLI::Range(0, 65535));
+  tpserve::AddTlsFlags(app, &flags.tls);
   app.add_option("--served-model-name", flags.served_model_name,
                  "model name for OpenAI requests (default: the model file's name without .gguf)");
   app.add_option("--max-queued-requests", flags.max_queued_requests,
@@ -250,6 +265,14 @@ int main(int argc, char** argv) {
                  "the least seconds a step may take before the cluster is degraded (longer "
                  "steps get proportionally more)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--heartbeat-interval", flags.heartbeat_interval_s,
+                 "seconds between heartbeats; a rank silent for half of one fails the step in "
+                 "flight")
+      ->check(CLI::Range(0.05, 60.0));
+  app.add_option("--max-step-attention", flags.max_step_attention,
+                 "attention work per step (tokens times their context): long prompts run as "
+                 "more, shorter steps")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
   app.add_option("--api-key", flags.api_keys,
                  "a key clients must send as 'Authorization: Bearer' (repeatable; added to "
                  "$TPSERVE_API_KEY, which the coordinator inherits)");

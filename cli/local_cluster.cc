@@ -23,6 +23,14 @@ namespace {
 // How long a worker's end waits for the coordinator's, to tell which one failed first.
 constexpr absl::Duration kCoordinatorExitGrace = absl::Seconds(2);
 
+// The same TLS flags for every child (certificate files are read by each process).
+std::vector<std::string> TlsArgs(const TlsFiles& tls) {
+  if (tls.empty()) return {};
+  std::vector<std::string> args = {"--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca};
+  if (!tls.server_name.empty()) args.insert(args.end(), {"--tls-server-name", tls.server_name});
+  return args;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
@@ -38,6 +46,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   const PortDir port_dir{dir_template};
   const std::string port_file = port_dir.path + "/port";
   const std::string http_port_file = port_dir.path + "/http-port";
+  const std::string admin_port_file = port_dir.path + "/admin-port";
+  ASSIGN_OR_RETURN(cluster->tls_, GrpcTls::Load(options.tls));
   RETURN_IF_ERROR(cluster->WriteClusterToken());
   std::vector<std::string> args = {options.bin_dir + "/tpserve-coordinator",
                                    "--cluster-token-file", cluster->token_file(),
@@ -46,7 +56,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
                                    "--host", options.host,
                                    "--port", std::to_string(options.port),
                                    "--port-file", port_file,
-                                   "--http-port", std::to_string(options.http_port)};
+                                   "--http-port", std::to_string(options.http_port),
+                                   "--admin-port", std::to_string(options.admin_port),
+                                   "--admin-port-file", admin_port_file};
+  const std::vector<std::string> tls_args = TlsArgs(options.tls);
+  args.insert(args.end(), tls_args.begin(), tls_args.end());
   if (options.http_port >= 0) args.insert(args.end(), {"--http-port-file", http_port_file});
   if (options.kv_cache_blocks > 0) {
     args.insert(args.end(), {"--kv-cache-blocks", std::to_string(options.kv_cache_blocks)});
@@ -57,6 +71,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   ASSIGN_OR_RETURN(const std::string port, cluster->WaitForPortFile(port_file, deadline));
   cluster->address_ = absl::StrCat(options.host, ":", port);
+  ASSIGN_OR_RETURN(const std::string admin_port,
+                   cluster->WaitForPortFile(admin_port_file, deadline));
+  cluster->admin_address_ = absl::StrCat(options.host, ":", admin_port);
   if (options.http_port >= 0) {
     ASSIGN_OR_RETURN(const std::string http_port,
                      cluster->WaitForPortFile(http_port_file, deadline));
@@ -78,13 +95,14 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
         model == options.worker_models.end() ? options.model : model->second, "--host",
         options.host, "--threads", std::to_string(threads), "--cluster-token-file",
         cluster->token_file()};
+    worker_args.insert(worker_args.end(), tls_args.begin(), tls_args.end());
     worker_args.insert(worker_args.end(), options.worker_args.begin(), options.worker_args.end());
     RETURN_IF_ERROR(cluster->StartChild(absl::StrCat("worker-", rank), rank, worker_args));
   }
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxReceiveMessageSize(256 << 20);
-  cluster->inference_ = v1::InferenceService::NewStub(grpc::CreateCustomChannel(
-      cluster->address_, grpc::InsecureChannelCredentials(), channel_args));
+  cluster->inference_ =
+      v1::InferenceService::NewStub(cluster->tls_.Channel(cluster->address_, channel_args));
   return cluster;
 }
 
@@ -156,7 +174,8 @@ absl::Status LocalCluster::RestartCoordinator() {
   std::vector<std::string> args;
   for (size_t i = 0; i < old.args.size(); ++i) {
     const std::string& arg = old.args[i];
-    if (arg == "--port-file" || arg == "--http-port-file") {  // read once, at Start
+    if (arg == "--port-file" || arg == "--http-port-file" ||
+        arg == "--admin-port-file") {  // read once, at Start
       ++i;
       continue;
     }
@@ -166,6 +185,9 @@ absl::Status LocalCluster::RestartCoordinator() {
       ++i;
     } else if (arg == "--http-port" && i + 1 < old.args.size() && !http_address_.empty()) {
       args.push_back(port_of(http_address_));
+      ++i;
+    } else if (arg == "--admin-port" && i + 1 < old.args.size()) {
+      args.push_back(port_of(admin_address_));
       ++i;
     }
   }

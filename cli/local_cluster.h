@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/grpc_tls.h"
 #include "common/subprocess.h"
 #include "tpserve/v1/inference.grpc.pb.h"
 
@@ -22,6 +23,9 @@ struct LocalClusterOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // coordinator port; 0 = any free port
   int http_port = -1;  // the coordinator's OpenAI HTTP API: -1 = off, 0 = any free port
+  int admin_port = 0;  // the coordinator's AdminService; 0 = any free port
+  // Mutual TLS for every process of the cluster and for this object's own calls; empty: plaintext.
+  TlsFiles tls;
   int64_t kv_cache_blocks = 0;
   int worker_threads = 0;  // per worker; 0 = the host's cores split evenly between the workers
   std::vector<std::string> coordinator_args;  // further coordinator flags
@@ -47,6 +51,10 @@ class LocalCluster {
   const std::string& address() const { return address_; }
   // host:port of the OpenAI HTTP API; empty when http_port is -1.
   const std::string& http_address() const { return http_address_; }
+  // host:port of AdminService (tpctl).
+  const std::string& admin_address() const { return admin_address_; }
+  // The credentials the cluster's processes use (plaintext without options.tls), for channels.
+  const GrpcTls& tls() const { return tls_; }
   Subprocess& coordinator() { return children_.front().process; }
   // The worker process of `rank`, or null when it was not started.
   Subprocess* worker(int rank);
@@ -85,6 +93,8 @@ class LocalCluster {
   std::string token_dir_;
   std::string address_;
   std::string http_address_;
+  std::string admin_address_;
+  GrpcTls tls_;
   std::vector<Child> children_;  // the coordinator first
   int restarts_ = 0;
   std::unique_ptr<v1::InferenceService::Stub> inference_;

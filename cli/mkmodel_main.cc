@@ -1,4 +1,4 @@
-// tpserve-mkmodel: writes a random-weight Llama GGUF of a chosen shape.
+// tpserve-mkmodel: writes a random-weight Llama-family GGUF of a chosen shape.
 #include <cstdio>
 #include <map>
 #include <string>
@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
   tpserve::SyntheticModelSpec spec;
   std::string output;
   std::string dtype = "f32";
-  CLI::App app{"Write a random-weight Llama model as GGUF"};
+  CLI::App app{"Write a random-weight Llama or Qwen2 model as GGUF"};
   app.add_option("--output", output, "GGUF file to write")->required();
   app.add_option("--layers", spec.layers, "transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--hidden", spec.hidden, "embedding width")->check(CLI::PositiveNumber);
@@ -20,6 +20,27 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", spec.vocab, "vocabulary size (>= 259)")->check(CLI::PositiveNumber);
   app.add_option("--context", spec.context_length, "context length")->check(CLI::PositiveNumber);
   app.add_option("--seed", spec.seed, "weight seed");
+  app.add_option("--arch", spec.architecture, "GGUF architecture (qwen2 adds q/k/v biases)")
+      ->check(CLI::IsMember({"llama", "qwen2"}));
+  app.add_flag("--tied-embeddings", spec.tied_embeddings,
+               "write no output.weight: the logits reuse token_embd");
+  app.add_option("--rope-theta", spec.rope_theta, "RoPE frequency base")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--rope-scaling", spec.rope_scaling,
+                 "none, linear (positions / factor) or llama3 (Llama-3.1's per-frequency rule)")
+      ->check(CLI::IsMember({"none", "linear", "llama3"}));
+  app.add_option("--rope-scaling-factor", spec.rope_scaling_factor, "linear and llama3: factor")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--rope-low-freq-factor", spec.rope_low_freq_factor, "llama3: low_freq_factor")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--rope-high-freq-factor", spec.rope_high_freq_factor, "llama3: high_freq_factor")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--rope-original-context", spec.rope_original_context,
+                 "llama3: original_max_position_embeddings")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--sliding-window", spec.sliding_window,
+                 "attention.sliding_window to declare (Mistral); 0 for none")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--dtype", dtype, "matrix type")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
   CLI11_PARSE(app, argc, argv);

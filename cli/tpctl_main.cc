@@ -1,9 +1,11 @@
 // tpctl: operator commands against a running coordinator's AdminService.
 //
 //   tpctl [--coordinator HOST:PORT] [--json] [--timeout S] [--admin-key-file F]
+//         [--tls-cert C --tls-key K --tls-ca A [--tls-server-name N]]
 //         status|drain|undrain|flush-cache
 //
-// The address comes from --coordinator, else $TPSERVE_COORDINATOR. Exits 0 on success, 1 when
+// The address is the coordinator's admin port (its --admin-port), from --coordinator, else
+// $TPSERVE_COORDINATOR. Exits 0 on success, 1 when
 // the flags are wrong, the coordinator cannot be reached within --timeout, or the call fails;
 // the error is one line on stderr naming the address.
 #include <algorithm>
@@ -19,6 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/grpc_tls.h"
+#include "common/tls_flags.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "tpserve/v1/admin.grpc.pb.h"
@@ -32,6 +36,7 @@ struct Flags {
   double timeout_s = 5;
   std::string admin_key_file;
   std::string admin_key;  // from the file, else $TPSERVE_ADMIN_KEY; sent when not empty
+  TlsFiles tls;
 };
 
 std::string StateName(v1::HealthResponse::State state) {
@@ -123,8 +128,7 @@ void PrintFlush(const v1::FlushPrefixCacheResponse& r) {
 // (--json) or with `print`. `call(stub, context, response)` makes the call. Returns the exit code.
 template <typename Response, typename Call, typename Print>
 int RunCall(const Flags& flags, const char* method, Call call, Print print) {
-  const std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(flags.coordinator, grpc::InsecureChannelCredentials());
+  const std::shared_ptr<grpc::Channel> channel = ProcessTls().Channel(flags.coordinator);
   auto stub = v1::AdminService::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
@@ -207,7 +211,8 @@ int main(int argc, char** argv) {
   // The top-level options also after the command: `tpctl status --json`.
   app.fallthrough();
   app.add_option("--coordinator", flags.coordinator,
-                 "coordinator address HOST:PORT (default: $TPSERVE_COORDINATOR)");
+                 "the coordinator's admin address HOST:PORT, its --admin-port (default: "
+                 "$TPSERVE_COORDINATOR)");
   app.add_flag("--json", flags.json, "print the response as JSON");
   app.add_option("--timeout", flags.timeout_s, "seconds to wait for the coordinator")
       ->capture_default_str()
@@ -221,10 +226,15 @@ int main(int argc, char** argv) {
   CLI::App* undrain = app.add_subcommand("undrain", "admit requests again after a drain");
   CLI::App* flush = app.add_subcommand(
       "flush-cache", "evict every prefix-cache block that no running request uses");
+  tpserve::AddTlsFlags(app, &flags.tls);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 1;
+  }
+  if (absl::Status s = tpserve::LoadProcessTls(flags.tls); !s.ok()) {
+    std::fprintf(stderr, "tpctl: %s\n", std::string(s.message()).c_str());
+    return 1;
   }
   if (flags.coordinator.empty()) {
     const char* env = std::getenv("TPSERVE_COORDINATOR");

@@ -9,7 +9,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
+#include "common/auth_refusal.h"
+#include "common/grpc_tls.h"
 #include "grpcpp/support/client_interceptor.h"
 
 namespace tpserve {
@@ -69,8 +70,10 @@ std::shared_ptr<grpc::Channel> ClusterChannel(const std::string& address,
                                               const grpc::ChannelArguments& args) {
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
   if (HasClusterToken()) interceptors.push_back(std::make_unique<TokenInterceptorFactory>());
+  grpc::ChannelArguments with_tls = args;
+  ProcessTls().ApplyTo(&with_tls);
   return grpc::experimental::CreateCustomChannelWithInterceptors(
-      address, grpc::InsecureChannelCredentials(), args, std::move(interceptors));
+      address, ProcessTls().ChannelCredentials(), with_tls, std::move(interceptors));
 }
 
 bool SecretsEqual(const std::string& a, const std::string& b) {
@@ -99,8 +102,8 @@ grpc::Status CheckClusterToken(const grpc::ServerContext& context, const char* m
   if (!HasClusterToken()) return grpc::Status::OK;
   const std::string offered = BearerSecret(AuthorizationOf(context));
   if (!offered.empty() && SecretsEqual(offered, Token())) return grpc::Status::OK;
-  LogWarning("auth", "%s from %s refused: %s cluster token", method, context.peer(),
-             offered.empty() ? "no" : "a wrong");
+  RecordAuthRefusal(kSurfaceCluster, method, context.peer(),
+                    offered.empty() ? "no cluster token" : "a wrong cluster token");
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                       absl::StrCat(method, " needs this cluster's token (authorization: Bearer)"));
 }

@@ -26,12 +26,12 @@ absl::Status LoadClusterToken(const std::string& file);
 bool HasClusterToken();
 
 // A channel to a cluster peer (args as grpc::CreateCustomChannel takes them) whose every call
-// carries this process's token.
+// carries this process's token, over the process's TLS (ProcessTls) when it has one.
 std::shared_ptr<grpc::Channel> ClusterChannel(const std::string& address,
                                               const grpc::ChannelArguments& args = {});
 
 // OK when the call carries this process's token, or none is in force; otherwise
-// UNAUTHENTICATED, logged once per call with the method and the peer (never the token).
+// UNAUTHENTICATED, recorded (RecordAuthRefusal, surface "cluster") with the method and the peer.
 grpc::Status CheckClusterToken(const grpc::ServerContext& context, const char* method);
 
 // Constant-time equality of two secrets (the time depends on the lengths only).

@@ -1,6 +1,6 @@
 // AdminService (admin.proto) for operators and `tpctl`: the cluster's state and every rank's
 // shard, KV usage and last heartbeat; draining and flushing the prefix cache. Served on the
-// coordinator's port.
+// coordinator's admin port (--admin-port), apart from the client and cluster APIs.
 //
 // Thread-safe: gRPC's sync server runs each call on its own thread; the pool and the engine are
 // used only through their thread-safe methods.
@@ -49,7 +49,7 @@ class AdminServiceImpl final : public v1::AdminService::Service {
   const BearerKeys* admin_keys_ = nullptr;  // set before the server starts
 
   grpc::Status CheckAdminKey(const grpc::ServerContext& context, const char* method) const {
-    return admin_keys_ == nullptr ? grpc::Status::OK : admin_keys_->Check(context, method);
+    return admin_keys_ == nullptr ? grpc::Status::OK : admin_keys_->Check(context, method, kSurfaceAdmin);
   }
   // The engine once serving; UNAVAILABLE "cluster is starting" before.
   absl::StatusOr<Engine*> GetEngine();

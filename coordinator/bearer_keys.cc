@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/cluster_token.h"
-#include "common/logging.h"
 
 namespace tpserve {
 
@@ -49,9 +48,10 @@ bool BearerKeys::Accepts(const std::string& authorization) const {
   return match;
 }
 
-grpc::Status BearerKeys::Check(const grpc::ServerContext& context, const char* method) const {
+grpc::Status BearerKeys::Check(const grpc::ServerContext& context, const char* method,
+                              const char* surface) const {
   if (Accepts(AuthorizationOf(context))) return grpc::Status::OK;
-  LogWarning("auth", "%s from %s refused: no valid key", method, context.peer());
+  RecordAuthRefusal(surface, method, context.peer(), "no valid key");
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                       absl::StrCat(method, " needs a key (metadata authorization: Bearer)"));
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/auth_refusal.h"
 #include "grpcpp/grpcpp.h"
 
 namespace tpserve {
@@ -26,11 +27,13 @@ class BearerKeys {
 
   // Whether `authorization` (an HTTP header or gRPC metadata value) is "Bearer <a key>"; true for
   // anything when no key is configured. Compares against every key in constant time per key.
+  // A caller that refuses on false records it (RecordAuthRefusal).
   bool Accepts(const std::string& authorization) const;
 
-  // The same for a gRPC call's metadata: OK, or UNAUTHENTICATED naming `method` (and logged with
-  // the peer, never the key).
-  grpc::Status Check(const grpc::ServerContext& context, const char* method) const;
+  // The same for a gRPC call's metadata: OK, or UNAUTHENTICATED naming `method`, recorded under
+  // `surface` (kSurfaceInference, kSurfaceAdmin) with the peer, never the key.
+  grpc::Status Check(const grpc::ServerContext& context, const char* method,
+                     const char* surface) const;
 
  private:
   std::vector<std::string> keys_;

@@ -1,5 +1,5 @@
-// tpserve-coordinator: serves InferenceService, AdminService and ClusterService on one port and
-// the OpenAI-compatible HTTP API on another, waits for the --world-size workers to register,
+// tpserve-coordinator: serves InferenceService and ClusterService on one port, AdminService on
+// another (--admin-port) and the OpenAI-compatible HTTP API on a third, waits for the --world-size workers to register,
 // initializes and loads them, then runs the engine until SIGTERM/SIGINT. Exits 1 when start-up
 // fails (bad flags, unsplittable model, missing ranks, Init or LoadShard errors), 0 after a signal.
 #include <pthread.h>
@@ -18,7 +18,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/auth_refusal.h"
 #include "common/cluster_token.h"
+#include "common/grpc_tls.h"
+#include "common/tls_flags.h"
 #include "coordinator/bearer_keys.h"
 #include "common/logging.h"
 #include "coordinator/admin_service.h"
@@ -43,8 +46,6 @@ namespace {
 
 constexpr char kLog[] = "coordinator";
 constexpr absl::Duration kLoadTimeout = absl::Minutes(10);
-constexpr absl::Duration kHeartbeatInterval = absl::Seconds(1);
-constexpr absl::Duration kHeartbeatTimeout = absl::Seconds(2);
 constexpr absl::Duration kShutdownTimeout = absl::Seconds(5);
 constexpr absl::Duration kRegisterProbeTimeout = absl::Seconds(1);
 
@@ -57,10 +58,12 @@ struct Flags {
   std::string port_file;
   double startup_timeout_s = 60;
   double step_timeout_s = 30;
+  double heartbeat_interval_s = 1;
   int64_t kv_cache_blocks = 0;
   int64_t kv_cache_memory_mib = 0;
   int block_size = 16;
   int max_num_batched_tokens = 2048;
+  int64_t max_step_attention = int64_t{2048} * 2048;
   int max_num_seqs = 256;
   bool no_prefix_cache = false;
   int http_port = 8000;   // -1: no HTTP
@@ -77,6 +80,10 @@ struct Flags {
   std::vector<std::string> api_keys;
   std::string api_key_file;
   std::string admin_key_file;
+  std::string admin_host;  // empty: --host
+  int admin_port = 0;
+  std::string admin_port_file;
+  TlsFiles tls;
 };
 
 std::string JoinHostPort(const std::string& host, int port) {
@@ -154,10 +161,39 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const GgufFile& f
   return std::make_unique<ChatTemplate>(*std::move(chat_template));
 }
 
+// Serves `services` on host:port (0: a free one) with the process's TLS; reports the address as
+// "tpserve-coordinator <what>listening on ADDRESS" and in `port_file`. Null when it cannot.
+std::unique_ptr<grpc::Server> Listen(const std::string& host, int port,
+                                     const std::vector<grpc::Service*>& services,
+                                     const std::string& what, const std::string& port_file,
+                                     std::string* address) {
+  grpc::ServerBuilder builder;
+  int chosen = 0;
+  builder.AddListeningPort(JoinHostPort(host, port), ProcessTls().ServerCredentials(), &chosen);
+  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || chosen == 0) return nullptr;
+  *address = JoinHostPort(host, chosen);
+  std::printf("tpserve-coordinator %slistening on %s\n", what.c_str(), address->c_str());
+  std::fflush(stdout);
+  if (!port_file.empty() && !WritePortFile(port_file, chosen)) {
+    LogError(kLog, "cannot write the port file %s", port_file);
+    server->Shutdown(absl::ToChronoTime(absl::Now()));
+    return nullptr;
+  }
+  return server;
+}
+
 int Run(const Flags& flags) {
   if (absl::Status s = LoadClusterToken(flags.cluster_token_file); !s.ok()) {
     return Fail(absl::StrCat("--cluster-token-file: ", s.message()));
   }
+  if (absl::Status s = LoadProcessTls(flags.tls); !s.ok()) return Fail(std::string(s.message()));
+  LogInfo(kLog, "gRPC: %s", ProcessTls().enabled()
+                                ? "mutual TLS on every port and call (--tls-ca signs the peers)"
+                                : "plaintext (no --tls-cert, --tls-key, --tls-ca)");
   if (!HasClusterToken()) {
     LogWarning(kLog, "no cluster token (--cluster-token-file or %s): anyone who reaches this "
                "port can register ranks and use the rendezvous store", kClusterTokenEnv);
@@ -205,6 +241,9 @@ int Run(const Flags& flags) {
       LoadChatTemplate(**file, **tokenizer, flags.chat_template);
   if (!loaded_template.ok()) return Fail(std::string(loaded_template.status().message()));
   const std::unique_ptr<ChatTemplate> chat_template = *std::move(loaded_template);
+  SetAuthRefusalCounter([&metrics](const char* surface) { metrics.AddAuthFailure(surface); });
+  // Before `metrics` goes away; the servers that refuse are stopped by then.
+  absl::Cleanup forget_counter = [] { SetAuthRefusalCounter(nullptr); };
   HttpLimits http_limits;
   http_limits.max_connections = flags.http_max_connections;
   http_limits.max_body_bytes = static_cast<size_t>(flags.http_max_body_bytes);
@@ -234,31 +273,32 @@ int Run(const Flags& flags) {
   admin.SetAdminKeys(&*admin_keys);
   // Server reflection, so that grpcurl and other generic clients can list and call the services.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(JoinHostPort(flags.host, flags.port), grpc::InsecureServerCredentials(),
-                           &port);
-  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
-  builder.RegisterService(&cluster);
-  builder.RegisterService(&inference);
-  builder.RegisterService(&admin);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    return Fail(absl::StrCat("cannot listen on ", JoinHostPort(flags.host, flags.port),
-                             " (--host, --port)"));
+  // The operators' port apart from the clients' and the cluster's, so that a network policy or a
+  // Service can expose one without the others.
+  const std::string admin_host = flags.admin_host.empty() ? flags.host : flags.admin_host;
+  std::string admin_address;
+  std::unique_ptr<grpc::Server> admin_server = Listen(
+      admin_host, flags.admin_port, {&admin}, "admin ", flags.admin_port_file, &admin_address);
+  if (admin_server == nullptr) {
+    return Fail(absl::StrCat("cannot serve AdminService on ",
+                             JoinHostPort(admin_host, flags.admin_port),
+                             " (--admin-host, --admin-port, --admin-port-file)"));
   }
+  std::string address;
+  std::unique_ptr<grpc::Server> server =
+      Listen(flags.host, flags.port, {&cluster, &inference}, "", flags.port_file, &address);
   // On every way out, failed start-ups included: the destructor's Shutdown would wait without a
   // deadline for the calls in flight (a launcher's readiness polls), delaying the exit status.
-  absl::Cleanup shutdown_server = [&server] {
-    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  absl::Cleanup shutdown_servers = [&server, &admin_server] {
+    const auto deadline = absl::ToChronoTime(absl::Now() + absl::Seconds(1));
+    if (server != nullptr) server->Shutdown(deadline);
+    admin_server->Shutdown(deadline);
   };
-  const std::string address = JoinHostPort(flags.host, port);
-  std::printf("tpserve-coordinator listening on %s\n", address.c_str());
-  std::fflush(stdout);
-  if (!flags.port_file.empty() && !WritePortFile(flags.port_file, port)) {
-    return Fail(absl::StrCat("--port-file: cannot write ", flags.port_file));
+  if (server == nullptr) {
+    return Fail(absl::StrCat("cannot serve on ", JoinHostPort(flags.host, flags.port),
+                             " (--host, --port, --port-file)"));
   }
+  LogInfo(kLog, "AdminService on %s", admin_address);
   LogInfo(kLog, "listening on %s; waiting for %d workers to register", address, flags.world_size);
 
   // Start-up: registration, Init (the collective rendezvous), LoadShard.
@@ -318,6 +358,7 @@ int Run(const Flags& flags) {
   options.step_timeout = absl::Seconds(flags.step_timeout_s);
   options.max_num_seqs = flags.max_num_seqs;
   options.max_num_batched_tokens = flags.max_num_batched_tokens;
+  options.max_step_attention = flags.max_step_attention;
   options.enable_prefix_cache = !flags.no_prefix_cache;
   options.max_queued_requests = flags.max_queued_requests;
   Engine engine(options, &pool, tokenizer->get());
@@ -327,7 +368,7 @@ int Run(const Flags& flags) {
   engine.SetGroupReformer([&reformer] { return reformer.Reform(); });
   engine.Start();
   {
-    HeartbeatMonitor heartbeat(&pool, kHeartbeatInterval, kHeartbeatTimeout,
+    HeartbeatMonitor heartbeat(&pool, absl::Seconds(flags.heartbeat_interval_s),
                                [&engine](const absl::Status& s) { engine.MarkDegraded(s); });
     admin.SetServing(&pool, &engine);
     inference.SetEngine(&engine);
@@ -345,6 +386,7 @@ int Run(const Flags& flags) {
   // Before the engine goes away: HTTP threads may still be reading it.
   http.Stop();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  admin_server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   pool.Shutdown(kShutdownTimeout);
   LogInfo(kLog, "stopped");
   return 0;
@@ -380,6 +422,12 @@ int main(int argc, char** argv) {
                  "heartbeats)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--heartbeat-interval", flags.heartbeat_interval_s,
+                 "seconds between heartbeats to every rank; a rank that does not answer within "
+                 "half of it has missed one, which fails the step in flight and degrades the "
+                 "cluster")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 60.0));
   app.add_option("--kv-cache-blocks", flags.kv_cache_blocks,
                  "KV blocks per rank; 0 sizes the pool from --kv-cache-memory")
       ->capture_default_str()
@@ -392,6 +440,11 @@ int main(int argc, char** argv) {
                  "tokens run per step: decodes plus prefill chunks")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-step-attention", flags.max_step_attention,
+                 "attention work per step, in tokens times the context they attend to: a long "
+                 "prompt's later chunks get shorter so that no step runs long")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
   app.add_option("--max-num-seqs", flags.max_num_seqs, "sequences running at once")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
@@ -448,6 +501,15 @@ int main(int argc, char** argv) {
                  "file of keys (one per line) that AdminService's Drain, Undrain and "
                  "FlushPrefixCache need as 'authorization: Bearer' (also $" +
                      std::string(tpserve::kAdminKeyEnv) + "; tpctl --admin-key-file)");
+  app.add_option("--admin-port", flags.admin_port,
+                 "port of AdminService (tpctl); 0 picks a free one")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--admin-host", flags.admin_host,
+                 "address AdminService listens on (default: --host)");
+  app.add_option("--admin-port-file", flags.admin_port_file,
+                 "write the chosen admin port to this file");
+  tpserve::AddTlsFlags(app, &flags.tls);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -36,6 +36,7 @@ SchedulerOptions ToSchedulerOptions(const EngineOptions& options, const Tokenize
   s.block_size = options.block_size;
   s.max_num_seqs = options.max_num_seqs;
   s.max_num_batched_tokens = options.max_num_batched_tokens;
+  s.max_step_attention = options.max_step_attention;
   s.max_logit_rows = static_cast<int32_t>(std::clamp<int64_t>(
       kMaxScoreLogitBytes / (std::max<int64_t>(options.vocab_size, 1) * 4), 1,
       options.max_num_batched_tokens));

@@ -45,6 +45,9 @@ struct EngineOptions {
   int64_t vocab_size = 0;                 // logits per position
   int32_t max_num_seqs = 256;             // running sequences per step
   int32_t max_num_batched_tokens = 2048;  // tokens per step (prefill chunks + decodes)
+  // Attention work per step (SchedulerOptions::max_step_attention): keeps a long prompt's steps
+  // short, so they neither hold up decodes nor look like a dead rank.
+  int64_t max_step_attention = int64_t{2048} * 2048;
   bool enable_prefix_cache = true;
   // Requests waiting for their first step beyond which new ones are refused with
   // RESOURCE_EXHAUSTED; 0: no limit.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/auth_refusal.h"
 #include "common/logging.h"
 #include "coordinator/json_depth.h"
 #include "coordinator/openai_error.h"
@@ -176,6 +177,7 @@ void HttpServer::Dispatch(std::shared_ptr<HttpExchange> exchange, HttpRequest re
       !options_.api_keys->Accepts(request.authorization)) {
     LogWarning(kLog, "%s %s from %s refused: no valid API key", request.method, path,
                request.peer);
+    options_.metrics->AddAuthFailure(kSurfaceHttp);
     return exchange->Reply(ErrorReply(InvalidApiKey()));
   }
   const bool get = request.method == "GET";

@@ -42,7 +42,7 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
 
  private:
   grpc::Status CheckKey(const grpc::ServerContext& context, const char* method) const {
-    return api_keys_ == nullptr ? grpc::Status::OK : api_keys_->Check(context, method);
+    return api_keys_ == nullptr ? grpc::Status::OK : api_keys_->Check(context, method, kSurfaceInference);
   }
   // The request as the engine takes it: prompt tokenized, sampling defaults filled in.
   absl::StatusOr<GenerateParams> ToParams(const v1::GenerateRequest& request) const;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/auth_refusal.h"
 #include "common/check.h"
 
 namespace tpserve {
@@ -78,6 +79,9 @@ Metrics::Metrics(std::string model_name)
       e2e_(RequestBounds()),
       queue_(RequestBounds()) {
   for (absl::string_view reason : kFinishedReasons) request_success_[std::string(reason)] = 0;
+  for (const char* surface : {kSurfaceHttp, kSurfaceInference, kSurfaceAdmin, kSurfaceCluster}) {
+    auth_failures_[surface] = 0;
+  }
 }
 
 void Metrics::Observe(Histogram& histogram, double value) {
@@ -125,6 +129,11 @@ void Metrics::AddGenerationTokens(int64_t n) {
 void Metrics::AddRequestSuccess(const std::string& finished_reason) {
   absl::MutexLock lock(&mutex_);
   ++request_success_[finished_reason];
+}
+
+void Metrics::AddAuthFailure(const std::string& surface) {
+  absl::MutexLock lock(&mutex_);
+  ++auth_failures_[surface];
 }
 
 void Metrics::SetEngineState(int64_t num_running, int64_t num_waiting, double kv_cache_usage,
@@ -201,6 +210,12 @@ std::string Metrics::RenderPrometheus() const {
   for (const auto& [reason, count] : request_success_) {
     absl::StrAppend(&out, kSuccess, "{", model_label, ",finished_reason=\"",
                     EscapeLabelValue(reason), "\"} ", count, "\n");
+  }
+  constexpr absl::string_view kAuthFailures = "tpserve:auth_failures_total";
+  AppendHeader(out, kAuthFailures, "counter", "Number of refused credentials, by surface.");
+  for (const auto& [surface, count] : auth_failures_) {
+    absl::StrAppend(&out, kAuthFailures, "{", model_label, ",surface=\"",
+                    EscapeLabelValue(surface), "\"} ", count, "\n");
   }
   return out;
 }

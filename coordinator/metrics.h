@@ -6,7 +6,9 @@
 //               tpserve:kv_cache_usage_perc (fraction of KV blocks held by requests, 0..1)
 //   counters    tpserve:prompt_tokens_total, tpserve:generation_tokens_total,
 //               tpserve:prefix_cache_queries_total, tpserve:prefix_cache_hits_total (tokens),
-//               tpserve:num_preemptions_total, tpserve:request_success_total{finished_reason}
+//               tpserve:num_preemptions_total, tpserve:request_success_total{finished_reason},
+//               tpserve:auth_failures_total{surface} (refused credentials: http, inference,
+//               admin, cluster; common/auth_refusal.h)
 //
 // Every sample carries the label model_name. Rendered in the Prometheus text exposition format
 // 0.0.4 (# HELP and # TYPE lines, cumulative `le` buckets ending in +Inf, _sum and _count).
@@ -38,6 +40,8 @@ class Metrics {
   void AddGenerationTokens(int64_t n);
   // `finished_reason`: "stop", "length" or "abort".
   void AddRequestSuccess(const std::string& finished_reason);
+  // One refused credential on `surface` (kSurfaceHttp, ...: every surface is listed from 0).
+  void AddAuthFailure(const std::string& surface);
 
   // What the engine counts itself, as of its last step: cumulative values and gauges.
   void SetEngineState(int64_t num_running, int64_t num_waiting, double kv_cache_usage,
@@ -69,6 +73,7 @@ class Metrics {
   int64_t prompt_tokens_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t generation_tokens_ ABSL_GUARDED_BY(mutex_) = 0;
   std::map<std::string, int64_t> request_success_ ABSL_GUARDED_BY(mutex_);
+  std::map<std::string, int64_t> auth_failures_ ABSL_GUARDED_BY(mutex_);
   int64_t num_running_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t num_waiting_ ABSL_GUARDED_BY(mutex_) = 0;
   double kv_cache_usage_ ABSL_GUARDED_BY(mutex_) = 0;

@@ -1,6 +1,8 @@
 #include "coordinator/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -13,12 +15,30 @@ namespace {
 
 constexpr char kLog[] = "scheduler";
 
+int32_t TokensLeft(const Sequence& seq) {
+  return static_cast<int32_t>(seq.tokens.size()) - seq.num_computed;
+}
+
+// The sequence runs one token this step: it samples, or it ends its prompt's last chunk.
+bool Decoding(const Sequence& seq) { return TokensLeft(seq) == 1; }
+
+// The most tokens from `start` whose StepAttention stays within `attention`.
+int32_t TokensWithinAttention(int64_t attention, int64_t start) {
+  if (attention <= 0) return 0;
+  const double s = static_cast<double>(start);
+  int64_t n = static_cast<int64_t>((std::sqrt(s * s + 4.0 * attention) - s) / 2);
+  while (n > 0 && StepAttention(start, n) > attention) --n;
+  while (StepAttention(start, n + 1) <= attention) ++n;
+  return static_cast<int32_t>(std::min<int64_t>(n, std::numeric_limits<int32_t>::max()));
+}
+
 }  // namespace
 
 Scheduler::Scheduler(SchedulerOptions options, BlockPool* pool, PrefixCache* cache)
     : options_(std::move(options)), pool_(pool), cache_(cache) {
   TP_CHECK(options_.block_size > 0 && options_.max_num_seqs > 0);
   TP_CHECK(options_.max_num_batched_tokens > 0 && options_.max_logit_rows > 0);
+  TP_CHECK(options_.max_step_attention > 0);
   TP_CHECK(options_.context_length > 0);
   TP_CHECK(cache_ != nullptr);
 }
@@ -45,8 +65,13 @@ std::optional<std::vector<int32_t>> Scheduler::AllocateBlocks(int32_t n) {
   return pool_->Allocate(n);
 }
 
-int32_t Scheduler::ChunkSize(const Sequence& seq, int32_t budget, int32_t logit_rows) const {
-  int32_t n = std::min(static_cast<int32_t>(seq.tokens.size()) - seq.num_computed, budget);
+int32_t Scheduler::ChunkSize(const Sequence& seq, int32_t budget, int64_t attention,
+                             int32_t logit_rows, bool first_prefill) const {
+  int32_t n = std::min(TokensLeft(seq), budget);
+  if (n > 1) {
+    const int32_t floor = first_prefill ? std::min(n, options_.block_size) : 0;
+    n = std::max(floor, std::min(n, TokensWithinAttention(attention, seq.num_computed)));
+  }
   if (seq.kind == Sequence::Kind::kScore) n = std::min(n, logit_rows);
   return n;
 }
@@ -104,18 +129,38 @@ void Scheduler::PreemptLast() {
 ScheduledBatch Scheduler::Schedule() {
   ScheduledBatch batch;
   int32_t budget = options_.max_num_batched_tokens;
+  int64_t attention = options_.max_step_attention;
   int32_t logit_rows = options_.max_logit_rows;
+  bool prefill_taken = false;
   auto take = [&](const Sequence& seq, int32_t n) {
     budget -= n;
+    attention -= StepAttention(seq.num_computed, n);
+    if (n > 1) prefill_taken = true;
     if (seq.kind == Sequence::Kind::kScore) logit_rows -= n;
   };
+  // What the decodes not yet passed will take, set aside from a prefill chunk's share.
+  int32_t decode_tokens = 0;
+  int64_t decode_attention = 0;
+  for (const auto& seq : running_) {
+    if (!Decoding(*seq)) continue;
+    ++decode_tokens;
+    decode_attention += StepAttention(seq->num_computed, 1);
+  }
 
   // Running sequences first: decodes and the next chunks of prefills.
   bool preempted = false;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence& seq = *running_[i];
-    const int32_t n = ChunkSize(seq, budget, logit_rows);
-    if (n == 0) continue;
+    int32_t n;
+    if (Decoding(seq)) {
+      --decode_tokens;
+      decode_attention -= StepAttention(seq.num_computed, 1);
+      n = ChunkSize(seq, budget, attention, logit_rows, !prefill_taken);
+    } else {
+      n = ChunkSize(seq, budget - decode_tokens, attention - decode_attention, logit_rows,
+                    !prefill_taken);
+    }
+    if (n <= 0) continue;
     const int32_t needed =
         BlocksFor(seq.num_computed + n) - static_cast<int32_t>(seq.block_ids.size());
     std::optional<std::vector<int32_t>> ids;
@@ -142,11 +187,11 @@ ScheduledBatch Scheduler::Schedule() {
       continue;
     }
     TakeCachedPrefix(seq);
-    const int32_t n = ChunkSize(seq, budget, logit_rows);
+    const int32_t n = ChunkSize(seq, budget, attention, logit_rows, !prefill_taken);
     const int32_t needed =
         BlocksFor(seq.num_computed + n) - static_cast<int32_t>(seq.block_ids.size());
     std::optional<std::vector<int32_t>> ids;
-    if (n == 0 || !(ids = AllocateBlocks(needed))) {
+    if (n <= 0 || !(ids = AllocateBlocks(needed))) {
       ReleaseBlocks(seq);
       break;
     }

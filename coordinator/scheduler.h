@@ -3,14 +3,24 @@
 // drive it with a fake executor.
 //
 // There are no prefill and decode phases (vLLM v1): each sequence has `num_computed` catching
-// up with `tokens.size()`. A step takes, within `max_num_batched_tokens`:
+// up with `tokens.size()`. A step takes, within `max_num_batched_tokens` and
+// `max_step_attention`:
 //   1. every running sequence in admission order: one token when it is decoding, the next chunk
-//      of its prompt (or of its recompute after preemption) when it is not;
+//      of its prompt (or of its recompute after preemption) when it is not. The decodes later in
+//      the order are set aside first, so a prefill chunk never takes the tokens or the attention
+//      work they need: every decoding sequence advances every step;
 //   2. then waiting sequences FCFS, each starting after its longest cached prefix, while the
 //      budget, `max_num_seqs` and the blocks allow. Admission stops at the first that does not
 //      fit (no overtaking), and in a step that had to preempt. The later samples of an n > 1
 //      request wait (and are passed over) until the first has computed the prompt, then take
 //      its blocks from the cache.
+// A step's attention work is what each entry's tokens attend to, num_tokens × (start +
+// num_tokens) (StepAttention), summed; a prefill chunk far into a long prompt is therefore
+// shorter than one at its start, and a long prompt runs as many steps of bounded length instead
+// of one that could outlast the step deadline. Decodes always run; the first prefill chunk of a
+// step gets at least one block of tokens whatever the attention left, so decodes cannot starve
+// prefills.
+//
 // Blocks come from the free list, then from evicting unlocked cached blocks (LRU). When neither
 // has enough, the most recently admitted running sequence is preempted: its blocks are
 // released (its full blocks stay in the cache, so recompute is often a cache hit) and it goes
@@ -43,6 +53,9 @@ struct SchedulerOptions {
   int32_t block_size = 16;
   int32_t max_num_seqs = 256;             // running sequences
   int32_t max_num_batched_tokens = 2048;  // tokens run per step
+  // Attention work per step (StepAttention, summed over the entries): by default a 2,048-token
+  // chunk over a 2,048-token context.
+  int64_t max_step_attention = int64_t{2048} * 2048;
   // Score rows (all_logits) per step, so that one step's logits fit rank 0's reply.
   int32_t max_logit_rows = 1024;
   int64_t context_length = 0;  // generation stops here ("length")
@@ -54,6 +67,12 @@ struct SchedulerOptions {
 struct SchedulerCounters {
   int64_t num_preemptions = 0;
 };
+
+// The attention work of running `num_tokens` tokens from position `start`: the tokens times the
+// context the last of them attends to.
+inline int64_t StepAttention(int64_t start, int64_t num_tokens) {
+  return num_tokens * (start + num_tokens);
+}
 
 class Scheduler {
  public:
@@ -105,8 +124,11 @@ class Scheduler {
   // `n` blocks from the free list, evicting cached blocks when needed; nullopt (nothing taken)
   // when even eviction cannot supply them.
   std::optional<std::vector<int32_t>> AllocateBlocks(int32_t n);
-  // Tokens to run for `seq` this step within `budget` tokens and `logit_rows` score rows.
-  int32_t ChunkSize(const Sequence& seq, int32_t budget, int32_t logit_rows) const;
+  // Tokens to run for `seq` this step within `budget` tokens, `attention` work (StepAttention)
+  // and `logit_rows` score rows. A decode (one token left) ignores `attention`; with
+  // `first_prefill`, a prefill chunk gets at least one block whatever `attention` is.
+  int32_t ChunkSize(const Sequence& seq, int32_t budget, int64_t attention, int32_t logit_rows,
+                    bool first_prefill) const;
   // Takes the longest cached prefix for a waiting sequence: its blocks (referenced) and lock.
   void TakeCachedPrefix(Sequence& seq);
   // Drops the sequence's blocks and lock; it must run from scratch (or its cached prefix) next.

@@ -1,5 +1,6 @@
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string_view>
@@ -52,9 +53,19 @@ absl::StatusOr<float> ReadPositiveFloat(const GgufFile& file, std::string_view k
   return static_cast<float>(*value);
 }
 
-// Vocabulary size: llama.vocab_size, else the token list's length, else token_embd rows.
-absl::StatusOr<int64_t> ReadVocabSize(const GgufFile& file) {
-  if (file.Find("llama.vocab_size") != nullptr) return ReadSize(file, "llama.vocab_size");
+// The attention window at `key`; 0 when absent or 0, which is how converters say "no window"
+// (Llama 4's all-full-attention layers).
+absl::StatusOr<int64_t> ReadSlidingWindow(const GgufFile& file, const std::string& key) {
+  if (file.Find(key) == nullptr) return 0;
+  const absl::StatusOr<uint64_t> value = file.GetUint(key);
+  if (value.ok() && *value == 0) return 0;
+  return ReadSize(file, key);
+}
+
+// Vocabulary size: <arch>.vocab_size, else the token list's length, else token_embd rows.
+absl::StatusOr<int64_t> ReadVocabSize(const GgufFile& file, const std::string& arch) {
+  const std::string key = arch + ".vocab_size";
+  if (file.Find(key) != nullptr) return ReadSize(file, key);
   if (const GgufValue* tokens = file.Find("tokenizer.ggml.tokens"); tokens != nullptr) {
     if (tokens->type != GgufValueType::kArray) {
       return ConfigError("tokenizer.ggml.tokens", "is not an array");
@@ -69,8 +80,81 @@ absl::StatusOr<int64_t> ReadVocabSize(const GgufFile& file) {
     }
     return embd->dims[1];
   }
-  return ConfigError("llama.vocab_size",
+  return ConfigError(key,
                      "missing, and neither tokenizer.ggml.tokens nor token_embd.weight is present");
+}
+
+// The scaling that `<arch>.rope.scaling.*` and rope_freqs.weight describe, as llama.cpp reads
+// them: an absent type means linear, and a linear factor of 0 or 1 (or none) scales nothing.
+absl::Status ReadRopeScaling(const GgufFile& file, const std::string& arch, ModelConfig* c) {
+  const std::string type_key = arch + ".rope.scaling.type";
+  std::string type = "linear";
+  if (file.Find(type_key) != nullptr) {
+    absl::StatusOr<std::string> value = file.GetString(type_key);
+    if (!value.ok()) return ConfigError(type_key, value.status().message());
+    type = *value;
+  }
+  const bool freq_factors = file.FindTensor("rope_freqs.weight") != nullptr;
+  if (type != "none" && type != "linear" && type != "llama3") {
+    return ConfigError(type_key, absl::StrCat("RoPE scaling '", absl::CHexEscape(type),
+                                              "' is not supported (none, linear and llama3 are)"));
+  }
+  if (type == "llama3" && !freq_factors) {
+    return ConfigError(type_key,
+                       "llama3 scaling needs its per-frequency factors in the tensor "
+                       "rope_freqs.weight (as llama.cpp's converter writes them), which is absent");
+  }
+  float factor = 1.0f;
+  if (type == "linear") {
+    std::string factor_key = arch + ".rope.scaling.factor";
+    if (file.Find(factor_key) == nullptr) factor_key = arch + ".rope.scale_linear";
+    if (file.Find(factor_key) != nullptr) {
+      const absl::StatusOr<double> value = file.GetFloat(factor_key);
+      if (!value.ok()) return ConfigError(factor_key, value.status().message());
+      if (!std::isfinite(*value) || *value < 0) {
+        return ConfigError(factor_key,
+                           absl::StrCat("value ", *value, " is not a finite non-negative number"));
+      }
+      if (*value != 0) factor = static_cast<float>(*value);
+    }
+    if (factor != 1.0f && freq_factors) {
+      return ConfigError(factor_key, absl::StrCat("linear RoPE scaling by ", factor,
+                                                  " together with rope_freqs.weight (llama3 "
+                                                  "scaling) is not supported"));
+    }
+  }
+  if (freq_factors) {
+    c->rope_scaling = RopeScaling::kLlama3;
+  } else if (factor != 1.0f) {
+    c->rope_scaling = RopeScaling::kLinear;
+    c->rope_scaling_factor = factor;
+  }
+  return absl::OkStatus();
+}
+
+// q/k/v biases are all present or all absent, on every layer; biases this forward pass has no
+// place for are refused rather than ignored (the model would run and print garbage).
+absl::Status ReadBiases(const GgufFile& file, ModelConfig* c) {
+  c->qkv_bias = file.FindTensor("blk.0.attn_q.bias") != nullptr;
+  for (int64_t layer = 0; layer < c->num_layers; ++layer) {
+    const std::string prefix = absl::StrCat("blk.", layer, ".");
+    for (const char* name : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
+      const std::string tensor = prefix + name;
+      if ((file.FindTensor(tensor) != nullptr) != c->qkv_bias) {
+        return ConfigError(tensor, c->qkv_bias ? "is missing while blk.0.attn_q.bias is present"
+                                               : "is present while blk.0.attn_q.bias is absent");
+      }
+    }
+    for (const char* name : {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"}) {
+      if (file.FindTensor(prefix + name) != nullptr) {
+        return ConfigError(prefix + name, "bias tensors on this projection are not supported");
+      }
+    }
+  }
+  if (file.FindTensor("output.bias") != nullptr) {
+    return ConfigError("output.bias", "a bias on the output projection is not supported");
+  }
+  return absl::OkStatus();
 }
 
 // A [hidden, vocab] matrix in ggml order, when present.
@@ -90,6 +174,18 @@ absl::Status CheckVocabMatrix(const GgufFile& file, std::string_view name,
 
 }  // namespace
 
+std::string RopeScalingName(RopeScaling scaling) {
+  switch (scaling) {
+    case RopeScaling::kNone:
+      return "none";
+    case RopeScaling::kLinear:
+      return "linear";
+    case RopeScaling::kLlama3:
+      return "llama3";
+  }
+  return "unknown";
+}
+
 absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
   ModelConfig c;
   absl::StatusOr<std::string> arch = file.GetString("general.architecture");
@@ -97,46 +193,52 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
     return ConfigError("general.architecture", "required key is missing");
   }
   if (!arch.ok()) return ConfigError("general.architecture", arch.status().message());
-  if (*arch != "llama") {
-    return ConfigError("general.architecture", absl::StrCat("'", absl::CHexEscape(*arch),
-                                                            "' is not supported; only 'llama' is"));
+  if (*arch != "llama" && *arch != "qwen2") {
+    return ConfigError(
+        "general.architecture",
+        absl::StrCat("'", absl::CHexEscape(*arch), "' is not supported; 'llama' and 'qwen2' are"));
   }
   c.architecture = *arch;
+  c.rope_rotate_half = c.architecture == "qwen2";
+  const std::string p = c.architecture + ".";
 
-  ASSIGN_OR_RETURN(c.num_layers, ReadSize(file, "llama.block_count"));
-  ASSIGN_OR_RETURN(c.hidden_size, ReadSize(file, "llama.embedding_length"));
-  ASSIGN_OR_RETURN(c.intermediate_size, ReadSize(file, "llama.feed_forward_length"));
-  ASSIGN_OR_RETURN(c.num_heads, ReadSize(file, "llama.attention.head_count"));
-  ASSIGN_OR_RETURN(c.num_kv_heads, ReadSize(file, "llama.attention.head_count_kv", c.num_heads));
-  ASSIGN_OR_RETURN(c.context_length, ReadSize(file, "llama.context_length"));
-  ASSIGN_OR_RETURN(c.rms_norm_eps,
-                   ReadPositiveFloat(file, "llama.attention.layer_norm_rms_epsilon"));
-  ASSIGN_OR_RETURN(c.rope_theta, ReadPositiveFloat(file, "llama.rope.freq_base", 10000.0f));
+  ASSIGN_OR_RETURN(c.num_layers, ReadSize(file, p + "block_count"));
+  ASSIGN_OR_RETURN(c.hidden_size, ReadSize(file, p + "embedding_length"));
+  ASSIGN_OR_RETURN(c.intermediate_size, ReadSize(file, p + "feed_forward_length"));
+  ASSIGN_OR_RETURN(c.num_heads, ReadSize(file, p + "attention.head_count"));
+  ASSIGN_OR_RETURN(c.num_kv_heads, ReadSize(file, p + "attention.head_count_kv", c.num_heads));
+  ASSIGN_OR_RETURN(c.context_length, ReadSize(file, p + "context_length"));
+  ASSIGN_OR_RETURN(c.rms_norm_eps, ReadPositiveFloat(file, p + "attention.layer_norm_rms_epsilon"));
+  ASSIGN_OR_RETURN(c.rope_theta, ReadPositiveFloat(file, p + "rope.freq_base", 10000.0f));
+  ASSIGN_OR_RETURN(c.sliding_window, ReadSlidingWindow(file, p + "attention.sliding_window"));
+  if (c.sliding_window > 0) c.context_length = std::min(c.context_length, c.sliding_window);
 
   if (c.hidden_size % c.num_heads != 0) {
     return ConfigError(
-        "llama.attention.head_count",
+        p + "attention.head_count",
         absl::StrCat(c.num_heads, " does not divide embedding_length ", c.hidden_size));
   }
   if (c.num_heads % c.num_kv_heads != 0) {
-    return ConfigError("llama.attention.head_count_kv",
+    return ConfigError(p + "attention.head_count_kv",
                        absl::StrCat(c.num_kv_heads, " does not divide head_count ", c.num_heads));
   }
   c.head_dim = c.hidden_size / c.num_heads;
-  for (std::string_view key : {"llama.attention.key_length", "llama.attention.value_length"}) {
+  for (const std::string& key : {p + "attention.key_length", p + "attention.value_length"}) {
     ASSIGN_OR_RETURN(const int64_t length, ReadSize(file, key, c.head_dim));
     if (length != c.head_dim) {
       return ConfigError(key, absl::StrCat(length, " differs from embedding_length / head_count = ",
                                            c.head_dim, ", which is not supported"));
     }
   }
-  ASSIGN_OR_RETURN(c.rope_dims, ReadSize(file, "llama.rope.dimension_count", c.head_dim));
+  ASSIGN_OR_RETURN(c.rope_dims, ReadSize(file, p + "rope.dimension_count", c.head_dim));
   if (c.rope_dims > c.head_dim || c.rope_dims % 2 != 0) {
-    return ConfigError("llama.rope.dimension_count",
+    return ConfigError(p + "rope.dimension_count",
                        absl::StrCat(c.rope_dims, " is odd or exceeds head_dim ", c.head_dim));
   }
+  RETURN_IF_ERROR(ReadRopeScaling(file, c.architecture, &c));
+  RETURN_IF_ERROR(ReadBiases(file, &c));
 
-  ASSIGN_OR_RETURN(c.vocab_size, ReadVocabSize(file));
+  ASSIGN_OR_RETURN(c.vocab_size, ReadVocabSize(file, c.architecture));
   RETURN_IF_ERROR(CheckVocabMatrix(file, "token_embd.weight", c));
   RETURN_IF_ERROR(CheckVocabMatrix(file, "output.weight", c));
   c.tie_word_embeddings = file.FindTensor("output.weight") == nullptr;
@@ -144,11 +246,15 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
 }
 
 std::string ModelConfig::DebugString() const {
+  std::string rope = RopeScalingName(rope_scaling);
+  if (rope_scaling == RopeScaling::kLinear) absl::StrAppend(&rope, " x", rope_scaling_factor);
   return absl::StrFormat(
       "%s layers=%d hidden=%d ffn=%d heads=%d kv_heads=%d head_dim=%d vocab=%d "
-      "rope_theta=%g rope_dims=%d rms_norm_eps=%g context=%d tied_embeddings=%s",
+      "rope_theta=%g rope_dims=%d rope_pairs=%s rope_scaling=%s rms_norm_eps=%g context=%d "
+      "sliding_window=%d qkv_bias=%s tied_embeddings=%s",
       architecture, num_layers, hidden_size, intermediate_size, num_heads, num_kv_heads, head_dim,
-      vocab_size, rope_theta, rope_dims, rms_norm_eps, context_length,
+      vocab_size, rope_theta, rope_dims, rope_rotate_half ? "rotate-half" : "adjacent", rope,
+      rms_norm_eps, context_length, sliding_window, qkv_bias ? "true" : "false",
       tie_word_embeddings ? "true" : "false");
 }
 

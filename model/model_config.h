@@ -1,4 +1,5 @@
-// Hyperparameters of a llama-architecture model, read from GGUF metadata.
+// Hyperparameters of a Llama-family model (GGUF architectures "llama" and "qwen2"), read from
+// GGUF metadata.
 #pragma once
 
 #include <cstdint>
@@ -9,26 +10,56 @@
 
 namespace tpserve {
 
+// How the rotary frequencies are stretched beyond the trained context.
+enum class RopeScaling {
+  kNone,
+  // Every angle divided by rope_scaling_factor (positions / factor): `<arch>.rope.scaling.type`
+  // "linear" with `<arch>.rope.scaling.factor` (or the older `<arch>.rope.scale_linear`).
+  kLinear,
+  // Llama-3.1's "llama3" rule: pair i's frequency divided by its own factor, which llama.cpp's
+  // converter computes from the HF rope_scaling (factor, low/high_freq_factor, original context)
+  // and stores as the tensor rope_freqs.weight [rope_dims / 2].
+  kLlama3,
+};
+
 struct ModelConfig {
-  std::string architecture;          // general.architecture; only "llama" is supported
+  std::string architecture;          // general.architecture: "llama" or "qwen2"; keys below are
+                                     // read under that prefix (`<arch>.block_count`, …)
   int64_t vocab_size = 0;            // rows of token_embd.weight
-  int64_t hidden_size = 0;           // llama.embedding_length
-  int64_t intermediate_size = 0;     // llama.feed_forward_length
-  int64_t num_layers = 0;            // llama.block_count
-  int64_t num_heads = 0;             // llama.attention.head_count (query heads)
-  int64_t num_kv_heads = 0;          // llama.attention.head_count_kv; num_heads divides evenly
+  int64_t hidden_size = 0;           // <arch>.embedding_length
+  int64_t intermediate_size = 0;     // <arch>.feed_forward_length
+  int64_t num_layers = 0;            // <arch>.block_count
+  int64_t num_heads = 0;             // <arch>.attention.head_count (query heads)
+  int64_t num_kv_heads = 0;          // <arch>.attention.head_count_kv; num_heads divides evenly
   int64_t head_dim = 0;              // hidden_size / num_heads
-  float rope_theta = 10000.0f;       // llama.rope.freq_base
-  int64_t rope_dims = 0;             // llama.rope.dimension_count: leading dims of a head rotated
-  float rms_norm_eps = 1e-5f;        // llama.attention.layer_norm_rms_epsilon
-  int64_t context_length = 0;        // llama.context_length: positions the model was trained on
+  float rope_theta = 10000.0f;       // <arch>.rope.freq_base
+  int64_t rope_dims = 0;             // <arch>.rope.dimension_count: leading dims of a head rotated
+  // Which dims of a head RoPE pairs: llama.cpp's converter permutes the Q/K rows of "llama"
+  // files so that pairs are adjacent (2i, 2i + 1); "qwen2" files keep the HF order, where pair i
+  // is (i, i + rope_dims / 2) (rotate-half).
+  bool rope_rotate_half = false;
+  RopeScaling rope_scaling = RopeScaling::kNone;
+  float rope_scaling_factor = 1.0f;  // kLinear: angles are divided by it
+  float rms_norm_eps = 1e-5f;        // <arch>.attention.layer_norm_rms_epsilon
+  // Positions served: <arch>.context_length, or the sliding window when one smaller than that is
+  // declared (see sliding_window).
+  int64_t context_length = 0;
+  // <arch>.attention.sliding_window (Mistral-7B-v0.1: 4096 of 32768), 0 when absent or 0. A
+  // context no longer than the window attends exactly as sliding-window attention does (no key
+  // is ever outside any query's window), so tpserve serves such a model with context_length
+  // clamped to the window rather than implementing the window in the attention kernels.
+  int64_t sliding_window = 0;
+  bool qkv_bias = false;             // blk.N.attn_{q,k,v}.bias present (Qwen2): added after the
+                                     // projections
   bool tie_word_embeddings = false;  // true when output.weight is absent: logits use token_embd
 
   // Reads and validates the config. INVALID_ARGUMENT naming the key for a missing required key,
   // a key of the wrong type, a non-positive value, or an inconsistency (hidden_size not divisible
   // by num_heads, num_heads by num_kv_heads, rope_dims odd or larger than head_dim, token_embd
-  // shape disagreeing with hidden_size/vocab_size). Required: general.architecture and
-  // llama.{block_count, embedding_length, feed_forward_length, attention.head_count,
+  // shape disagreeing with hidden_size/vocab_size); naming the type for a RoPE scaling other than
+  // none, linear and llama3 (yarn, longrope, …); naming the tensor for a bias tensor this forward
+  // pass has no place for (attn_output, ffn_*, output biases). Required: general.architecture and
+  // <arch>.{block_count, embedding_length, feed_forward_length, attention.head_count,
   // attention.layer_norm_rms_epsilon, context_length}. Defaults: head_count_kv = head_count,
   // rope.freq_base = 10000, rope.dimension_count = head_dim, vocab_size = length of
   // tokenizer.ggml.tokens, else token_embd.weight rows.
@@ -37,5 +68,8 @@ struct ModelConfig {
   // One line, e.g. "llama layers=30 hidden=576 ffn=1536 heads=9 kv_heads=3 head_dim=64 ...".
   std::string DebugString() const;
 };
+
+// "none", "linear" or "llama3".
+std::string RopeScalingName(RopeScaling scaling);
 
 }  // namespace tpserve

@@ -13,6 +13,10 @@
 //   "default":  [\p{P}\$\+<=>\^~\|]+, then GPT2, then \p{N}+, then [0-9][0-9][0-9]
 //   "llama3", "llama-v3", "llama-bpe":
 //               LLAMA3; and BPE skips merging a piece that is itself a token (ignore_merges)
+//   "qwen2":    LLAMA3 with \p{N} for \p{N}{1,3} (one digit per piece)
+//   "deepseek-llm", "deepseek-coder":
+//               their tokenizer.json's regex sequences (pre_tokenizer.cc), run by ICU's regex
+//               engine with \s read as White_Space
 //
 // Character classes come from ICU: \p{L} is general category L*, \p{N} is N*, \p{P} is P*, and
 // \s is the Unicode White_Space property (the set llama.cpp uses, including U+0085, U+00A0,
@@ -20,10 +24,13 @@
 // scans the GPT-2 and Llama-3 regexes by hand); tokenizer_matches_llamacpp checks the result.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include <unicode/regex.h>
 
 #include "absl/status/statusor.h"
 
@@ -51,6 +58,8 @@ class PreTokenizer {
     kEachNumber,        // \p{N}
     kGpt2,              // GPT2 above
     kLlama3,            // LLAMA3 above
+    kQwen2,             // LLAMA3 with single digits
+    kRegex,             // the next of regexes_
     kPunctuationRuns,   // [\p{P}\$\+<=>\^~\|]+
     kNumberRuns,        // \p{N}+
     kAsciiDigitTriples  // [0-9][0-9][0-9]
@@ -64,6 +73,9 @@ class PreTokenizer {
 
   std::string name_;
   std::vector<Stage> stages_;
+  // One per kRegex stage, in order; shared by copies (ICU patterns are immutable and may be
+  // matched from several threads).
+  std::vector<std::shared_ptr<const icu::RegexPattern>> regexes_;
   bool ignore_merges_;
   bool adds_bos_by_default_;
 };

@@ -77,6 +77,14 @@ class TensorMaker {
     return writer_->AddTensor(name, type, {cols, rows}, Encode(values, type));
   }
 
+  // A [size] vector with N(0, stddev²) entries, fp32 (biases).
+  absl::Status Vector(const std::string& name, int64_t size, float stddev) {
+    std::normal_distribution<float> normal(0.0f, stddev);
+    std::vector<float> values(size);
+    for (float& v : values) v = normal(rng_);
+    return writer_->AddTensor(name, GgmlType::kF32, {size}, Encode(values, GgmlType::kF32));
+  }
+
   absl::Status NormWeight(const std::string& name, int64_t size) {
     std::uniform_real_distribution<float> uniform(0.8f, 1.2f);
     std::vector<float> values(size);
@@ -88,6 +96,31 @@ class TensorMaker {
   GgufWriter* writer_;
   std::mt19937_64 rng_;
 };
+
+// Llama-3.1's per-frequency factors, as the llama3 rule of an HF rope_scaling defines them: pairs
+// whose wavelength is shorter than original_context / high_freq_factor keep their frequency,
+// those longer than original_context / low_freq_factor are slowed by `factor`, and the band
+// between is interpolated; stored as the divisor of each frequency.
+std::vector<float> Llama3FreqFactors(const SyntheticModelSpec& spec, int64_t rope_dims) {
+  const double context = static_cast<double>(spec.rope_original_context);
+  const double low = spec.rope_low_freq_factor, high = spec.rope_high_freq_factor;
+  std::vector<float> factors(rope_dims / 2);
+  for (int64_t i = 0; i < rope_dims / 2; ++i) {
+    const double inv_freq = std::pow(spec.rope_theta, -2.0 * i / rope_dims);
+    const double wavelength = 2.0 * M_PI / inv_freq;
+    double divisor;
+    if (wavelength < context / high) {
+      divisor = 1.0;
+    } else if (wavelength > context / low) {
+      divisor = spec.rope_scaling_factor;
+    } else {
+      const double smooth = (context / wavelength - low) / (high - low);
+      divisor = 1.0 / ((1.0 - smooth) / spec.rope_scaling_factor + smooth);
+    }
+    factors[i] = static_cast<float>(divisor);
+  }
+  return factors;
+}
 
 void WriteTokenizer(const SyntheticModelSpec& spec, GgufWriter* writer) {
   std::vector<std::string> tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
@@ -129,6 +162,22 @@ absl::Status ValidateSyntheticModelSpec(const SyntheticModelSpec& spec) {
   if (spec.ffn < 1) return fail("ffn must be positive");
   if (spec.vocab < kSpecialTokens + 256) return fail("vocab must be at least 259");
   if (spec.context_length < 1) return fail("context length must be positive");
+  if (spec.architecture != "llama" && spec.architecture != "qwen2") {
+    return fail("architecture must be llama or qwen2");
+  }
+  if (spec.rope_scaling != "none" && spec.rope_scaling != "linear" &&
+      spec.rope_scaling != "llama3") {
+    return fail("rope_scaling must be none, linear or llama3");
+  }
+  if (!(spec.rope_scaling_factor > 0)) return fail("rope_scaling_factor must be positive");
+  if (spec.rope_scaling == "llama3" &&
+      !(spec.rope_low_freq_factor > 0 && spec.rope_high_freq_factor > spec.rope_low_freq_factor &&
+        spec.rope_original_context > 0)) {
+    return fail(
+        "llama3 scaling needs 0 < low_freq_factor < high_freq_factor and a positive "
+        "original context");
+  }
+  if (spec.sliding_window < 0) return fail("sliding_window must not be negative");
   const bool supported = spec.dtype == GgmlType::kF32 || spec.dtype == GgmlType::kF16 ||
                          spec.dtype == GgmlType::kBF16 || spec.dtype == GgmlType::kQ8_0;
   if (!supported) return fail("dtype must be f32, f16, bf16 or q8_0");
@@ -142,37 +191,58 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::stri
   RETURN_IF_ERROR(ValidateSyntheticModelSpec(spec));
   const int64_t head_dim = spec.hidden / spec.heads;
   GgufWriter writer;
-  writer.SetString("general.architecture", "llama");
+  const std::string& arch = spec.architecture;
+  const std::string p = arch + ".";
+  writer.SetString("general.architecture", arch);
   writer.SetString("general.name", "tpserve synthetic");
-  writer.SetUint32("llama.block_count", spec.layers);
-  writer.SetUint32("llama.context_length", spec.context_length);
-  writer.SetUint32("llama.embedding_length", spec.hidden);
-  writer.SetUint32("llama.feed_forward_length", spec.ffn);
-  writer.SetUint32("llama.attention.head_count", spec.heads);
-  writer.SetUint32("llama.attention.head_count_kv", spec.kv_heads);
-  writer.SetFloat32("llama.rope.freq_base", static_cast<float>(spec.rope_theta));
-  writer.SetUint32("llama.rope.dimension_count", head_dim);
-  writer.SetFloat32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  writer.SetUint32("llama.vocab_size", spec.vocab);
+  writer.SetUint32(p + "block_count", spec.layers);
+  writer.SetUint32(p + "context_length", spec.context_length);
+  writer.SetUint32(p + "embedding_length", spec.hidden);
+  writer.SetUint32(p + "feed_forward_length", spec.ffn);
+  writer.SetUint32(p + "attention.head_count", spec.heads);
+  writer.SetUint32(p + "attention.head_count_kv", spec.kv_heads);
+  writer.SetFloat32(p + "rope.freq_base", static_cast<float>(spec.rope_theta));
+  writer.SetUint32(p + "rope.dimension_count", head_dim);
+  writer.SetFloat32(p + "attention.layer_norm_rms_epsilon", 1e-5f);
+  writer.SetUint32(p + "vocab_size", spec.vocab);
+  if (spec.rope_scaling == "linear") {
+    writer.SetString(p + "rope.scaling.type", "linear");
+    writer.SetFloat32(p + "rope.scaling.factor", static_cast<float>(spec.rope_scaling_factor));
+  }
+  if (spec.sliding_window > 0) {
+    writer.SetUint32(p + "attention.sliding_window", spec.sliding_window);
+  }
   WriteTokenizer(spec, &writer);
 
   TensorMaker make(&writer, spec.seed);
   RETURN_IF_ERROR(make.Matrix("token_embd.weight", spec.vocab, spec.hidden, spec.dtype));
   RETURN_IF_ERROR(make.NormWeight("output_norm.weight", spec.hidden));
-  RETURN_IF_ERROR(make.Matrix("output.weight", spec.vocab, spec.hidden, spec.dtype));
+  if (!spec.tied_embeddings) {
+    RETURN_IF_ERROR(make.Matrix("output.weight", spec.vocab, spec.hidden, spec.dtype));
+  }
+  if (spec.rope_scaling == "llama3") {
+    RETURN_IF_ERROR(writer.AddTensor("rope_freqs.weight", GgmlType::kF32, {head_dim / 2},
+                                     Encode(Llama3FreqFactors(spec, head_dim), GgmlType::kF32)));
+  }
+  const bool bias = arch == "qwen2";
   for (int64_t layer = 0; layer < spec.layers; ++layer) {
-    const std::string p = absl::StrCat("blk.", layer, ".");
-    RETURN_IF_ERROR(make.NormWeight(p + "attn_norm.weight", spec.hidden));
-    RETURN_IF_ERROR(make.Matrix(p + "attn_q.weight", spec.hidden, spec.hidden, spec.dtype));
-    RETURN_IF_ERROR(
-        make.Matrix(p + "attn_k.weight", spec.kv_heads * head_dim, spec.hidden, spec.dtype));
-    RETURN_IF_ERROR(
-        make.Matrix(p + "attn_v.weight", spec.kv_heads * head_dim, spec.hidden, spec.dtype));
-    RETURN_IF_ERROR(make.Matrix(p + "attn_output.weight", spec.hidden, spec.hidden, spec.dtype));
-    RETURN_IF_ERROR(make.NormWeight(p + "ffn_norm.weight", spec.hidden));
-    RETURN_IF_ERROR(make.Matrix(p + "ffn_gate.weight", spec.ffn, spec.hidden, spec.dtype));
-    RETURN_IF_ERROR(make.Matrix(p + "ffn_up.weight", spec.ffn, spec.hidden, spec.dtype));
-    RETURN_IF_ERROR(make.Matrix(p + "ffn_down.weight", spec.hidden, spec.ffn, spec.dtype));
+    const std::string b = absl::StrCat("blk.", layer, ".");
+    const int64_t kv_rows = spec.kv_heads * head_dim;
+    RETURN_IF_ERROR(make.NormWeight(b + "attn_norm.weight", spec.hidden));
+    RETURN_IF_ERROR(make.Matrix(b + "attn_q.weight", spec.hidden, spec.hidden, spec.dtype));
+    RETURN_IF_ERROR(make.Matrix(b + "attn_k.weight", kv_rows, spec.hidden, spec.dtype));
+    RETURN_IF_ERROR(make.Matrix(b + "attn_v.weight", kv_rows, spec.hidden, spec.dtype));
+    if (bias) {
+      // As large as the projections' outputs, so that a lost or misplaced bias shows.
+      RETURN_IF_ERROR(make.Vector(b + "attn_q.bias", spec.hidden, 1.0f));
+      RETURN_IF_ERROR(make.Vector(b + "attn_k.bias", kv_rows, 1.0f));
+      RETURN_IF_ERROR(make.Vector(b + "attn_v.bias", kv_rows, 1.0f));
+    }
+    RETURN_IF_ERROR(make.Matrix(b + "attn_output.weight", spec.hidden, spec.hidden, spec.dtype));
+    RETURN_IF_ERROR(make.NormWeight(b + "ffn_norm.weight", spec.hidden));
+    RETURN_IF_ERROR(make.Matrix(b + "ffn_gate.weight", spec.ffn, spec.hidden, spec.dtype));
+    RETURN_IF_ERROR(make.Matrix(b + "ffn_up.weight", spec.ffn, spec.hidden, spec.dtype));
+    RETURN_IF_ERROR(make.Matrix(b + "ffn_down.weight", spec.hidden, spec.ffn, spec.dtype));
   }
   return writer.WriteFile(path);
 }

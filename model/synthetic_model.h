@@ -1,5 +1,6 @@
-// Random-weight Llama models of any shape, written as GGUF files, so that tensor-parallel sizes
-// and shapes that no bundled model has (8 heads at T=8, Llama-3-8B dimensions) can be tested.
+// Random-weight Llama-family models of any shape, written as GGUF files, so that tensor-parallel
+// sizes and shapes that no bundled model has (8 heads at T=8, Llama-3-8B dimensions, Qwen2's
+// biases, Llama-3.1's RoPE scaling, Mistral's GQA and window) can be tested.
 // The vocabulary is byte-level: three special tokens, the 256 bytes, then filler tokens.
 #pragma once
 
@@ -20,6 +21,17 @@ struct SyntheticModelSpec {
   int64_t vocab = 512;  // at least 259: 3 specials + 256 bytes
   int64_t context_length = 4096;
   double rope_theta = 10000.0;
+  // "llama" or "qwen2": the metadata's key prefix; qwen2 also gets q/k/v biases.
+  std::string architecture = "llama";
+  bool tied_embeddings = false;  // no output.weight: the logits reuse token_embd
+  // "none", "linear" (<arch>.rope.scaling.{type, factor}) or "llama3" (rope_freqs.weight computed
+  // from the four numbers below as llama.cpp's converter does from an HF rope_scaling).
+  std::string rope_scaling = "none";
+  double rope_scaling_factor = 8.0;
+  double rope_low_freq_factor = 1.0;     // llama3
+  double rope_high_freq_factor = 4.0;    // llama3
+  int64_t rope_original_context = 8192;  // llama3
+  int64_t sliding_window = 0;            // <arch>.attention.sliding_window when positive (Mistral)
   GgmlType dtype = GgmlType::kF32;  // kF32, kF16, kBF16 or kQ8_0 for the matrices
   uint64_t seed = 1;
 };

@@ -6,15 +6,16 @@
 #include <cctype>
 #include <cstddef>
 #include <cstdio>
-#include <functional>
-#include <queue>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "common/check.h"
 #include "common/status_macros.h"
 #include "model/gguf_file.h"
+#include "model/sentencepiece_bpe.h"
+#include "model/symbol_merge.h"
 
 namespace tpserve {
 namespace {
@@ -91,10 +92,15 @@ bool IsSpecialType(TokenType type) {
          type == TokenType::kUnknown;
 }
 
+constexpr char kEscapedSpace[] = "\xE2\x96\x81";  // U+2581
+
 // Decode() of one token; see the contract in tokenizer.h.
-std::string TokenBytesFor(const std::string& text, TokenType type) {
+std::string TokenBytesFor(const std::string& text, TokenType type, TokenizerModel model) {
   switch (type) {
     case TokenType::kNormal: {
+      if (model == TokenizerModel::kSentencePiece) {
+        return absl::StrReplaceAll(text, {{kEscapedSpace, " "}});
+      }
       std::string bytes;
       const auto* data = reinterpret_cast<const uint8_t*>(text.data());
       const int32_t length = static_cast<int32_t>(text.size());
@@ -158,6 +164,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerData data)
     return absl::InvalidArgumentError(
         absl::StrCat("tokenizer: ", data.token_types.size(), " token types for ", n, " tokens"));
   }
+  if (data.model == TokenizerModel::kSentencePiece) {
+    if (data.scores.empty()) data.scores.assign(n, 0.0f);
+    if (data.scores.size() != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokenizer: ", data.scores.size(), " token scores for ", n, " tokens"));
+    }
+  }
   for (size_t i = 0; i < n; ++i) {
     // As llama.cpp does, so that every token has text that can be found.
     if (data.tokens[i].empty()) data.tokens[i] = absl::StrCat("[EMPTY_", i, "]");
@@ -188,12 +201,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerData data)
 }
 
 Tokenizer::Tokenizer(TokenizerData data, PreTokenizer pre_tokenizer)
-    : tokens_(std::move(data.tokens)),
+    : model_(data.model),
+      tokens_(std::move(data.tokens)),
+      scores_(std::move(data.scores)),
       types_(std::move(data.token_types)),
       pre_tokenizer_(std::move(pre_tokenizer)),
       bos_id_(data.bos_id),
       eos_id_(data.eos_id),
-      add_bos_(data.add_bos) {
+      add_bos_(data.add_bos),
+      add_space_prefix_(data.add_space_prefix) {
   const int32_t n = vocab_size();
   token_ids_.reserve(n);
   for (int32_t id = 0; id < n; ++id) token_ids_.emplace(tokens_[id], id);
@@ -224,7 +240,7 @@ Tokenizer::Tokenizer(TokenizerData data, PreTokenizer pre_tokenizer)
 
   bytes_.reserve(n);
   for (int32_t id = 0; id < n; ++id) {
-    bytes_.push_back(TokenBytesFor(tokens_[id], types_[id]));
+    bytes_.push_back(TokenBytesFor(tokens_[id], types_[id], model_));
     if (IsSpecialType(types_[id])) special_ids_.push_back(id);
   }
   // Longest first, so that a special token inside a longer one never splits it.
@@ -232,6 +248,10 @@ Tokenizer::Tokenizer(TokenizerData data, PreTokenizer pre_tokenizer)
                    [&](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
 
   for (int byte = 0; byte < 256; ++byte) {
+    if (model_ == TokenizerModel::kSentencePiece) {
+      byte_tokens_[byte] = Find(absl::StrFormat("<0x%02X>", byte));
+      continue;
+    }
     std::string mapped;
     AppendCodePoint(ByteToCodePoint(static_cast<uint8_t>(byte)), &mapped);
     byte_tokens_[byte] = Find(mapped);
@@ -250,14 +270,34 @@ Tokenizer::Tokenizer(TokenizerData data, PreTokenizer pre_tokenizer)
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
   ASSIGN_OR_RETURN(const std::string model, file.GetString("tokenizer.ggml.model"));
-  if (model != "gpt2") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tokenizer.ggml.model '", model,
-                     "' is not supported: tpserve implements byte-level BPE ('gpt2') only"));
-  }
   TokenizerData data;
+  if (model == "gpt2") {
+    data.model = TokenizerModel::kByteLevelBpe;
+  } else if (model == "llama") {
+    data.model = TokenizerModel::kSentencePiece;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokenizer.ggml.model '", model,
+        "' is not supported: tpserve implements byte-level BPE ('gpt2') and SentencePiece BPE "
+        "('llama')"));
+  }
   ASSIGN_OR_RETURN(data.tokens, file.GetStringArray("tokenizer.ggml.tokens"));
-  ASSIGN_OR_RETURN(data.merges, file.GetStringArray("tokenizer.ggml.merges"));
+  if (data.model == TokenizerModel::kByteLevelBpe) {
+    ASSIGN_OR_RETURN(data.merges, file.GetStringArray("tokenizer.ggml.merges"));
+  } else {
+    absl::StatusOr<std::vector<double>> scores = file.GetFloatArray("tokenizer.ggml.scores");
+    if (scores.ok()) {
+      data.scores.assign(scores->begin(), scores->end());
+    } else if (!absl::IsNotFound(scores.status())) {
+      return scores.status();
+    }
+    absl::StatusOr<bool> space_prefix = file.GetBool("tokenizer.ggml.add_space_prefix");
+    if (space_prefix.ok()) {
+      data.add_space_prefix = *space_prefix;
+    } else if (!absl::IsNotFound(space_prefix.status())) {
+      return space_prefix.status();
+    }
+  }
 
   absl::StatusOr<std::vector<int64_t>> types = file.GetIntArray("tokenizer.ggml.token_type");
   if (types.ok()) {
@@ -305,8 +345,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
   if (add_bos.ok()) {
     data.add_bos = *add_bos;
   } else if (absl::IsNotFound(add_bos.status())) {
+    // llama.cpp's defaults: SentencePiece vocabularies start with BOS, BPE ones by name.
     ASSIGN_OR_RETURN(const PreTokenizer pre_tokenizer, PreTokenizer::Create(data.pre_tokenizer));
-    data.add_bos = pre_tokenizer.adds_bos_by_default();
+    data.add_bos = data.model == TokenizerModel::kSentencePiece ||
+                   pre_tokenizer.adds_bos_by_default();
   } else {
     return add_bos.status();
   }
@@ -324,6 +366,8 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::EncodePrompt(std::string_view te
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
                                                        bool parse_special) const {
   RETURN_IF_ERROR(ValidateUtf8(text));
+  // No fragment at all, so SentencePiece adds no space prefix either.
+  if (text.empty()) return std::vector<int32_t>{};
 
   // The text as fragments [begin, end) that are plain text (token -1) or one special token.
   struct Fragment {
@@ -357,17 +401,52 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
 
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 1);
+  bool after_special = true;
   for (const Fragment& fragment : fragments) {
     if (fragment.token >= 0) {
       ids.push_back(fragment.token);
+      after_special = true;
     } else {
-      EncodeText(text.substr(fragment.begin, fragment.end - fragment.begin), &ids);
+      EncodeText(text.substr(fragment.begin, fragment.end - fragment.begin), after_special, &ids);
+      after_special = false;
     }
   }
   return ids;
 }
 
-void Tokenizer::EncodeText(std::string_view text, std::vector<int32_t>* ids) const {
+namespace {
+
+class SpmVocabulary : public SentencePieceVocabulary {
+ public:
+  SpmVocabulary(const absl::flat_hash_map<std::string, int32_t>& ids,
+                const std::vector<float>& scores, const std::optional<int32_t>* byte_tokens)
+      : ids_(ids), scores_(scores), byte_tokens_(byte_tokens) {}
+  std::optional<int32_t> Find(std::string_view text) const override {
+    const auto it = ids_.find(View(text));
+    if (it == ids_.end()) return std::nullopt;
+    return it->second;
+  }
+  float Score(int32_t id) const override { return scores_[id]; }
+  std::optional<int32_t> ByteToken(uint8_t byte) const override { return byte_tokens_[byte]; }
+
+ private:
+  const absl::flat_hash_map<std::string, int32_t>& ids_;
+  const std::vector<float>& scores_;
+  const std::optional<int32_t>* byte_tokens_;
+};
+
+}  // namespace
+
+void Tokenizer::EncodeText(std::string_view text, bool after_special,
+                           std::vector<int32_t>* ids) const {
+  if (model_ == TokenizerModel::kSentencePiece) {
+    const std::string prefixed = add_space_prefix_ && after_special
+                                     ? absl::StrCat(" ", View(text))
+                                     : std::string(text);
+    EncodeSentencePiece(EscapeSpaces(prefixed), SpmVocabulary(token_ids_, scores_, byte_tokens_),
+                        ids);
+    return;
+  }
   for (const std::string_view word : pre_tokenizer_.Split(text)) {
     const std::string mapped = MapBytes(word);
     if (pre_tokenizer_.ignore_merges()) {
@@ -381,72 +460,19 @@ void Tokenizer::EncodeText(std::string_view text, std::vector<int32_t>* ids) con
 }
 
 void Tokenizer::EncodeWord(const std::string& mapped, std::vector<int32_t>* ids) const {
-  // Symbols form a list over `mapped`; a merged-away symbol has size 0.
-  struct Symbol {
-    uint32_t begin;
-    uint32_t size;  // bytes
-    int32_t prev;   // -1 at the ends
-    int32_t next;
-  };
-  // A candidate merge of `left` and its right neighbour; stale once either has changed size.
-  struct Pair {
-    int32_t rank;
-    int32_t left;
-    int32_t right;
-    uint32_t left_size;
-    uint32_t right_size;
-    bool operator>(const Pair& other) const {
-      return rank != other.rank ? rank > other.rank : left > other.left;
-    }
-  };
-
-  std::vector<Symbol> symbols;
-  symbols.reserve(mapped.size());
-  const int32_t length = static_cast<int32_t>(mapped.size());
-  for (int32_t i = 0; i < length;) {
-    const int32_t begin = i;
-    U8_FWD_1_UNSAFE(mapped.data(), i);
-    const auto index = static_cast<int32_t>(symbols.size());
-    symbols.push_back({static_cast<uint32_t>(begin), static_cast<uint32_t>(i - begin), index - 1,
-                       i < length ? index + 1 : -1});
-  }
-
-  auto text_of = [&](const Symbol& s) { return std::string_view(mapped).substr(s.begin, s.size); };
-  std::priority_queue<Pair, std::vector<Pair>, std::greater<Pair>> queue;
   std::string key;  // "left right", reused
-  auto try_add = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    key.assign(text_of(symbols[left]));
+  auto priority = [&](std::string_view left, std::string_view right) -> std::optional<int32_t> {
+    key.assign(left);
     key.push_back(' ');
-    key.append(text_of(symbols[right]));
+    key.append(right);
     const auto it = merge_ranks_.find(key);
-    if (it == merge_ranks_.end()) return;
-    queue.push({it->second, left, right, symbols[left].size, symbols[right].size});
+    if (it == merge_ranks_.end()) return std::nullopt;
+    return it->second;
   };
-  for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) try_add(i - 1, i);
-
-  while (!queue.empty()) {
-    const Pair pair = queue.top();
-    queue.pop();
-    Symbol& left = symbols[pair.left];
-    Symbol& right = symbols[pair.right];
-    if (left.size == 0 || right.size == 0 || left.size != pair.left_size ||
-        right.size != pair.right_size) {
-      continue;
-    }
-    left.size += right.size;
-    right.size = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = pair.left;
-    try_add(left.prev, pair.left);
-    try_add(pair.left, left.next);
-  }
-
-  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
-    const std::string_view symbol = text_of(symbols[i]);
+  MergeSymbols<int32_t>(mapped, priority, [&](std::string_view symbol) {
     if (const std::optional<int32_t> id = Find(symbol)) {
       ids->push_back(*id);
-      continue;
+      return;
     }
     // Not a token: one token per character, that is per byte; bytes without one are dropped.
     // (llama.cpp looks up each raw byte of the mapped text instead, which finds only ASCII; the
@@ -458,7 +484,7 @@ void Tokenizer::EncodeWord(const std::string& mapped, std::vector<int32_t>* ids)
         ids->push_back(*id);
       }
     }
-  }
+  });
 }
 
 std::optional<int32_t> Tokenizer::Find(std::string_view text) const {

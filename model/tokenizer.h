@@ -1,7 +1,13 @@
-// Byte-level BPE tokenizer (GGUF `tokenizer.ggml.model` = "gpt2") that produces the same ids as
-// llama.cpp's llama_tokenize(add_special = false) for the same vocabulary.
+// The tokenizers of GGUF `tokenizer.ggml.model` "gpt2" (byte-level BPE: Llama 3, Qwen2,
+// DeepSeek, GPT-2, SmolLM2) and "llama" (SentencePiece BPE: Llama 2, Mistral, TinyLlama, Phi-3),
+// producing the same ids as llama.cpp's llama_tokenize(add_special = false).
 //
-// Encode:
+// SentencePiece: special tokens are cut out as in step 1 below; each plain-text fragment gets a
+// leading space when the vocabulary asks (tokenizer.ggml.add_space_prefix, default true) and it
+// starts the text or follows a special token, its spaces become '▁', and it is encoded as
+// sentencepiece_bpe.h says. Decode turns '▁' back into spaces.
+//
+// Byte-level BPE, Encode:
 //   1. Special tokens (types control, user-defined and unknown; only user-defined when
 //      `parse_special` is false) are cut out of the text first, longest token text first; each
 //      occurrence becomes that token and the text around it is encoded on its own.
@@ -45,11 +51,19 @@ enum class TokenType : int32_t {
   kByte = 6,
 };
 
+enum class TokenizerModel {
+  kByteLevelBpe,   // "gpt2"
+  kSentencePiece,  // "llama"
+};
+
 // Everything the tokenizer needs, as a GGUF file stores it. -1 means "absent" for every id.
 struct TokenizerData {
-  std::vector<std::string> tokens;     // [vocab_size] byte-mapped token text
+  TokenizerModel model = TokenizerModel::kByteLevelBpe;
+  std::vector<std::string> tokens;     // [vocab_size] byte-mapped (BPE) or '▁'-escaped (SPM) text
   std::vector<TokenType> token_types;  // [vocab_size], or empty for all kNormal
-  std::vector<std::string> merges;     // "left right", rank = index
+  std::vector<std::string> merges;     // byte-level BPE: "left right", rank = index
+  std::vector<float> scores;           // SentencePiece: [vocab_size] merge priority, or empty
+  bool add_space_prefix = true;        // SentencePiece: tokenizer.ggml.add_space_prefix
   std::string pre_tokenizer;           // tokenizer.ggml.pre, e.g. "smollm"
   bool add_bos = false;                // whether callers prepend bos_id to a prompt
   int32_t bos_id = -1;
@@ -71,7 +85,7 @@ class Tokenizer {
   // INVALID_ARGUMENT when the data is inconsistent (sizes, ids out of range, duplicate tokens,
   // unknown pre-tokenizer name).
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(TokenizerData data);
-  // Reads the tokenizer.ggml.* keys. Only `tokenizer.ggml.model` = "gpt2" is supported.
+  // Reads the tokenizer.ggml.* keys; `tokenizer.ggml.model` must be "gpt2" or "llama".
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
 
   // Token ids for `text`, without BOS (see add_bos()). INVALID_ARGUMENT naming the byte offset
@@ -103,18 +117,22 @@ class Tokenizer {
   bool IsEndOfGeneration(int32_t id) const { return end_of_generation_.contains(id); }
   const absl::flat_hash_set<int32_t>& end_of_generation_ids() const { return end_of_generation_; }
   const PreTokenizer& pre_tokenizer() const { return pre_tokenizer_; }
+  TokenizerModel model() const { return model_; }
 
  private:
   Tokenizer(TokenizerData data, PreTokenizer pre_tokenizer);
 
-  // Appends the ids of `text`, which holds no special tokens.
-  void EncodeText(std::string_view text, std::vector<int32_t>* ids) const;
+  // Appends the ids of `text`, which holds no special tokens; `after_special`: it starts the
+  // text or follows a special token.
+  void EncodeText(std::string_view text, bool after_special, std::vector<int32_t>* ids) const;
   // Appends the ids of one pre-tokenized word given in byte-mapped form.
   void EncodeWord(const std::string& mapped, std::vector<int32_t>* ids) const;
   std::optional<int32_t> Find(std::string_view text) const;
 
   // Constant after construction.
+  TokenizerModel model_;
   std::vector<std::string> tokens_;                        // [vocab_size]
+  std::vector<float> scores_;                              // [vocab_size] SentencePiece only
   std::vector<TokenType> types_;                           // [vocab_size]
   std::vector<std::string> bytes_;                         // [vocab_size] Decode() of each token
   absl::flat_hash_map<std::string, int32_t> token_ids_;    // text -> id
@@ -126,6 +144,7 @@ class Tokenizer {
   int32_t bos_id_;
   int32_t eos_id_;
   bool add_bos_;
+  bool add_space_prefix_;
 };
 
 }  // namespace tpserve

@@ -3,6 +3,9 @@
 
   tokenizer: tests/golden/tokenizer_corpus.json (list of strings)
              -> tests/golden/tokenizer_ids.json ([{"text", "ids"}])
+  tokenizer-families: its first 300 strings through each vocabulary of llama.cpp's tokenizer
+             suite (scripts/fetch-llama-cpp-models.sh), special tokens not parsed, no BOS
+             -> tests/golden/tokenizer_families_ids.json ({family: [ids per string]})
   logits:    tests/golden/logit_prompts.json (list of strings, special tokens allowed)
              -> tests/golden/logits_top20.json and logits_top20_q8act.json
                 ([{"prompt", "ids", "top": [[[id, logit] x20] per position]}])
@@ -55,6 +58,22 @@ def tokenizer_golden(llm):
     save("tokenizer_ids.json", out)
 
 
+FAMILIES = ("llama-spm", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "phi-3", "gpt-2")
+FAMILY_STRINGS = 300
+
+
+def tokenizer_families_golden(models_dir):
+    corpus = load("tokenizer_corpus.json")[:FAMILY_STRINGS]
+    out = {}
+    for family in FAMILIES:
+        vocab = Llama(model_path=os.path.join(models_dir, f"ggml-vocab-{family}.gguf"),
+                      vocab_only=True, verbose=False)
+        out[family] = [vocab.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+                       for text in corpus]
+        print(f"{family}: {len(corpus)} strings", file=sys.stderr)
+    save("tokenizer_families_ids.json", out)
+
+
 def write_f32_copy(src, dst):
     """Writes `src` with every tensor decoded to F32 and the metadata unchanged."""
     reader = gguf.GGUFReader(src)
@@ -95,7 +114,10 @@ def logits_golden(llm, out_name):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["tokenizer", "logits", "all"])
+    parser.add_argument("what", choices=["tokenizer", "tokenizer-families", "logits", "all"])
+    parser.add_argument("--llama-cpp-models",
+                        default=os.path.join(ROOT, "build-deps", "llama_cpp_python-0.3.36",
+                                             "vendor", "llama.cpp", "models"))
     parser.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -103,6 +125,10 @@ def main():
         return Llama(model_path=path, n_ctx=2048, n_batch=512, logits_all=True,
                      n_threads=args.threads, verbose=False, **kwargs)
 
+    if args.what in ("tokenizer-families", "all"):
+        tokenizer_families_golden(args.llama_cpp_models)
+        if args.what == "tokenizer-families":
+            return
     llm = open_model(args.model)
     if args.what in ("tokenizer", "all"):
         tokenizer_golden(llm)

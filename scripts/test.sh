@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, fetches the model, builds, and runs every test.
-# Also builds the GGUF parser tests with AddressSanitizer and runs them on corrupt files.
+# Also builds the GGUF parser tests with AddressSanitizer and runs them on corrupt files, and runs
+# every fuzz target for 60 s under ASan + UBSan (scripts/fuzz.sh; docs/FUZZING.md).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -9,6 +10,7 @@ jobs="$(nproc)"
 
 scripts/setup.sh
 scripts/fetch-model.sh
+scripts/fetch-llama-cpp-models.sh >/dev/null
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$jobs"
@@ -17,3 +19,5 @@ ctest --test-dir build --output-on-failure -j "$jobs" "$@"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTPSERVE_ASAN=ON
 cmake --build build-asan -j "$jobs" --target gguf_rejects_bad_files_test
 ctest --test-dir build-asan --output-on-failure -R '^gguf_rejects_bad_files$'
+
+scripts/fuzz.sh 60

@@ -20,6 +20,19 @@ void ExecutionThread::Run(std::function<void()> fn) {
       +[](Task* t) { return t->done; }, &task));
 }
 
+void ExecutionThread::Run(std::function<void()> fn, absl::Duration period,
+                          absl::FunctionRef<void()> waiting) {
+  Task task{std::move(fn)};
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(&task);
+  // Called with mu_ held: Loop marks the task done, and takes the next, only under it.
+  while (!mu_.AwaitWithTimeout(absl::Condition(
+                                   +[](Task* t) { return t->done; }, &task),
+                               period)) {
+    waiting();
+  }
+}
+
 void ExecutionThread::Loop() {
   while (true) {
     Task* task;

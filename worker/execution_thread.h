@@ -7,7 +7,9 @@
 #include <functional>
 #include <thread>
 
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace tpserve {
 
@@ -21,6 +23,11 @@ class ExecutionThread {
 
   // Runs `fn` on the execution thread and returns when it has returned.
   void Run(std::function<void()> fn);
+  // The same; while waiting, calls `waiting` on this thread every `period`, each time before
+  // `fn` has returned: the work queued after `fn` has not started, so `waiting` may act on the
+  // state `fn` runs with (abort its collective).
+  void Run(std::function<void()> fn, absl::Duration period,
+           absl::FunctionRef<void()> waiting);
 
  private:
   struct Task {

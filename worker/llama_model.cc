@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/add_bias.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/rms_norm.h"
@@ -36,6 +37,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, const ShardLayout& layout, Mod
   TP_CHECK(kv_shape.num_layers == config_.num_layers);
   TP_CHECK(kv_shape.num_kv_heads == layout_.kv_heads.size);
   TP_CHECK(kv_shape.head_dim == config_.head_dim);
+  TP_CHECK(static_cast<int64_t>(weights_.rope_inv_freq.size()) == config_.rope_dims / 2);
 }
 
 absl::Status LlamaModel::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
@@ -75,6 +77,7 @@ void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* no
   float* qkv = Sized(buffers_.qkv, n * qkv_width);  // [n, q | k | v]
   TP_CHECK(w.qkv.rows == qkv_width && w.qkv.cols == hidden);
   ApplyLinear(w.qkv, normed, n, qkv);
+  if (!w.qkv_bias.empty()) cpu::AddBias(qkv, w.qkv_bias.data(), n, qkv_width);
   float* q = Sized(buffers_.q, n * q_width);   // [n, q_heads, head_dim]
   float* k = Sized(buffers_.k, n * kv_width);  // [n, kv_heads, head_dim]
   float* v = Sized(buffers_.v, n * kv_width);  // [n, kv_heads, head_dim]
@@ -84,11 +87,13 @@ void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* no
     std::copy(row + q_width, row + q_width + kv_width, k + t * kv_width);
     std::copy(row + q_width + kv_width, row + qkv_width, v + t * kv_width);
   }
-  const float theta = static_cast<float>(config_.rope_theta);
-  cpu::ApplyRope(q, batch.positions.data(), n, q_heads, head_dim, config_.rope_dims, theta,
-                 cpu::RopeStyle::kAdjacentPairs);
-  cpu::ApplyRope(k, batch.positions.data(), n, kv_heads, head_dim, config_.rope_dims, theta,
-                 cpu::RopeStyle::kAdjacentPairs);
+  const double* inv_freq = weights_.rope_inv_freq.data();
+  const cpu::RopeStyle style =
+      config_.rope_rotate_half ? cpu::RopeStyle::kRotateHalf : cpu::RopeStyle::kAdjacentPairs;
+  cpu::ApplyRope(q, batch.positions.data(), n, q_heads, head_dim, config_.rope_dims, inv_freq,
+                 style);
+  cpu::ApplyRope(k, batch.positions.data(), n, kv_heads, head_dim, config_.rope_dims, inv_freq,
+                 style);
   cpu::WriteKvCache(k, v, batch.slot_mapping.data(), n, kv_heads, head_dim,
                     kv_cache_.keys(layer), kv_cache_.values(layer));
 

@@ -1,11 +1,12 @@
 // The Llama forward pass of one tensor-parallel rank on the CPU: fp32 activations; linear weights
 // in GGUF blocks or fp32 (see Linear in model_weights.h).
 //
-// Per layer: RMSNorm → fused QKV (column-parallel by heads) → RoPE → KV write into the paged pool
-// → paged causal GQA attention → o_proj (row-parallel) → all-reduce → residual; RMSNorm →
-// gate/up (column-parallel) → SiLU·mul → down (row-parallel) → all-reduce → residual. The final
-// norm and the vocab-parallel lm_head run only for the tokens whose logits are wanted, and the
-// logits are gathered on rank 0.
+// Per layer: RMSNorm → fused QKV (column-parallel by heads) → + QKV bias (Qwen2) → RoPE
+// (adjacent pairs for GGUF "llama", rotate-half for "qwen2"; frequencies as the model's RoPE
+// scaling makes them) → KV write into the paged pool → paged causal GQA attention → o_proj
+// (row-parallel) → all-reduce → residual; RMSNorm → gate/up (column-parallel) → SiLU·mul → down
+// (row-parallel) → all-reduce → residual. The final norm and the vocab-parallel lm_head run only
+// for the tokens whose logits are wanted, and the logits are gathered on rank 0.
 #pragma once
 
 #include <vector>

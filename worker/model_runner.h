@@ -1,8 +1,9 @@
 // ModelRunner: one rank's step, in one place. It owns the loaded model and what every rank caches
 // about the running sequences, and turns a StepRequest into a StepResponse (DESIGN.md "Worker
 // protocol"; the field semantics are in worker.proto):
-//   drop finished → add new → plan the forward batch and the logits requests → forward and
-//   process the logits (StepModel::ForwardAndProcess) → commit → write rank 0's outputs.
+//   drop finished → add new → plan the forward batch and the logits requests (StepPlanner) →
+//   forward and process the logits (StepModel::ForwardAndProcess) → commit → write rank 0's
+//   outputs.
 //
 // Finished sequences are dropped whatever happens next; the rest is all or nothing: a refused
 // step (INVALID_ARGUMENT naming the sequence and field) adds no sequence and changes no state.
@@ -17,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "tpserve/v1/worker.pb.h"
 #include "worker/model_loader.h"
-#include "worker/sequence_state.h"
+#include "worker/step_planner.h"
 
 namespace tpserve {
 
@@ -34,41 +35,21 @@ class ModelRunner {
   absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request);
 
   // Forgets every sequence (a re-formed group starts from none).
-  void DropSequences() { sequences_.clear(); }
+  void DropSequences() { planner_.Clear(); }
 
   RankModel& loaded() { return *loaded_; }
   int rank() const { return rank_; }
-  size_t num_sequences() const { return sequences_.size(); }
+  size_t num_sequences() const { return planner_.num_sequences(); }
 
  private:
-  // A validated step: the forward batch, one logits request per scheduled sequence, and each
-  // scheduled sequence's block table once the step has run.
-  struct Plan {
-    ForwardBatch batch;
-    std::vector<LogitsRequest> logits;               // [scheduled]
-    std::vector<std::vector<int32_t>> block_tables;  // [scheduled]
-    // Rank 0, per sampled sequence with penalties: prompt and output up to this step's tokens.
-    std::vector<std::vector<int32_t>> histories;
-  };
-
   ModelRunner(std::unique_ptr<RankModel> loaded, int rank);
 
-  // Validates `s` and builds its state. INVALID_ARGUMENT naming the seq id and the field.
-  absl::StatusOr<SequenceState> NewSequence(const v1::NewSequence& s) const;
-  absl::StatusOr<Plan> PlanStep(const v1::StepRequest& request) const;
-  // Checks one scheduled sequence against its cached state; fills `table` with its block table
-  // after this step.
-  absl::Status CheckScheduled(const v1::ScheduledSequence& s, const SequenceState& state,
-                              std::vector<int32_t>* table) const;
-  // After the forward pass: blocks, run tokens and computed positions of every scheduled
-  // sequence; a sequence with drafts keeps only the positions of its accepted ones.
-  void Commit(const v1::StepRequest& request, Plan& plan);
   static void WriteOutputs(const v1::StepRequest& request, std::vector<LogitsResult>& results,
                            v1::StepResponse* response);
 
   const std::unique_ptr<RankModel> loaded_;
   const int rank_;
-  SequenceMap sequences_;
+  StepPlanner planner_;
   std::vector<LogitsResult> results_;  // reused between steps
 };
 

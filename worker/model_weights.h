@@ -49,6 +49,9 @@ struct LayerWeights {
   // q, k and v projections stacked by rows so one matmul computes all three:
   // [(q_heads + 2 * kv_heads) * head_dim, hidden], local heads only.
   Linear qkv;
+  // The q, k and v biases of the local heads stacked like qkv's rows, [qkv.rows]; empty when the
+  // model has none (Llama).
+  std::vector<float> qkv_bias;
   Linear attn_output;           // [hidden, q_heads * head_dim] (row-parallel)
   std::vector<float> ffn_norm;  // [hidden]
   Linear gate_up;               // [2 * ffn_local, hidden]: gate rows, then up rows
@@ -63,6 +66,9 @@ struct ModelWeights {
   // [vocab_local, hidden]; empty (rows == 0) when the embedding is tied: then this rank's
   // vocabulary rows of token_embedding serve, read in place, so no second copy exists.
   Linear lm_head;
+  // [rope_dims / 2]: the angle per position of each rotated pair, the model's RoPE scaling
+  // applied (model/rope_frequencies.h); replicated.
+  std::vector<double> rope_inv_freq;
   std::vector<LayerWeights> layers;
 
   // Bytes of every weight as stored (blocks or fp32).

@@ -2,6 +2,7 @@
 
 #include <initializer_list>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/packed_weight.h"
 #include "model/dequantize.h"
+#include "model/rope_frequencies.h"
 
 namespace tpserve {
 namespace {
@@ -145,6 +147,18 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
   const Range q_range{layout.q_heads.begin * head_dim, q_rows};
   const Range kv_range{layout.kv_heads.begin * head_dim, kv_rows};
   ASSIGN_OR_RETURN(w.qkv, LoadRows(file, weights, hidden, {{wq, q_range}, {wk, kv_range}, {wv, kv_range}}));
+  if (config.qkv_bias) {
+    // Column-parallel like their weights: this rank's heads' entries, stacked as qkv's rows.
+    w.qkv_bias.reserve(w.qkv.rows);
+    for (const auto& [name, heads, range] :
+         {std::tuple{"attn_q.bias", config.num_heads, q_range},
+          std::tuple{"attn_k.bias", config.num_kv_heads, kv_range},
+          std::tuple{"attn_v.bias", config.num_kv_heads, kv_range}}) {
+      ASSIGN_OR_RETURN(const std::vector<float> bias,
+                       LoadVector(file, prefix + name, heads * head_dim));
+      w.qkv_bias.insert(w.qkv_bias.end(), bias.begin() + range.begin, bias.begin() + range.end());
+    }
+  }
 
   ASSIGN_OR_RETURN(const GgufTensorInfo* wo, FindMatrix(file, prefix + "attn_output.weight",
                                                         hidden, config.num_heads * head_dim));
@@ -173,6 +187,7 @@ absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& 
   ASSIGN_OR_RETURN(out.token_embedding,
                    LoadRows(file, weights, hidden, {{embedding, {0, config.vocab_size}}}));
   ASSIGN_OR_RETURN(out.output_norm, LoadVector(file, "output_norm.weight", hidden));
+  ASSIGN_OR_RETURN(out.rope_inv_freq, RopeInverseFrequencies(file, config));
   if (!config.tie_word_embeddings) {
     ASSIGN_OR_RETURN(const GgufTensorInfo* output,
                      FindMatrix(file, "output.weight", config.vocab_size, hidden));

@@ -15,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/cluster_token.h"
+#include "common/grpc_tls.h"
+#include "common/tls_flags.h"
 #include "common/logging.h"
 #include "kernels/cpu/threads.h"
 #include "tpserve/v1/worker.grpc.pb.h"
@@ -38,6 +40,7 @@ struct Flags {
   std::string model_dir;
   int coordinator_timeout_s = 30;
   std::string cpu_comm = "auto";
+  TlsFiles tls;
 };
 
 // Registers `address` as `rank`, retrying while the coordinator is unreachable. Returns an empty
@@ -76,6 +79,10 @@ int Run(const Flags& flags) {
   if (absl::Status s = LoadClusterToken(flags.cluster_token_file); !s.ok()) {
     std::fprintf(stderr, "tpserve-worker: --cluster-token-file: %s\n",
                  std::string(s.message()).c_str());
+    return 1;
+  }
+  if (absl::Status s = LoadProcessTls(flags.tls); !s.ok()) {
+    std::fprintf(stderr, "tpserve-worker: %s\n", std::string(s.message()).c_str());
     return 1;
   }
   if (!HasClusterToken()) {
@@ -199,6 +206,7 @@ int main(int argc, char** argv) {
   app.add_option("--cluster-token-file", flags.cluster_token_file,
                  "file holding the token every coordinator-worker call carries (default: $" +
                      std::string(tpserve::kClusterTokenEnv) + "; neither: an open worker)");
+  tpserve::AddTlsFlags(app, &flags.tls);
   CLI11_PARSE(app, argc, argv);
   return tpserve::Run(flags);
 }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "common/cluster_token.h"
 #include "common/grpc_status.h"
+#include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/comm/coordinator_store.h"
@@ -24,6 +25,8 @@ namespace {
 constexpr int64_t kDefaultBlockSize = 16;
 constexpr size_t kLatencyWindow = 128;  // steps the p50 is taken over
 constexpr double kSlowStepMs = 1000;    // steps slower than this are logged
+// How often a gRPC thread waiting for a step looks whether the coordinator cancelled it.
+constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
 // Rank 0 publishes the NCCL id as soon as it has its device; the others wait this long for it.
 constexpr absl::Duration kNcclRendezvousTimeout = absl::Seconds(60);
 
@@ -64,7 +67,9 @@ const char* WorkerStateName(WorkerState state) {
 }
 
 WorkerServer::WorkerServer(const WorkerServerOptions& options)
-    : options_(options), hostname_(Hostname()) {}
+    : options_(options),
+      hostname_(Hostname()),
+      comm_(std::make_unique<SwappableCommunicator>(std::make_unique<SingleRankCommunicator>())) {}
 
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
     const WorkerServerOptions& options) {
@@ -74,7 +79,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
                                : options.host;
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat(host, ":", options.port), grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(absl::StrCat(host, ":", options.port), ProcessTls().ServerCredentials(),
                            &port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -177,7 +182,19 @@ grpc::Status WorkerServer::Step(grpc::ServerContext* context, const v1::StepRequ
                                 v1::StepResponse* response) {
   if (grpc::Status s = CheckClusterToken(*context, "WorkerService.Step"); !s.ok()) return s;
   const CoordinatorCall call(this);
-  return Execute([&] { return DoStep(*request, response); });
+  absl::Status status;
+  bool abandoned = false;
+  exec_.Run([&] { status = DoStep(*request, response); }, kCancelPoll, [&] {
+    if (abandoned || !context->IsCancelled()) return;
+    // The coordinator gave the step up (a rank missed its heartbeat or failed, or the deadline
+    // passed): the peers this rank waits for in a collective may never come, and the group
+    // re-forms only once this rank's execution thread is free for Init.
+    abandoned = true;
+    LogWarning("worker", "rank %d: the coordinator abandoned step %llu: leaving its collectives",
+               options_.rank, static_cast<unsigned long long>(request->step_id()));
+    comm_->Abort(absl::StrCat("the coordinator abandoned step ", request->step_id()));
+  });
+  return ToGrpc(status);
 }
 
 grpc::Status WorkerServer::Status(grpc::ServerContext* context, const v1::WorkerStatusRequest*,
@@ -321,11 +338,7 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   // Before the communicators it points to change. A kept CUDA shard is a world of one, whose
   // device communicator lives for the whole process.
   if (!keep_shard) runner_.reset();
-  if (comm_ == nullptr) {
-    comm_ = std::make_unique<SwappableCommunicator>(std::move(comm));
-  } else {
-    comm_->Reset(std::move(comm));
-  }
+  comm_->Reset(std::move(comm));
   device_comm_ = device_comm;
   initialized_ = true;
   group_ = std::move(group);

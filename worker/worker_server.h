@@ -3,7 +3,9 @@
 // gRPC threads only hand Init, LoadShard and Step to the ExecutionThread and wait, so the model,
 // the KV pool, the per-sequence state and every collective are touched by that one thread, in
 // arrival order. Status is answered from a separate snapshot, so heartbeats never wait behind a
-// step or a rendezvous.
+// step or a rendezvous. A Step the coordinator cancels (it gave the step up) aborts the
+// communicator from the waiting gRPC thread, the one call made off the execution thread, so a
+// collective whose peers will not come ends at once and the next Init finds the thread free.
 //
 // Lifecycle: Init (rank, world, communicator) → LoadShard → Step (step_id 1, 2, …) → Shutdown.
 // Init may come again to re-form the group: it replaces the communicator, drops every sequence
@@ -128,7 +130,8 @@ class WorkerServer final : public v1::WorkerService::Service {
   v1::InitRequest group_;
   int cuda_device_ = -1;    // the device of a CUDA group, chosen at Init
   std::string model_path_;  // effective path after Init
-  std::unique_ptr<SwappableCommunicator> comm_;
+  // Set at construction (a world of one until Init), so that a gRPC thread may Abort it.
+  const std::unique_ptr<SwappableCommunicator> comm_;
   DeviceCommunicator* device_comm_ = nullptr;
   std::unique_ptr<ModelRunner> runner_;
   v1::LoadShardResponse loaded_;  // answer for the loaded shard

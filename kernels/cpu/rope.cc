@@ -1,7 +1,6 @@
 #include "kernels/cpu/rope.h"
 
 #include <cmath>
-#include <vector>
 
 #include "common/check.h"
 #include "kernels/cpu/parallel_for.h"
@@ -9,17 +8,11 @@
 namespace tpserve::cpu {
 
 void ApplyRope(float* x, const int32_t* positions, int64_t num_tokens, int64_t num_heads,
-               int64_t head_dim, int64_t rope_dims, float theta_base, RopeStyle style) {
+               int64_t head_dim, int64_t rope_dims, const double* inv_freq, RopeStyle style) {
   TP_CHECK(num_tokens >= 0 && num_heads > 0 && head_dim > 0);
   TP_CHECK(rope_dims > 0 && rope_dims % 2 == 0 && rope_dims <= head_dim);
-  TP_CHECK(theta_base > 0.0f);
+  TP_CHECK(inv_freq != nullptr);
   const int64_t half = rope_dims / 2;
-  // inv_freq[i] = theta_base^(-2i / rope_dims), [half].
-  std::vector<double> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(static_cast<double>(theta_base),
-                           -2.0 * static_cast<double>(i) / static_cast<double>(rope_dims));
-  }
   // Pair i is (x[first * i], x[first * i + second]).
   const bool adjacent = style == RopeStyle::kAdjacentPairs;
   const int64_t first = adjacent ? 2 : 1;

@@ -14,19 +14,17 @@ constexpr int kThreads = 128;
 // Pair i of a head is (x[first * i], x[first * i + second]): (2i, 2i + 1) for adjacent pairs,
 // (i, i + half) for rotate-half.
 __global__ void RopeKernel(bf16* __restrict__ x, const int32_t* __restrict__ positions,
-                           int64_t num_heads, int64_t head_dim, int64_t half, double theta_base,
-                           int64_t first, int64_t second) {
+                           const double* __restrict__ inv_freq, int64_t num_heads, int64_t head_dim,
+                           int64_t half, int64_t first, int64_t second) {
   extern __shared__ float cos_sin[];  // [2 * half]: cos then sin
   float* cos_a = cos_sin;
   float* sin_a = cos_sin + half;
   const int64_t token = blockIdx.x;
   const double pos = static_cast<double>(positions[token]);
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-    // The CPU op's expression, term for term (rope_dims = 2 * half).
-    const double inv_freq =
-        pow(theta_base, -2.0 * static_cast<double>(i) / static_cast<double>(2 * half));
+    // The CPU op's expression, term for term.
     double s, c;
-    sincos(pos * inv_freq, &s, &c);
+    sincos(pos * inv_freq[i], &s, &c);
     cos_a[i] = static_cast<float>(c);
     sin_a[i] = static_cast<float>(s);
   }
@@ -50,11 +48,11 @@ __global__ void RopeKernel(bf16* __restrict__ x, const int32_t* __restrict__ pos
 }  // namespace
 
 void ApplyRope(bf16* x, const int32_t* positions, int64_t num_tokens, int64_t num_heads,
-               int64_t head_dim, int64_t rope_dims, float theta_base, RopeStyle style,
+               int64_t head_dim, int64_t rope_dims, const double* inv_freq, RopeStyle style,
                cudaStream_t stream) {
   TP_CHECK(num_tokens >= 0 && num_heads > 0 && head_dim > 0);
   TP_CHECK(rope_dims > 0 && rope_dims % 2 == 0 && rope_dims <= head_dim);
-  TP_CHECK(theta_base > 0.0f);
+  TP_CHECK(inv_freq != nullptr);
   TP_CHECK(num_tokens <= int64_t{0x7FFFFFFF});  // one block per token: the grid's x limit
   // Shared memory holds 2 * half floats: head_dim 128 -> 512 bytes; anything a model has fits.
   TP_CHECK(rope_dims <= 8192);
@@ -63,8 +61,7 @@ void ApplyRope(bf16* x, const int32_t* positions, int64_t num_tokens, int64_t nu
   const bool adjacent = style == RopeStyle::kAdjacentPairs;
   const size_t shared_bytes = 2 * static_cast<size_t>(half) * sizeof(float);
   RopeKernel<<<static_cast<unsigned>(num_tokens), kThreads, shared_bytes, stream>>>(
-      x, positions, num_heads, head_dim, half, static_cast<double>(theta_base), adjacent ? 2 : 1,
-      adjacent ? 1 : half);
+      x, positions, inv_freq, num_heads, head_dim, half, adjacent ? 2 : 1, adjacent ? 1 : half);
   TP_CUDA_CHECK_LAUNCH();
 }
 

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -30,11 +31,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "kernels/cpu/add_bias.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/silu_mul.h"
+#include "kernels/cuda/add_bias.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/cuda_stream.h"
 #include "kernels/cuda/dequantize.h"
@@ -272,18 +275,20 @@ TEST_F(CudaOpsTest, AddRmsNormMatchesCpu) {
 
 struct RopeCase {
   int64_t num_tokens, num_heads, head_dim, rope_dims;
-  float theta;
+  double theta;
   int32_t max_position;
+  bool scaled = false;  // every other pair's frequency divided by 8, as llama3 scaling's low ones
 };
 
 TEST_F(CudaOpsTest, RopeMatchesCpuInBothLayouts) {
   const RopeCase cases[] = {
-      {1, 9, 64, 64, 10000.0f, 10},          // SmolLM2-135M, one decode token
-      {7, 3, 64, 32, 10000.0f, 2048},        // partial rotary
-      {5, 2, 6, 6, 10000.0f, 100},           // tiny head
-      {4, 3, 9, 8, 500000.0f, 1000},         // odd head_dim, one dim passed through
-      {3, 32, 128, 128, 500000.0f, 131071},  // Llama 3, long context
-      {33, 4, 128, 128, 10000.0f, 4096},     // a prefill chunk
+      {1, 9, 64, 64, 10000.0f, 10},              // SmolLM2-135M, one decode token
+      {7, 3, 64, 32, 10000.0f, 2048},            // partial rotary
+      {5, 2, 6, 6, 10000.0f, 100},               // tiny head
+      {4, 3, 9, 8, 500000.0f, 1000},             // odd head_dim, one dim passed through
+      {3, 32, 128, 128, 500000.0f, 131071},      // Llama 3, long context
+      {33, 4, 128, 128, 10000.0f, 4096},         // a prefill chunk
+      {9, 8, 128, 128, 500000.0f, 65536, true},  // a scaled table (Llama 3.1)
   };
   for (const RopeCase& c : cases) {
     for (const RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
@@ -295,11 +300,16 @@ TEST_F(CudaOpsTest, RopeMatchesCpuInBothLayouts) {
       positions.back() = c.max_position;
       DeviceBuffer<bf16> x_d = UploadBf16(x);
       DeviceBuffer<int32_t> positions_d = Upload(positions);
+      std::vector<double> inv_freq(c.rope_dims / 2);
+      for (int64_t i = 0; i < c.rope_dims / 2; ++i) {
+        inv_freq[i] = std::pow(c.theta, -2.0 * i / c.rope_dims) / (c.scaled && i % 2 ? 8.0 : 1.0);
+      }
+      DeviceBuffer<double> inv_freq_d = Upload(inv_freq);
       ApplyRope(x_d.data(), positions_d.data(), c.num_tokens, c.num_heads, c.head_dim, c.rope_dims,
-                c.theta, style, stream());
+                inv_freq_d.data(), style, stream());
       std::vector<float> want = x;
       cpu::ApplyRope(want.data(), positions.data(), c.num_tokens, c.num_heads, c.head_dim,
-                     c.rope_dims, c.theta, style);
+                     c.rope_dims, inv_freq.data(), style);
       const std::vector<float> got = DownloadFloats(x_d);
       const bool adjacent = style == RopeStyle::kAdjacentPairs;
       EXPECT_LE(NormalizedError(got, want), kOneRounding)
@@ -351,6 +361,24 @@ TEST_F(CudaOpsTest, SiluMulOnUnalignedPointers) {
   cpu::SiluMul(gate.data() + 1, up.data() + 1, n, want.data());
   const std::vector<float> got = DownloadFloats(out_d);
   EXPECT_LE(NormalizedError(std::vector<float>(got.begin() + 1, got.end()), want), kOneRounding);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bias
+
+TEST_F(CudaOpsTest, AddBiasMatchesCpu) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 64}, {17, 1152}, {3, 7}};
+  for (const auto& [rows, width] : shapes) {
+    const std::vector<float> x = RandomBf16Values(rows * width, 2.0f, rng_);
+    const std::vector<float> bias = RandomBf16Values(width, 4.0f, rng_);
+    DeviceBuffer<bf16> x_d = UploadBf16(x);
+    DeviceBuffer<float> bias_d = Upload(bias);
+    AddBias(x_d.data(), bias_d.data(), rows, width, stream());
+    std::vector<float> want = x;
+    cpu::AddBias(want.data(), bias.data(), rows, width);
+    EXPECT_LE(NormalizedError(DownloadFloats(x_d), want), kOneRounding)
+        << "rows " << rows << " width " << width;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

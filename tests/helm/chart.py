@@ -77,6 +77,25 @@ def render_failure(values):
     return result.stderr
 
 
+def values(*value_files):
+    """The chart's values.yaml with these files merged over it (later ones win), as helm merges
+    them: maps key by key, anything else replaced."""
+    def merge(base, over):
+        for key, value in over.items():
+            if isinstance(value, dict) and isinstance(base.get(key), dict):
+                merge(base[key], value)
+            else:
+                base[key] = value
+        return base
+
+    with open(os.path.join(CHART, "values.yaml")) as f:
+        merged = yaml.safe_load(f)
+    for path in value_files:
+        with open(path) as f:
+            merge(merged, yaml.safe_load(f) or {})
+    return merged
+
+
 def find(objects, kind, component=None):
     """The objects of a kind (and app.kubernetes.io/component label)."""
     return [o for o in objects if o["kind"] == kind and (

@@ -6,7 +6,10 @@ For every value set: each object validates against kubernetes-validate's strict 
 (the ServiceMonitor, a CRD, against servicemonitor.schema.json); names and labels follow
 Kubernetes' limits and app.kubernetes.io conventions; Service and PodDisruptionBudget selectors
 select pods, Service ports reach container ports, the workers' coordinator address is the
-coordinator's headless Service and gRPC port; containers run as non-root on a read-only root;
+coordinator's headless Service and gRPC port, tpctl's is its admin port, which only the headless
+Service carries; the NetworkPolicies let worker ports accept only the coordinator (gRPC) and peer
+workers, and the admin port only workers and networkPolicy.adminFrom; TLS and credentials come
+from Secrets into every server; containers run as non-root on a read-only root;
 and the worker pods' rendered script, run for every ordinal with a stand-in tpserve-worker on
 PATH, starts ranks 0..tensorParallelSize-1 exactly once.
 
@@ -55,6 +58,12 @@ BAD_VALUES = [
     ({"device": "tpu"}, '- device: device must be one of the following: "cpu", "cuda"'),
     ({"workers": {"gpusPerNode": 0}}, "- workers.gpusPerNode: Must be greater than or equal to 1"),
     ({"tensorParalelSize": 2}, "- (root): Additional property tensorParalelSize is not allowed"),
+    ({"tls": {"serverName": ""}},
+     "- tls.serverName: String length must be greater than or equal to 1"),
+    ({"networkPolicy": {"enabled": "yes"}},
+     "- networkPolicy.enabled: Invalid type. Expected: boolean, given: string"),
+    ({"coordinator": {"adminPort": 0}},
+     "- coordinator.adminPort: Must be greater than or equal to 1"),
 ]
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 STANDARD_LABELS = ["app.kubernetes.io/name", "app.kubernetes.io/instance",
@@ -81,7 +90,8 @@ class WorkerPod:
         self.container = chart.container(worker_set, "worker")
         argv, env = pods.local_process(
             pod_spec, self.container, self.name,
-            {"model": "/models", "tmp": workdir, "shm": "/dev/shm"}, [workdir], secret_values)
+            {"model": "/models", "tmp": workdir, "shm": "/dev/shm", "tls": workdir}, [workdir],
+            secret_values)
         env["FAKE_WORKER_DIR"] = self.record_dir
         self.env = env
         self.process = processes.start(self.name, argv, env)
@@ -188,6 +198,10 @@ class HelmRenderTest(unittest.TestCase):
         coordinator = chart.container(coordinator_set, "coordinator")
         self.assertEqual(chart.flag(coordinator["command"], "--port"),
                          str(chart.named_port(coordinator, "grpc")))
+        self.assertEqual(chart.flag(coordinator["command"], "--admin-port"),
+                         str(chart.named_port(coordinator, "admin")))
+        self.assertEqual(chart.env_value(coordinator, "TPSERVE_COORDINATOR"),
+                         f"127.0.0.1:{chart.named_port(coordinator, 'admin')}")
         self.assertEqual(chart.flag(coordinator["command"], "--http-port"),
                          str(chart.named_port(coordinator, "http")))
         for probe in ("livenessProbe", "readinessProbe"):
@@ -196,13 +210,20 @@ class HelmRenderTest(unittest.TestCase):
                     if s["spec"].get("clusterIP") == "None"]
         self.assertEqual(len(headless), 1)
         self.assertTrue(headless[0]["spec"]["publishNotReadyAddresses"])
-        grpc_port = next(p["port"] for p in headless[0]["spec"]["ports"]
-                         if p["targetPort"] == "grpc")
+        headless_ports = {p["targetPort"]: p["port"] for p in headless[0]["spec"]["ports"]}
+        self.assertEqual(set(headless_ports), {"grpc", "admin"})
+        # The clients' Service: the client APIs only.
+        for service in chart.find(objects, "Service", "coordinator"):
+            if service["spec"].get("clusterIP") != "None":
+                self.assertEqual({p["targetPort"] for p in service["spec"]["ports"]},
+                                 {"grpc", "http"}, service["metadata"]["name"])
         namespace = "default"
         worker = chart.container(chart.one(objects, "StatefulSet", "worker"), "worker")
+        headless_host = f"{headless[0]['metadata']['name']}.{namespace}.svc.cluster.local"
+        self.assertEqual(chart.env_value(worker, "TPSERVE_CLUSTER_ADDRESS"),
+                         f"{headless_host}:{headless_ports['grpc']}")
         self.assertEqual(chart.env_value(worker, "TPSERVE_COORDINATOR"),
-                         f"{headless[0]['metadata']['name']}.{namespace}.svc.cluster.local:"
-                         f"{grpc_port}")
+                         f"{headless_host}:{headless_ports['admin']}")
 
         # Both read the model where the model volume is mounted.
         model_mount = next(m["mountPath"] for m in worker["volumeMounts"] if m["name"] == "model")
@@ -258,10 +279,113 @@ class HelmRenderTest(unittest.TestCase):
         self.assertEqual(chart.flag(argv, "--host"), pod.env["POD_IP"])
         self.assertEqual(int(chart.flag(argv, "--port")),
                          int(pod.env["TPSERVE_WORKER_PORT"]) + local)
-        self.assertEqual(chart.flag(argv, "--coordinator"), pod.env["TPSERVE_COORDINATOR"])
+        self.assertEqual(chart.flag(argv, "--coordinator"), pod.env["TPSERVE_CLUSTER_ADDRESS"])
         self.assertEqual(chart.flag(argv, "--model"), pod.env["TPSERVE_MODEL"])
         self.assertIn(int(chart.flag(argv, "--port")),
                       [p["containerPort"] for p in pod.container["ports"]])
+
+    def test_network_policies(self):
+        for name, objects in self.rendered.items():
+            with self.subTest(values=name):
+                policies = chart.find(objects, "NetworkPolicy")
+                values = chart.values(*VALUE_SETS[name][0])
+                if not values["networkPolicy"]["enabled"]:
+                    self.assertEqual(policies, [])
+                    continue
+                self.check_network_policies(objects, values)
+
+    def check_network_policies(self, objects, values):
+        coordinator_set = chart.one(objects, "Deployment", "coordinator")
+        worker_set = chart.one(objects, "StatefulSet", "worker")
+        coordinator = chart.container(coordinator_set, "coordinator")
+        worker = chart.container(worker_set, "worker")
+        coordinator_pod = coordinator_set["spec"]["template"]["metadata"]["labels"]
+        worker_pod = worker_set["spec"]["template"]["metadata"]["labels"]
+
+        def policy_for(pod_labels):
+            found = [p for p in chart.find(objects, "NetworkPolicy")
+                     if chart.selects(p["spec"]["podSelector"]["matchLabels"], pod_labels)]
+            self.assertEqual(len(found), 1)
+            self.assertEqual(found[0]["spec"]["policyTypes"], ["Ingress"])
+            return found[0]["spec"]["ingress"]
+
+        def admitted(rules, pod_labels, port):
+            # A rule without `from` admits every source; without `ports`, every port.
+            for rule in rules:
+                sources = rule.get("from")
+                by_source = sources is None or any(
+                    "podSelector" in s and chart.selects(s["podSelector"]["matchLabels"],
+                                                         pod_labels) for s in sources)
+                ports = rule.get("ports")
+                if by_source and (ports is None or any(p["port"] == port for p in ports)):
+                    return True
+            return False
+
+        outsider = {"app.kubernetes.io/name": "something-else"}
+        worker_ports = [p["containerPort"] for p in worker["ports"]]
+        rules = policy_for(worker_pod)
+        for port in worker_ports:
+            self.assertTrue(admitted(rules, coordinator_pod, port), port)
+            self.assertTrue(admitted(rules, worker_pod, port), port)
+            self.assertFalse(admitted(rules, outsider, port), port)
+        # Gloo and NCCL listen on ports the kernel picks: peers reach any port, the coordinator
+        # only the gRPC ones.
+        self.assertTrue(admitted(rules, worker_pod, 45678))
+        self.assertFalse(admitted(rules, coordinator_pod, 45678))
+
+        rules = policy_for(coordinator_pod)
+        admin = chart.named_port(coordinator, "admin")
+        self.assertTrue(admitted(rules, worker_pod, admin))
+        self.assertFalse(admitted(rules, outsider, admin))
+        self.assertFalse(admitted(rules, coordinator_pod, admin))
+        for port in (chart.named_port(coordinator, "grpc"), chart.named_port(coordinator, "http")):
+            self.assertTrue(admitted(rules, outsider, port), port)
+        admin_rule = next(r for r in rules if r.get("ports") == [{"protocol": "TCP", "port": admin}])
+        extra = [s for s in admin_rule["from"] if "podSelector" not in s]
+        self.assertEqual(extra, values["networkPolicy"]["adminFrom"])
+
+    def test_tls_and_credentials_from_secrets(self):
+        for name, objects in self.rendered.items():
+            with self.subTest(values=name):
+                values = chart.values(*VALUE_SETS[name][0])
+                coordinator_set = chart.one(objects, "Deployment", "coordinator")
+                worker_set = chart.one(objects, "StatefulSet", "worker")
+                for workload, container_name in ((coordinator_set, "coordinator"),
+                                                 (worker_set, "worker")):
+                    self.check_tls(workload, chart.container(workload, container_name), values)
+                coordinator = chart.container(coordinator_set, "coordinator")
+                for variable, value in (("TPSERVE_API_KEY", "apiKeys"),
+                                        ("TPSERVE_ADMIN_KEY", "adminKey")):
+                    entries = [e for e in coordinator["env"] if e["name"] == variable]
+                    secret = values[value]["existingSecret"]
+                    if not secret:
+                        self.assertEqual(entries, [])
+                        continue
+                    self.assertEqual(entries[0]["valueFrom"]["secretKeyRef"]["name"], secret)
+                # Nothing secret in a command line, which `ps` shows to every local user.
+                for workload in (coordinator_set, worker_set):
+                    for c in workload["spec"]["template"]["spec"]["containers"]:
+                        self.assertFalse([a for a in c["command"] if "--api-key" in a
+                                          or "--tls-key" in a or "token" in a.lower()])
+
+    def check_tls(self, workload, container, values):
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        secret = values["tls"]["existingSecret"]
+        tls_vars = {v for v in env if v.startswith("TPSERVE_TLS_")}
+        if not secret:
+            self.assertEqual(tls_vars, set())
+            return
+        volume = next(v for v in workload["spec"]["template"]["spec"]["volumes"]
+                      if v["name"] == "tls")
+        self.assertEqual(volume["secret"]["secretName"], secret)
+        self.assertEqual({i["key"] for i in volume["secret"]["items"]},
+                         {"ca.crt", "tls.crt", "tls.key"})
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "tls")
+        self.assertTrue(mount["readOnly"])
+        self.assertEqual(env["TPSERVE_TLS_CERT"], mount["mountPath"] + "/tls.crt")
+        self.assertEqual(env["TPSERVE_TLS_KEY"], mount["mountPath"] + "/tls.key")
+        self.assertEqual(env["TPSERVE_TLS_CA"], mount["mountPath"] + "/ca.crt")
+        self.assertEqual(env["TPSERVE_TLS_SERVER_NAME"], values["tls"]["serverName"])
 
     def test_llama3_70b_on_2_nodes_by_8_gpus(self):
         objects = self.rendered["llama3-70b-2x8"]

@@ -5,8 +5,10 @@ finds the model already in place), then the coordinator's command and each worke
 with the environment the pods get (pods.py) and the chart's addresses and ports mapped to
 127.0.0.1 and free ports. The coordinator's rendered readiness and liveness endpoints answer 200,
 a completion comes back through the OpenAI API, tpctl in the coordinator pod's environment sees
-9 ranks, the worker pods' liveness probe passes (and fails for a rank the coordinator does not
-list), and each pod stops on SIGTERM, leaving no process behind.
+9 ranks on the admin port, the worker pods' liveness probe passes (and fails for a rank the
+coordinator does not list), and each pod stops on SIGTERM, leaving no process behind. Every gRPC
+hop runs mutual TLS from the tls Secret's mount (certificates made here with the openssl CLI,
+SAN tls.serverName): tpctl without the pod's TLS variables cannot reach the admin port.
 
     helm_wiring_test.py --renderer BUILD/tests/helm/helm-render --bin-dir BUILD/bin --model M
 """
@@ -38,6 +40,27 @@ def http_get(url):
         return None, str(e)
 
 
+def make_certificates(directory, server_name):
+    """ca.crt, and tls.crt / tls.key it signed with the SAN `server_name`, as the Secret holds
+    them."""
+    os.makedirs(directory)
+    ext = os.path.join(directory, "ext.cnf")
+    with open(ext, "w") as f:
+        f.write("basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n"
+                f"subjectAltName=DNS:{server_name}\n")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    path = lambda name: os.path.join(directory, name)  # noqa: E731
+    for command in (
+            ["req", "-x509", *ec, "-days", "2", "-subj", "/CN=tpserve wiring CA",
+             "-keyout", path("ca.key"), "-out", path("ca.crt")],
+            ["req", *ec, "-subj", "/CN=tpserve wiring", "-keyout", path("tls.key"),
+             "-out", path("tls.csr")],
+            ["x509", "-req", "-in", path("tls.csr"), "-CA", path("ca.crt"), "-CAkey",
+             path("ca.key"), "-CAcreateserial", "-days", "2", "-extfile", ext,
+             "-out", path("tls.crt")]):
+        subprocess.run(["openssl", *command], check=True, capture_output=True, timeout=30)
+
+
 class HelmWiringTest(unittest.TestCase):
     def setUp(self):
         self.objects = chart.render(*VALUES)
@@ -48,12 +71,14 @@ class HelmWiringTest(unittest.TestCase):
         self.path = [chart.args().bin_dir, os.path.join(chart.REPO, "scripts")]
         self.pods = self.worker_set["spec"]["replicas"]
         self.ranks = chart.ranks_per_pod(self.worker_set)
+        self.tls_dir = os.path.join(self.tmp.name, "tls")
+        make_certificates(self.tls_dir, chart.values(*VALUES)["tls"]["serverName"])
 
     def volumes(self, pod):
         tmp = os.path.join(self.tmp.name, pod)
         os.makedirs(tmp, exist_ok=True)
         return {"model": os.path.dirname(os.path.abspath(chart.args().model)), "tmp": tmp,
-                "shm": "/dev/shm"}
+                "shm": "/dev/shm", "tls": self.tls_dir}
 
     def run_init_containers(self, workload, pod):
         spec = workload["spec"]["template"]["spec"]
@@ -64,7 +89,7 @@ class HelmWiringTest(unittest.TestCase):
             self.assertEqual(result.returncode, 0,
                              f"{pod}/{init['name']}: {result.stdout}{result.stderr}")
 
-    def start_coordinator(self, processes, grpc_port, http_port):
+    def start_coordinator(self, processes, grpc_port, http_port, admin_port):
         """Starts the coordinator pod on these ports; returns tpctl's environment in it."""
         pod = self.coordinator_set["metadata"]["name"] + "-0"
         self.run_init_containers(self.coordinator_set, pod)
@@ -77,18 +102,20 @@ class HelmWiringTest(unittest.TestCase):
             "--http-host": ("0.0.0.0", "127.0.0.1"),
             "--port": (str(chart.named_port(container, "grpc")), str(grpc_port)),
             "--http-port": (str(chart.named_port(container, "http")), str(http_port)),
+            "--admin-host": ("0.0.0.0", "127.0.0.1"),
+            "--admin-port": (str(chart.named_port(container, "admin")), str(admin_port)),
         }
         for flag, (rendered, local) in rewrites.items():
             i = argv.index(flag) + 1
             self.assertEqual(argv[i], rendered, flag)
             argv[i] = local
         self.assertEqual(env["TPSERVE_COORDINATOR"],
-                         f"127.0.0.1:{chart.named_port(container, 'grpc')}")
-        env["TPSERVE_COORDINATOR"] = f"127.0.0.1:{grpc_port}"
+                         f"127.0.0.1:{chart.named_port(container, 'admin')}")
+        env["TPSERVE_COORDINATOR"] = f"127.0.0.1:{admin_port}"
         processes.start(pod, argv, env)
         return env
 
-    def start_worker_pods(self, processes, grpc_port, first_port):
+    def start_worker_pods(self, processes, grpc_port, admin_port, first_port):
         """Starts every worker pod, their ranks on ports from first_port on; returns
         {pod name: env} (what its probes run with)."""
         spec = self.worker_set["spec"]["template"]["spec"]
@@ -101,10 +128,12 @@ class HelmWiringTest(unittest.TestCase):
                                            pods.secrets(self.objects))
             # Every pod has an IP of its own; here they share 127.0.0.1, so each gets its ports.
             env["TPSERVE_WORKER_PORT"] = str(first_port + ordinal * self.ranks)
-            # helm_render checks that this is the coordinator's headless Service.
-            host = env["TPSERVE_COORDINATOR"].rsplit(":", 1)[0]
-            self.assertTrue(host.endswith(".svc.cluster.local"), host)
-            env["TPSERVE_COORDINATOR"] = f"127.0.0.1:{grpc_port}"
+            # helm_render checks that these are the coordinator's headless Service.
+            for variable, port in (("TPSERVE_CLUSTER_ADDRESS", grpc_port),
+                                   ("TPSERVE_COORDINATOR", admin_port)):
+                host = env[variable].rsplit(":", 1)[0]
+                self.assertTrue(host.endswith(".svc.cluster.local"), host)
+                env[variable] = f"127.0.0.1:{port}"
             processes.start(pod, argv, env)
             started[pod] = env
         return started
@@ -128,11 +157,11 @@ class HelmWiringTest(unittest.TestCase):
         world_size = int(chart.flag(container["command"], "--world-size"))
         self.assertEqual(world_size, self.pods * self.ranks)
         # One block for every port, so that no two processes are given the same one.
-        grpc_port = pods.free_ports(2 + world_size)
-        http_port = grpc_port + 1
+        grpc_port = pods.free_ports(3 + world_size)
+        http_port, admin_port = grpc_port + 1, grpc_port + 2
         with pods.Processes() as processes:
-            tpctl_env = self.start_coordinator(processes, grpc_port, http_port)
-            worker_envs = self.start_worker_pods(processes, grpc_port, grpc_port + 2)
+            tpctl_env = self.start_coordinator(processes, grpc_port, http_port, admin_port)
+            worker_envs = self.start_worker_pods(processes, grpc_port, admin_port, grpc_port + 3)
             base = f"http://127.0.0.1:{http_port}"
             self.wait_ready(processes, base + container["readinessProbe"]["httpGet"]["path"])
             self.assertEqual(http_get(base + container["livenessProbe"]["httpGet"]["path"])[0], 200)
@@ -149,6 +178,11 @@ class HelmWiringTest(unittest.TestCase):
                                     text=True, timeout=30)
             self.assertEqual(status.returncode, 0, status.stderr)
             self.assertIn(f"cluster serving: {world_size} ranks", status.stdout)
+            plaintext = {k: v for k, v in tpctl_env.items() if not k.startswith("TPSERVE_TLS_")}
+            refused = subprocess.run(["tpctl", "--timeout", "2", "status"], env=plaintext,
+                                     capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(refused.returncode, 0, refused.stdout)
+            self.assertIn(f"cannot reach coordinator at 127.0.0.1:{admin_port}", refused.stderr)
 
             for pod, env in worker_envs.items():
                 for probe in ("startupProbe", "livenessProbe"):

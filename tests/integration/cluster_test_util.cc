@@ -80,14 +80,19 @@ absl::StatusOr<std::vector<std::vector<float>>> Score(LocalCluster& cluster,
   return logits;
 }
 
-absl::StatusOr<std::vector<int32_t>> GenerateGreedy(LocalCluster& cluster,
-                                                    const std::vector<int32_t>& ids,
-                                                    int max_tokens) {
+v1::GenerateRequest GreedyRequest(const std::vector<int32_t>& ids, int max_tokens) {
   v1::GenerateRequest request;
   for (int32_t id : ids) request.mutable_token_ids()->add_ids(id);
   request.set_max_tokens(max_tokens);
   request.set_ignore_eos(true);
   request.mutable_sampling()->set_temperature(0.0f);
+  return request;
+}
+
+absl::StatusOr<std::vector<int32_t>> GenerateGreedy(LocalCluster& cluster,
+                                                    const std::vector<int32_t>& ids,
+                                                    int max_tokens) {
+  const v1::GenerateRequest request = GreedyRequest(ids, max_tokens);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
   auto reader = cluster.inference().Generate(&context, request);
@@ -100,8 +105,7 @@ absl::StatusOr<std::vector<int32_t>> GenerateGreedy(LocalCluster& cluster,
 }
 
 absl::StatusOr<v1::ClusterStatusResponse> ClusterStatus(LocalCluster& cluster) {
-  auto stub = v1::AdminService::NewStub(
-      grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials()));
+  auto stub = v1::AdminService::NewStub(cluster.tls().Channel(cluster.admin_address()));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::ClusterStatusResponse response;

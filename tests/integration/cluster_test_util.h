@@ -26,6 +26,10 @@ std::string LogTails(const LocalClusterOptions& options, int lines = 20);
 absl::StatusOr<std::vector<std::vector<float>>> Score(LocalCluster& cluster,
                                                       const std::vector<int32_t>& ids);
 
+// A Generate request for the greedy continuation of `ids`: exactly `max_tokens` tokens (EOS
+// ignored).
+v1::GenerateRequest GreedyRequest(const std::vector<int32_t>& ids, int max_tokens);
+
 // Greedy continuation of `ids`: exactly `max_tokens` tokens (EOS ignored).
 absl::StatusOr<std::vector<int32_t>> GenerateGreedy(LocalCluster& cluster,
                                                     const std::vector<int32_t>& ids,

@@ -21,9 +21,9 @@ RPC_TIMEOUT_S = 120
 class GrpcClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.protos, cls.cluster, cls.channel = start_class_grpc(cls, tp=1)
+        cls.protos, cls.cluster, cls.channel, cls.admin_channel = start_class_grpc(cls, tp=1)
         cls.inference = cls.protos.inference_pb2_grpc.InferenceServiceStub(cls.channel)
-        cls.admin = cls.protos.admin_pb2_grpc.AdminServiceStub(cls.channel)
+        cls.admin = cls.protos.admin_pb2_grpc.AdminServiceStub(cls.admin_channel)
 
     def request(self, **fields):
         return self.protos.inference_pb2.GenerateRequest(**fields)
@@ -90,14 +90,18 @@ class GrpcClientTest(unittest.TestCase):
     def test_server_reflection_lists_the_services(self):
         from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-        stub = reflection_pb2_grpc.ServerReflectionStub(self.channel)
-        replies = stub.ServerReflectionInfo(
-            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
-        services = {s.name for reply in replies
-                    for s in reply.list_services_response.service}
-        print("reflection:", sorted(services))
-        for name in ("tpserve.v1.InferenceService", "tpserve.v1.AdminService"):
-            self.assertIn(name, services)
+        def listed(channel):
+            stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+            replies = stub.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+            return {s.name for reply in replies for s in reply.list_services_response.service}
+
+        client, admin = listed(self.channel), listed(self.admin_channel)
+        print("reflection:", sorted(client), "admin port:", sorted(admin))
+        self.assertIn("tpserve.v1.InferenceService", client)
+        self.assertNotIn("tpserve.v1.AdminService", client)
+        self.assertIn("tpserve.v1.AdminService", admin)
+        self.assertNotIn("tpserve.v1.InferenceService", admin)
 
     def test_tokenize_and_list_models(self):
         pb = self.protos.inference_pb2

@@ -28,6 +28,7 @@ FAMILIES = {
     "tpserve:prefix_cache_hits": "counter",
     "tpserve:num_preemptions": "counter",
     "tpserve:request_success": "counter",
+    "tpserve:auth_failures": "counter",
 }
 PROMPTS = ["The capital of France is", "Count from one to ten: one, two,",
            "The capital of France is"]

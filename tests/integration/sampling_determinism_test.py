@@ -17,7 +17,7 @@ RPC_TIMEOUT_S = 120
 class SamplingDeterminismTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.protos, cls.cluster, channel = start_class_grpc(cls, tp=1)
+        cls.protos, cls.cluster, channel, _ = start_class_grpc(cls, tp=1)
         cls.inference = cls.protos.inference_pb2_grpc.InferenceServiceStub(channel)
 
     def generate(self, n=1, **sampling):

@@ -23,7 +23,7 @@ std::vector<int64_t> ShardWeightBytes(int world_size) {
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   if (!cluster.ok()) return {};
   auto admin = v1::AdminService::NewStub(
-      grpc::CreateChannel((*cluster)->address(), grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel((*cluster)->admin_address(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::ClusterStatusResponse response;

@@ -28,7 +28,7 @@ TEST(TpctlStatus, TableJsonAndUnreachable) {
   auto started = StartServing(options, absl::Seconds(180));
   ASSERT_TRUE(started.ok()) << started.status();
   LocalCluster& cluster = **started;
-  const std::string address = cluster.address();
+  const std::string address = cluster.admin_address();
 
   const CommandResult table =
       RunCommand({kTpctl, "--coordinator", address, "status"}, absl::Seconds(10));
@@ -120,7 +120,7 @@ TEST(TpctlStatus, DrainWhileStarting) {
   options.ranks = {0};
   auto started = LocalCluster::Start(options);
   ASSERT_TRUE(started.ok()) << started.status();
-  const std::string address = (*started)->address();
+  const std::string address = (*started)->admin_address();
   for (const char* command : {"drain", "flush-cache"}) {
     const CommandResult r =
         RunCommand({kTpctl, "--coordinator", address, command}, absl::Seconds(10));

@@ -3,7 +3,8 @@
 Starts the `tpserve` launcher (coordinator and workers as child processes on 127.0.0.1, ports
 chosen at run time) and reads the addresses it prints once it serves:
 
-    tpserve: serving MODEL with tensor parallelism T on cpu; gRPC at HOST:PORT; HTTP at HOST:PORT
+    tpserve: serving MODEL with tensor parallelism T on cpu; gRPC at HOST:PORT; HTTP at HOST:PORT;
+    admin at HOST:PORT
 
 Use as a context manager; the whole process group is stopped on exit, whatever happened. Test
 files run by ctest end in `run_tests()` and start their cluster with `start_class_cluster`.
@@ -20,7 +21,7 @@ import sys
 import time
 import unittest
 
-_READY = re.compile(r"gRPC at (\S+); HTTP at (\S+)")
+_READY = re.compile(r"gRPC at (\S+); HTTP at (\S+); admin at (\S+)")
 _PR_SET_PDEATHSIG = 1
 
 
@@ -39,6 +40,7 @@ class Cluster:
         self.ready_timeout = ready_timeout
         self.grpc_address = None
         self.http_address = None
+        self.admin_address = None
         self.process = None
         self.log_path = None
 
@@ -58,7 +60,7 @@ class Cluster:
             with open(self.log_path, encoding="utf-8", errors="replace") as f:
                 match = _READY.search(f.read())
             if match:
-                self.grpc_address, self.http_address = match.group(1), match.group(2)
+                self.grpc_address, self.http_address, self.admin_address = match.groups()
                 return self
             if self.process.poll() is not None:
                 break
@@ -119,7 +121,8 @@ def start_class_cluster(test_class, tp):
 
 def start_class_grpc(test_class, tp):
     """For setUpClass of a gRPC test: stubs generated from proto/ (see tpserve_protos), a serving
-    cluster and a ready channel to it, all released after the class's tests."""
+    cluster and ready channels to its client port and its admin port, all released after the
+    class's tests."""
     import grpc
     import tpserve_protos
 
@@ -130,4 +133,7 @@ def start_class_grpc(test_class, tp):
     channel = grpc.insecure_channel(cluster.grpc_address)
     test_class.addClassCleanup(channel.close)
     grpc.channel_ready_future(channel).result(timeout=10)
-    return protos, cluster, channel
+    admin_channel = grpc.insecure_channel(cluster.admin_address)
+    test_class.addClassCleanup(admin_channel.close)
+    grpc.channel_ready_future(admin_channel).result(timeout=10)
+    return protos, cluster, channel, admin_channel

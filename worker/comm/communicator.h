@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace tpserve {
@@ -25,6 +26,12 @@ class Communicator {
   // in rank order into `recv` (sum(counts) floats); `recv` is unused on other ranks.
   virtual absl::Status GatherToRoot(const float* send, absl::Span<const int64_t> counts,
                                     float* recv) = 0;
+
+  // Abandons the group: the collective this rank waits in returns UNAVAILABLE naming `reason`
+  // promptly, and so does every later one (the communicator stays broken; form a new group).
+  // The one method any thread may call, at any time: the coordinator gave up the step, so its
+  // peers will not come. Rank-local; the peers find out as they would from a failed rank.
+  virtual void Abort(absl::string_view reason) = 0;
 };
 
 }  // namespace tpserve

@@ -146,10 +146,43 @@ GlooCommunicator::~GlooCommunicator() = default;
 template <typename Fn>
 absl::Status GlooCommunicator::Guarded(const char* op, Fn&& fn) {
   if (!error_.ok()) return error_;
-  error_ = RunCatching(
-      absl::StrCat("GlooCommunicator rank ", rank_, " of ", world_size_, ": ", op, " failed"),
-      std::forward<Fn>(fn));
+  const std::string context =
+      absl::StrCat("GlooCommunicator rank ", rank_, " of ", world_size_, ": ", op, " failed");
+  error_ = RunCatching(context, std::forward<Fn>(fn));
+  if (error_.ok()) return error_;
+  {
+    absl::MutexLock lock(&abort_mutex_);
+    if (!aborted_.ok()) {
+      error_ = absl::UnavailableError(absl::StrCat(context, ": abandoned: ", aborted_.message()));
+    }
+  }
+  // A peer waiting for this rank's part would otherwise wait out its operation timeout.
+  RunCatching(context, [&] { context_->closeConnections(); }).IgnoreError();
   return error_;
+}
+
+GlooCommunicator::Watching::Watching(GlooCommunicator* comm,
+                                     std::initializer_list<gloo::transport::UnboundBuffer*> buffers)
+    : comm_(comm) {
+  absl::MutexLock lock(&comm_->abort_mutex_);
+  if (!comm_->aborted_.ok()) throw gloo::IoException("abandoned before it started");
+  comm_->watched_.assign(buffers.begin(), buffers.end());
+}
+
+GlooCommunicator::Watching::~Watching() {
+  absl::MutexLock lock(&comm_->abort_mutex_);
+  comm_->watched_.clear();
+}
+
+void GlooCommunicator::Abort(absl::string_view reason) {
+  absl::MutexLock lock(&abort_mutex_);
+  if (!aborted_.ok()) return;
+  aborted_ = absl::UnavailableError(reason);
+  // The flags are sticky: a wait that has not begun yet returns at once too.
+  for (gloo::transport::UnboundBuffer* buffer : watched_) {
+    buffer->abortWaitRecv();
+    buffer->abortWaitSend();
+  }
 }
 
 absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t count) {
@@ -174,6 +207,7 @@ absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t count) {
     auto buffer = context_->createUnboundBuffer(data, count * sizeof(float));
     staging_.resize(std::max<int64_t>(1, n * len));
     auto staging = context_->createUnboundBuffer(staging_.data(), staging_.size() * sizeof(float));
+    const Watching watching(this, {buffer.get(), staging.get()});
     int sends = 0, recvs = 0;
     for (int p = 0; p < n; ++p) {
       const int64_t p_len = slice_begin(p + 1) - slice_begin(p);
@@ -236,6 +270,7 @@ absl::Status GlooCommunicator::GatherToRoot(const float* send, absl::Span<const 
       if (counts[rank_] == 0) return;
       auto in =
           context_->createUnboundBuffer(const_cast<float*>(send), counts[rank_] * sizeof(float));
+      const Watching watching(this, {in.get()});
       in->send(/*dstRank=*/0, slot);
       if (!in->waitSend(deadline)) throw gloo::IoException("send to rank 0 was aborted");
       return;
@@ -243,6 +278,7 @@ absl::Status GlooCommunicator::GatherToRoot(const float* send, absl::Span<const 
     if (total == 0) return;
     if (counts[0] > 0) std::memcpy(recv, send, counts[0] * sizeof(float));
     auto out = context_->createUnboundBuffer(recv, total * sizeof(float));
+    const Watching watching(this, {out.get()});
     int pending = 0;
     size_t offset = counts[0] * sizeof(float);
     for (int r = 1; r < world_size_; ++r) {

@@ -4,21 +4,25 @@
 //
 // Gloo reports failures by throwing; this class catches every exception at its boundary and
 // returns absl::Status: DEADLINE_EXCEEDED when a peer did not join or answer in time, UNAVAILABLE
-// for any other transport failure. After a failed collective Gloo has closed the connections, so
-// the communicator stays broken: every later call returns the first error again. Recover by
-// forming a new group (a new communicator on a fresh store or key prefix).
+// for any other transport failure. After a failed collective this rank closes its connections,
+// so that peers waiting for it fail at once instead of at their operation timeout (as they do
+// when a rank dies), and the communicator stays broken: every later call returns the first error
+// again. Recover by forming a new group (a new communicator on a fresh store or key prefix).
 //
-// Thread-safety: none. Calls come from the worker's execution thread only, in the same order on
-// every rank (see communicator.h).
+// Thread-safety: Abort from any thread; everything else from the worker's execution thread only,
+// in the same order on every rank (see communicator.h).
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "worker/comm/communicator.h"
@@ -28,6 +32,9 @@ class Context;
 namespace rendezvous {
 class Store;
 }  // namespace rendezvous
+namespace transport {
+class UnboundBuffer;
+}  // namespace transport
 }  // namespace gloo
 
 namespace tpserve {
@@ -71,20 +78,42 @@ class GlooCommunicator : public Communicator {
   absl::Status GatherToRoot(const float* send, absl::Span<const int64_t> counts,
                             float* recv) override;
 
+  // Interrupts the waits of the collective in flight (Gloo's abortWaitRecv / abortWaitSend), or
+  // fails the next one before it waits; that collective then closes the connections.
+  void Abort(absl::string_view reason) override;
+
  private:
   GlooCommunicator(int rank, int world_size, std::shared_ptr<gloo::Context> context,
                    absl::Duration operation_timeout);
 
-  // Runs `fn`, turning a Gloo exception into a Status that names `op` and this rank, and marks
-  // the communicator broken on failure.
+  // Runs `fn`, turning a Gloo exception into a Status that names `op` and this rank (and the
+  // reason given to Abort, if that was the cause); on failure marks the communicator broken and
+  // closes the connections.
   template <typename Fn>
   absl::Status Guarded(const char* op, Fn&& fn);
+  // While it lives, Abort interrupts the waits on `buffers`: declare it after them, so that it
+  // ends first. Throws when Abort came first.
+  class Watching {
+   public:
+    Watching(GlooCommunicator* comm, std::initializer_list<gloo::transport::UnboundBuffer*> buffers);
+    ~Watching();
+    Watching(const Watching&) = delete;
+    Watching& operator=(const Watching&) = delete;
+
+   private:
+    GlooCommunicator* const comm_;
+  };
 
   // Constant after construction.
   const int rank_;
   const int world_size_;
   const std::shared_ptr<gloo::Context> context_;  // Owns the device and the peer connections.
   const absl::Duration operation_timeout_;
+
+  absl::Mutex abort_mutex_;
+  absl::Status aborted_ ABSL_GUARDED_BY(abort_mutex_);  // set once by Abort
+  // The buffers of the collective in flight.
+  std::vector<gloo::transport::UnboundBuffer*> watched_ ABSL_GUARDED_BY(abort_mutex_);
 
   absl::Status error_;  // The first collective failure; OK while healthy.
   std::vector<float> staging_;  // AllReduceSum: every rank's copy of this rank's slice

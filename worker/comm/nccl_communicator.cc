@@ -10,12 +10,18 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/strings/string_view.h"
 #include "common/cuda_check.h"
 #include "common/logging.h"
 
 namespace tpserve {
 namespace {
+
+// How often a call that answered ncclInProgress is looked at again.
+constexpr absl::Duration kProgressPoll = absl::Microseconds(20);
+// How long a healthy communicator's ncclCommFinalize may take at destruction.
+constexpr absl::Duration kFinalizeTimeout = absl::Seconds(10);
 
 // The store throws (gloo::IoException and friends); a text with "timeout" / "timed out" is a key
 // that did not appear in time, anything else a broken store.
@@ -87,6 +93,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     return absl::InvalidArgumentError(absl::StrCat("NCCL rank ", rank, ": device ", device,
                                                    " does not exist (", device_count, " visible)"));
   }
+  const absl::Time started = absl::Now();
   absl::Status status = CudaStatus(
       cudaSetDevice(device), absl::StrCat("NCCL rank ", rank, ": cudaSetDevice(", device, ")"));
   if (!status.ok()) return status;
@@ -100,14 +107,22 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   if (!status.ok()) return status;
   // From here the object owns the stream, and the comm once it exists.
   std::unique_ptr<NcclCommunicator> comm(new NcclCommunicator(rank, world_size, device, stream));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // Abort's ncclCommAbort from another thread needs it
   ncclComm_t nccl = nullptr;
-  status = NcclStatus(ncclCommInitRank(&nccl, world_size, *id, rank),
+  const ncclResult_t init = ncclCommInitRankConfig(&nccl, world_size, *id, rank, &config);
+  if (nccl == nullptr) {
+    return NcclStatus(init == ncclSuccess ? ncclInternalError : init,
                       absl::StrCat("NCCL rank ", rank, " of ", world_size, ": ncclCommInitRank"));
-  if (!status.ok()) {
-    if (nccl != nullptr) ncclCommAbort(nccl);
-    return status;
   }
-  comm->comm_ = nccl;
+  {
+    absl::MutexLock lock(&comm->abort_mutex_);
+    comm->comm_ = nccl;
+  }
+  status = comm->Issue(
+      absl::StrCat("NCCL rank ", rank, " of ", world_size, ": ncclCommInitRank"),
+      [init](ncclComm_t) { return init; }, started + timeout);
+  if (!status.ok()) return comm->Fail(std::move(status));  // the destructor aborts it
   return comm;
 }
 
@@ -118,17 +133,67 @@ NcclCommunicator::~NcclCommunicator() {
   // Teardown failures (a sticky CUDA error after a device fault) are logged, not fatal: the
   // process may be tearing down because of exactly that error.
   cudaSetDevice(device_);
-  if (comm_ != nullptr) {
-    const ncclResult_t result = error_.ok() ? ncclCommDestroy(comm_) : ncclCommAbort(comm_);
-    if (result != ncclSuccess) {
-      LogWarning("nccl", "rank %d: releasing the NCCL communicator failed: %s", rank_,
-                 ncclGetErrorString(result));
+  if (error_.ok()) {
+    // A healthy non-blocking communicator finishes its work before it is destroyed.
+    const absl::Status finalized = Issue(absl::StrCat("NCCL rank ", rank_, ": ncclCommFinalize"),
+                                         ncclCommFinalize, absl::Now() + kFinalizeTimeout);
+    if (!finalized.ok()) {
+      LogWarning("nccl", "%s", finalized.message());
+      error_ = finalized;
+    }
+  }
+  {
+    absl::MutexLock lock(&abort_mutex_);
+    if (comm_ != nullptr) {
+      const ncclResult_t result = error_.ok() ? ncclCommDestroy(comm_) : ncclCommAbort(comm_);
+      if (result != ncclSuccess) {
+        LogWarning("nccl", "rank %d: releasing the NCCL communicator failed: %s", rank_,
+                   ncclGetErrorString(result));
+      }
+      comm_ = nullptr;
     }
   }
   const cudaError_t error = cudaStreamDestroy(stream_);
   if (error != cudaSuccess) {
     LogWarning("nccl", "rank %d: cudaStreamDestroy failed: %s", rank_, cudaGetErrorString(error));
   }
+}
+
+void NcclCommunicator::Abort(absl::string_view reason) {
+  absl::MutexLock lock(&abort_mutex_);
+  if (comm_ == nullptr) return;
+  abort_reason_ = reason.empty() ? "aborted" : std::string(reason);
+  cudaSetDevice(device_);
+  const ncclResult_t result = ncclCommAbort(comm_);
+  if (result != ncclSuccess) {
+    LogWarning("nccl", "rank %d: ncclCommAbort failed: %s", rank_, ncclGetErrorString(result));
+  }
+  comm_ = nullptr;
+}
+
+template <typename Call>
+absl::Status NcclCommunicator::Issue(const std::string& context, Call&& call,
+                                     absl::Time deadline) {
+  ncclResult_t result;
+  for (bool first = true;; first = false) {
+    {
+      absl::MutexLock lock(&abort_mutex_);
+      if (comm_ == nullptr) {
+        return absl::UnavailableError(absl::StrCat(context, ": abandoned: ", abort_reason_));
+      }
+      if (first) {
+        result = call(comm_);
+      } else if (ncclCommGetAsyncError(comm_, &result) != ncclSuccess) {
+        result = ncclInternalError;
+      }
+    }
+    if (result != ncclInProgress) break;
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(context, ": timed out in progress"));
+    }
+    absl::SleepFor(kProgressPoll);
+  }
+  return NcclStatus(result, context);
 }
 
 absl::Status NcclCommunicator::Fail(absl::Status status) {
@@ -174,9 +239,9 @@ absl::Status NcclCommunicator::EnqueueAllReduce(void* data, int64_t count, ncclD
       absl::StrCat("NCCL rank ", rank_, ": AllReduceSum of ", count, " elements");
   absl::Status status = CudaStatus(cudaSetDevice(device_), context);
   if (status.ok()) {
-    status = NcclStatus(
-        ncclAllReduce(data, data, static_cast<size_t>(count), type, ncclSum, comm_, stream),
-        context);
+    status = Issue(context, [&](ncclComm_t comm) {
+      return ncclAllReduce(data, data, static_cast<size_t>(count), type, ncclSum, comm, stream);
+    });
   }
   return status.ok() ? status : Fail(std::move(status));
 }
@@ -206,26 +271,26 @@ absl::Status NcclCommunicator::EnqueueGatherToRoot(const float* send,
                         context);
     if (!status.ok()) return Fail(std::move(status));
   }
-  status = NcclStatus(ncclGroupStart(), context);
-  if (!status.ok()) return Fail(std::move(status));
-  if (rank_ == 0) {
-    int64_t offset = counts[0];
-    for (int r = 1; r < world_size_ && status.ok(); ++r) {
-      if (counts[r] > 0) {
-        status = NcclStatus(
-            ncclRecv(recv + offset, static_cast<size_t>(counts[r]), ncclFloat, r, comm_, stream),
-            absl::StrCat(context, ": ncclRecv from rank ", r));
+  // One NCCL group under one Issue: Abort cannot free the communicator in the middle of it.
+  status = Issue(context, [&](ncclComm_t comm) {
+    ncclResult_t result = ncclGroupStart();
+    if (result != ncclSuccess) return result;
+    if (rank_ == 0) {
+      int64_t offset = counts[0];
+      for (int r = 1; r < world_size_ && result == ncclSuccess; ++r) {
+        if (counts[r] > 0) {
+          result =
+              ncclRecv(recv + offset, static_cast<size_t>(counts[r]), ncclFloat, r, comm, stream);
+        }
+        offset += counts[r];
       }
-      offset += counts[r];
+    } else if (counts[rank_] > 0) {
+      result = ncclSend(send, static_cast<size_t>(counts[rank_]), ncclFloat, 0, comm, stream);
     }
-  } else if (counts[rank_] > 0) {
-    status =
-        NcclStatus(ncclSend(send, static_cast<size_t>(counts[rank_]), ncclFloat, 0, comm_, stream),
-                   absl::StrCat(context, ": ncclSend"));
-  }
-  // The group must be closed even when a call inside it failed.
-  const absl::Status end = NcclStatus(ncclGroupEnd(), absl::StrCat(context, ": ncclGroupEnd"));
-  if (status.ok()) status = end;
+    // The group must be closed even when a call inside it failed.
+    const ncclResult_t end = ncclGroupEnd();
+    return result == ncclSuccess ? end : result;
+  });
   return status.ok() ? status : Fail(std::move(status));
 }
 

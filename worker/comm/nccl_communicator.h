@@ -19,11 +19,15 @@
 // later call returns the first error again, and the destructor aborts the NCCL communicator
 // instead of destroying it. Recover by forming a new group.
 //
-// Limitation: the timeout bounds the unique-id exchange only; ncclCommInitRank itself waits for
-// the other ranks with NCCL's own bootstrap timeouts.
+// The NCCL communicator is non-blocking (ncclConfig_t::blocking = 0), which is what lets Abort
+// call ncclCommAbort from another thread while this rank's kernels wait for a peer that is gone:
+// the kernels end, the stream drains, and every later call fails. An NCCL call that answers
+// ncclInProgress is waited for (ncclCommGetAsyncError) before the next; `timeout` bounds the
+// unique-id exchange and ncclCommInitRank together.
 //
-// Thread-safety: none. Calls come from the worker's execution thread only, in the same order on
-// every rank (see communicator.h). Each call makes `device` current on the calling thread.
+// Thread-safety: Abort from any thread; everything else from the worker's execution thread only,
+// in the same order on every rank (see communicator.h). Each call makes `device` current on the
+// calling thread.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,9 +36,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kernels/cuda/bf16.h"
@@ -81,6 +88,10 @@ class NcclCommunicator : public Communicator, public DeviceCommunicator {
   absl::Status EnqueueGatherToRoot(const float* send, absl::Span<const int64_t> counts, float* recv,
                                    cudaStream_t stream) override;
 
+  // ncclCommAbort, at once: kernels waiting for a peer end, and every later call fails naming
+  // `reason`.
+  void Abort(absl::string_view reason) override;
+
  private:
   NcclCommunicator(int rank, int world_size, int device, cudaStream_t stream);
 
@@ -91,13 +102,21 @@ class NcclCommunicator : public Communicator, public DeviceCommunicator {
 
   // Records the first collective failure (the communicator is broken from then on).
   absl::Status Fail(absl::Status status);
+  // Runs one NCCL call on comm_ under abort_mutex_ (Abort frees comm_), then waits out an
+  // ncclInProgress answer; fails once Abort has run or when `deadline` passes.
+  template <typename Call>
+  absl::Status Issue(const std::string& context, Call&& call,
+                     absl::Time deadline = absl::InfiniteFuture());
 
   // Constant after construction.
   const int rank_;
   const int world_size_;
   const int device_;
   const cudaStream_t stream_;  // Owned: destroyed in the destructor.
-  ncclComm_t comm_ = nullptr;  // Owned; set once by Create.
+  absl::Mutex abort_mutex_;
+  // Owned; set once by Create, aborted and released by Abort (then null).
+  ncclComm_t comm_ ABSL_GUARDED_BY(abort_mutex_) = nullptr;
+  std::string abort_reason_ ABSL_GUARDED_BY(abort_mutex_);  // non-empty once aborted
 
   absl::Status error_;  // The first collective failure; OK while healthy.
 };

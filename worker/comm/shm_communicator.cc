@@ -407,6 +407,13 @@ void ShmCommunicator::Leave() {
   Publish(mine, mine.arrived.load() | kLeftBit);
 }
 
+void ShmCommunicator::Abort(absl::string_view reason) {
+  absl::MutexLock lock(&abort_mutex_);
+  if (aborted_.load()) return;
+  abort_reason_ = std::string(reason);
+  aborted_.store(true, std::memory_order_release);
+}
+
 absl::Status ShmCommunicator::Fail(absl::Status status) {
   error_ = std::move(status);
   Leave();
@@ -451,6 +458,10 @@ absl::Status ShmCommunicator::WaitFor(const char* op, int peer, uint32_t target,
     }
     slot.waiters.fetch_sub(1);
     if (Reached(slot.arrived.load(std::memory_order_acquire), target)) return absl::OkStatus();
+    if (aborted_.load(std::memory_order_acquire)) {
+      absl::MutexLock lock(&abort_mutex_);
+      return absl::UnavailableError(absl::StrCat(Context(op), ": abandoned: ", abort_reason_));
+    }
     if (absl::Status s = CheckPending(op, target); !s.ok()) return s;
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(

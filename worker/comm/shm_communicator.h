@@ -18,7 +18,9 @@
 // wakes every 20 ms to see whether a rank it still waits for has exited (each rank holds a lock on
 // the segment that the kernel drops when its process ends, in any pid namespace) or left the group
 // (its communicator failed or was destroyed): then the collective fails with UNAVAILABLE. A rank
-// that is only slow is waited for until the operation timeout: DEADLINE_EXCEEDED. After a failure
+// that is only slow is waited for until the operation timeout (DEADLINE_EXCEEDED), or until
+// Abort: a rank that is stopped, not gone, looks alive here, and only the coordinator's
+// heartbeats can tell. After a failure
 // the communicator stays broken and every later call returns the first error (the GlooCommunicator
 // contract); recover by forming a new group.
 //
@@ -32,6 +34,7 @@
 // every rank (see communicator.h).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -39,6 +42,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "worker/comm/communicator.h"
@@ -94,6 +99,10 @@ class ShmCommunicator : public Communicator {
   absl::Status GatherToRoot(const float* send, absl::Span<const int64_t> counts,
                             float* recv) override;
 
+  // A wait in progress or to come fails with UNAVAILABLE within one liveness period (20 ms), and
+  // this rank leaves the group, so the ranks waiting for it fail too.
+  void Abort(absl::string_view reason) override;
+
   // The segment's name in /dev/shm, already unlinked when Create returns.
   const std::string& segment_name() const;
 
@@ -124,6 +133,11 @@ class ShmCommunicator : public Communicator {
   const int64_t chunk_floats_;
   const std::unique_ptr<ShmSegment> segment_;
   const int spin_iterations_;  // before sleeping; fewer when the ranks outnumber the cores
+
+  // Set once by Abort (any thread); polled by WaitFor.
+  std::atomic<bool> aborted_{false};
+  absl::Mutex abort_mutex_;
+  std::string abort_reason_ ABSL_GUARDED_BY(abort_mutex_);
 
   uint32_t barrier_ = 0;  // the barriers this rank has arrived at
   absl::Status error_;    // the first failure; OK while healthy

@@ -12,6 +12,8 @@ class SingleRankCommunicator : public Communicator {
   absl::Status AllReduceSum(float* data, int64_t count) override;
   absl::Status GatherToRoot(const float* send, absl::Span<const int64_t> counts,
                             float* recv) override;
+  // Nothing to abandon: no collective here ever waits.
+  void Abort(absl::string_view) override {}
 };
 
 }  // namespace tpserve

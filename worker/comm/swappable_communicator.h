@@ -4,13 +4,15 @@
 // reloading the shard. Only this interface is swapped: the CUDA model holds its
 // DeviceCommunicator directly, and WorkerServer keeps that valid for the model's life.
 //
-// Thread-safety: none; used from the worker's execution thread only.
+// Thread-safety: Abort from any thread (it reaches the communicator installed at the time);
+// everything else from the worker's execution thread only.
 #pragma once
 
 #include <memory>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/comm/communicator.h"
 
 namespace tpserve {
@@ -19,7 +21,13 @@ class SwappableCommunicator : public Communicator {
  public:
   explicit SwappableCommunicator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
 
-  void Reset(std::unique_ptr<Communicator> inner) { inner_ = std::move(inner); }
+  // The old communicator is destroyed after the swap, outside the lock Abort takes.
+  void Reset(std::unique_ptr<Communicator> inner) {
+    {
+      absl::MutexLock lock(&abort_mutex_);
+      inner_.swap(inner);
+    }
+  }
 
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return inner_->world_size(); }
@@ -30,8 +38,13 @@ class SwappableCommunicator : public Communicator {
                             float* recv) override {
     return inner_->GatherToRoot(send, counts, recv);
   }
+  void Abort(absl::string_view reason) override {
+    absl::MutexLock lock(&abort_mutex_);
+    inner_->Abort(reason);
+  }
 
  private:
+  absl::Mutex abort_mutex_;  // held by Reset to write inner_, by Abort to read it
   std::unique_ptr<Communicator> inner_;  // never null
 };
 

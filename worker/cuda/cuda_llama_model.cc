@@ -8,6 +8,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/add_bias.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/rms_norm.h"
@@ -54,6 +55,7 @@ absl::Status CheckShapes(const ModelConfig& config, const ShardLayout& layout,
   for (size_t i = 0; i < weights.layers.size(); ++i) {
     const LayerWeights& w = weights.layers[i];
     const bool ok = w.qkv.rows == layout.qkv_width(config.head_dim) && w.qkv.cols == hidden &&
+                    (w.qkv_bias.empty() || static_cast<int64_t>(w.qkv_bias.size()) == w.qkv.rows) &&
                     w.attn_output.rows == hidden && w.attn_output.cols == q_width &&
                     w.gate_up.rows == 2 * layout.ffn.size && w.gate_up.cols == hidden &&
                     w.down.rows == hidden && w.down.cols == layout.ffn.size;
@@ -61,6 +63,9 @@ absl::Status CheckShapes(const ModelConfig& config, const ShardLayout& layout,
       return absl::InternalError(
           absl::StrCat("CUDA model: layer ", i, "'s weight shapes do not match the layout"));
     }
+  }
+  if (static_cast<int64_t>(weights.rope_inv_freq.size()) != config.rope_dims / 2) {
+    return absl::InternalError("CUDA model: the RoPE frequency table does not match rope_dims");
   }
   if (static_cast<int64_t>(weights.layers.size()) != config.num_layers ||
       weights.token_embedding.rows != config.vocab_size ||
@@ -294,15 +299,18 @@ absl::Status CudaLlamaModel::EnqueueAttention(int layer, const StepShape& shape,
 
   RETURN_IF_ERROR(gemm_->MatmulBT(normed_.data(), w.qkv.weight.data(), n, qkv_width, hidden,
                                   qkv_.data(), stream));
+  if (!w.qkv_bias.empty()) AddBias(qkv_.data(), w.qkv_bias.data(), n, qkv_width, stream);
   RETURN_IF_ERROR(CopyColumns(qkv_.data(), qkv_width, q_width, n, q_.data(), stream));
   RETURN_IF_ERROR(CopyColumns(qkv_.data() + q_width, qkv_width, kv_width, n, k_.data(), stream));
   RETURN_IF_ERROR(
       CopyColumns(qkv_.data() + q_width + kv_width, qkv_width, kv_width, n, v_.data(), stream));
-  const float theta = static_cast<float>(config_.rope_theta);
-  ApplyRope(q_.data(), arrays.positions, n, q_heads, head_dim, config_.rope_dims, theta,
-            RopeStyle::kAdjacentPairs, stream);
-  ApplyRope(k_.data(), arrays.positions, n, kv_heads, head_dim, config_.rope_dims, theta,
-            RopeStyle::kAdjacentPairs, stream);
+  const double* inv_freq = weights_.rope_inv_freq.data();
+  const RopeStyle style =
+      config_.rope_rotate_half ? RopeStyle::kRotateHalf : RopeStyle::kAdjacentPairs;
+  ApplyRope(q_.data(), arrays.positions, n, q_heads, head_dim, config_.rope_dims, inv_freq, style,
+            stream);
+  ApplyRope(k_.data(), arrays.positions, n, kv_heads, head_dim, config_.rope_dims, inv_freq, style,
+            stream);
   const int64_t layer_elements = kv_shape_.num_blocks * kv_shape_.floats_per_block();
   bf16* k_cache = kv_pool_.data() + (2 * layer) * layer_elements;
   bf16* v_cache = k_cache + layer_elements;

@@ -1,7 +1,8 @@
 // The Llama forward pass of one tensor-parallel rank on a CUDA device: bf16 weights, activations
 // and KV pool in device memory (plain cudaMalloc), fp32 inside every kernel. The same layer as
 // the CPU LlamaModel (worker/llama_model.h), fused where the kernels allow:
-//   embedding → [AddRmsNorm → QKV GEMM → RoPE → KV write → paged attention → o_proj GEMM →
+//   embedding → [AddRmsNorm → QKV GEMM → + QKV bias (Qwen2) → RoPE (the CPU model's pair layout
+//   and frequency table) → KV write → paged attention → o_proj GEMM →
 //   all-reduce → AddRmsNorm → gate, up GEMMs → SiLU·mul → down GEMM → all-reduce] × layers →
 //   AddRmsNorm (final norm) → rows that want logits → lm_head GEMM (fp32 out) → gather to rank 0.
 // Everything is enqueued on one compute stream, the DeviceCommunicator's collectives included

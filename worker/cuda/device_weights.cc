@@ -57,6 +57,18 @@ absl::StatusOr<DeviceBuffer<bf16>> UploadVector(std::vector<float>& values, Stag
   return out;
 }
 
+// `values` as they are (no bf16 rounding), then released.
+template <typename T>
+absl::StatusOr<DeviceBuffer<T>> UploadExact(std::vector<T>& values, cudaStream_t stream) {
+  if (values.empty()) return DeviceBuffer<T>();
+  ASSIGN_OR_RETURN(DeviceBuffer<T> out,
+                   DeviceBuffer<T>::Allocate(static_cast<int64_t>(values.size())));
+  RETURN_IF_ERROR(out.CopyFromHost(values, stream));
+  // CopyFromHost returns once the copy has finished.
+  std::vector<T>().swap(values);
+  return out;
+}
+
 absl::StatusOr<DeviceLinear> UploadLinear(Linear& w, Staging& staging, cudaStream_t stream) {
   DeviceLinear out;
   out.rows = w.rows;
@@ -79,8 +91,9 @@ absl::StatusOr<DeviceLinear> UploadLinear(Linear& w, Staging& staging, cudaStrea
 int64_t DeviceWeights::bytes() const {
   int64_t total = token_embedding.weight.bytes() + output_norm.bytes() + lm_head.weight.bytes();
   for (const DeviceLayerWeights& l : layers) {
-    total += l.attn_norm.bytes() + l.qkv.weight.bytes() + l.attn_output.weight.bytes() +
-             l.ffn_norm.bytes() + l.gate_up.weight.bytes() + l.down.weight.bytes();
+    total += l.attn_norm.bytes() + l.qkv.weight.bytes() + l.qkv_bias.bytes() +
+             l.attn_output.weight.bytes() + l.ffn_norm.bytes() + l.gate_up.weight.bytes() +
+             l.down.weight.bytes();
   }
   return total;
 }
@@ -91,11 +104,13 @@ absl::StatusOr<DeviceWeights> UploadWeights(ModelWeights host, cudaStream_t stre
   ASSIGN_OR_RETURN(out.token_embedding, UploadLinear(host.token_embedding, staging, stream));
   ASSIGN_OR_RETURN(out.output_norm, UploadVector(host.output_norm, staging, stream));
   ASSIGN_OR_RETURN(out.lm_head, UploadLinear(host.lm_head, staging, stream));
+  ASSIGN_OR_RETURN(out.rope_inv_freq, UploadExact(host.rope_inv_freq, stream));
   out.layers.reserve(host.layers.size());
   for (LayerWeights& layer : host.layers) {
     DeviceLayerWeights& d = out.layers.emplace_back();
     ASSIGN_OR_RETURN(d.attn_norm, UploadVector(layer.attn_norm, staging, stream));
     ASSIGN_OR_RETURN(d.qkv, UploadLinear(layer.qkv, staging, stream));
+    ASSIGN_OR_RETURN(d.qkv_bias, UploadExact(layer.qkv_bias, stream));
     ASSIGN_OR_RETURN(d.attn_output, UploadLinear(layer.attn_output, staging, stream));
     ASSIGN_OR_RETURN(d.ffn_norm, UploadVector(layer.ffn_norm, staging, stream));
     ASSIGN_OR_RETURN(d.gate_up, UploadLinear(layer.gate_up, staging, stream));

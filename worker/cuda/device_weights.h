@@ -22,6 +22,8 @@ struct DeviceLinear {
 struct DeviceLayerWeights {
   DeviceBuffer<bf16> attn_norm;  // [hidden]
   DeviceLinear qkv;              // [(q_heads + 2 * kv_heads) * head_dim, hidden]
+  DeviceBuffer<float> qkv_bias;  // [qkv.rows], fp32 (added before one bf16 rounding); empty
+                                 // without biases
   DeviceLinear attn_output;      // [hidden, q_heads * head_dim]
   DeviceBuffer<bf16> ffn_norm;   // [hidden]
   DeviceLinear gate_up;          // [2 * ffn_local, hidden]: gate rows, then up rows
@@ -32,6 +34,7 @@ struct DeviceWeights {
   DeviceLinear token_embedding;  // [vocab, hidden], decoded whole (the lookup is a row copy)
   DeviceBuffer<bf16> output_norm;
   DeviceLinear lm_head;  // [vocab_local, hidden]; empty when tied (token_embedding's rows serve)
+  DeviceBuffer<double> rope_inv_freq;  // [rope_dims / 2], as ModelWeights::rope_inv_freq
   std::vector<DeviceLayerWeights> layers;
 
   int64_t bytes() const;

@@ -57,10 +57,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- div .Values.tensorParallelSize .Values.workers.gpusPerNode }}
 {{- end }}
 
-{{/* host:port at which the workers (and tpctl in their pods) reach the coordinator: its
-headless Service, which lists the pod before it is ready. */}}
+{{/* host:port at which the workers reach the coordinator's ClusterService: its headless
+Service, which lists the pod before it is ready. */}}
 {{- define "tpserve.coordinatorAddress" -}}
 {{- printf "%s.%s.svc.%s:%d" (include "tpserve.coordinatorName" .) .Release.Namespace .Values.clusterDomain (int .Values.coordinator.grpcPort) }}
+{{- end }}
+
+{{/* host:port of AdminService for tpctl in a worker pod (its probes): the same Service. */}}
+{{- define "tpserve.coordinatorAdminAddress" -}}
+{{- printf "%s.%s.svc.%s:%d" (include "tpserve.coordinatorName" .) .Release.Namespace .Values.clusterDomain (int .Values.coordinator.adminPort) }}
 {{- end }}
 
 {{- define "tpserve.modelPath" -}}
@@ -85,6 +90,7 @@ read-only. */}}
 {{- end }}
 - name: tmp
   emptyDir: {}
+{{- include "tpserve.tlsVolume" . }}
 {{- end }}
 
 {{- define "tpserve.volumeMounts" -}}
@@ -93,6 +99,7 @@ read-only. */}}
   readOnly: true
 - name: tmp
   mountPath: /tmp
+{{- include "tpserve.tlsVolumeMount" . }}
 {{- end }}
 
 {{/* With model.source download: the init container that fills the model volume. */}}
@@ -126,6 +133,44 @@ read-only. */}}
 {{/* The Secret holding the cluster token under `token`. */}}
 {{- define "tpserve.clusterTokenSecret" -}}
 {{- default (printf "%s-cluster-token" (include "tpserve.fullname" . | trunc 49 | trimSuffix "-")) .Values.clusterToken.existingSecret }}
+{{- end }}
+
+{{/* With tls.existingSecret: where every pod mounts it, and the variables that give the
+coordinator, the workers and tpctl their --tls-* flags (common/tls_flags.h). */}}
+{{- define "tpserve.tlsDir" -}}/etc/tpserve/tls{{- end }}
+
+{{- define "tpserve.tlsEnv" -}}
+{{- if .Values.tls.existingSecret }}
+- name: TPSERVE_TLS_CERT
+  value: {{ printf "%s/tls.crt" (include "tpserve.tlsDir" .) | quote }}
+- name: TPSERVE_TLS_KEY
+  value: {{ printf "%s/tls.key" (include "tpserve.tlsDir" .) | quote }}
+- name: TPSERVE_TLS_CA
+  value: {{ printf "%s/ca.crt" (include "tpserve.tlsDir" .) | quote }}
+- name: TPSERVE_TLS_SERVER_NAME
+  value: {{ .Values.tls.serverName | quote }}
+{{- end }}
+{{- end }}
+
+{{- define "tpserve.tlsVolume" -}}
+{{- if .Values.tls.existingSecret }}
+- name: tls
+  secret:
+    secretName: {{ .Values.tls.existingSecret }}
+    defaultMode: 0440
+    items:
+      - {key: ca.crt, path: ca.crt}
+      - {key: tls.crt, path: tls.crt}
+      - {key: tls.key, path: tls.key}
+{{- end }}
+{{- end }}
+
+{{- define "tpserve.tlsVolumeMount" -}}
+{{- if .Values.tls.existingSecret }}
+- name: tls
+  mountPath: {{ include "tpserve.tlsDir" . }}
+  readOnly: true
+{{- end }}
 {{- end }}
 
 {{/* The cluster token as a container's environment variable. */}}

@@ -16,7 +16,7 @@ declare -A rank_of=()
 stopping=0
 trap 'stopping=1; kill -TERM "${!rank_of[@]}" 2>/dev/null || true' TERM INT
 for ((local_rank = 0; local_rank < ranks_per_pod && !stopping; local_rank++)); do
-  tpserve-worker --coordinator "$TPSERVE_COORDINATOR" --rank "$((first + local_rank))" \
+  tpserve-worker --coordinator "$TPSERVE_CLUSTER_ADDRESS" --rank "$((first + local_rank))" \
     --local-rank "$local_rank" --model "$TPSERVE_MODEL" \
     --host "$POD_IP" --port "$((TPSERVE_WORKER_PORT + local_rank))" \
     --threads {{ .Values.workers.threads }} \

@@ -2,6 +2,7 @@
 // fake workers standing in for the model (see fake_worker.h).
 #include "coordinator/engine.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -440,7 +441,7 @@ TEST_F(EngineTest, HeartbeatReportsAFailedRank) {
   absl::Notification reported;
   std::string message;
   {
-    HeartbeatMonitor monitor(pool_.get(), absl::Milliseconds(50), absl::Seconds(1),
+    HeartbeatMonitor monitor(pool_.get(), absl::Milliseconds(50),
                              [&](const absl::Status& s) {
                                if (!reported.HasBeenNotified()) {
                                  message = std::string(s.message());
@@ -451,6 +452,47 @@ TEST_F(EngineTest, HeartbeatReportsAFailedRank) {
   }
   EXPECT_THAT(message, HasSubstr("rank 1"));
   EXPECT_THAT(message, HasSubstr("injected fault"));
+}
+
+TEST_F(EngineTest, HeartbeatReportsASilentRankWithinTwoIntervals) {
+  constexpr absl::Duration kInterval = absl::Milliseconds(400);
+  FakeWorkerOptions silent;
+  silent.silent_after_heartbeats = 3;
+  StartWorkers({{}, silent});
+  absl::Notification reported;
+  absl::Time reported_at;
+  std::string message;
+  {
+    HeartbeatMonitor monitor(pool_.get(), kInterval, [&](const absl::Status& s) {
+      if (reported.HasBeenNotified()) return;
+      reported_at = absl::Now();
+      message = std::string(s.message());
+      reported.Notify();
+    });
+    ASSERT_TRUE(reported.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  }
+  // Silent from its last answer on: the next round comes within an interval, and misses after
+  // half of one.
+  const absl::Duration silent_for = reported_at - fakes_[1]->last_status_answer();
+  EXPECT_LT(silent_for, 2 * kInterval);
+  EXPECT_GE(silent_for, HeartbeatMonitor::TimeoutFor(kInterval));
+  EXPECT_THAT(message, HasSubstr("rank 1"));
+  EXPECT_THAT(message, HasSubstr("no answer within"));
+}
+
+TEST_F(EngineTest, HeartbeatDoesNotReportASlowRankThatAnswers) {
+  constexpr absl::Duration kInterval = absl::Milliseconds(200);
+  FakeWorkerOptions slow;
+  slow.status_delay = HeartbeatMonitor::TimeoutFor(kInterval) / 3;
+  StartWorkers({{}, slow});
+  std::atomic<int> failures{0};
+  {
+    HeartbeatMonitor monitor(pool_.get(), kInterval,
+                             [&](const absl::Status&) { failures.fetch_add(1); });
+    absl::SleepFor(10 * kInterval);
+  }
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(fakes_[1]->last_status_answer(), absl::Now() - 2 * kInterval);
 }
 
 }  // namespace

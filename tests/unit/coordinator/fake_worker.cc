@@ -1,6 +1,7 @@
 #include "tests/unit/coordinator/fake_worker.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace tpserve::testing {
 
@@ -156,9 +157,27 @@ void FakeWorker::Write(uint64_t seq_id, const Seq& seq, int64_t start,
   }
 }
 
+absl::Time FakeWorker::last_status_answer() const {
+  absl::MutexLock lock(&mutex_);
+  return last_status_answer_;
+}
+
 grpc::Status FakeWorker::Status(grpc::ServerContext*, const v1::WorkerStatusRequest*,
                                 v1::WorkerStatusResponse* response) {
+  bool silent;
+  {
+    absl::MutexLock lock(&mutex_);
+    silent = options_.silent_after_heartbeats >= 0 &&
+             status_answers_ >= options_.silent_after_heartbeats;
+  }
+  if (silent) {
+    release_.WaitForNotification();
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the fake worker is going away");
+  }
+  absl::SleepFor(options_.status_delay);
   absl::MutexLock lock(&mutex_);
+  ++status_answers_;
+  last_status_answer_ = absl::Now();
   response->set_rank(rank_);
   response->set_state(options_.state);
   if (options_.state == "failed") response->set_error("injected fault");

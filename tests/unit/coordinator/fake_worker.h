@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "tpserve/v1/worker.grpc.pb.h"
 
@@ -30,6 +31,9 @@ struct FakeWorkerOptions {
   uint64_t fail_at_step = 0;      // Step answers UNAVAILABLE "injected failure" at this step id
   uint64_t hang_at_step = 0;      // Step does not answer this step id until the worker goes away
   std::string state = "serving";  // what Status reports
+  // Status stops answering (until the worker goes away) after this many answers; -1: never.
+  int silent_after_heartbeats = -1;
+  absl::Duration status_delay;  // each Status answers this late
 };
 
 class FakeWorker final : public v1::WorkerService::Service {
@@ -38,6 +42,8 @@ class FakeWorker final : public v1::WorkerService::Service {
   ~FakeWorker() override;
 
   const std::string& address() const { return address_; }
+  // When Status last answered (InfinitePast before the first answer).
+  absl::Time last_status_answer() const;
   // Inconsistencies seen in the steps so far.
   std::vector<std::string> errors() const;
 
@@ -76,6 +82,8 @@ class FakeWorker final : public v1::WorkerService::Service {
   int rank_ ABSL_GUARDED_BY(mutex_) = -1;
   int64_t block_size_ ABSL_GUARDED_BY(mutex_) = 16;
   uint64_t last_step_ ABSL_GUARDED_BY(mutex_) = 0;
+  int status_answers_ ABSL_GUARDED_BY(mutex_) = 0;
+  absl::Time last_status_answer_ ABSL_GUARDED_BY(mutex_) = absl::InfinitePast();
   std::map<uint64_t, Seq> seqs_ ABSL_GUARDED_BY(mutex_);
   // What each block's slots hold: the token whose K/V was written there (-1: nothing yet).
   std::map<int32_t, std::vector<int32_t>> slots_ ABSL_GUARDED_BY(mutex_);

@@ -17,12 +17,13 @@ using nlohmann::json;
 // The deepest container nesting as nlohmann's parser sees it.
 size_t ParserDepth(const std::string& text) {
   size_t deepest = 0;
-  json::parse(text, [&deepest](int depth, json::parse_event_t event, json&) {
+  const json parsed = json::parse(text, [&deepest](int depth, json::parse_event_t event, json&) {
     if (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) {
       deepest = std::max(deepest, static_cast<size_t>(depth) + 1);
     }
     return true;
   });
+  EXPECT_FALSE(parsed.is_discarded());
   return deepest;
 }
 

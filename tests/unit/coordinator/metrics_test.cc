@@ -148,6 +148,11 @@ const std::vector<Scenario>& Scenarios() {
                   "tpserve:request_success_total{model_name=\"m\",finished_reason=\"abort\"} 0",
                   "tpserve:request_success_total{model_name=\"m\",finished_reason=\"length\"} 0",
                   "tpserve:request_success_total{model_name=\"m\",finished_reason=\"stop\"} 0",
+                  "# TYPE tpserve:auth_failures_total counter",
+                  "tpserve:auth_failures_total{model_name=\"m\",surface=\"admin\"} 0",
+                  "tpserve:auth_failures_total{model_name=\"m\",surface=\"cluster\"} 0",
+                  "tpserve:auth_failures_total{model_name=\"m\",surface=\"http\"} 0",
+                  "tpserve:auth_failures_total{model_name=\"m\",surface=\"inference\"} 0",
               }),
        {}},
       {"TtftBucketsAreCumulative",
@@ -235,6 +240,20 @@ const std::vector<Scenario>& Scenarios() {
            "tpserve:request_success_total{model_name=\"m\",finished_reason=\"error\"} 1",
            "tpserve:request_success_total{model_name=\"m\",finished_reason=\"length\"} 1",
            "tpserve:request_success_total{model_name=\"m\",finished_reason=\"stop\"} 2",
+       },
+       {}},
+      {"AuthFailuresCountPerSurface",
+       "m",
+       [](Metrics& m) {
+         m.AddAuthFailure("http");
+         m.AddAuthFailure("cluster");
+         m.AddAuthFailure("http");
+       },
+       {
+           "tpserve:auth_failures_total{model_name=\"m\",surface=\"admin\"} 0",
+           "tpserve:auth_failures_total{model_name=\"m\",surface=\"cluster\"} 1",
+           "tpserve:auth_failures_total{model_name=\"m\",surface=\"http\"} 2",
+           "tpserve:auth_failures_total{model_name=\"m\",surface=\"inference\"} 0",
        },
        {}},
       {"EngineStateIsAbsoluteNotAdded",
@@ -331,6 +350,7 @@ TEST(MetricsTest, EveryFamilyHasItsSamples) {
       {"tpserve:prefix_cache_hits_total", 1},
       {"tpserve:num_preemptions_total", 1},
       {"tpserve:request_success_total", 3},
+      {"tpserve:auth_failures_total", 4},
   };
   EXPECT_EQ(samples, expected);
 }

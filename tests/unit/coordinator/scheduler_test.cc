@@ -174,6 +174,93 @@ TEST_F(SchedulerTest, LongPrefillIsChunkedWhileDecodesAdvanceEveryStep) {
   EXPECT_EQ(Output(*Done(1)), Expected(Prompt(3), 20));
 }
 
+TEST_F(SchedulerTest, AttentionBudgetShortensChunksAsTheContextGrows) {
+  SchedulerOptions options;
+  options.max_num_batched_tokens = 64;
+  options.max_step_attention = 1024;  // a 32-token chunk from position 0
+  Make(64, options, /*prefix_cache=*/false);
+  Add(Prompt(100), 1);
+  std::vector<std::tuple<uint64_t, int32_t, int32_t>> steps;
+  while (!scheduler_->idle()) {
+    const StepRecord r = Step();
+    ASSERT_EQ(r.entries.size(), 1u);
+    const auto [id, start, n] = r.entries[0];
+    EXPECT_LE(StepAttention(start, n), 1024) << "start " << start;
+    steps.push_back(r.entries[0]);
+    ASSERT_LT(steps.size(), 100u);
+  }
+  // Each chunk is the longest n with n × (start + n) <= 1024; the last token is a decode.
+  EXPECT_THAT(steps, ElementsAre(std::make_tuple(1, 0, 32), std::make_tuple(1, 32, 19),
+                                 std::make_tuple(1, 51, 15), std::make_tuple(1, 66, 12),
+                                 std::make_tuple(1, 78, 11), std::make_tuple(1, 89, 10),
+                                 std::make_tuple(1, 99, 1)));
+  EXPECT_EQ(Output(*Done(1)), Expected(Prompt(100), 1));
+}
+
+TEST_F(SchedulerTest, DecodesRunEveryStepWhileALongPromptIsChunkedWithinTheAttentionBudget) {
+  SchedulerOptions options;
+  options.max_num_batched_tokens = 16;
+  options.max_step_attention = 512;
+  Make(128, options, /*prefix_cache=*/false);
+  for (int i = 0; i < 3; ++i) Add(Prompt(2, 100 * (i + 1)), 60);
+  EXPECT_EQ(Step().entries.size(), 3u);
+  const std::vector<int32_t> long_prompt = Prompt(200, 1000);
+  Sequence* long_seq = Add(long_prompt, 1);
+  int steps = 0;
+  while (Done(long_seq->request_id) == nullptr) {
+    const StepRecord r = Step();
+    int64_t attention = 0;
+    int32_t long_chunk = 0;
+    std::vector<uint64_t> decoded;
+    for (const auto& [id, start, n] : r.entries) {
+      attention += StepAttention(start, n);
+      if (id == long_seq->request_id) {
+        long_chunk = n;
+      } else {
+        EXPECT_EQ(n, 1);
+        decoded.push_back(id);
+      }
+    }
+    EXPECT_THAT(decoded, ElementsAre(1, 2, 3)) << "step " << steps;
+    ASSERT_GT(long_chunk, 0) << "step " << steps;
+    // Past the budget only by the one block the first prefill chunk always gets.
+    if (long_chunk > options.block_size) {
+      EXPECT_LE(attention, 512) << "step " << steps;
+    }
+    ASSERT_LT(++steps, 200);
+  }
+  EXPECT_GT(steps, 200 / 16) << "the attention budget, not the token budget, sets the chunks";
+  EXPECT_EQ(Output(*Done(long_seq->request_id)), Expected(long_prompt, 1));
+  RunToCompletion();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Output(*Done(i + 1)), Expected(Prompt(2, 100 * (i + 1)), 60));
+}
+
+TEST_F(SchedulerTest, FirstPrefillChunkGetsABlockWhenDecodesTakeTheWholeAttentionBudget) {
+  SchedulerOptions options;
+  options.max_num_batched_tokens = 64;
+  options.max_step_attention = 16;  // less than the two decodes' contexts
+  Make(128, options, /*prefix_cache=*/false);
+  Sequence* a = Add(Prompt(20, 100), 10);
+  Sequence* b = Add(Prompt(20, 200), 10);
+  for (int steps = 0; a->num_computed < a->prompt_len || b->num_computed < b->prompt_len;) {
+    Step();
+    ASSERT_LT(++steps, 20);
+  }
+  Sequence* late = Add(Prompt(12, 500), 1);
+  // Both decodes run; the prompt advances one block (4 tokens) a step; a second prompt waits.
+  Sequence* later = Add(Prompt(12, 700), 1);
+  for (int32_t start : {0, 4, 8}) {
+    const StepRecord r = Step();
+    ASSERT_EQ(r.entries.size(), 3u);
+    EXPECT_EQ(std::get<2>(r.entries[0]), 1);
+    EXPECT_EQ(std::get<2>(r.entries[1]), 1);
+    EXPECT_EQ(r.entries[2], std::make_tuple(late->request_id, start, 4));
+  }
+  EXPECT_EQ(later->num_computed, 0);
+  RunToCompletion();
+  EXPECT_EQ(done_.size(), 4u);
+}
+
 TEST_F(SchedulerTest, MaxNumSeqsCapsTheRunningSet) {
   SchedulerOptions options;
   options.max_num_seqs = 2;

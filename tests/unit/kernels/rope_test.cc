@@ -12,6 +12,13 @@
 namespace tpserve::cpu {
 namespace {
 
+// The unscaled table: theta_base^(-2i / rope_dims), [rope_dims / 2].
+std::vector<double> Frequencies(double base, int64_t rope_dims) {
+  std::vector<double> inv_freq(rope_dims / 2);
+  for (int64_t i = 0; i < rope_dims / 2; ++i) inv_freq[i] = std::pow(base, -2.0 * i / rope_dims);
+  return inv_freq;
+}
+
 // ggml's "normal" mode, written as ggml does (theta multiplied by theta_scale per pair), but in
 // double. x: [num_tokens, num_heads, head_dim].
 std::vector<double> NaiveAdjacentPairs(const std::vector<float>& x,
@@ -82,7 +89,8 @@ std::vector<float> EvensThenOdds(const std::vector<float>& x, int64_t head_dim, 
 TEST(RopeTest, HandComputedAdjacentPairs) {
   std::vector<float> x = {1, 2, 3, 4};
   const int32_t position = 1;
-  ApplyRope(x.data(), &position, 1, 1, 4, 4, 10000.0f, RopeStyle::kAdjacentPairs);
+  ApplyRope(x.data(), &position, 1, 1, 4, 4, Frequencies(10000, 4).data(),
+            RopeStyle::kAdjacentPairs);
   // (1, 2) by 1 rad; (3, 4) by 0.01 rad.
   EXPECT_NEAR(x[0], -1.1426396637476532, 1e-6);  // 1 cos 1 - 2 sin 1
   EXPECT_NEAR(x[1], 1.922075596544176, 1e-6);    // 1 sin 1 + 2 cos 1
@@ -93,7 +101,7 @@ TEST(RopeTest, HandComputedAdjacentPairs) {
 TEST(RopeTest, HandComputedRotateHalf) {
   std::vector<float> x = {1, 2, 3, 4};
   const int32_t position = 1;
-  ApplyRope(x.data(), &position, 1, 1, 4, 4, 10000.0f, RopeStyle::kRotateHalf);
+  ApplyRope(x.data(), &position, 1, 1, 4, 4, Frequencies(10000, 4).data(), RopeStyle::kRotateHalf);
   // (x0, x2) = (1, 3) by 1 rad; (x1, x3) = (2, 4) by 0.01 rad.
   EXPECT_NEAR(x[0], -1.9841106485555495, 1e-6);  // 1 cos 1 - 3 sin 1
   EXPECT_NEAR(x[1], 1.959900667496664, 1e-6);    // 2 cos .01 - 4 sin .01
@@ -106,7 +114,7 @@ TEST(RopeTest, PositionZeroIsIdentity) {
     const std::vector<float> x = RandomVector(3 * 64, 1.0f, 1);
     std::vector<float> y = x;
     const int32_t position = 0;
-    ApplyRope(y.data(), &position, 1, 3, 64, 64, 10000.0f, style);
+    ApplyRope(y.data(), &position, 1, 3, 64, 64, Frequencies(10000, 64).data(), style);
     EXPECT_EQ(y, x);
   }
 }
@@ -128,7 +136,7 @@ TEST(RopeTest, MatchesNaiveReferences) {
           RandomVector(positions.size() * num_heads * c.head_dim, 1.0f, c.head_dim);
       std::vector<float> y = x;
       ApplyRope(y.data(), positions.data(), positions.size(), num_heads, c.head_dim, c.rope_dims,
-                c.base, style);
+                Frequencies(c.base, c.rope_dims).data(), style);
       const std::vector<double> want =
           style == RopeStyle::kAdjacentPairs
               ? NaiveAdjacentPairs(x, positions, num_heads, c.head_dim, c.rope_dims, c.base)
@@ -156,12 +164,31 @@ TEST(RopeTest, EvensThenOddsTurnsAdjacentPairsIntoRotateHalf) {
     const std::vector<float> x = RandomVector(positions.size() * num_heads * c.head_dim, 1.0f, 9);
     std::vector<float> adjacent = x;
     ApplyRope(adjacent.data(), positions.data(), positions.size(), num_heads, c.head_dim,
-              c.rope_dims, c.base, RopeStyle::kAdjacentPairs);
+              c.rope_dims, Frequencies(c.base, c.rope_dims).data(), RopeStyle::kAdjacentPairs);
     std::vector<float> half = EvensThenOdds(x, c.head_dim, c.rope_dims);
     ApplyRope(half.data(), positions.data(), positions.size(), num_heads, c.head_dim, c.rope_dims,
-              c.base, RopeStyle::kRotateHalf);
+              Frequencies(c.base, c.rope_dims).data(), RopeStyle::kRotateHalf);
     EXPECT_EQ(EvensThenOdds(adjacent, c.head_dim, c.rope_dims), half)
         << "rope_dims " << c.rope_dims;
+  }
+}
+
+// A scaled table (here: pair 0 as is, pair 1 at a quarter of its frequency, as llama3 scaling
+// divides the low frequencies) is used as given: pair i turns by position × inv_freq[i].
+TEST(RopeTest, RotatesByTheGivenTable) {
+  for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
+    std::vector<float> x = {1, 2, 3, 4};
+    const int32_t position = 3;
+    const std::vector<double> inv_freq = {0.5, 0.01 / 4};
+    ApplyRope(x.data(), &position, 1, 1, 4, 4, inv_freq.data(), style);
+    const bool adjacent = style == RopeStyle::kAdjacentPairs;
+    // Pair 0 is (x0, x1) adjacent, (x0, x2) rotate-half; it turns by 1.5 rad, pair 1 by 0.0075.
+    const int64_t p0b = adjacent ? 1 : 2, p1a = adjacent ? 2 : 1;
+    const double a0 = 1.0, b0 = adjacent ? 2.0 : 3.0, a1 = adjacent ? 3.0 : 2.0, b1 = 4.0;
+    EXPECT_NEAR(x[0], a0 * std::cos(1.5) - b0 * std::sin(1.5), 1e-6);
+    EXPECT_NEAR(x[p0b], a0 * std::sin(1.5) + b0 * std::cos(1.5), 1e-6);
+    EXPECT_NEAR(x[p1a], a1 * std::cos(0.0075) - b1 * std::sin(0.0075), 1e-6);
+    EXPECT_NEAR(x[3], a1 * std::sin(0.0075) + b1 * std::cos(0.0075), 1e-6);
   }
 }
 
@@ -173,8 +200,9 @@ TEST(RopeTest, DotProductDependsOnlyOnRelativePosition) {
     const std::vector<float> k = RandomVector(head_dim, 1.0f, 22);
     auto rotated_dot = [&](int32_t m, int32_t n) {
       std::vector<float> qm = q, kn = k;
-      ApplyRope(qm.data(), &m, 1, 1, head_dim, head_dim, 10000.0f, style);
-      ApplyRope(kn.data(), &n, 1, 1, head_dim, head_dim, 10000.0f, style);
+      const std::vector<double> inv_freq = Frequencies(10000, head_dim);
+      ApplyRope(qm.data(), &m, 1, 1, head_dim, head_dim, inv_freq.data(), style);
+      ApplyRope(kn.data(), &n, 1, 1, head_dim, head_dim, inv_freq.data(), style);
       double dot = 0;
       for (int64_t d = 0; d < head_dim; ++d) dot += double{qm[d]} * kn[d];
       return dot;

@@ -6,7 +6,8 @@ it up (written here from its documented behaviour): an ImmutableSandboxedEnviron
 trim_blocks and lstrip_blocks, loop controls, a `tojson` that calls json.dumps with
 ensure_ascii=False, `raise_exception`, `strftime_now` (at a fixed date here) and the
 {% generation %} block. The templates are the real ones of the pinned llama-cpp-python sdist
-(downloaded into a cache outside the tree, checked against a pinned sha256, never committed)
+(downloaded once into build-deps/, which git ignores, as scripts/fetch-llama-cpp-models.sh
+does; checked against the pinned sha256; never committed)
 plus the bundled SmolLM2 model's. Each runs 12 conversations; where jinja2 raises, tpserve must
 refuse too. The supported templates must all match; the rest of the sdist is reported.
 """
@@ -226,8 +227,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--render", required=True, help="the chat_template_render binary")
     parser.add_argument("--model", required=True, help="the bundled GGUF (scripts/fetch-model.sh)")
-    parser.add_argument("--cache", default=os.environ.get(
-        "TPSERVE_TEMPLATE_CACHE", str(pathlib.Path.home() / ".cache/tpserve/llama-cpp-python-0.3.36")))
+    parser.add_argument("--cache", required=True,
+                        help="where the sdist is kept (build-deps/, shared with "
+                             "scripts/fetch-llama-cpp-models.sh)")
     parser.add_argument("--only", help="run only templates whose name contains this")
     args = parser.parse_args()
     start = time.monotonic()

@@ -78,7 +78,8 @@ TEST(ModelConfig, BundledSmolLm2) {
   EXPECT_TRUE(c->tie_word_embeddings);
   EXPECT_EQ(c->DebugString(),
             "llama layers=30 hidden=576 ffn=1536 heads=9 kv_heads=3 head_dim=64 vocab=49152 "
-            "rope_theta=100000 rope_dims=64 rms_norm_eps=1e-05 context=8192 "
+            "rope_theta=100000 rope_dims=64 rope_pairs=adjacent rope_scaling=none "
+            "rms_norm_eps=1e-05 context=8192 sliding_window=0 qkv_bias=false "
             "tied_embeddings=true");
 }
 
@@ -141,8 +142,8 @@ TEST(ModelConfig, InvalidValuesAreNamed) {
     std::string want;
   };
   const std::vector<Case> cases = {
-      {[](GgufWriter* w) { w->SetString("general.architecture", "qwen2"); },
-       "general.architecture: 'qwen2' is not supported"},
+      {[](GgufWriter* w) { w->SetString("general.architecture", "gemma"); },
+       "general.architecture: 'gemma' is not supported; 'llama' and 'qwen2' are"},
       {[](GgufWriter* w) { w->SetUint32("general.architecture", 1); },
        "general.architecture: gguf: key 'general.architecture' has type uint32, want string"},
       {[](GgufWriter* w) { w->SetUint32("llama.block_count", 0); },
@@ -174,6 +175,163 @@ TEST(ModelConfig, InvalidValuesAreNamed) {
     c.edit(&w);
     EXPECT_THAT(ConfigError(w), HasSubstr("model config: " + c.want));
   }
+}
+
+// The keys of SmallLlama under another architecture's prefix.
+GgufWriter SmallModel(const std::string& arch) {
+  GgufWriter llama = SmallLlama();
+  Parsed source = Build(llama);
+  GgufWriter w;
+  for (const std::string& k : source.file->keys()) {
+    const std::string key = k.rfind("llama.", 0) == 0 ? arch + k.substr(5) : k;
+    w.SetValue(key, *source.file->Find(k));
+  }
+  w.SetString("general.architecture", arch);
+  return w;
+}
+
+absl::StatusOr<ModelConfig> ConfigOf(const GgufWriter& w) {
+  Parsed p = Build(w);
+  return ModelConfig::FromGguf(*p.file);
+}
+
+void AddVector(GgufWriter* w, const std::string& name, int64_t size) {
+  const std::vector<uint8_t> zeros(size * 4);
+  EXPECT_TRUE(w->AddTensor(name, GgmlType::kF32, {size}, zeros).ok()) << name;
+}
+
+TEST(ModelConfig, Qwen2KeysAndRotateHalfPairs) {
+  GgufWriter w = SmallModel("qwen2");
+  w.SetUint32("qwen2.attention.head_count_kv", 4);
+  w.SetFloat32("qwen2.rope.freq_base", 1000000.0f);
+  absl::StatusOr<ModelConfig> c = ConfigOf(w);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "qwen2");
+  EXPECT_EQ(c->num_layers, 2);
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_EQ(c->rope_theta, 1000000.0f);
+  EXPECT_EQ(c->context_length, 256);
+  EXPECT_TRUE(c->rope_rotate_half);
+  EXPECT_FALSE(c->qkv_bias);
+  absl::StatusOr<ModelConfig> llama = ConfigOf(SmallLlama());
+  ASSERT_TRUE(llama.ok());
+  EXPECT_FALSE(llama->rope_rotate_half);
+}
+
+TEST(ModelConfig, QkvBiasesOnEveryLayerOrNone) {
+  GgufWriter w = SmallModel("qwen2");
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string b = "blk." + std::to_string(layer) + ".";
+    AddVector(&w, b + "attn_q.bias", 64);
+    AddVector(&w, b + "attn_k.bias", 32);
+    if (layer == 0) AddVector(&w, b + "attn_v.bias", 32);
+  }
+  EXPECT_THAT(ConfigError(w),
+              HasSubstr("blk.1.attn_v.bias: is missing while blk.0.attn_q.bias is present"));
+  AddVector(&w, "blk.1.attn_v.bias", 32);
+  absl::StatusOr<ModelConfig> c = ConfigOf(w);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->qkv_bias);
+}
+
+TEST(ModelConfig, BiasesWithoutAPlaceAreRefused) {
+  for (const std::string name : {"blk.1.attn_output.bias", "blk.0.ffn_down.bias", "output.bias"}) {
+    GgufWriter w = SmallLlama();
+    AddVector(&w, name, 64);
+    EXPECT_THAT(ConfigError(w), HasSubstr(name + ": ")) << name;
+    EXPECT_THAT(ConfigError(w), HasSubstr("not supported")) << name;
+  }
+}
+
+TEST(ModelConfig, RopeScaling) {
+  {
+    absl::StatusOr<ModelConfig> c = ConfigOf(SmallLlama());
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(c->rope_scaling, RopeScaling::kNone);
+  }
+  {
+    GgufWriter w = SmallModel("qwen2");
+    w.SetString("qwen2.rope.scaling.type", "linear");
+    w.SetFloat32("qwen2.rope.scaling.factor", 4.0f);
+    absl::StatusOr<ModelConfig> c = ConfigOf(w);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->rope_scaling, RopeScaling::kLinear);
+    EXPECT_EQ(c->rope_scaling_factor, 4.0f);
+    EXPECT_THAT(c->DebugString(), HasSubstr("rope_scaling=linear x4"));
+  }
+  {  // llama.cpp's reading: no type means linear, and the older key holds the factor.
+    GgufWriter w = SmallLlama();
+    w.SetFloat32("llama.rope.scale_linear", 2.0f);
+    absl::StatusOr<ModelConfig> c = ConfigOf(w);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->rope_scaling, RopeScaling::kLinear);
+    EXPECT_EQ(c->rope_scaling_factor, 2.0f);
+  }
+  {  // A type of none ignores a factor.
+    GgufWriter w = SmallLlama();
+    w.SetString("llama.rope.scaling.type", "none");
+    w.SetFloat32("llama.rope.scaling.factor", 4.0f);
+    absl::StatusOr<ModelConfig> c = ConfigOf(w);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->rope_scaling, RopeScaling::kNone);
+  }
+  {  // Llama-3.1 as llama.cpp converts it: rope_freqs.weight and no scaling keys.
+    GgufWriter w = SmallLlama();
+    AddVector(&w, "rope_freqs.weight", 8);
+    absl::StatusOr<ModelConfig> c = ConfigOf(w);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->rope_scaling, RopeScaling::kLlama3);
+  }
+}
+
+TEST(ModelConfig, RopeScalingRefusalsNameTheType) {
+  struct Case {
+    std::function<void(GgufWriter*)> edit;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {[](GgufWriter* w) { w->SetString("llama.rope.scaling.type", "yarn"); },
+       "llama.rope.scaling.type: RoPE scaling 'yarn' is not supported (none, linear and llama3 "
+       "are)"},
+      {[](GgufWriter* w) { w->SetString("llama.rope.scaling.type", "longrope"); },
+       "llama.rope.scaling.type: RoPE scaling 'longrope' is not supported"},
+      {[](GgufWriter* w) { w->SetString("llama.rope.scaling.type", "llama3"); },
+       "llama.rope.scaling.type: llama3 scaling needs its per-frequency factors in the tensor "
+       "rope_freqs.weight"},
+      {[](GgufWriter* w) { w->SetFloat32("llama.rope.scaling.factor", -2.0f); },
+       "llama.rope.scaling.factor: value -2 is not a finite non-negative number"},
+      {[](GgufWriter* w) {
+         w->SetFloat32("llama.rope.scaling.factor", 8.0f);
+         AddVector(w, "rope_freqs.weight", 8);
+       },
+       "llama.rope.scaling.factor: linear RoPE scaling by 8 together with rope_freqs.weight"},
+  };
+  for (const Case& c : cases) {
+    GgufWriter w = SmallLlama();
+    c.edit(&w);
+    EXPECT_THAT(ConfigError(w), HasSubstr("model config: " + c.want));
+  }
+}
+
+TEST(ModelConfig, ContextClampedToASmallerSlidingWindow) {
+  {
+    GgufWriter w = SmallLlama();
+    w.SetUint32("llama.attention.sliding_window", 64);
+    absl::StatusOr<ModelConfig> c = ConfigOf(w);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->sliding_window, 64);
+    EXPECT_EQ(c->context_length, 64);
+  }
+  for (const uint32_t window : {0u, 256u, 4096u}) {  // none, or no smaller than the context
+    GgufWriter w = SmallLlama();
+    w.SetUint32("llama.attention.sliding_window", window);
+    absl::StatusOr<ModelConfig> c = ConfigOf(w);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->context_length, 256) << window;
+  }
+  GgufWriter w = SmallLlama();
+  w.SetString("llama.attention.sliding_window", "4096");
+  EXPECT_THAT(ConfigError(w), HasSubstr("llama.attention.sliding_window: gguf: key"));
 }
 
 TEST(ModelConfig, VocabSizeNeedsASource) {

@@ -1,5 +1,9 @@
 #include "tests/unit/worker/comm/collective_checks.h"
 
+#include <thread>
+
+#include "absl/time/clock.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -105,6 +109,34 @@ absl::StatusOr<std::string> CheckStickyFailure(const absl::Status& first, const 
                                             again.ToString()));
   }
   return first.ToString();
+}
+
+absl::StatusOr<std::string> CheckAbandonedWait(Communicator& comm, absl::Duration silence,
+                                               absl::Duration abort_after) {
+  std::vector<float> data(1000, 1.0f);
+  if (absl::Status s = comm.AllReduceSum(data.data(), 1000); !s.ok()) return s;
+  if (comm.rank() == 2) {
+    absl::SleepFor(silence);
+    return std::string("silent, then back");
+  }
+  std::thread aborter([&comm, abort_after] {
+    absl::SleepFor(abort_after);
+    comm.Abort("the coordinator abandoned step 7");
+  });
+  const absl::Time begin = absl::Now();
+  const absl::Status first = comm.AllReduceSum(data.data(), 1000);
+  const absl::Duration took = absl::Now() - begin;
+  aborter.join();
+  const absl::Status again = comm.AllReduceSum(data.data(), 1000);
+  if (first.code() != absl::StatusCode::kUnavailable || again.ok()) {
+    return absl::InternalError(absl::StrCat("want UNAVAILABLE, then a failure; got ",
+                                            first.ToString(), " then ", again.ToString()));
+  }
+  if (took > abort_after + absl::Seconds(2)) {
+    return absl::InternalError(absl::StrCat("the abandoned all-reduce took ",
+                                            absl::FormatDuration(took), ": ", first.ToString()));
+  }
+  return absl::StrCat(absl::FormatDuration(took), ": ", first.ToString());
 }
 
 }  // namespace tpserve::comm_test

@@ -45,6 +45,14 @@ absl::StatusOr<std::string> CheckStickyFailure(const absl::Status& first, const 
                                                int rank, int world_size,
                                                const std::vector<absl::StatusCode>& codes);
 
+// A world of 3 whose rank 2 stays alive but silent (SIGSTOP-like) for `silence` after one
+// all-reduce: ranks 0 and 1 wait for it in the next one until, `abort_after` in, another thread
+// of theirs calls Abort (as a worker does when the coordinator cancels the step). They must fail
+// UNAVAILABLE within 2 s of the abort, long before the operation timeout, and stay failed. Rank 2
+// sleeps through it and returns.
+absl::StatusOr<std::string> CheckAbandonedWait(Communicator& comm, absl::Duration silence,
+                                               absl::Duration abort_after);
+
 // Create(rank 3 of 3), Create(rank 0 of 0), Create with a null store, and Create with
 // `bad_timeout` options must all be INVALID_ARGUMENT.
 template <typename Comm, typename Options>

@@ -133,6 +133,14 @@ TEST(GlooCommunicatorTest, PeerExitBreaksTheGroup) {
   ExpectAllPassed(RunRanks(AllRanks(3), kWorldTimeout, PeerExitRank));
 }
 
+TEST(GlooCommunicatorTest, AbortEndsAWaitForASilentPeer) {
+  ExpectAllPassed(RunRanks(AllRanks(3), kWorldTimeout, [](int rank, Store store) {
+    auto comm = GlooCommunicator::Create(rank, 3, store, TestOptions());  // 20 s per operation
+    if (!comm.ok()) return absl::StatusOr<std::string>(comm.status());
+    return CheckAbandonedWait(**comm, absl::Seconds(6), absl::Milliseconds(500));
+  }));
+}
+
 TEST(GlooCommunicatorTest, CreateRejectsBadArguments) {
   GlooOptions zero_timeout;
   zero_timeout.connect_timeout = absl::ZeroDuration();

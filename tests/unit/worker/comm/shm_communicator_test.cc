@@ -230,6 +230,17 @@ TEST(ShmCommunicatorTest, StalledPeerIsDeadlineExceeded) {
       }));
 }
 
+// A stopped peer looks alive (it holds its lock, it has not left): only Abort, from another
+// thread, ends the wait before the 20 s operation timeout, and the others follow.
+TEST(ShmCommunicatorTest, AbortEndsAWaitForASilentPeer) {
+  ExpectAllPassed(RunRanks(
+      AllRanks(3), kWorldTimeout, [](int rank, Store store) -> absl::StatusOr<std::string> {
+        auto comm = Join(rank, 3, store, TestOptions(ShmOptions().chunk_bytes, absl::Seconds(20)));
+        if (!comm.ok()) return comm.status();
+        return CheckAbandonedWait(**comm, absl::Seconds(6), absl::Milliseconds(500));
+      }));
+}
+
 // Rank 2 sleeps 2 s before its all-reduce (timeout 10 s): the others wait for it, asleep (well
 // under 10% of a core), and the sum is right.
 TEST(ShmCommunicatorTest, SlowPeerIsWaitedForWithoutSpinning) {

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (fuzz/) with clang under ASan and UBSan in build-fuzz/ and runs
+# each for SECONDS (default 60) from a copy of its seed corpus fuzz/corpus/<target>/, so that
+# the inputs a run discovers never land in the tree. One line per target; exits non-zero when
+# any target reports a crash, a leak, a UBSan error or a timeout, leaving the input that did it
+# in build-fuzz/artifacts/ (replay: build-fuzz/bin/<target>_fuzz ARTIFACT).
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     TARGET: openai_request gguf tokenizer step
+# FUZZ_JOBS sets the build's parallelism (default: the number of cores).
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+seconds="${1:-60}"
+# libFuzzer reads -max_total_time=0 as "no limit".
+if ! [[ "$seconds" =~ ^[1-9][0-9]*$ ]]; then
+  echo "fuzz: SECONDS must be a positive integer, not '$seconds'" >&2
+  exit 2
+fi
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(openai_request gguf tokenizer step)
+build="$root/build-fuzz"
+jobs="${FUZZ_JOBS:-$(nproc)}"
+
+# Longest input per target: a request body, a tiny model file, a text, a few steps.
+declare -A max_len=([openai_request]=4096 [gguf]=65536 [tokenizer]=1024 [step]=8192)
+for t in "${targets[@]}"; do
+  [ -n "${max_len[$t]:-}" ] || { echo "fuzz: unknown target '$t'" >&2; exit 2; }
+done
+
+scripts/fetch-model.sh >/dev/null  # the tokenizer and request targets load its vocabulary
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache
+                                          -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+start=$SECONDS
+mkdir -p "$build"
+cmake -S . -B "$build" -DTPSERVE_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ "${launcher[@]}" >"$build/configure.log" \
+  || { cat "$build/configure.log" >&2; exit 1; }
+cmake --build "$build" -j "$jobs" --target "${targets[@]/%/_fuzz}" >"$build/build.log" 2>&1 \
+  || { tail -50 "$build/build.log" >&2; echo "fuzz: build failed ($build/build.log)" >&2; exit 1; }
+echo "fuzz: built ${#targets[@]} targets in $((SECONDS - start)) s"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$build/artifacts"
+failed=0
+for t in "${targets[@]}"; do
+  cp -r "fuzz/corpus/$t" "$work/$t"
+  log="$build/$t.log"
+  status=0
+  ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" UBSAN_OPTIONS="print_stacktrace=1" \
+    "$build/bin/${t}_fuzz" "$work/$t" -max_total_time="$seconds" -max_len="${max_len[$t]}" \
+    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$build/artifacts/$t-" >"$log" 2>&1 || status=$?
+  runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")"
+  rate="$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")"
+  cov="$(grep -o 'cov: [0-9]* ft: [0-9]* corp: [0-9]*' "$log" | tail -1)"
+  if [ "$status" -eq 0 ]; then
+    echo "fuzz: $t ok: ${seconds} s, ${runs:-?} runs (${rate:-?}/s), $cov, 0 crashes"
+  else
+    failed=1
+    echo "fuzz: $t FAILED (exit $status) after ${runs:-?} runs; log $log" >&2
+    grep -E 'ERROR|SUMMARY|runtime error|violated|Test unit written' "$log" | head -20 >&2 || true
+  fi
+done
+echo "fuzz: done in $((SECONDS - start)) s"
+exit "$failed"

@@ -1,0 +1,120 @@
+// The CUDA model against the CPU model on each model family's random-weight shape: Qwen2 (q/k/v
+// biases, rotate-half RoPE; tied, and untied with linear RoPE scaling), Llama with Llama-3.1's
+// llama3 RoPE scaling, and Mistral's 8 heads over 2 KV heads. The CPU model is checked against
+// an independent reference of the HF formulas (tests/integration/logits_families_test.py), so it
+// is the reference here; the bar is cuda_llama_model_test's bf16 one, scaled to 2 layers: a
+// family feature missing or misplaced on the device (a bias dropped, the other RoPE pairing, the
+// unscaled table) moves the logits by far more.
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "model/synthetic_model.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "worker/comm/single_rank_communicator.h"
+#include "worker/comm/single_rank_device_communicator.h"
+#include "worker/forward_batch.h"
+#include "worker/model_loader.h"
+
+namespace tpserve {
+namespace {
+
+constexpr int64_t kBlockSize = 16;
+// ~2 layers × ~10 bf16 roundings each, as a random walk: ~sqrt(20) × 2^-9 ≈ 0.9%.
+constexpr double kBf16Tolerance = 0.03;
+
+struct Family {
+  std::string name;
+  SyntheticModelSpec spec;
+};
+
+std::vector<Family> Families() {
+  SyntheticModelSpec base;
+  base.layers = 2;
+  base.hidden = 256;
+  base.heads = 4;
+  base.kv_heads = 2;
+  base.ffn = 512;
+  base.vocab = 512;
+  base.context_length = 1024;
+  std::vector<Family> families;
+  SyntheticModelSpec qwen2_tied = base;
+  qwen2_tied.architecture = "qwen2";
+  qwen2_tied.tied_embeddings = true;
+  qwen2_tied.rope_theta = 1e6;
+  families.push_back({"qwen2_tied", qwen2_tied});
+  SyntheticModelSpec qwen2_linear = base;
+  qwen2_linear.architecture = "qwen2";
+  qwen2_linear.rope_scaling = "linear";
+  qwen2_linear.rope_scaling_factor = 4;
+  families.push_back({"qwen2_untied_linear_rope", qwen2_linear});
+  SyntheticModelSpec llama3 = base;
+  llama3.rope_theta = 500000;
+  llama3.rope_scaling = "llama3";
+  llama3.rope_original_context = 64;
+  families.push_back({"llama3_rope", llama3});
+  SyntheticModelSpec mistral = base;
+  mistral.heads = 8;
+  mistral.kv_heads = 2;
+  mistral.rope_theta = 1e6;
+  mistral.sliding_window = 512;
+  families.push_back({"mistral", mistral});
+  return families;
+}
+
+std::unique_ptr<RankModel> Load(const std::string& path, Device device, Communicator* comm,
+                                DeviceCommunicator* device_comm) {
+  ModelRunnerOptions options;
+  options.model_path = path;
+  options.device = device;
+  options.block_size = kBlockSize;
+  options.kv_cache_blocks = 16;
+  options.cuda.max_num_seqs = 4;
+  options.cuda.max_num_batched_tokens = 128;
+  options.cuda.enforce_eager = true;
+  auto model = LoadRankModel(options, comm, device_comm);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+std::vector<float> Forward(RankModel& model, const ForwardBatch& batch) {
+  std::vector<float> logits;
+  const absl::Status status = model.model().Forward(batch, &logits);
+  EXPECT_TRUE(status.ok()) << status;
+  return logits;
+}
+
+TEST(CudaFamilies, PrefillLogitsMatchTheCpu) {
+  TP_SKIP_WITHOUT_CUDA_DEVICES(1);
+  SingleRankCommunicator comm;
+  SingleRankDeviceCommunicator device_comm;
+  std::vector<int32_t> prompt(40);
+  for (int i = 0; i < 40; ++i) prompt[i] = (i * 37 + 11) % 500;
+  std::vector<int32_t> table(3);
+  std::iota(table.begin(), table.end(), 0);
+  for (const Family& family : Families()) {
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              absl::StrCat("tpserve-family-", family.name, "-", getpid(), ".gguf"))
+                                 .string();
+    ASSERT_TRUE(WriteSyntheticModel(family.spec, path).ok()) << family.name;
+    auto cpu = Load(path, Device::kCpu, &comm, &device_comm);
+    auto gpu = Load(path, Device::kCuda, &comm, &device_comm);
+    ASSERT_TRUE(cpu != nullptr && gpu != nullptr) << family.name;
+    ForwardBatchBuilder builder(kBlockSize);
+    builder.AddSequence(prompt, 0, table, /*all_logits=*/true);
+    const ForwardBatch batch = builder.Build();
+    const double error = gpu_test::NormalizedError(Forward(*gpu, batch), Forward(*cpu, batch));
+    std::printf("%s: normalized error %.4f\n", family.name.c_str(), error);
+    EXPECT_LE(error, kBf16Tolerance) << family.name;
+    std::filesystem::remove(path);
+  }
+}
+
+}  // namespace
+}  // namespace tpserve

@@ -1,0 +1,354 @@
+"""logits_families: tpserve's logits for each supported model family against NumPy.
+
+Random-weight models written by tpserve-mkmodel (fp32): a Llama with Llama-3.1's llama3 RoPE
+scaling, a Qwen2 with q/k/v biases and tied embeddings, a Qwen2 with untied embeddings and linear
+RoPE scaling, and a Mistral-7B-like shape (8 heads over 2 KV heads, theta 1e6, a sliding window).
+Each is served at tp 1 and at a tp > 1 that splits its heads, scored over gRPC (Score: one logits
+row per prompt token), and compared with a reference written here from the Hugging Face modelling
+formulas (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM): RMSNorm, rotate-half RoPE with
+the scaling rules of HF's rope_init functions, GQA causal attention, SwiGLU, biases. The tensors are
+read from the GGUF file by the small reader below and put back into HF's layout first: llama.cpp's
+converter permutes the Q/K rows of "llama" files (so that RoPE pairs are adjacent) and keeps
+"qwen2" rows as they are. Each case also checks that the reference tells the feature apart (the
+scaling, the biases, the permutation change the logits by far more than the tolerance), so a
+reference that ignored one could not pass by accident.
+"""
+
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tpserve_cluster  # noqa: E402
+
+TOLERANCE = 1e-3  # max |logit difference| in fp32
+PROMPT_LENGTH = 40
+EPS = 1e-5  # what tpserve-mkmodel writes as layer_norm_rms_epsilon
+
+# ---------------------------------------------------------------------------------------------
+# GGUF (only what tpserve-mkmodel writes: metadata of any type, F32 tensors)
+
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
+            11: "<q", 12: "<d"}
+_STRING, _ARRAY, _F32 = 8, 9, 0
+
+
+class Gguf:
+    def __init__(self, path):
+        with open(path, "rb") as f:
+            self._data = f.read()
+        self._pos = 0
+        magic, version = self._read("<4sI")
+        assert magic == b"GGUF" and version == 3, (magic, version)
+        n_tensors, n_kv = self._read("<QQ")
+        self.metadata = {}
+        for _ in range(n_kv):
+            key = self._string()
+            (kind,) = self._read("<I")
+            self.metadata[key] = self._value(kind)
+        infos = []
+        for _ in range(n_tensors):
+            name = self._string()
+            (n_dims,) = self._read("<I")
+            dims = self._read("<%dQ" % n_dims)
+            kind, offset = self._read("<IQ")
+            infos.append((name, dims, kind, offset))
+        alignment = self.metadata.get("general.alignment", 32)
+        start = (self._pos + alignment - 1) // alignment * alignment
+        self.tensors = {}
+        for name, dims, kind, offset in infos:
+            assert kind == _F32, "%s: the test reads F32 tensors only" % name
+            count = math.prod(dims)
+            values = np.frombuffer(self._data, "<f4", count, start + offset)
+            # ggml's dims run fastest first: [cols, rows] is a row-major (rows, cols) array.
+            self.tensors[name] = values.reshape(tuple(reversed(dims))).astype(np.float64)
+
+    def _read(self, fmt):
+        values = struct.unpack_from(fmt, self._data, self._pos)
+        self._pos += struct.calcsize(fmt)
+        return values
+
+    def _string(self):
+        (n,) = self._read("<Q")
+        self._pos += n
+        return self._data[self._pos - n:self._pos].decode("utf-8")
+
+    def _value(self, kind):
+        if kind == _STRING:
+            return self._string()
+        if kind == _ARRAY:
+            item, n = self._read("<IQ")
+            return [self._value(item) for _ in range(n)]
+        return self._read(_SCALARS[kind])[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The Hugging Face model, from its formulas
+
+
+def unpermute_llama_qk(w, n_head):
+    """HF rows from GGUF rows. llama.cpp's converter reorders each head's rows from HF's
+    (first half, second half) to interleaved pairs: it views a head's rows as (2, d/2) and
+    transposes to (d/2, 2). Undo: view as (d/2, 2), transpose back."""
+    rows = w.shape[0]
+    d = rows // n_head
+    return w.reshape(n_head, d // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+class HfConfig:
+    def __init__(self, gguf):
+        m = gguf.metadata
+        self.arch = m["general.architecture"]
+        p = self.arch + "."
+        self.layers = m[p + "block_count"]
+        self.hidden = m[p + "embedding_length"]
+        self.heads = m[p + "attention.head_count"]
+        self.kv_heads = m[p + "attention.head_count_kv"]
+        self.head_dim = self.hidden // self.heads
+        self.theta = m[p + "rope.freq_base"]
+        self.eps = m[p + "attention.layer_norm_rms_epsilon"]
+        self.sliding_window = m.get(p + "attention.sliding_window")
+
+
+def default_inv_freq(theta, dim):
+    # HF _compute_default_rope_parameters: 1 / base^(arange(0, dim, 2) / dim)
+    return 1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+
+
+def llama3_inv_freq(theta, dim, factor, low_freq_factor, high_freq_factor, original_context):
+    # HF _compute_llama3_parameters
+    inv_freq = default_inv_freq(theta, dim)
+    low_freq_wavelen = original_context / low_freq_factor
+    high_freq_wavelen = original_context / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
+    is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return np.where(is_medium, smoothed, inv_freq_llama)
+
+
+def linear_inv_freq(theta, dim, factor):
+    # HF _compute_linear_scaling_rope_parameters: positions / factor, i.e. inv_freq / factor
+    return default_inv_freq(theta, dim) / factor
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def apply_rope(x, positions, inv_freq):
+    # x: [heads, tokens, head_dim]; emb = cat(freqs, freqs), x * cos + rotate_half(x) * sin
+    freqs = np.outer(positions, inv_freq)
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    return x * np.cos(emb) + rotate_half(x) * np.sin(emb)
+
+
+def silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True):
+    """[tokens, vocab] logits of the HF model the GGUF file holds. `permuted_qk`: whether the
+    file's Q/K rows are the converter's permutation of HF's (by default: for llama files only);
+    `biases`: add the q/k/v biases the file has."""
+    c = HfConfig(gguf)
+    if permuted_qk is None:
+        permuted_qk = c.arch == "llama"
+    t = gguf.tensors
+    n = len(tokens)
+    positions = np.arange(n, dtype=np.float64)
+    group = c.heads // c.kv_heads
+    x = t["token_embd.weight"][tokens]
+    causal = np.tril(np.ones((n, n), dtype=bool))
+    if c.sliding_window:
+        # Mistral: query i sees keys j with i - j < sliding_window.
+        distance = positions[:, None] - positions[None, :]
+        causal &= distance < c.sliding_window
+    for layer in range(c.layers):
+        b = "blk.%d." % layer
+        h = rms_norm(x, t[b + "attn_norm.weight"], c.eps)
+        wq, wk, wv = t[b + "attn_q.weight"], t[b + "attn_k.weight"], t[b + "attn_v.weight"]
+        bq = t.get(b + "attn_q.bias") if biases else None
+        bk = t.get(b + "attn_k.bias") if biases else None
+        bv = t.get(b + "attn_v.bias") if biases else None
+        if permuted_qk:
+            wq = unpermute_llama_qk(wq, c.heads)
+            wk = unpermute_llama_qk(wk, c.kv_heads)
+        q = h @ wq.T + (bq if bq is not None else 0)
+        k = h @ wk.T + (bk if bk is not None else 0)
+        v = h @ wv.T + (bv if bv is not None else 0)
+        q = q.reshape(n, c.heads, c.head_dim).transpose(1, 0, 2)
+        k = k.reshape(n, c.kv_heads, c.head_dim).transpose(1, 0, 2)
+        v = v.reshape(n, c.kv_heads, c.head_dim).transpose(1, 0, 2)
+        q = apply_rope(q, positions, inv_freq)
+        k = apply_rope(k, positions, inv_freq)
+        k = np.repeat(k, group, axis=0)  # repeat_kv
+        v = np.repeat(v, group, axis=0)
+        scores = q @ k.transpose(0, 2, 1) / math.sqrt(c.head_dim)
+        scores = np.where(causal, scores, -np.inf)
+        scores -= scores.max(axis=-1, keepdims=True)
+        weights = np.exp(scores)
+        weights /= weights.sum(axis=-1, keepdims=True)
+        attn = (weights @ v).transpose(1, 0, 2).reshape(n, c.hidden)
+        x = x + attn @ t[b + "attn_output.weight"].T
+        h = rms_norm(x, t[b + "ffn_norm.weight"], c.eps)
+        gate = h @ t[b + "ffn_gate.weight"].T
+        up = h @ t[b + "ffn_up.weight"].T
+        x = x + (silu(gate) * up) @ t[b + "ffn_down.weight"].T
+    x = rms_norm(x, t["output_norm.weight"], c.eps)
+    head = t.get("output.weight", t["token_embd.weight"])  # tied when output.weight is absent
+    return x @ head.T
+
+
+# ---------------------------------------------------------------------------------------------
+# The cases
+
+_COMMON = ["--layers", "2", "--hidden", "128", "--ffn", "192", "--vocab", "320", "--context",
+           "256"]
+
+CASES = {
+    # Llama-3.1: rope_freqs.weight from the llama3 rule. An original context of 64 (8192 in the
+    # real model) puts the smoothed band and the slowed frequencies among the 16 pairs that
+    # 40 positions can tell apart.
+    "llama3_rope": dict(
+        args=["--arch", "llama", "--heads", "4", "--kv-heads", "2", "--rope-theta", "500000",
+              "--rope-scaling", "llama3", "--rope-scaling-factor", "8",
+              "--rope-low-freq-factor", "1", "--rope-high-freq-factor", "4",
+              "--rope-original-context", "64"],
+        tp=(1, 2),
+        inv_freq=lambda c: llama3_inv_freq(c.theta, c.head_dim, 8.0, 1.0, 4.0, 64),
+        controls=("unscaled_rope", "other_qk_layout")),
+    # Qwen2-0.5B/1.5B: biases, tied embeddings.
+    "qwen2_tied": dict(
+        args=["--arch", "qwen2", "--heads", "4", "--kv-heads", "2", "--rope-theta", "1000000",
+              "--tied-embeddings"],
+        tp=(1, 4),
+        inv_freq=lambda c: default_inv_freq(c.theta, c.head_dim),
+        controls=("no_bias", "other_qk_layout")),
+    # Qwen2-7B: biases, untied embeddings; with linear RoPE scaling by 4.
+    "qwen2_untied_linear_rope": dict(
+        args=["--arch", "qwen2", "--heads", "4", "--kv-heads", "4", "--rope-scaling", "linear",
+              "--rope-scaling-factor", "4"],
+        tp=(1, 2),
+        inv_freq=lambda c: linear_inv_freq(c.theta, c.head_dim, 4.0),
+        controls=("no_bias", "unscaled_rope")),
+    # Mistral-7B-v0.1's proportions: 8 heads over 2 KV heads, theta 1e6, a sliding window (64 of
+    # a 256 context here, 4096 of 32768 there). tpserve serves the window as the context.
+    "mistral": dict(
+        args=["--arch", "llama", "--heads", "8", "--kv-heads", "2", "--rope-theta", "1000000",
+              "--sliding-window", "64"],
+        tp=(1, 4),
+        inv_freq=lambda c: default_inv_freq(c.theta, c.head_dim),
+        served_context=64,
+        controls=("other_qk_layout",)),
+}
+
+
+def control_logits(name, gguf, tokens, inv_freq):
+    c = HfConfig(gguf)
+    if name == "unscaled_rope":
+        return reference_logits(gguf, tokens, default_inv_freq(c.theta, c.head_dim))
+    if name == "other_qk_layout":  # llama rows read as HF's, qwen2 rows as permuted
+        return reference_logits(gguf, tokens, inv_freq, permuted_qk=c.arch != "llama")
+    if name == "no_bias":
+        return reference_logits(gguf, tokens, inv_freq, biases=False)
+    raise ValueError(name)
+
+
+class LogitsFamilies(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import tpserve_protos
+
+        cls.args = tpserve_cluster.parsed_args()
+        cls.tmp = tempfile.TemporaryDirectory(prefix="tpserve-families-")
+        cls.addClassCleanup(cls.tmp.cleanup)
+        cls.protos = tpserve_protos.load(cls.tmp.name)
+
+    def make_model(self, name, args):
+        path = os.path.join(self.tmp.name, name + ".gguf")
+        subprocess.run([os.path.join(self.args.bin_dir, "tpserve-mkmodel"), "--output", path,
+                        "--seed", "11"] + _COMMON + args,
+                       check=True, capture_output=True, timeout=60)
+        return path
+
+    def score(self, cluster, tokens, over_length=None):
+        """The logits of `tokens`, the served context length, and the error that scoring
+        `over_length` tokens gave (None when it did not fail, or was not asked)."""
+        import grpc
+
+        pb = self.protos.inference_pb2
+        with grpc.insecure_channel(cluster.grpc_address) as channel:
+            grpc.channel_ready_future(channel).result(timeout=10)
+            stub = self.protos.inference_pb2_grpc.InferenceServiceStub(channel)
+            context = stub.ListModels(pb.ListModelsRequest(), timeout=30).models[0].context_length
+            reply = stub.Score(pb.ScoreRequest(prompt=pb.TokenIds(ids=tokens)), timeout=120)
+            logits = np.array([list(p.logits) for p in reply.positions], dtype=np.float64)
+            refused = None
+            if over_length is not None:
+                try:
+                    stub.Score(pb.ScoreRequest(prompt=pb.TokenIds(ids=[7] * over_length)),
+                               timeout=60)
+                except grpc.RpcError as error:
+                    refused = error
+        return logits, context, refused
+
+    def check_family(self, name):
+        case = CASES[name]
+        path = self.make_model(name, case["args"])
+        gguf = Gguf(path)
+        config = HfConfig(gguf)
+        vocab = gguf.tensors["token_embd.weight"].shape[0]
+        tokens = [int(t) for t in np.random.default_rng(5).integers(0, vocab, PROMPT_LENGTH)]
+        inv_freq = case["inv_freq"](config)
+        want = reference_logits(gguf, tokens, inv_freq)
+        for control in case["controls"]:
+            # The reference without the feature must be far from the reference with it.
+            gap = np.abs(control_logits(control, gguf, tokens, inv_freq) - want).max()
+            self.assertGreater(gap, 50 * TOLERANCE, "%s: %s changes nothing" % (name, control))
+        for tp in case["tp"]:
+            start = time.monotonic()
+            window = case.get("served_context")
+            with tpserve_cluster.Cluster(self.args.bin_dir, path, tp=tp) as cluster:
+                got, context, refused = self.score(cluster, tokens,
+                                                   window + 1 if window else None)
+            self.assertEqual(got.shape, want.shape, "%s tp=%d" % (name, tp))
+            diff = np.abs(got - want).max()
+            top1 = np.mean(got.argmax(axis=1) == want.argmax(axis=1))
+            print("%s tp=%d: max |logit difference| %.2e, top-1 agreement %.0f%%, %.1f s"
+                  % (name, tp, diff, 100 * top1, time.monotonic() - start), flush=True)
+            self.assertLess(diff, TOLERANCE, "%s tp=%d" % (name, tp))
+            self.assertEqual(top1, 1.0, "%s tp=%d" % (name, tp))
+            if window:
+                self.assertEqual(context, window, "%s tp=%d" % (name, tp))
+                self.assertIsNotNone(refused, "a prompt one past the window was scored")
+                self.assertIn("context length is %d" % window, refused.details())
+
+    def test_llama3_rope(self):
+        self.check_family("llama3_rope")
+
+    def test_qwen2_tied(self):
+        self.check_family("qwen2_tied")
+
+    def test_qwen2_untied_linear_rope(self):
+        self.check_family("qwen2_untied_linear_rope")
+
+    def test_mistral(self):
+        self.check_family("mistral")
+
+
+if __name__ == "__main__":
+    tpserve_cluster.run_tests()

@@ -1,0 +1,74 @@
+// StepPlanner: what every rank knows about the running sequences, and the checks a StepRequest
+// passes before any rank touches its model (DESIGN.md "Worker protocol"; the field semantics are
+// in worker.proto). ModelRunner runs the plan on the model; the fuzz target fuzz/step_fuzz.cc runs
+// the same planner with no model, which is why it depends on sizes rather than on a loaded model.
+//
+// Finished sequences are dropped whatever happens next; the rest is all or nothing: a refused
+// step (INVALID_ARGUMENT naming the sequence and field) adds no sequence and changes no state.
+//
+// Not thread-safe: the worker's execution thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tpserve/v1/worker.pb.h"
+#include "worker/forward_batch.h"
+#include "worker/kv_cache.h"
+#include "worker/logits_processor.h"
+#include "worker/sequence_state.h"
+
+namespace tpserve {
+
+class StepPlanner {
+ public:
+  // A validated step: the forward batch, one logits request per scheduled sequence, and each
+  // scheduled sequence's block table once the step has run.
+  struct Plan {
+    ForwardBatch batch;
+    std::vector<LogitsRequest> logits;               // [scheduled]
+    std::vector<std::vector<int32_t>> block_tables;  // [scheduled]
+    // Rank 0, per sampled sequence with penalties: prompt and output up to this step's tokens.
+    std::vector<std::vector<int32_t>> histories;
+    std::vector<uint64_t> added;  // new_sequences of this step, forgotten by Abandon
+  };
+
+  // `vocab_size` and `context_length` are the model's, `kv` this rank's pool. Only rank 0 builds
+  // the penalties' histories.
+  StepPlanner(int64_t vocab_size, int64_t context_length, const KvCacheShape& kv, int rank);
+
+  // Drops the finished sequences, adds the new ones and plans the scheduled ones. A request that
+  // schedules nothing gives a plan with an empty batch (its new sequences stay). The plan's
+  // logits requests point into `request` and into this planner's state: both must stay unchanged
+  // until Commit or Abandon.
+  absl::StatusOr<Plan> Begin(const v1::StepRequest& request);
+  // After the forward pass: blocks, run tokens and computed positions of every scheduled
+  // sequence; a sequence with drafts keeps only the positions of its accepted ones.
+  void Commit(const v1::StepRequest& request, Plan& plan);
+  // The model refused the planned step: forget the sequences it added.
+  void Abandon(const Plan& plan);
+
+  // Forgets every sequence (a re-formed group starts from none).
+  void Clear() { sequences_.clear(); }
+  size_t num_sequences() const { return sequences_.size(); }
+
+ private:
+  // Validates `s` and builds its state. INVALID_ARGUMENT naming the seq id and the field.
+  absl::StatusOr<SequenceState> NewSequence(const v1::NewSequence& s) const;
+  absl::StatusOr<Plan> PlanStep(const v1::StepRequest& request) const;
+  // Checks one scheduled sequence against its cached state; fills `table` with its block table
+  // after this step.
+  absl::Status CheckScheduled(const v1::ScheduledSequence& s, const SequenceState& state,
+                              std::vector<int32_t>* table) const;
+
+  // Constant after construction.
+  const int64_t vocab_size_;
+  const int64_t context_length_;
+  const KvCacheShape kv_;
+  const int rank_;
+
+  SequenceMap sequences_;
+};
+
+}  // namespace tpserve
