@@ -50,9 +50,9 @@ absl::Status Generate(const Flags& flags) {
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromGguf(*file));
   std::string text = flags.prompt;
   if (flags.chat) {
-    ASSIGN_OR_RETURN(const std::string source, file->GetString("tokenizer.chat_template"));
-    ASSIGN_OR_RETURN(const ChatTemplate chat_template, ChatTemplate::Detect(source));
-    text = chat_template.Apply({{"user", flags.prompt}}, /*add_generation_prompt=*/true);
+    ASSIGN_OR_RETURN(const ChatTemplate chat_template,
+                     ChatTemplate::Load(*file, *tokenizer, /*override_path=*/""));
+    ASSIGN_OR_RETURN(text, chat_template.ApplyUserPrompt(flags.prompt));
   }
   ASSIGN_OR_RETURN(std::vector<int32_t> prompt, tokenizer->Encode(text, /*parse_special=*/true));
   if (prompt.empty()) return absl::InvalidArgumentError("--prompt encodes to no tokens");

@@ -41,6 +41,7 @@ void OnSignal(int signal) { g_stop_signal = signal; }
 
 struct Flags {
   std::string model;
+  std::string chat_template;  // passed to the coordinator, and used for --prompt
   int tp = 1;
   std::string device = "cpu";
   double gpu_memory_utilization = 0.9;
@@ -78,10 +79,12 @@ std::string BinaryDir() {
 
 absl::Status AnswerPrompt(const Flags& flags, LocalCluster& cluster) {
   ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(flags.model));
-  ASSIGN_OR_RETURN(const std::string source, file->GetString("tokenizer.chat_template"));
-  ASSIGN_OR_RETURN(const ChatTemplate chat_template, ChatTemplate::Detect(source));
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromGguf(*file));
+  ASSIGN_OR_RETURN(const ChatTemplate chat_template,
+                   ChatTemplate::Load(*file, *tokenizer, flags.chat_template));
+  ASSIGN_OR_RETURN(std::string text, chat_template.ApplyUserPrompt(flags.prompt));
   v1::GenerateRequest request;
-  request.set_text(chat_template.Apply({{"user", flags.prompt}}, /*add_generation_prompt=*/true));
+  request.set_text(std::move(text));
   request.set_max_tokens(flags.max_tokens);
   request.mutable_sampling()->set_temperature(0.0f);
   grpc::ClientContext context;
@@ -153,6 +156,9 @@ absl::Status Serve(const Flags& flags) {
     if (flags.enforce_eager) options.coordinator_args.push_back("--enforce-eager");
   }
   if (flags.no_prefix_cache) options.coordinator_args.push_back("--no-prefix-cache");
+  if (!flags.chat_template.empty()) {
+    options.coordinator_args.push_back(absl::StrCat("--chat-template=", flags.chat_template));
+  }
   if (flags.http_max_connections > 0) {
     options.coordinator_args.push_back(
         absl::StrCat("--http-max-connections=", flags.http_max_connections));
@@ -209,6 +215,9 @@ int main(int argc, char** argv) {
   tpserve::Flags flags;
   CLI::App app{"Start a local tpserve cluster: a coordinator and --tp workers"};
   app.add_option("--model", flags.model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  app.add_option("--chat-template", flags.chat_template,
+                 "Jinja chat template file to use instead of the model's tokenizer.chat_template")
+      ->check(CLI::ExistingFile);
   app.add_option("--tp", flags.tp, "tensor-parallel size (number of workers)")
       ->check(CLI::Range(1, 64));
   app.add_option("--device", flags.device, "cpu or cuda (rank r on GPU r)")

@@ -51,6 +51,7 @@ constexpr absl::Duration kRegisterProbeTimeout = absl::Seconds(1);
 
 struct Flags {
   std::string model;
+  std::string chat_template;  // a Jinja file that replaces the model's tokenizer.chat_template
   int world_size = 0;
   std::string host = "127.0.0.1";
   int port = 0;
@@ -141,16 +142,19 @@ std::string ServedModelName(const Flags& flags) {
   return name;
 }
 
-// The model's chat format, or null (chat requests are then refused) when the file has none
-// that tpserve renders.
-std::unique_ptr<ChatTemplate> LoadChatTemplate(const GgufFile& file) {
-  absl::StatusOr<std::string> source = file.GetString("tokenizer.chat_template");
-  if (!source.ok()) {
-    LogWarning(kLog, "the model has no tokenizer.chat_template: /v1/chat/completions is off");
-    return nullptr;
-  }
-  absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::Detect(*source);
+// The model's chat template (--chat-template overrides the file's), or null when the file has
+// none or the interpreter cannot run it: chat requests are then refused, and the log names the
+// construct. A --chat-template that cannot be used stops the start.
+absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const GgufFile& file,
+                                                               const Tokenizer& tokenizer,
+                                                               const std::string& override_path) {
+  absl::StatusOr<ChatTemplate> chat_template =
+      ChatTemplate::Load(file, tokenizer, override_path);
   if (!chat_template.ok()) {
+    if (!override_path.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--chat-template ", override_path, ": ", chat_template.status().message()));
+    }
     LogWarning(kLog, "/v1/chat/completions is off: %s", chat_template.status().message());
     return nullptr;
   }
@@ -233,10 +237,13 @@ int Run(const Flags& flags) {
   // HTTP comes up before the workers, so that /health and /health/ready answer during start-up.
   const std::string served_model_name = ServedModelName(flags);
   Metrics metrics(served_model_name);
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> loaded_template =
+      LoadChatTemplate(**file, **tokenizer, flags.chat_template);
+  if (!loaded_template.ok()) return Fail(std::string(loaded_template.status().message()));
+  const std::unique_ptr<ChatTemplate> chat_template = *std::move(loaded_template);
   SetAuthRefusalCounter([&metrics](const char* surface) { metrics.AddAuthFailure(surface); });
   // Before `metrics` goes away; the servers that refuse are stopped by then.
   absl::Cleanup forget_counter = [] { SetAuthRefusalCounter(nullptr); };
-  const std::unique_ptr<ChatTemplate> chat_template = LoadChatTemplate(**file);
   HttpLimits http_limits;
   http_limits.max_connections = flags.http_max_connections;
   http_limits.max_body_bytes = static_cast<size_t>(flags.http_max_body_bytes);
@@ -393,6 +400,9 @@ int main(int argc, char** argv) {
   CLI::App app{"tpserve coordinator: drives tensor-parallel workers and serves InferenceService"};
   app.add_option("--model", flags.model, "GGUF model file (tokenizer and config are read here)")
       ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--chat-template", flags.chat_template,
+                 "Jinja chat template file to use instead of the model's tokenizer.chat_template")
       ->check(CLI::ExistingFile);
   app.add_option("--world-size", flags.world_size, "number of worker ranks (tensor-parallel size)")
       ->required()

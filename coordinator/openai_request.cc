@@ -15,6 +15,7 @@ namespace tpserve {
 namespace {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 constexpr int64_t kDefaultCompletionMaxTokens = 16;  // OpenAI's default for /v1/completions
 // Integers beyond this arrive from JSON as doubles that no longer hold every integer exactly.
@@ -213,6 +214,60 @@ absl::StatusOr<std::vector<int32_t>> GetCompletionPrompt(const json& body,
   return GetTokenIds(*one, param, *model.tokenizer);
 }
 
+// An assistant message's tool_calls: [{"id"?, "type": "function", "function": {"name",
+// "arguments"}}], arguments a JSON string (OpenAI) or an object.
+absl::Status CheckToolCalls(const json& calls, const std::string& param) {
+  if (!calls.is_array()) return WrongType(param, "an array", calls);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::string call_param = absl::StrCat(param, "[", i, "]");
+    const json& call = calls[i];
+    if (!call.is_object()) return WrongType(call_param, "an object", call);
+    const json* function = Find(call, "function");
+    if (function == nullptr) return InvalidField(call_param + ".function", "is required");
+    if (!function->is_object()) return WrongType(call_param + ".function", "an object", *function);
+    const json* function_name = Find(*function, "name");
+    if (function_name == nullptr || !function_name->is_string()) {
+      return InvalidField(call_param + ".function.name", "is required and must be a string");
+    }
+    const json* arguments = Find(*function, "arguments");
+    if (arguments != nullptr && !arguments->is_string() && !arguments->is_object()) {
+      return WrongType(call_param + ".function.arguments", "a string or an object", *arguments);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `tools` for the chat template: null when absent, else [{"type": "function", "function":
+// {"name", ...}}] as sent. tool_choice may only leave the choice to the model: tpserve does not
+// force a call.
+absl::StatusOr<ordered_json> GetTools(const json& body, const ordered_json& ordered_body) {
+  if (const json* choice = Find(body, "tool_choice")) {
+    if (*choice != "none" && *choice != "auto") {
+      return InvalidField("tool_choice", "only \"none\" and \"auto\" are supported");
+    }
+  }
+  const json* tools = Find(body, "tools");
+  if (tools == nullptr) return ordered_json();
+  if (!tools->is_array()) return WrongType("tools", "an array", *tools);
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const std::string param = absl::StrCat("tools[", i, "]");
+    const json& tool = (*tools)[i];
+    if (!tool.is_object()) return WrongType(param, "an object", tool);
+    if (tool.value("type", json()) != "function") {
+      return InvalidField(param + ".type", "must be \"function\"");
+    }
+    const json* function = Find(tool, "function");
+    if (function == nullptr || !function->is_object()) {
+      return InvalidField(param + ".function", "is required and must be an object");
+    }
+    const json* name = Find(*function, "name");
+    if (name == nullptr || !name->is_string()) {
+      return InvalidField(param + ".function.name", "is required and must be a string");
+    }
+  }
+  return ordered_body["tools"];
+}
+
 // A message's content: a string, or text parts joined by newlines (as vLLM joins them).
 absl::StatusOr<std::string> GetContent(const json& message, const std::string& param,
                                        bool may_be_null) {
@@ -243,12 +298,15 @@ absl::StatusOr<std::string> GetContent(const json& message, const std::string& p
   return text;
 }
 
-absl::StatusOr<std::vector<ChatMessage>> GetMessages(const json& body) {
+// The conversation as the chat template sees it: each message as the client sent it (key order
+// kept, for templates that print tool calls as JSON), with `developer` renamed `system` and text
+// parts joined into one string. An assistant turn that only calls tools keeps null content.
+absl::StatusOr<ordered_json> GetMessages(const json& body, const ordered_json& ordered_body) {
   const json* messages = Find(body, "messages");
   if (messages == nullptr) return InvalidField("messages", "is required");
   if (!messages->is_array()) return WrongType("messages", "an array", *messages);
   if (messages->empty()) return InvalidField("messages", "must not be empty");
-  std::vector<ChatMessage> result;
+  ordered_json result = ordered_json::array();
   for (size_t i = 0; i < messages->size(); ++i) {
     const json& message = (*messages)[i];
     const std::string param = absl::StrCat("messages[", i, "]");
@@ -259,13 +317,30 @@ absl::StatusOr<std::vector<ChatMessage>> GetMessages(const json& body) {
     if (!role->is_string()) return WrongType(role_param, "a string", *role);
     std::string name = role->get<std::string>();
     if (name == "developer") name = "system";  // OpenAI's newer name for the system role
-    if (name != "system" && name != "user" && name != "assistant") {
-      return InvalidField(role_param, "must be one of system, developer, user, assistant");
+    if (name != "system" && name != "user" && name != "assistant" && name != "tool") {
+      return InvalidField(role_param, "must be one of system, developer, user, assistant, tool");
     }
-    // An assistant turn that only called tools has null content.
+    const json* tool_calls = Find(message, "tool_calls");
+    if (tool_calls != nullptr) {
+      if (name != "assistant") return InvalidField(param + ".tool_calls", "is for assistant messages");
+      RETURN_IF_ERROR(CheckToolCalls(*tool_calls, param + ".tool_calls"));
+    }
+    for (const char* field : {"tool_call_id", "name"}) {
+      const json* value = Find(message, field);
+      if (value != nullptr && !value->is_string()) {
+        return WrongType(absl::StrCat(param, ".", field), "a string", *value);
+      }
+    }
     ASSIGN_OR_RETURN(std::string content,
                      GetContent(message, param + ".content", name == "assistant"));
-    result.push_back({std::move(name), std::move(content)});
+    ordered_json rendered = ordered_body["messages"][i];
+    rendered["role"] = name;
+    if (tool_calls != nullptr && Find(message, "content") == nullptr) {
+      rendered["content"] = nullptr;
+    } else {
+      rendered["content"] = std::move(content);
+    }
+    result.push_back(std::move(rendered));
   }
   return result;
 }
@@ -353,16 +428,25 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const Ser
   OpenAiRequest request;
   request.endpoint = OpenAiEndpoint::kChatCompletions;
   RETURN_IF_ERROR(ParseCommon(request_body, model, &request));
-  ASSIGN_OR_RETURN(const std::vector<ChatMessage> messages, GetMessages(request_body));
+  // Parsed again with key order kept: templates print tools and tool calls as JSON.
+  const ordered_json ordered_body = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  ASSIGN_OR_RETURN(const ordered_json messages, GetMessages(request_body, ordered_body));
+  ASSIGN_OR_RETURN(const ordered_json tools, GetTools(request_body, ordered_body));
   if (model.chat_template == nullptr) {
     return InvalidField("messages",
                         "this model has no chat template that tpserve supports; "
                         "use /v1/completions");
   }
-  ASSIGN_OR_RETURN(request.params.prompt,
-                   EncodePrompt(model.chat_template->Apply(messages,
-                                                           /*add_generation_prompt=*/true),
-                                "messages", *model.tokenizer));
+  ordered_json template_variables;
+  if (const json* kwargs = Find(request_body, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) return WrongType("chat_template_kwargs", "an object", *kwargs);
+    template_variables = ordered_body["chat_template_kwargs"];
+  }
+  absl::StatusOr<std::string> text =
+      model.chat_template->Apply(messages, tools, /*add_generation_prompt=*/true,
+                                 template_variables);
+  if (!text.ok()) return InvalidField("messages", text.status().message());
+  ASSIGN_OR_RETURN(request.params.prompt, EncodePrompt(*text, "messages", *model.tokenizer));
   // max_completion_tokens replaced max_tokens; 0 (unset) generates up to the context length.
   const char* max_field = Find(request_body, "max_completion_tokens") != nullptr
                               ? "max_completion_tokens"
@@ -383,7 +467,6 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const Ser
   }
   request.params.logprobs =
       logprobs.value_or(false) ? static_cast<int32_t>(top_logprobs.value_or(0)) : -1;
-  RETURN_IF_ERROR(RejectUnlessDefault(request_body, "tools", IsEmpty));
   RETURN_IF_ERROR(RejectUnlessDefault(request_body, "functions", IsEmpty));
   RETURN_IF_ERROR(RejectUnlessDefault(request_body, "response_format", IsTextFormat));
   return request;

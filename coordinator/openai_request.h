@@ -2,8 +2,9 @@
 // into the GenerateParams the engine takes. Every error is an absl::Status built by
 // openai_error.h that names the offending field: `param` "top_p", "messages[1].content",
 // "stop[3]"; unknown models are NOT_FOUND. Unknown fields are ignored (clients send extras such
-// as `user`); fields whose behaviour is not implemented (`echo`, `suffix`, `logit_bias`, tools)
-// are refused when set to anything but their default, rather than silently ignored.
+// as `user`); fields whose behaviour is not implemented (`echo`, `suffix`, `logit_bias`,
+// `functions`, a forced `tool_choice`) are refused when set to anything but their default,
+// rather than silently ignored.
 //
 // Accepted beyond OpenAI's fields, as vLLM accepts them: top_k (-1 or 0: off), min_p,
 // repetition_penalty, ignore_eos, stop_token_ids. `logprobs` of /v1/completions goes up to
@@ -51,9 +52,12 @@ struct OpenAiRequest {
 absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
                                                      const ServedModel& model);
 // Defaults: max_completion_tokens (or max_tokens) up to the context length, temperature 1,
-// top_p 1, n 1. `messages`: [{role, content}] with roles system, developer (rendered as system),
-// user and assistant, content a string or an array of {"type": "text", "text": ...} parts. The
-// prompt is the model's chat template applied with the generation prompt.
+// top_p 1, n 1. `messages`: [{role, content, tool_calls?, tool_call_id?, name?}] with roles
+// system, developer (rendered as system), user, assistant and tool, content a string or an array
+// of {"type": "text", "text": ...} parts (joined with newlines). The prompt is the model's chat
+// template applied with the generation prompt to the messages, `tools` (OpenAI's array, as sent)
+// and the members of `chat_template_kwargs`; what the template refuses is an error naming
+// `messages`. Tool calls in the model's output are not parsed.
 absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const ServedModel& model);
 
 }  // namespace tpserve

@@ -24,9 +24,8 @@ BundledModel Load() {
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::FromGguf(*model.file);
   if (!tokenizer.ok()) Fail("tokenizer", tokenizer.status());
   model.tokenizer = *std::move(tokenizer);
-  absl::StatusOr<std::string> source = model.file->GetString("tokenizer.chat_template");
-  if (!source.ok()) Fail("chat template", source.status());
-  absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::Detect(*source);
+  absl::StatusOr<ChatTemplate> chat_template =
+      ChatTemplate::Load(*model.file, *model.tokenizer, /*override_path=*/"");
   if (!chat_template.ok()) Fail("chat template", chat_template.status());
   model.chat_template = std::make_unique<ChatTemplate>(*std::move(chat_template));
   return model;

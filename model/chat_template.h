@@ -1,58 +1,59 @@
-// Renders a conversation into prompt text in the chat format of the model.
+// Renders a conversation into prompt text with the model's own chat template: the Jinja source
+// of the GGUF's `tokenizer.chat_template` (or a file that overrides it), run by tp_jinja as
+// Hugging Face transformers' apply_chat_template runs it (model/jinja/template.h).
 //
-// tpserve does not run Jinja. Detect() recognises the format of a GGUF `tokenizer.chat_template`
-// by its distinctive markers, and Apply() renders that format in C++:
-//
-//   ChatML   ("<|im_start|>", "<|im_end|>"; SmolLM2, Qwen):
-//              <|im_start|>{role}\n{content}<|im_end|>\n ...   then <|im_start|>assistant\n
-//            When the template writes a literal system turn ('<|im_start|>system\n...<|im_end|>')
-//            it is the default system prompt: it is rendered before the first message unless
-//            that message is a system one (SmolLM2: "You are a helpful AI assistant named
-//            SmolLM, trained by Hugging Face"). This matches what Jinja renders for SmolLM2's
-//            template byte for byte, also for an empty conversation (no system turn).
-//   Llama 3  ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"):
-//              <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|> ...
-//              then <|start_header_id|>assistant<|end_header_id|>\n\n
-//            with content trimmed of ASCII whitespace, as llama.cpp's built-in Llama-3 format
-//            does. Llama 3.1's date header and tool prompts are not rendered.
-//
-// The rendered text never includes BOS: tokenize it with parse_special and prepend
-// Tokenizer::bos_id() when Tokenizer::add_bos() says so.
+// The template sees what transformers passes: `messages` (role, content — a string, or the
+// OpenAI content-parts list as given —, tool_calls, tool_call_id, name, as given), `tools`
+// (the OpenAI tools array, or none), `add_generation_prompt`, `bos_token`, `eos_token`, plus
+// any extra variables. The rendered text may start with the BOS token's text; the tokenizer's
+// EncodePrompt does not add a second one.
 #pragma once
 
+#include <ctime>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/gguf_file.h"
+#include "model/jinja/template.h"
+#include "model/tokenizer.h"
+#include "nlohmann/json.hpp"
 
 namespace tpserve {
 
-struct ChatMessage {
-  std::string role;  // "system", "user", "assistant", ...
-  std::string content;
-};
-
 class ChatTemplate {
  public:
-  enum class Format { kChatMl, kLlama3 };
+  // INVALID_ARGUMENT naming the construct, line and column the interpreter cannot run.
+  static absl::StatusOr<ChatTemplate> Parse(std::string_view source, std::string bos_token,
+                                            std::string eos_token);
+  // The template of `override_path` when it is not empty, else the file's
+  // tokenizer.chat_template (NOT_FOUND when it has none); the special tokens from `tokenizer`.
+  static absl::StatusOr<ChatTemplate> Load(const GgufFile& file, const Tokenizer& tokenizer,
+                                           const std::string& override_path);
 
-  // INVALID_ARGUMENT when the source matches no supported format.
-  static absl::StatusOr<ChatTemplate> Detect(std::string_view jinja_source);
+  // `messages`: an array of message objects; `tools`: an array, or null for none;
+  // `extra_variables`: an object (or null) whose members become template variables.
+  // INVALID_ARGUMENT when the template fails or refuses (raise_exception) the conversation.
+  absl::StatusOr<std::string> Apply(const nlohmann::ordered_json& messages,
+                                    const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                    const nlohmann::ordered_json& extra_variables = nullptr) const;
+  // One user message and the generation prompt, as the command-line tools send.
+  absl::StatusOr<std::string> ApplyUserPrompt(const std::string& prompt) const;
 
-  std::string Apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
-
-  Format format() const { return format_; }
-  // ChatML only: the system prompt rendered when the conversation starts without one; empty
-  // when the template has none.
-  const std::string& default_system_prompt() const { return default_system_prompt_; }
+  // What strftime_now formats (Llama 3.1's date line); unset: the local time of each call.
+  void set_now(const std::tm& now) { options_.now = now; }
 
  private:
-  ChatTemplate(Format format, std::string default_system_prompt)
-      : format_(format), default_system_prompt_(std::move(default_system_prompt)) {}
+  ChatTemplate(jinja::Template source, std::string bos_token, std::string eos_token)
+      : template_(std::move(source)),
+        bos_token_(std::move(bos_token)),
+        eos_token_(std::move(eos_token)) {}
 
-  Format format_;
-  std::string default_system_prompt_;
+  jinja::Template template_;
+  std::string bos_token_;
+  std::string eos_token_;
+  jinja::RenderOptions options_;
 };
 
 }  // namespace tpserve

@@ -10,6 +10,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libgloo-dev libboost-dev
   libcpp-httplib-dev  # the C++ integration tests' HTTP client
+  python3-jinja2  # chat_templates_match_jinja2's reference (run with /usr/bin/python3)
   # the fuzz targets (scripts/fuzz.sh): clang with libFuzzer and the sanitizers' runtimes
   clang libclang-rt-14-dev
   # helm-render, the Helm chart tests' renderer (tests/helm): Go, sprig and what helm itself uses

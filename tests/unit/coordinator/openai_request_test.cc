@@ -27,9 +27,7 @@ class OpenAiRequestTest : public ::testing::Test {
     auto tokenizer = Tokenizer::FromGguf(**file);
     ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
     tokenizer_ = tokenizer->release();
-    auto source = (*file)->GetString("tokenizer.chat_template");
-    ASSERT_TRUE(source.ok()) << source.status();
-    auto chat = ChatTemplate::Detect(*source);
+    auto chat = ChatTemplate::Load(**file, *tokenizer_, /*override_path=*/"");
     ASSERT_TRUE(chat.ok()) << chat.status();
     chat_template_ = new ChatTemplate(*chat);
   }
@@ -156,7 +154,7 @@ TEST_F(OpenAiRequestTest, ChatRefusalsNameTheField) {
            "top_logprobs": 21})",
        400, "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})", 400,
-       "tools"},
+       "tools[0].function"},
       {R"({"messages": [{"role": "user", "content": "hi"}],
            "response_format": {"type": "json_object"}})",
        400, "response_format"},
@@ -260,10 +258,12 @@ TEST_F(OpenAiRequestTest, ChatUsesTheTemplate) {
                                        Model());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->endpoint, OpenAiEndpoint::kChatCompletions);
-  const std::string text = chat_template_->Apply(
-      {{"system", "Be brief."}, {"user", "Hi\nthere"}, {"assistant", ""}, {"user", "Bye"}},
-      /*add_generation_prompt=*/true);
-  auto expected = tokenizer_->Encode(text, /*parse_special=*/true);
+  const auto text = chat_template_->Apply(nlohmann::ordered_json::parse(R"([
+      {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi\nthere"},
+      {"role": "assistant", "content": ""}, {"role": "user", "content": "Bye"}])"),
+                                          nullptr, /*add_generation_prompt=*/true);
+  ASSERT_TRUE(text.ok()) << text.status();
+  auto expected = tokenizer_->Encode(*text, /*parse_special=*/true);
   ASSERT_TRUE(expected.ok());
   if (tokenizer_->add_bos()) expected->insert(expected->begin(), tokenizer_->bos_id());
   EXPECT_EQ(parsed->params.prompt, *expected);
@@ -281,6 +281,57 @@ TEST_F(OpenAiRequestTest, ChatDefaults) {
       R"({"messages": [{"role": "user", "content": "Hi"}], "logprobs": true})", Model());
   ASSERT_TRUE(with_logprobs.ok()) << with_logprobs.status();
   EXPECT_EQ(with_logprobs->params.logprobs, 0);
+}
+
+// Tools, tool calls and tool results reach the template as the client sent them, key order
+// kept; what the template refuses is a 400 naming messages.
+TEST_F(OpenAiRequestTest, ChatPassesToolsToTheTemplate) {
+  auto chat = ChatTemplate::Parse(
+      "{% for t in tools or [] %}{{ t | tojson }}\n{% endfor %}{% for m in messages %}"
+      "{{ m.role }}:{% if m.tool_calls %}{{ m.tool_calls[0].function | tojson }}{% else %}"
+      "{{ m.content }}{% endif %}{% if m.tool_call_id %}@{{ m.tool_call_id }}{% endif %}{{ '\\n' }}"
+      "{% endfor %}{% if kind is defined %}{{ kind }}{% endif %}"
+      "{% if messages[-1].content == 'boom' %}{{ raise_exception('no boom') }}{% endif %}",
+      "", "");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ServedModel model = Model();
+  model.chat_template = &*chat;
+  const auto parsed = ParseChatRequest(R"({
+      "messages": [{"role": "user", "content": "Weather?"},
+                   {"role": "assistant", "content": null, "tool_calls": [{"id": "c1",
+                    "type": "function", "function": {"name": "w", "arguments": "{\"q\": 1}"}}]},
+                   {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
+      "tools": [{"type": "function", "function": {"name": "w", "parameters": {"z": 1, "a": 2}}}],
+      "tool_choice": "auto", "chat_template_kwargs": {"kind": "K"}})",
+                                       model);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto expected = tokenizer_->EncodePrompt(
+      "{\"type\": \"function\", \"function\": {\"name\": \"w\", \"parameters\": "
+      "{\"z\": 1, \"a\": 2}}}\nuser:Weather?\nassistant:{\"name\": \"w\", \"arguments\": "
+      "\"{\\\"q\\\": 1}\"}\ntool:sunny@c1\nK");
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_EQ(parsed->params.prompt, *expected) << tokenizer_->Decode(parsed->params.prompt);
+
+  const auto refused =
+      ParseChatRequest(R"({"messages": [{"role": "user", "content": "boom"}]})", model);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(HttpStatusOf(refused.status()), 400);
+  EXPECT_EQ(ErrorOf(refused.status())["param"], "messages");
+  EXPECT_NE(refused.status().message().find("no boom"), std::string::npos) << refused.status();
+  const std::vector<BadCase> cases = {
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", 400,
+       "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})", 400,
+       "messages[0].tool_calls"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {}}]}]})", 400,
+       "messages[0].tool_calls[0].function.name"},
+      {R"({"messages": [{"role": "tool", "content": "x", "tool_call_id": 3}]})", 400,
+       "messages[0].tool_call_id"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", 400, "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": 1})", 400,
+       "chat_template_kwargs"},
+  };
+  for (const BadCase& c : cases) ExpectRefused(ParseChatRequest(c.body, model), c);
 }
 
 TEST_F(OpenAiRequestTest, ChatWithoutTemplateIsRefused) {
