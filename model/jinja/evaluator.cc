@@ -654,8 +654,8 @@ absl::StatusOr<Value> Evaluator::EvalBinary(const Expr& expr) {
     return a.kind() == Value::Kind::kTuple ? Value::Tuple(std::move(items))
                                            : Value::List(std::move(items));
   }
-  if (op == "*" && ((a.is_string() || a.is_sequence()) && IsIntLike(b) ||
-                    (b.is_string() || b.is_sequence()) && IsIntLike(a))) {
+  if (op == "*" && (((a.is_string() || a.is_sequence()) && IsIntLike(b)) ||
+                    ((b.is_string() || b.is_sequence()) && IsIntLike(a)))) {
     const Value& seq = IsIntLike(b) ? a : b;
     const int64_t count = std::max<int64_t>(0, (IsIntLike(b) ? b : a).int_value());
     const int64_t unit = seq.is_string() ? static_cast<int64_t>(seq.str().size())
