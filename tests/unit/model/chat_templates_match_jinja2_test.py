@@ -6,21 +6,18 @@ it up (written here from its documented behaviour): an ImmutableSandboxedEnviron
 trim_blocks and lstrip_blocks, loop controls, a `tojson` that calls json.dumps with
 ensure_ascii=False, `raise_exception`, `strftime_now` (at a fixed date here) and the
 {% generation %} block. The templates are the real ones of the pinned llama-cpp-python sdist
-(downloaded once into build-deps/, which git ignores, as scripts/fetch-llama-cpp-models.sh
-does; checked against the pinned sha256; never committed)
-plus the bundled SmolLM2 model's. Each runs 12 conversations; where jinja2 raises, tpserve must
+(scripts/fetch-llama-cpp-models.sh unpacks them into build-deps/, which git ignores, after
+checking its sha256; never committed) plus the bundled SmolLM2 model's. Each runs 12 conversations; where jinja2 raises, tpserve must
 refuse too. The supported templates must all match; the rest of the sdist is reported.
 """
 
 import argparse
 import datetime
-import hashlib
 import json
 import os
 import pathlib
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 
@@ -29,10 +26,6 @@ from jinja2 import nodes
 from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-SDIST = "llama-cpp-python==0.3.36"
-SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
-SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
-TEMPLATE_DIR = "vendor/llama.cpp/models/templates/"
 
 # The sdist has no Llama-2 or TinyLlama template: Mistral-Nemo stands for the [INST] family.
 SUPPORTED = [
@@ -190,25 +183,12 @@ def tpserve_render(render_bin, source, bos, eos, cases):
             for r in result["results"]], None
 
 
-def fetch_templates(cache):
-    cache.mkdir(parents=True, exist_ok=True)
-    sdist = cache / SDIST_FILE
-    if not sdist.exists():
-        print(f"downloading {SDIST} into {cache} (once; pip prepares its metadata, minutes)",
-              flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                        "--no-binary", ":all:", SDIST, "-d", str(cache)], check=True)
-    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
-    if digest != SDIST_SHA256:
-        sys.exit(f"{sdist}: sha256 {digest}, expected {SDIST_SHA256}; delete it to fetch again")
-    templates = {}
-    with tarfile.open(sdist) as tar:
-        for member in tar.getmembers():
-            _, _, inner = member.name.partition("/")
-            if inner.startswith(TEMPLATE_DIR) and inner.endswith(".jinja") and member.isfile():
-                name = inner[len(TEMPLATE_DIR):-len(".jinja")]
-                templates[name] = tar.extractfile(member).read().decode("utf-8")
-    return templates
+def read_templates(directory):
+    """Every templates/NAME.jinja of the unpacked sdist, by NAME."""
+    if not directory.is_dir():
+        sys.exit(f"{directory} is missing: run scripts/fetch-llama-cpp-models.sh")
+    return {path.stem: path.read_text(encoding="utf-8")
+            for path in sorted(directory.glob("*.jinja"))}
 
 
 def special_tokens(name):
@@ -227,14 +207,14 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--render", required=True, help="the chat_template_render binary")
     parser.add_argument("--model", required=True, help="the bundled GGUF (scripts/fetch-model.sh)")
-    parser.add_argument("--cache", required=True,
-                        help="where the sdist is kept (build-deps/, shared with "
-                             "scripts/fetch-llama-cpp-models.sh)")
+    parser.add_argument("--templates", required=True,
+                        help="the sdist's templates/ directory, as "
+                             "scripts/fetch-llama-cpp-models.sh unpacks it")
     parser.add_argument("--only", help="run only templates whose name contains this")
     args = parser.parse_args()
     start = time.monotonic()
 
-    templates = {name: (src, *special_tokens(name)) for name, src in fetch_templates(pathlib.Path(args.cache)).items()}
+    templates = {name: (src, *special_tokens(name)) for name, src in read_templates(pathlib.Path(args.templates)).items()}
     if not pathlib.Path(args.model).exists():
         sys.exit(f"model file {args.model} is missing: run scripts/fetch-model.sh")
     smol = json.loads(subprocess.run([args.render, "--gguf-template", args.model],
