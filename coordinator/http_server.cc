@@ -137,6 +137,23 @@ bool WriteEvents(EventStream& events, HttpExchange& exchange, const std::atomic<
   return write(kSseDone) || give_up();
 }
 
+enum class Endpoint { kCompletions, kChatCompletions, kModels, kHealth, kReady, kMetrics };
+
+// Every route with the one method it takes: another method on a known path is a 405 naming it.
+struct Route {
+  const char* path;
+  const char* method;
+  Endpoint endpoint;
+};
+constexpr Route kRoutes[] = {
+    {"/v1/completions", "POST", Endpoint::kCompletions},
+    {"/v1/chat/completions", "POST", Endpoint::kChatCompletions},
+    {"/v1/models", "GET", Endpoint::kModels},
+    {"/health", "GET", Endpoint::kHealth},
+    {"/health/ready", "GET", Endpoint::kReady},
+    {"/metrics", "GET", Endpoint::kMetrics},
+};
+
 std::string StartingMessage() { return "cluster is starting: workers are not loaded yet"; }
 
 }  // namespace
@@ -180,30 +197,36 @@ void HttpServer::Dispatch(std::shared_ptr<HttpExchange> exchange, HttpRequest re
     options_.metrics->AddAuthFailure(kSurfaceHttp);
     return exchange->Reply(ErrorReply(InvalidApiKey()));
   }
-  const bool get = request.method == "GET";
-  const bool post = request.method == "POST";
-  if (path == "/v1/completions" && post) {
-    return SpawnGenerate(OpenAiEndpoint::kCompletions, std::move(exchange), std::move(request));
+  const Route* route = nullptr;
+  for (const Route& r : kRoutes) {
+    if (path == r.path) route = &r;
   }
-  if (path == "/v1/chat/completions" && post) {
-    return SpawnGenerate(OpenAiEndpoint::kChatCompletions, std::move(exchange),
-                         std::move(request));
-  }
-  if (path == "/v1/models" && get) return exchange->Reply(Models());
-  if (path == "/health" && get) return exchange->Reply(Health());
-  if (path == "/health/ready" && get) return exchange->Reply(Ready());
-  if (path == "/metrics" && get) return exchange->Reply(MetricsText());
   const std::string what = absl::StrCat(request.method, " ", path);
-  const bool known = path == "/v1/completions" || path == "/v1/chat/completions" ||
-                     path == "/v1/models" || path == "/health" || path == "/health/ready" ||
-                     path == "/metrics";
-  if (!known) return exchange->Reply(ErrorReply(absl::NotFoundError(what + ": no such endpoint")));
-  HttpReply refused = ErrorReply(
-      absl::InvalidArgumentError(absl::StrCat(what, ": method not allowed; use ",
-                                              post ? "GET" : "POST" )),
-      405);
-  refused.headers.emplace_back("Allow", absl::StartsWith(path, "/v1/c") ? "POST" : "GET");
-  exchange->Reply(std::move(refused));
+  if (route == nullptr) {
+    return exchange->Reply(ErrorReply(absl::NotFoundError(what + ": no such endpoint")));
+  }
+  if (request.method != route->method) {
+    HttpReply refused = ErrorReply(
+        absl::InvalidArgumentError(absl::StrCat(what, ": method not allowed; use ", route->method)),
+        405);
+    refused.headers.emplace_back("Allow", route->method);
+    return exchange->Reply(std::move(refused));
+  }
+  switch (route->endpoint) {
+    case Endpoint::kCompletions:
+      return SpawnGenerate(OpenAiEndpoint::kCompletions, std::move(exchange), std::move(request));
+    case Endpoint::kChatCompletions:
+      return SpawnGenerate(OpenAiEndpoint::kChatCompletions, std::move(exchange),
+                           std::move(request));
+    case Endpoint::kModels:
+      return exchange->Reply(Models());
+    case Endpoint::kHealth:
+      return exchange->Reply(Health());
+    case Endpoint::kReady:
+      return exchange->Reply(Ready());
+    case Endpoint::kMetrics:
+      return exchange->Reply(MetricsText());
+  }
 }
 
 void HttpServer::SpawnGenerate(OpenAiEndpoint endpoint, std::shared_ptr<HttpExchange> exchange,
