@@ -241,7 +241,9 @@ Tokenizer::Tokenizer(TokenizerData data, PreTokenizer pre_tokenizer)
   bytes_.reserve(n);
   for (int32_t id = 0; id < n; ++id) {
     bytes_.push_back(TokenBytesFor(tokens_[id], types_[id], model_));
-    if (IsSpecialType(types_[id])) special_ids_.push_back(id);
+    // An empty special token would match everywhere without consuming text: it is never
+    // matched in text (its id stays in the vocabulary).
+    if (IsSpecialType(types_[id]) && !tokens_[id].empty()) special_ids_.push_back(id);
   }
   // Longest first, so that a special token inside a longer one never splits it.
   std::stable_sort(special_ids_.begin(), special_ids_.end(),
@@ -347,8 +349,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
   } else if (absl::IsNotFound(add_bos.status())) {
     // llama.cpp's defaults: SentencePiece vocabularies start with BOS, BPE ones by name.
     ASSIGN_OR_RETURN(const PreTokenizer pre_tokenizer, PreTokenizer::Create(data.pre_tokenizer));
-    data.add_bos = data.model == TokenizerModel::kSentencePiece ||
-                   pre_tokenizer.adds_bos_by_default();
+    data.add_bos =
+        data.model == TokenizerModel::kSentencePiece || pre_tokenizer.adds_bos_by_default();
   } else {
     return add_bos.status();
   }
@@ -440,9 +442,8 @@ class SpmVocabulary : public SentencePieceVocabulary {
 void Tokenizer::EncodeText(std::string_view text, bool after_special,
                            std::vector<int32_t>* ids) const {
   if (model_ == TokenizerModel::kSentencePiece) {
-    const std::string prefixed = add_space_prefix_ && after_special
-                                     ? absl::StrCat(" ", View(text))
-                                     : std::string(text);
+    const std::string prefixed =
+        add_space_prefix_ && after_special ? absl::StrCat(" ", View(text)) : std::string(text);
     EncodeSentencePiece(EscapeSpaces(prefixed), SpmVocabulary(token_ids_, scores_, byte_tokens_),
                         ids);
     return;
