@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -133,26 +134,29 @@ absl::Status ReadRopeScaling(const GgufFile& file, const std::string& arch, Mode
 }
 
 // q/k/v biases are all present or all absent, on every layer; biases this forward pass has no
-// place for are refused rather than ignored (the model would run and print garbage).
+// place for are refused rather than ignored (the model would run and print garbage). The checks
+// walk the file's tensors, never block_count's layers alone: a file may declare 2^31 - 1.
 absl::Status ReadBiases(const GgufFile& file, ModelConfig* c) {
   c->qkv_bias = file.FindTensor("blk.0.attn_q.bias") != nullptr;
-  for (int64_t layer = 0; layer < c->num_layers; ++layer) {
-    const std::string prefix = absl::StrCat("blk.", layer, ".");
-    for (const char* name : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
-      const std::string tensor = prefix + name;
-      if ((file.FindTensor(tensor) != nullptr) != c->qkv_bias) {
-        return ConfigError(tensor, c->qkv_bias ? "is missing while blk.0.attn_q.bias is present"
-                                               : "is present while blk.0.attn_q.bias is absent");
-      }
-    }
-    for (const char* name : {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"}) {
-      if (file.FindTensor(prefix + name) != nullptr) {
-        return ConfigError(prefix + name, "bias tensors on this projection are not supported");
-      }
+  for (const GgufTensorInfo& tensor : file.tensors()) {
+    if (!absl::EndsWith(tensor.name, ".bias")) continue;
+    const bool qkv = absl::EndsWith(tensor.name, ".attn_q.bias") ||
+                     absl::EndsWith(tensor.name, ".attn_k.bias") ||
+                     absl::EndsWith(tensor.name, ".attn_v.bias");
+    if (!qkv || !c->qkv_bias) {
+      return ConfigError(tensor.name, qkv ? "is present while blk.0.attn_q.bias is absent"
+                                          : "bias tensors on this projection are not supported");
     }
   }
-  if (file.FindTensor("output.bias") != nullptr) {
-    return ConfigError("output.bias", "a bias on the output projection is not supported");
+  if (!c->qkv_bias) return absl::OkStatus();
+  // Returns at the first layer without its biases, so at most one layer past the file's tensors.
+  for (int64_t layer = 0; layer < c->num_layers; ++layer) {
+    for (const char* name : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
+      const std::string tensor = absl::StrCat("blk.", layer, ".", name);
+      if (file.FindTensor(tensor) == nullptr) {
+        return ConfigError(tensor, "is missing while blk.0.attn_q.bias is present");
+      }
+    }
   }
   return absl::OkStatus();
 }

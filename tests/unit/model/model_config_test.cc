@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/gguf_file.h"
@@ -232,6 +233,29 @@ TEST(ModelConfig, QkvBiasesOnEveryLayerOrNone) {
   absl::StatusOr<ModelConfig> c = ConfigOf(w);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->qkv_bias);
+}
+
+// A fuzzed file declared 2^31 - 1 layers: the bias checks walked every one of them for minutes.
+TEST(ModelConfig, AHugeBlockCountCostsNoMoreThanTheTensorsPresent) {
+  constexpr uint64_t kLayers = (uint64_t{1} << 31) - 1;
+  for (const bool biases : {false, true}) {
+    GgufWriter w = SmallModel("qwen2");
+    w.SetUint64("qwen2.block_count", kLayers);
+    if (biases) {
+      AddVector(&w, "blk.0.attn_q.bias", 64);
+      AddVector(&w, "blk.0.attn_k.bias", 32);
+      AddVector(&w, "blk.0.attn_v.bias", 32);
+    }
+    const absl::Time start = absl::Now();
+    const absl::StatusOr<ModelConfig> c = ConfigOf(w);
+    EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "biases " << biases;
+    if (biases) {
+      EXPECT_THAT(c.status().message(), HasSubstr("blk.1.attn_q.bias: is missing"));
+    } else {
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_EQ(c->num_layers, static_cast<int64_t>(kLayers));
+    }
+  }
 }
 
 TEST(ModelConfig, BiasesWithoutAPlaceAreRefused) {
