@@ -7,9 +7,9 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
-
 #include <sys/wait.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -19,9 +19,9 @@
 #include <tuple>
 #include <vector>
 
+#include "common/grpc_tls.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "common/grpc_tls.h"
 #include "tests/integration/cluster_test_util.h"
 #include "tpserve/v1/admin.grpc.pb.h"
 #include "tpserve/v1/inference.grpc.pb.h"
@@ -154,8 +154,8 @@ TEST(SecurityAuthz, ClusterCallsNeedTheClusterToken) {
               grpc::StatusCode::UNAUTHENTICATED);
   }
   // The coordinator counts what it refused itself (workers only log theirs).
-  const int cluster_refusals = static_cast<int>(Methods("tpserve.v1.ClusterService").size() *
-                                                bad.size()) + 1;
+  const int cluster_refusals =
+      static_cast<int>(Methods("tpserve.v1.ClusterService").size() * bad.size()) + 1;
   EXPECT_EQ(Rise(counted_before, AuthFailures((*cluster)->http_address())),
             (std::map<std::string, int>{{"cluster", cluster_refusals}}));
   for (int rank = 0; rank < 3; ++rank) {
@@ -177,9 +177,80 @@ TEST(SecurityAuthz, ClusterCallsNeedTheClusterToken) {
   // The right token is accepted: Status answers, a StoreGet of a missing key times out.
   const std::string token = "Bearer " + (*cluster)->cluster_token();
   EXPECT_TRUE(CallRaw(workers[0], "/tpserve.v1.WorkerService/Status", token).ok());
-  EXPECT_NE(CallRaw((*cluster)->address(), "/tpserve.v1.ClusterService/StoreGet", token)
-                .error_code(),
-            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(
+      CallRaw((*cluster)->address(), "/tpserve.v1.ClusterService/StoreGet", token).error_code(),
+      grpc::StatusCode::UNAUTHENTICATED);
+
+  // A refused StoreSet stored nothing; the same StoreSet with the token is read back.
+  auto store = v1::ClusterService::NewStub(
+      grpc::CreateChannel((*cluster)->address(), grpc::InsecureChannelCredentials()));
+  const auto store_call = [&](const std::string& authorization,
+                              const std::function<grpc::Status(grpc::ClientContext*)>& call) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+    return call(&context);
+  };
+  v1::StoreSetRequest set;
+  set.set_key("attacker/probe");
+  set.set_value("planted");
+  v1::StoreSetResponse set_response;
+  for (const std::string& credential : bad) {
+    EXPECT_EQ(
+        store_call(credential,
+                   [&](grpc::ClientContext* c) { return store->StoreSet(c, set, &set_response); })
+            .error_code(),
+        grpc::StatusCode::UNAUTHENTICATED);
+  }
+  v1::StoreGetRequest get;
+  get.set_key("attacker/probe");
+  get.set_timeout_ms(200);
+  v1::StoreGetResponse got;
+  EXPECT_FALSE(
+      store_call(token, [&](grpc::ClientContext* c) { return store->StoreGet(c, get, &got); }).ok())
+      << "a refused StoreSet stored '" << got.value() << "'";
+  ASSERT_TRUE(store_call(token, [&](grpc::ClientContext* c) {
+                return store->StoreSet(c, set, &set_response);
+              }).ok());
+  ASSERT_TRUE(store_call(token, [&](grpc::ClientContext* c) {
+                return store->StoreGet(c, get, &got);
+              }).ok());
+  EXPECT_EQ(got.value(), "planted");
+
+  // Rank 1 dies; a fake rank 1 without or with a wrong token cannot take its place, and the real
+  // one, restarted, rejoins and the answer is the same.
+  (*cluster)->worker(1)->Signal(SIGKILL);
+  (*cluster)->worker(1)->Stop(absl::Seconds(5));
+  const auto serving = [&] {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    v1::HealthResponse health;
+    return (*cluster)->inference().Health(&context, v1::HealthRequest(), &health).ok() &&
+           health.state() == v1::HealthResponse::STATE_SERVING;
+  };
+  const absl::Time noticed_by = absl::Now() + absl::Seconds(10);
+  while (serving() && absl::Now() < noticed_by) absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_FALSE(serving()) << "the coordinator never noticed rank 1's death";
+  v1::RegisterRequest fake;
+  fake.set_rank(1);
+  fake.set_address("127.0.0.1:1");
+  v1::RegisterResponse registered;
+  for (const std::string& credential : bad) {
+    EXPECT_EQ(
+        store_call(credential,
+                   [&](grpc::ClientContext* c) { return store->Register(c, fake, &registered); })
+            .error_code(),
+        grpc::StatusCode::UNAUTHENTICATED)
+        << "fake Register of a dead rank with '" << credential << "'";
+  }
+  ASSERT_TRUE((*cluster)->RestartWorker(1).ok());
+  ASSERT_TRUE(WaitForServing(**cluster, absl::Seconds(60))) << LogTails(options);
+  for (const std::string& address : WorkerAddresses(**cluster)) {
+    EXPECT_NE(address, "127.0.0.1:1");
+  }
+  auto rejoined = GenerateGreedy(**cluster, kPrompt, 8);
+  ASSERT_TRUE(rejoined.ok()) << rejoined.status() << "\n" << LogTails(options);
+  EXPECT_EQ(*rejoined, *before);
 }
 
 TEST(SecurityAuthz, ClientApisNeedAnApiKey) {
@@ -223,9 +294,9 @@ TEST(SecurityAuthz, ClientApisNeedAnApiKey) {
                  "/tpserve.v1.InferenceService/ListModels"},
                 {"", "Bearer wrong"});
   EXPECT_TRUE(CallRaw(address, "/tpserve.v1.InferenceService/Health", "").ok());
-  EXPECT_TRUE(CallRaw(address, "/tpserve.v1.InferenceService/ListModels",
-                      std::string("Bearer ") + kApiKey)
-                  .ok());
+  EXPECT_TRUE(
+      CallRaw(address, "/tpserve.v1.InferenceService/ListModels", std::string("Bearer ") + kApiKey)
+          .ok());
   {
     auto stub = v1::InferenceService::NewStub(
         grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
@@ -233,11 +304,15 @@ TEST(SecurityAuthz, ClientApisNeedAnApiKey) {
     request.set_text("Hello");
     request.set_max_tokens(2);
     v1::GenerateResponse chunk;
-    grpc::ClientContext refused;
-    auto reader = stub->Generate(&refused, request);
-    while (reader->Read(&chunk)) {
+    for (const char* credential : {"", "Bearer wrong"}) {
+      grpc::ClientContext refused;
+      if (*credential != '\0') refused.AddMetadata("authorization", credential);
+      auto reader = stub->Generate(&refused, request);
+      int chunks = 0;
+      while (reader->Read(&chunk)) ++chunks;
+      EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED) << credential;
+      EXPECT_EQ(chunks, 0) << credential;
     }
-    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
     grpc::ClientContext allowed;
     allowed.AddMetadata("authorization", std::string("Bearer ") + kApiKey);
     auto ok_reader = stub->Generate(&allowed, request);
@@ -246,9 +321,9 @@ TEST(SecurityAuthz, ClientApisNeedAnApiKey) {
     EXPECT_TRUE(ok_reader->Finish().ok());
     EXPECT_GT(chunks, 0);
   }
-  // 3 completions and /v1/models over HTTP; 3 methods x 2 and a Generate over gRPC.
+  // 3 completions and /v1/models over HTTP; 3 methods x 2 and 2 Generates over gRPC.
   EXPECT_EQ(Rise(counted_before, AuthFailures((*cluster)->http_address())),
-            (std::map<std::string, int>{{"http", 4}, {"inference", 7}}));
+            (std::map<std::string, int>{{"http", 4}, {"inference", 8}}));
 }
 
 // Drain, Undrain and FlushPrefixCache need the admin key; ClusterStatus stays readable. All of
@@ -267,11 +342,21 @@ TEST(SecurityAuthz, AdminOperationsNeedTheAdminKey) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string address = (*cluster)->admin_address();
   ASSERT_NE(address, (*cluster)->address());
+  // Something in the prefix tree, so that a refused flush has something to keep.
+  ASSERT_TRUE(GenerateGreedy(**cluster, kPrompt, 40).ok());
+  const auto cached = [&] {
+    auto status = ClusterStatus(**cluster);
+    EXPECT_TRUE(status.ok()) << status.status();
+    return status.ok() ? status->kv_blocks_cached() : -1;
+  };
+  const int64_t cached_before = cached();
+  ASSERT_GT(cached_before, 0);
   const auto counted_before = AuthFailures((*cluster)->http_address());
   ExpectRefused(address,
                 {"/tpserve.v1.AdminService/Drain", "/tpserve.v1.AdminService/Undrain",
                  "/tpserve.v1.AdminService/FlushPrefixCache"},
                 {"", "Bearer not-the-key"});
+  EXPECT_EQ(cached(), cached_before) << "a refused FlushPrefixCache flushed";
   EXPECT_TRUE(CallRaw(address, "/tpserve.v1.AdminService/ClusterStatus", "").ok());
   for (const std::string& method : Methods("tpserve.v1.AdminService")) {
     EXPECT_EQ(CallRaw((*cluster)->address(), method, "Bearer admin-secret-42").error_code(),
@@ -289,8 +374,9 @@ TEST(SecurityAuthz, AdminOperationsNeedTheAdminKey) {
   const auto exited_zero = [](const CommandResult& r) {
     return r.finished && WIFEXITED(r.wait_status) && WEXITSTATUS(r.wait_status) == 0;
   };
-  const CommandResult refused = RunCommand(
-      {tpctl, "--coordinator", address, "--admin-key-file", wrong_file, "drain"}, absl::Seconds(10));
+  const CommandResult refused =
+      RunCommand({tpctl, "--coordinator", address, "--admin-key-file", wrong_file, "drain"},
+                 absl::Seconds(10));
   EXPECT_FALSE(exited_zero(refused)) << refused.output;
   const CommandResult drained = RunCommand(
       {tpctl, "--coordinator", address, "--admin-key-file", key_file, "drain"}, absl::Seconds(10));
@@ -300,14 +386,17 @@ TEST(SecurityAuthz, AdminOperationsNeedTheAdminKey) {
   ready = http.Get("/health/ready");
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->status, 503);
-  const CommandResult undrained = RunCommand(
-      {tpctl, "--coordinator", address, "undrain", "--admin-key-file", key_file},
-      absl::Seconds(10));
+  const CommandResult undrained =
+      RunCommand({tpctl, "--coordinator", address, "undrain", "--admin-key-file", key_file},
+                 absl::Seconds(10));
   EXPECT_TRUE(exited_zero(undrained)) << undrained.output;
   ready = http.Get("/health/ready");
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->status, 200);
   EXPECT_TRUE(GenerateGreedy(**cluster, kPrompt, 2).ok());
+  EXPECT_TRUE(
+      CallRaw(address, "/tpserve.v1.AdminService/FlushPrefixCache", "Bearer admin-secret-42").ok());
+  EXPECT_EQ(cached(), 0);
   std::filesystem::remove_all(dir);
 }
 
@@ -325,16 +414,16 @@ class Certificates {
            "extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n";
     for (const char* ca : {"ca", "foreign-ca"}) {
       Run({"req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-           "-days", "2", "-subj", std::string("/CN=tpserve test ") + ca, "-keyout",
-           Path(ca, "key"), "-out", Path(ca, "crt")});
+           "-days", "2", "-subj", std::string("/CN=tpserve test ") + ca, "-keyout", Path(ca, "key"),
+           "-out", Path(ca, "crt")});
     }
     for (const auto& [name, ca] : {std::pair{"node", "ca"}, std::pair{"foreign", "foreign-ca"}}) {
       Run({"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj",
            std::string("/CN=tpserve ") + name, "-keyout", Path(name, "key"), "-out",
            Path(name, "csr")});
       Run({"x509", "-req", "-in", Path(name, "csr"), "-CA", Path(ca, "crt"), "-CAkey",
-           Path(ca, "key"), "-CAcreateserial", "-days", "2", "-extfile", dir_ + "/ext.cnf",
-           "-out", Path(name, "crt")});
+           Path(ca, "key"), "-CAcreateserial", "-days", "2", "-extfile", dir_ + "/ext.cnf", "-out",
+           Path(name, "crt")});
     }
   }
   ~Certificates() { std::filesystem::remove_all(dir_); }
@@ -441,9 +530,9 @@ TEST(SecurityAuthz, MutualTlsOnEveryGrpcPort) {
             grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(CallRaw(admin, "/tpserve.v1.AdminService/Drain", "Bearer x").error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(CallRaw(channel, "/tpserve.v1.AdminService/Drain", "Bearer admin-secret-42")
-                .error_code(),
-            grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(
+      CallRaw(channel, "/tpserve.v1.AdminService/Drain", "Bearer admin-secret-42").error_code(),
+      grpc::StatusCode::UNIMPLEMENTED);
   EXPECT_EQ(Rise(counted_before, AuthFailures((*cluster)->http_address())),
             (std::map<std::string, int>{{"admin", 1}, {"cluster", 1}, {"inference", 1}}));
 
@@ -469,9 +558,9 @@ TEST(SecurityAuthz, MutualTlsOnEveryGrpcPort) {
               WEXITSTATUS(status.wait_status) == 0)
       << status.output;
   EXPECT_NE(status.output.find("cluster serving"), std::string::npos) << status.output;
-  const CommandResult plain = RunCommand(
-      {tpctl, "--coordinator", (*cluster)->admin_address(), "--timeout", "2", "status"},
-      absl::Seconds(10));
+  const CommandResult plain =
+      RunCommand({tpctl, "--coordinator", (*cluster)->admin_address(), "--timeout", "2", "status"},
+                 absl::Seconds(10));
   EXPECT_NE(WEXITSTATUS(plain.wait_status), 0) << plain.output;
   EXPECT_NE(plain.output.find("cannot reach coordinator at " + (*cluster)->admin_address()),
             std::string::npos)
@@ -496,8 +585,8 @@ TEST(SecurityAuthz, BadTlsFilesAreNamedNotPrinted) {
       {{"--tls-cert", certs.Path("node", "crt"), "--tls-key", certs.Path("foreign", "key"),
         "--tls-ca", certs.Path("ca", "crt")},
        "--tls-key: " + certs.Path("foreign", "key") + " is not the key of the certificate"},
-      {{"--tls-cert", certs.Path("node", "crt"), "--tls-key", certs.Path("node", "key"),
-        "--tls-ca", certs.Path("missing", "crt")},
+      {{"--tls-cert", certs.Path("node", "crt"), "--tls-key", certs.Path("node", "key"), "--tls-ca",
+        certs.Path("missing", "crt")},
        "--tls-ca: cannot read " + certs.Path("missing", "crt")},
       {{"--tls-cert", certs.Path("node", "crt")}, "--tls-key is missing"},
   };
@@ -507,8 +596,8 @@ TEST(SecurityAuthz, BadTlsFilesAreNamedNotPrinted) {
       if (binary == "tpctl") {
         argv.insert(argv.end(), {"--coordinator", "127.0.0.1:1", "status"});
       } else {
-        argv.insert(argv.end(), {"--coordinator", "127.0.0.1:1", "--rank", "0", "--model",
-                                 TPSERVE_MODEL_PATH});
+        argv.insert(argv.end(),
+                    {"--coordinator", "127.0.0.1:1", "--rank", "0", "--model", TPSERVE_MODEL_PATH});
       }
       argv.insert(argv.end(), flags.begin(), flags.end());
       const CommandResult r = RunCommand(argv, absl::Seconds(10));
