@@ -14,6 +14,7 @@
 #include "kernels/cpu/threads.h"
 #include "model/chat_template.h"
 #include "model/detokenizer.h"
+#include "model/hf_folder.h"
 #include "model/tokenizer.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/cuda_backend.h"
@@ -46,7 +47,7 @@ absl::Status Generate(const Flags& flags) {
   options.model_path = flags.model;
   options.block_size = kBlockSize;
   // The pool only has to hold this one sequence; it is sized after tokenizing below.
-  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(flags.model));
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, OpenModel(flags.model));
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromGguf(*file));
   std::string text = flags.prompt;
   if (flags.chat) {
@@ -66,12 +67,11 @@ absl::Status Generate(const Flags& flags) {
     options.cuda.enforce_eager = flags.enforce_eager;
     ASSIGN_OR_RETURN(device_comm, SingleRankDeviceComm());
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<RankModel> runner,
-                   LoadRankModel(options, &comm, device_comm));
+  ASSIGN_OR_RETURN(std::unique_ptr<RankModel> runner, LoadRankModel(options, &comm, device_comm));
   if (total > runner->config().context_length) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", prompt.size(), " tokens) plus --max-tokens (", flags.max_tokens,
-        ") exceeds the model's context length of ", runner->config().context_length));
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt (", prompt.size(), " tokens) plus --max-tokens (", flags.max_tokens,
+                     ") exceeds the model's context length of ", runner->config().context_length));
   }
   std::vector<int32_t> block_table(options.kv_cache_blocks);
   for (int32_t b = 0; b < options.kv_cache_blocks; ++b) block_table[b] = b;
@@ -115,8 +115,8 @@ absl::Status Generate(const Flags& flags) {
   const double decode_s = std::chrono::duration<double>(end - decode_start).count();
   // The first sampled token comes from the prefill; each later one costs a decode step.
   const int decode_steps = generated - 1;
-  std::fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tokens/s)\n", prompt.size(),
-               prefill_s, prompt.size() / prefill_s);
+  std::fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tokens/s)\n", prompt.size(), prefill_s,
+               prompt.size() / prefill_s);
   std::fprintf(stderr, "decode: %d tokens in %.3f s (%.1f tokens/s)\n", decode_steps, decode_s,
                decode_steps > 0 ? decode_steps / decode_s : 0.0);
   return absl::OkStatus();
@@ -128,7 +128,9 @@ absl::Status Generate(const Flags& flags) {
 int main(int argc, char** argv) {
   tpserve::Flags flags;
   CLI::App app{"Generate text from a GGUF Llama model in this process"};
-  app.add_option("--model", flags.model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  app.add_option("--model", flags.model, "GGUF model file or Hugging Face folder")
+      ->required()
+      ->check(CLI::ExistingPath);
   app.add_option("--prompt", flags.prompt, "prompt text")->required();
   app.add_option("--max-tokens", flags.max_tokens, "tokens to generate")
       ->check(CLI::Range(1, 1 << 20));
@@ -136,8 +138,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0f, 100.0f));
   app.add_option("--top-k", flags.top_k, "keep the k likeliest tokens (0 = all)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--top-p", flags.top_p, "nucleus probability mass")
-      ->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("--top-p", flags.top_p, "nucleus probability mass")->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--seed", flags.seed, "sampling seed");
   app.add_flag("--chat", flags.chat, "wrap the prompt in the model's chat template");
   app.add_option("--threads", flags.threads, "CPU threads (0 = every core)")

@@ -23,13 +23,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "cli/local_cluster.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/tls_flags.h"
-#include "cli/local_cluster.h"
 #include "grpcpp/grpcpp.h"
 #include "model/chat_template.h"
 #include "model/gguf_file.h"
+#include "model/hf_folder.h"
 #include "tpserve/v1/inference.grpc.pb.h"
 
 namespace tpserve {
@@ -45,6 +46,7 @@ struct Flags {
   int tp = 1;
   std::string device = "cpu";
   double gpu_memory_utilization = 0.9;
+  std::string cpu_weights = "packed";
   bool enforce_eager = false;
   std::string host = "127.0.0.1";
   int port = 0;
@@ -78,7 +80,7 @@ std::string BinaryDir() {
 }
 
 absl::Status AnswerPrompt(const Flags& flags, LocalCluster& cluster) {
-  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(flags.model));
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, OpenModel(flags.model));
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromGguf(*file));
   ASSIGN_OR_RETURN(const ChatTemplate chat_template,
                    ChatTemplate::Load(*file, *tokenizer, flags.chat_template));
@@ -155,6 +157,9 @@ absl::Status Serve(const Flags& flags) {
         absl::StrCat("--gpu-memory-utilization=", flags.gpu_memory_utilization));
     if (flags.enforce_eager) options.coordinator_args.push_back("--enforce-eager");
   }
+  if (flags.device == "cpu") {
+    options.worker_args.push_back(absl::StrCat("--cpu-weights=", flags.cpu_weights));
+  }
   if (flags.no_prefix_cache) options.coordinator_args.push_back("--no-prefix-cache");
   if (!flags.chat_template.empty()) {
     options.coordinator_args.push_back(absl::StrCat("--chat-template=", flags.chat_template));
@@ -214,7 +219,9 @@ int Run(const Flags& flags) {
 int main(int argc, char** argv) {
   tpserve::Flags flags;
   CLI::App app{"Start a local tpserve cluster: a coordinator and --tp workers"};
-  app.add_option("--model", flags.model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  app.add_option("--model", flags.model, "GGUF model file or Hugging Face folder")
+      ->required()
+      ->check(CLI::ExistingPath);
   app.add_option("--chat-template", flags.chat_template,
                  "Jinja chat template file to use instead of the model's tokenizer.chat_template")
       ->check(CLI::ExistingFile);
@@ -222,6 +229,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   app.add_option("--device", flags.device, "cpu or cuda (rank r on GPU r)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--cpu-weights", flags.cpu_weights,
+                 "cpu: packed (quantized blocks, 8-bit activations) or fp32 (decoded at load)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"packed", "fp32"}));
   app.add_option("--gpu-memory-utilization", flags.gpu_memory_utilization,
                  "cuda: share of each GPU's memory for weights, buffers and the KV pool")
       ->check(CLI::Range(0.05, 1.0));

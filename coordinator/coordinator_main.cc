@@ -1,7 +1,8 @@
 // tpserve-coordinator: serves InferenceService and ClusterService on one port, AdminService on
-// another (--admin-port) and the OpenAI-compatible HTTP API on a third, waits for the --world-size workers to register,
-// initializes and loads them, then runs the engine until SIGTERM/SIGINT. Exits 1 when start-up
-// fails (bad flags, unsplittable model, missing ranks, Init or LoadShard errors), 0 after a signal.
+// another (--admin-port) and the OpenAI-compatible HTTP API on a third, waits for the --world-size
+// workers to register, initializes and loads them, then runs the engine until SIGTERM/SIGINT. Exits
+// 1 when start-up fails (bad flags, unsplittable model, missing ranks, Init or LoadShard errors), 0
+// after a signal.
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -21,10 +22,10 @@
 #include "common/auth_refusal.h"
 #include "common/cluster_token.h"
 #include "common/grpc_tls.h"
-#include "common/tls_flags.h"
-#include "coordinator/bearer_keys.h"
 #include "common/logging.h"
+#include "common/tls_flags.h"
 #include "coordinator/admin_service.h"
+#include "coordinator/bearer_keys.h"
 #include "coordinator/cluster_service.h"
 #include "coordinator/engine.h"
 #include "coordinator/group_reformer.h"
@@ -37,6 +38,7 @@
 #include "grpcpp/grpcpp.h"
 #include "model/chat_template.h"
 #include "model/gguf_file.h"
+#include "model/hf_folder.h"
 #include "model/model_config.h"
 #include "model/shard_layout.h"
 #include "model/tokenizer.h"
@@ -148,8 +150,7 @@ std::string ServedModelName(const Flags& flags) {
 absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const GgufFile& file,
                                                                const Tokenizer& tokenizer,
                                                                const std::string& override_path) {
-  absl::StatusOr<ChatTemplate> chat_template =
-      ChatTemplate::Load(file, tokenizer, override_path);
+  absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::Load(file, tokenizer, override_path);
   if (!chat_template.ok()) {
     if (!override_path.empty()) {
       return absl::InvalidArgumentError(
@@ -191,12 +192,14 @@ int Run(const Flags& flags) {
     return Fail(absl::StrCat("--cluster-token-file: ", s.message()));
   }
   if (absl::Status s = LoadProcessTls(flags.tls); !s.ok()) return Fail(std::string(s.message()));
-  LogInfo(kLog, "gRPC: %s", ProcessTls().enabled()
-                                ? "mutual TLS on every port and call (--tls-ca signs the peers)"
-                                : "plaintext (no --tls-cert, --tls-key, --tls-ca)");
+  LogInfo(kLog, "gRPC: %s",
+          ProcessTls().enabled() ? "mutual TLS on every port and call (--tls-ca signs the peers)"
+                                 : "plaintext (no --tls-cert, --tls-key, --tls-ca)");
   if (!HasClusterToken()) {
-    LogWarning(kLog, "no cluster token (--cluster-token-file or %s): anyone who reaches this "
-               "port can register ranks and use the rendezvous store", kClusterTokenEnv);
+    LogWarning(kLog,
+               "no cluster token (--cluster-token-file or %s): anyone who reaches this "
+               "port can register ranks and use the rendezvous store",
+               kClusterTokenEnv);
   }
   absl::StatusOr<BearerKeys> api_keys =
       BearerKeys::Load(flags.api_keys, flags.api_key_file, kApiKeyEnv);
@@ -204,15 +207,17 @@ int Run(const Flags& flags) {
   absl::StatusOr<BearerKeys> admin_keys = BearerKeys::Load({}, flags.admin_key_file, kAdminKeyEnv);
   if (!admin_keys.ok()) return Fail(absl::StrCat("admin key: ", admin_keys.status().message()));
   if (admin_keys->empty()) {
-    LogWarning(kLog, "no admin key (--admin-key-file or %s): anyone who reaches this port can "
-               "drain the cluster or flush its prefix cache", kAdminKeyEnv);
+    LogWarning(kLog,
+               "no admin key (--admin-key-file or %s): anyone who reaches this port can "
+               "drain the cluster or flush its prefix cache",
+               kAdminKeyEnv);
   }
   if (api_keys->empty()) {
     LogWarning(kLog, "no API key (--api-key, --api-key-file or %s): the client APIs are open",
                kApiKeyEnv);
   }
   // The model file gives the tokenizer and the head counts that decide the tensor-parallel split.
-  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(flags.model);
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = OpenModel(flags.model);
   if (!file.ok()) return Fail(absl::StrCat("--model: ", file.status().message()));
   absl::StatusOr<ModelConfig> config = ModelConfig::FromGguf(**file);
   if (!config.ok()) return Fail(absl::StrCat("--model: ", config.status().message()));
@@ -248,8 +253,8 @@ int Run(const Flags& flags) {
   http_limits.max_connections = flags.http_max_connections;
   http_limits.max_body_bytes = static_cast<size_t>(flags.http_max_body_bytes);
   http_limits.header_timeout = absl::Seconds(flags.http_header_timeout_s);
-  HttpServer http({served_model_name, config->context_length, tokenizer->get(),
-                   chat_template.get(), &metrics, &*api_keys, http_limits});
+  HttpServer http({served_model_name, config->context_length, tokenizer->get(), chat_template.get(),
+                   &metrics, &*api_keys, http_limits});
   if (flags.http_port >= 0) {
     const std::string http_host = flags.http_host.empty() ? flags.host : flags.http_host;
     absl::StatusOr<int> http_port = http.Start(http_host, flags.http_port);
@@ -363,8 +368,8 @@ int Run(const Flags& flags) {
   options.max_queued_requests = flags.max_queued_requests;
   Engine engine(options, &pool, tokenizer->get());
   engine.SetMetrics(&metrics);
-  GroupReformer reformer(&cluster, &pool, init, *loaded,
-                         absl::Seconds(flags.startup_timeout_s), kLoadTimeout);
+  GroupReformer reformer(&cluster, &pool, init, *loaded, absl::Seconds(flags.startup_timeout_s),
+                         kLoadTimeout);
   engine.SetGroupReformer([&reformer] { return reformer.Reform(); });
   engine.Start();
   {
@@ -398,9 +403,10 @@ int Run(const Flags& flags) {
 int main(int argc, char** argv) {
   tpserve::Flags flags;
   CLI::App app{"tpserve coordinator: drives tensor-parallel workers and serves InferenceService"};
-  app.add_option("--model", flags.model, "GGUF model file (tokenizer and config are read here)")
+  app.add_option("--model", flags.model,
+                 "GGUF model file or Hugging Face folder (tokenizer and config are read here)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(CLI::ExistingPath);
   app.add_option("--chat-template", flags.chat_template,
                  "Jinja chat template file to use instead of the model's tokenizer.chat_template")
       ->check(CLI::ExistingFile);
@@ -495,8 +501,7 @@ int main(int argc, char** argv) {
                  "a key clients must send as 'Authorization: Bearer' (HTTP /v1/*) or gRPC "
                  "metadata 'authorization' (InferenceService); repeatable");
   app.add_option("--api-key-file", flags.api_key_file,
-                 "file of API keys, one per line (also $" + std::string(tpserve::kApiKeyEnv) +
-                     ")");
+                 "file of API keys, one per line (also $" + std::string(tpserve::kApiKeyEnv) + ")");
   app.add_option("--admin-key-file", flags.admin_key_file,
                  "file of keys (one per line) that AdminService's Drain, Undrain and "
                  "FlushPrefixCache need as 'authorization: Bearer' (also $" +

@@ -466,7 +466,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> mapping, MappedFile::Open(path));
   const absl::Span<const uint8_t> bytes = mapping->bytes();
   ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, Parse(bytes, path));
-  file->mapping_ = std::move(mapping);
+  file->mappings_.push_back(std::move(mapping));
   return file;
 }
 
@@ -476,6 +476,59 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(absl::Span<const uint8
   file->bytes_ = bytes;
   file->display_name_ = std::move(display_name);
   RETURN_IF_ERROR(GgufParser(bytes, file.get()).Run());
+  file->file_size_ = bytes.size();
+  file->header_ = bytes.subspan(0, file->data_offset_);
+  file->sections_ = {bytes.subspan(file->data_offset_)};
+  return file;
+}
+
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Assemble(GgufParts parts) {
+  std::unique_ptr<GgufFile> file(new GgufFile());
+  file->display_name_ = std::move(parts.display_name);
+  file->version_ = 3;
+  for (auto& [key, value] : parts.metadata) {
+    if (file->metadata_.contains(key)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gguf: ", file->display_name_, ": key ", Quote(key), " set twice"));
+    }
+    file->keys_.push_back(key);
+    file->metadata_.emplace(key, std::move(value));
+  }
+  file->mappings_ = std::move(parts.mappings);
+  for (const auto& mapping : file->mappings_) file->file_size_ += mapping->bytes().size();
+  file->sections_ = std::move(parts.sections);
+  file->owned_ = std::move(parts.owned);
+  for (const std::vector<uint8_t>& buffer : file->owned_) file->sections_.emplace_back(buffer);
+  for (GgufTensorInfo& t : parts.tensors) {
+    const auto error = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gguf: ", file->display_name_, ": tensor ", Quote(t.name), ": ", what));
+    };
+    if (file->tensor_index_.contains(t.name)) return error("named twice");
+    if (t.section >= file->sections_.size()) return error("no such data section");
+    if (t.dims.empty() || t.dims.size() > kGgufMaxDims) return error("needs 1 to 4 dims");
+    t.num_elements = 1;
+    for (const int64_t d : t.dims) {
+      if (d <= 0 || t.num_elements > std::numeric_limits<int64_t>::max() / d) {
+        return error("dims are not positive or overflow");
+      }
+      t.num_elements *= d;
+    }
+    const absl::StatusOr<uint64_t> bytes = GgmlBytesFor(t.type, t.num_elements);
+    if (!bytes.ok()) return error(bytes.status().message());
+    const uint64_t section_bytes = file->sections_[t.section].size();
+    if (*bytes != t.num_bytes || t.offset > section_bytes ||
+        t.num_bytes > section_bytes - t.offset) {
+      return error(absl::StrCat(t.num_bytes, " bytes at offset ", t.offset, " are not the ", *bytes,
+                                " its dims occupy inside its file (", section_bytes,
+                                " bytes of data)"));
+    }
+    file->tensor_index_.emplace(t.name, file->tensors_.size());
+    file->tensors_.push_back(std::move(t));
+  }
+  file->identity_ = std::move(parts.identity);
+  file->header_ = absl::Span<const uint8_t>(
+      reinterpret_cast<const uint8_t*>(file->identity_.data()), file->identity_.size());
   return file;
 }
 
@@ -592,7 +645,7 @@ const GgufTensorInfo* GgufFile::FindTensor(std::string_view name) const {
 }
 
 absl::Span<const uint8_t> GgufFile::TensorData(const GgufTensorInfo& tensor) const {
-  return bytes_.subspan(data_offset_ + tensor.offset, tensor.num_bytes);
+  return sections_[tensor.section].subspan(tensor.offset, tensor.num_bytes);
 }
 
 }  // namespace tpserve

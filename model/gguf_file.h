@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -65,10 +66,27 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // ggml order: dims[0] is the contiguous (innermost) dimension
   GgmlType type;
-  uint64_t offset;     // relative to the start of the data section
+  uint64_t offset;     // relative to the start of its data section
   uint64_t num_bytes;  // bytes of data
   int64_t num_elements;
+  uint32_t section = 0;  // which data section holds it: 0 in a GGUF file (see GgufParts)
   int64_t rows() const;  // product of dims[1..]
+};
+
+// A model held in other files (a Hugging Face folder: model/hf_folder.h), as the GGUF file
+// llama.cpp's converter would write from them, for GgufFile::Assemble.
+struct GgufParts {
+  std::string display_name;
+  std::vector<std::pair<std::string, GgufValue>> metadata;  // in key order
+  // Each tensor's name, dims, type, offset and section; Assemble derives the rest.
+  std::vector<GgufTensorInfo> tensors;
+  // Data sections: spans of `mappings`, then (in order) each of `owned` whole.
+  std::vector<absl::Span<const uint8_t>> sections;
+  std::vector<std::unique_ptr<MappedFile>> mappings;
+  std::vector<std::vector<uint8_t>> owned;  // tensors computed at load (llama3 RoPE factors)
+  // Stands in for header_bytes(): bytes that identify the model (its configuration and the
+  // tensor tables), for the fingerprint check across ranks.
+  std::string identity;
 };
 
 class GgufFile {
@@ -79,12 +97,18 @@ class GgufFile {
   // Parses an in-memory image (used by tests that build corrupt files); `bytes` must outlive it.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Parse(absl::Span<const uint8_t> bytes,
                                                          std::string display_name);
+  // The view of `parts`. INVALID_ARGUMENT naming the key or tensor for a repeated key or name,
+  // a section that does not exist, more than kGgufMaxDims dims, a type this build does not
+  // decode, or data that is not the bytes its dims occupy inside its section.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Assemble(GgufParts parts);
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
-  uint64_t file_size() const { return bytes_.size(); }
-  // Bytes of the header, metadata and tensor table: hashing them identifies the model file.
-  absl::Span<const uint8_t> header_bytes() const { return bytes_.subspan(0, data_offset_); }
+  // Bytes of the file, or of every file an assembled model maps.
+  uint64_t file_size() const { return file_size_; }
+  // Bytes of the header, metadata and tensor table (an assembled model's identity): hashing them
+  // identifies the model.
+  absl::Span<const uint8_t> header_bytes() const { return header_; }
 
   const GgufValue* Find(std::string_view key) const;
   // Typed getters: NOT_FOUND when absent, INVALID_ARGUMENT naming the key when of another type.
@@ -107,8 +131,13 @@ class GgufFile {
   friend class GgufParser;  // fills the fields below; defined in gguf_file.cc
   GgufFile() = default;
 
-  std::unique_ptr<MappedFile> mapping_;  // null for Parse()
-  absl::Span<const uint8_t> bytes_;
+  std::vector<std::unique_ptr<MappedFile>> mappings_;  // none for Parse()
+  std::vector<std::vector<uint8_t>> owned_;
+  std::string identity_;
+  absl::Span<const uint8_t> bytes_;  // the GGUF image; empty when assembled
+  absl::Span<const uint8_t> header_;
+  uint64_t file_size_ = 0;
+  std::vector<absl::Span<const uint8_t>> sections_;
   std::string display_name_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;

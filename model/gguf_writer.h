@@ -44,6 +44,10 @@ class GgufWriter {
   absl::Status AddTensor(std::string name, GgmlType type, std::vector<int64_t> dims,
                          absl::Span<const uint8_t> data);
 
+  // The metadata set so far, in file order (GgufParts takes it for a model assembled from other
+  // files).
+  const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return metadata_; }
+
   // The whole file image.
   std::vector<uint8_t> Serialize() const;
   // Writes Serialize() to `path`, replacing it; errors name the path.

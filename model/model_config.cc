@@ -204,6 +204,12 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
   }
   c.architecture = *arch;
   c.rope_rotate_half = c.architecture == "qwen2";
+  if (file.Find("tpserve.rope.rotate_half") != nullptr) {
+    absl::StatusOr<bool> rotate_half = file.GetBool("tpserve.rope.rotate_half");
+    if (!rotate_half.ok())
+      return ConfigError("tpserve.rope.rotate_half", rotate_half.status().message());
+    c.rope_rotate_half = *rotate_half;
+  }
   const std::string p = c.architecture + ".";
 
   ASSIGN_OR_RETURN(c.num_layers, ReadSize(file, p + "block_count"));

@@ -36,7 +36,8 @@ struct ModelConfig {
   int64_t rope_dims = 0;             // <arch>.rope.dimension_count: leading dims of a head rotated
   // Which dims of a head RoPE pairs: llama.cpp's converter permutes the Q/K rows of "llama"
   // files so that pairs are adjacent (2i, 2i + 1); "qwen2" files keep the HF order, where pair i
-  // is (i, i + rope_dims / 2) (rotate-half).
+  // is (i, i + rope_dims / 2) (rotate-half). `tpserve.rope.rotate_half` (bool) overrides: a
+  // Hugging Face folder's view (model/hf_folder.h) sets it, its rows being in HF order.
   bool rope_rotate_half = false;
   RopeScaling rope_scaling = RopeScaling::kNone;
   float rope_scaling_factor = 1.0f;  // kLinear: angles are divided by it

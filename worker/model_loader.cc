@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "model/hf_folder.h"
 #include "model/shard_layout.h"
 #include "worker/cuda_backend.h"
 #include "worker/llama_model.h"
@@ -29,7 +30,8 @@ absl::StatusOr<std::unique_ptr<StepModel>> CreateCpuModel(const ModelRunnerOptio
   shape.num_blocks = options.kv_cache_blocks > 0 ? options.kv_cache_blocks
                                                  : options.kv_cache_bytes / shape.bytes_per_block();
   if (options.kv_cache_blocks == 0 && options.kv_cache_holds_context) {
-    const int64_t context_blocks = (config.context_length + shape.block_size - 1) / shape.block_size;
+    const int64_t context_blocks =
+        (config.context_length + shape.block_size - 1) / shape.block_size;
     shape.num_blocks = std::max(shape.num_blocks, context_blocks);
   }
   if (shape.num_blocks <= 0) {
@@ -71,14 +73,14 @@ absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOption
     ASSIGN_OR_RETURN(cuda_device, SelectCudaDevice(options.cuda.device, comm->rank()));
   }
   std::unique_ptr<RankModel> runner(new RankModel());
-  ASSIGN_OR_RETURN(runner->file_, GgufFile::Open(options.model_path));
+  ASSIGN_OR_RETURN(runner->file_, OpenModel(options.model_path));
   ASSIGN_OR_RETURN(runner->config_, ModelConfig::FromGguf(*runner->file_));
   ASSIGN_OR_RETURN(const ShardLayout layout,
                    ShardLayout::Make(runner->config_, comm->rank(), comm->world_size()));
   LogInfo("runner", "rank %d/%d: loading %s (%s)", comm->rank(), comm->world_size(),
           options.model_path, runner->config_.DebugString());
-  ASSIGN_OR_RETURN(ModelWeights weights, LoadShard(*runner->file_, runner->config_, layout,
-                                                         options.cpu_weights));
+  ASSIGN_OR_RETURN(ModelWeights weights,
+                   LoadShard(*runner->file_, runner->config_, layout, options.cpu_weights));
 #if TPSERVE_WITH_CUDA
   if (options.device == Device::kCuda) {
     ASSIGN_OR_RETURN(runner->model_,

@@ -16,8 +16,8 @@
 #include "absl/time/time.h"
 #include "common/cluster_token.h"
 #include "common/grpc_tls.h"
-#include "common/tls_flags.h"
 #include "common/logging.h"
+#include "common/tls_flags.h"
 #include "kernels/cpu/threads.h"
 #include "tpserve/v1/worker.grpc.pb.h"
 #include "worker/worker_server.h"
@@ -86,9 +86,10 @@ int Run(const Flags& flags) {
     return 1;
   }
   if (!HasClusterToken()) {
-    LogWarning("worker", "rank %d: no cluster token (--cluster-token-file or %s): anyone who "
-               "reaches this port can initialise, drive or stop this worker", flags.rank,
-               kClusterTokenEnv);
+    LogWarning("worker",
+               "rank %d: no cluster token (--cluster-token-file or %s): anyone who "
+               "reaches this port can initialise, drive or stop this worker",
+               flags.rank, kClusterTokenEnv);
   }
   cpu::SetCpuThreads(flags.threads);
   // Block the stop signals in every thread; one thread waits for them.
@@ -156,7 +157,7 @@ int main(int argc, char** argv) {
   app.add_option("--rank", flags.rank, "this worker's rank")
       ->required()
       ->check(CLI::Range(0, 1 << 20));
-  app.add_option("--model", flags.model, "GGUF model file")->required();
+  app.add_option("--model", flags.model, "GGUF model file or Hugging Face folder")->required();
   app.add_option("--host", flags.host, "address to bind and advertise (gRPC and Gloo)")
       ->capture_default_str();
   app.add_option("--port", flags.port, "port to serve on; 0 picks a free one")

@@ -16,7 +16,6 @@ reference that ignored one could not pass by accident.
 
 import math
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -27,79 +26,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tpserve_cluster  # noqa: E402
+from gguf_reader import Gguf, unpermute_llama_qk  # noqa: E402
 
 TOLERANCE = 1e-3  # max |logit difference| in fp32
 PROMPT_LENGTH = 40
 EPS = 1e-5  # what tpserve-mkmodel writes as layer_norm_rms_epsilon
 
 # ---------------------------------------------------------------------------------------------
-# GGUF (only what tpserve-mkmodel writes: metadata of any type, F32 tensors)
-
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
-            11: "<q", 12: "<d"}
-_STRING, _ARRAY, _F32 = 8, 9, 0
-
-
-class Gguf:
-    def __init__(self, path):
-        with open(path, "rb") as f:
-            self._data = f.read()
-        self._pos = 0
-        magic, version = self._read("<4sI")
-        assert magic == b"GGUF" and version == 3, (magic, version)
-        n_tensors, n_kv = self._read("<QQ")
-        self.metadata = {}
-        for _ in range(n_kv):
-            key = self._string()
-            (kind,) = self._read("<I")
-            self.metadata[key] = self._value(kind)
-        infos = []
-        for _ in range(n_tensors):
-            name = self._string()
-            (n_dims,) = self._read("<I")
-            dims = self._read("<%dQ" % n_dims)
-            kind, offset = self._read("<IQ")
-            infos.append((name, dims, kind, offset))
-        alignment = self.metadata.get("general.alignment", 32)
-        start = (self._pos + alignment - 1) // alignment * alignment
-        self.tensors = {}
-        for name, dims, kind, offset in infos:
-            assert kind == _F32, "%s: the test reads F32 tensors only" % name
-            count = math.prod(dims)
-            values = np.frombuffer(self._data, "<f4", count, start + offset)
-            # ggml's dims run fastest first: [cols, rows] is a row-major (rows, cols) array.
-            self.tensors[name] = values.reshape(tuple(reversed(dims))).astype(np.float64)
-
-    def _read(self, fmt):
-        values = struct.unpack_from(fmt, self._data, self._pos)
-        self._pos += struct.calcsize(fmt)
-        return values
-
-    def _string(self):
-        (n,) = self._read("<Q")
-        self._pos += n
-        return self._data[self._pos - n:self._pos].decode("utf-8")
-
-    def _value(self, kind):
-        if kind == _STRING:
-            return self._string()
-        if kind == _ARRAY:
-            item, n = self._read("<IQ")
-            return [self._value(item) for _ in range(n)]
-        return self._read(_SCALARS[kind])[0]
-
-
-# ---------------------------------------------------------------------------------------------
 # The Hugging Face model, from its formulas
-
-
-def unpermute_llama_qk(w, n_head):
-    """HF rows from GGUF rows. llama.cpp's converter reorders each head's rows from HF's
-    (first half, second half) to interleaved pairs: it views a head's rows as (2, d/2) and
-    transposes to (d/2, 2). Undo: view as (d/2, 2), transpose back."""
-    rows = w.shape[0]
-    d = rows // n_head
-    return w.reshape(n_head, d // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 class HfConfig:

@@ -1,0 +1,462 @@
+#include "model/hf_folder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "model/gguf_writer.h"
+#include "model/hf_tokenizer.h"
+#include "model/mapped_file.h"
+#include "model/safetensors_file.h"
+#include "nlohmann/json.hpp"
+
+namespace tpserve {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kMaxConfigBytes = int64_t{64}
+                                    << 20;  // tokenizer.json of a 256K vocabulary: ~20 MB
+
+absl::Status Error(absl::string_view file, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(file, ": ", what));
+}
+
+// The text of `dir`/`name`; nullopt when the file does not exist.
+absl::StatusOr<std::optional<std::string>> ReadText(const std::filesystem::path& dir,
+                                                    const std::string& name) {
+  const std::filesystem::path path = dir / name;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  if (std::filesystem::file_size(path, ec) > static_cast<uintmax_t>(kMaxConfigBytes) || ec) {
+    return Error(path.string(), absl::StrCat("is unreadable or over ", kMaxConfigBytes, " bytes"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error(path.string(), "cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<json> ParseJson(const std::filesystem::path& dir, const std::string& name,
+                               const std::string& text) {
+  json parsed = json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    return Error((dir / name).string(), "is not a JSON object");
+  }
+  return parsed;
+}
+
+// The parsed `name`, or null when the folder has none.
+absl::StatusOr<json> ReadOptionalJson(const std::filesystem::path& dir, const std::string& name) {
+  ASSIGN_OR_RETURN(const std::optional<std::string> text, ReadText(dir, name));
+  if (!text.has_value()) return json();
+  return ParseJson(dir, name, *text);
+}
+
+// config.json's fields, read with their types checked.
+class Config {
+ public:
+  explicit Config(const json& config) : config_(config) {}
+
+  absl::StatusOr<int64_t> Int(const char* field, std::optional<int64_t> fallback = {}) const {
+    const auto it = config_.find(field);
+    if (it == config_.end() || it->is_null()) {
+      if (fallback.has_value()) return *fallback;
+      return Error("config.json", absl::StrCat(field, " is missing"));
+    }
+    if (!it->is_number_integer())
+      return Error("config.json", absl::StrCat(field, " is not an integer"));
+    return it->get<int64_t>();
+  }
+  absl::StatusOr<double> Number(const char* field, std::optional<double> fallback = {}) const {
+    const auto it = config_.find(field);
+    if (it == config_.end() || it->is_null()) {
+      if (fallback.has_value()) return *fallback;
+      return Error("config.json", absl::StrCat(field, " is missing"));
+    }
+    if (!it->is_number()) return Error("config.json", absl::StrCat(field, " is not a number"));
+    return it->get<double>();
+  }
+  const json& raw() const { return config_; }
+
+ private:
+  const json& config_;
+};
+
+// The GGUF architecture of config.json's `architectures`.
+absl::StatusOr<std::string> Architecture(const json& config) {
+  const json& names = config.value("architectures", json::array());
+  const std::string name =
+      names.is_array() && !names.empty() && names[0].is_string() ? names[0].get<std::string>() : "";
+  if (name == "LlamaForCausalLM" || name == "MistralForCausalLM") return "llama";
+  if (name == "Qwen2ForCausalLM") return "qwen2";
+  return Error("config.json",
+               absl::StrCat("architectures ", names.dump(),
+                            " is not supported "
+                            "(LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM are)"));
+}
+
+// Llama-3.1's "llama3" rule from Hugging Face's rope_scaling, as the per-pair divisors llama.cpp's
+// converter stores in rope_freqs.weight: wavelengths shorter than original_context /
+// high_freq_factor keep their frequency, longer than original_context / low_freq_factor are
+// divided by factor, and those between are interpolated smoothly.
+absl::StatusOr<std::vector<float>> Llama3RopeFactors(const json& scaling, double theta,
+                                                     int64_t rope_dims) {
+  const auto number = [&](const char* field) -> absl::StatusOr<double> {
+    if (!scaling.contains(field) || !scaling[field].is_number()) {
+      return Error("config.json", absl::StrCat("rope_scaling.", field, " is missing"));
+    }
+    return scaling[field].get<double>();
+  };
+  ASSIGN_OR_RETURN(const double factor, number("factor"));
+  ASSIGN_OR_RETURN(const double low, number("low_freq_factor"));
+  ASSIGN_OR_RETURN(const double high, number("high_freq_factor"));
+  ASSIGN_OR_RETURN(const double original, number("original_max_position_embeddings"));
+  if (!(factor > 0) || !(low > 0) || !(high > low) || !(original > 0)) {
+    return Error("config.json",
+                 "rope_scaling needs factor > 0 and high_freq_factor > "
+                 "low_freq_factor > 0 and original_max_position_embeddings > 0");
+  }
+  const double low_wavelength = original / low;
+  const double high_wavelength = original / high;
+  std::vector<float> factors;
+  for (int64_t i = 0; i < rope_dims; i += 2) {
+    const double frequency = 1.0 / std::pow(theta, static_cast<double>(i) / rope_dims);
+    const double wavelength = 2 * M_PI / frequency;
+    if (wavelength < high_wavelength) {
+      factors.push_back(1.0f);
+    } else if (wavelength > low_wavelength) {
+      factors.push_back(static_cast<float>(factor));
+    } else {
+      const double smooth = (original / wavelength - low) / (high - low);
+      factors.push_back(static_cast<float>(1.0 / ((1 - smooth) / factor + smooth)));
+    }
+  }
+  return factors;
+}
+
+// The <arch>.* keys of config.json; `rope_factors` receives llama3 scaling's tensor.
+absl::Status AddModelKeys(const Config& c, const std::string& arch, GgufWriter* keys,
+                          std::vector<float>* rope_factors) {
+  const std::string p = arch + ".";
+  ASSIGN_OR_RETURN(const int64_t layers, c.Int("num_hidden_layers"));
+  ASSIGN_OR_RETURN(const int64_t hidden, c.Int("hidden_size"));
+  ASSIGN_OR_RETURN(const int64_t ffn, c.Int("intermediate_size"));
+  ASSIGN_OR_RETURN(const int64_t heads, c.Int("num_attention_heads"));
+  ASSIGN_OR_RETURN(const int64_t kv_heads, c.Int("num_key_value_heads", heads));
+  ASSIGN_OR_RETURN(const int64_t context, c.Int("max_position_embeddings"));
+  ASSIGN_OR_RETURN(const double eps, c.Number("rms_norm_eps"));
+  ASSIGN_OR_RETURN(const double theta, c.Number("rope_theta", 10000.0));
+  for (const auto& [field, value] : {std::pair{"num_hidden_layers", layers},
+                                     {"hidden_size", hidden},
+                                     {"intermediate_size", ffn},
+                                     {"num_attention_heads", heads},
+                                     {"num_key_value_heads", kv_heads},
+                                     {"max_position_embeddings", context}}) {
+    if (value <= 0 || value > (int64_t{1} << 31)) {
+      return Error("config.json", absl::StrCat(field, " ", value, " is not in [1, 2^31]"));
+    }
+  }
+  keys->SetString("general.architecture", arch);
+  keys->SetUint64(p + "block_count", layers);
+  keys->SetUint64(p + "embedding_length", hidden);
+  keys->SetUint64(p + "feed_forward_length", ffn);
+  keys->SetUint64(p + "attention.head_count", heads);
+  keys->SetUint64(p + "attention.head_count_kv", kv_heads);
+  keys->SetUint64(p + "context_length", context);
+  keys->SetFloat32(p + "attention.layer_norm_rms_epsilon", static_cast<float>(eps));
+  keys->SetFloat32(p + "rope.freq_base", static_cast<float>(theta));
+  keys->SetBool("tpserve.rope.rotate_half", true);
+  // A head_dim other than hidden / heads: ModelConfig refuses the key lengths, naming them.
+  ASSIGN_OR_RETURN(const int64_t head_dim, c.Int("head_dim", hidden / heads));
+  keys->SetUint64(p + "attention.key_length", head_dim);
+  keys->SetUint64(p + "attention.value_length", head_dim);
+  // Qwen2 declares a window it does not use unless use_sliding_window says so.
+  const bool window_used = arch != "qwen2" || c.raw().value("use_sliding_window", false);
+  ASSIGN_OR_RETURN(const int64_t window, c.Int("sliding_window", 0));
+  if (window_used && window > 0) keys->SetUint64(p + "attention.sliding_window", window);
+
+  const json& scaling = c.raw().value("rope_scaling", json());
+  if (scaling.is_object()) {
+    std::string type = scaling.value("rope_type", scaling.value("type", std::string("none")));
+    if (type == "default") type = "none";
+    if (type == "llama3") {
+      ASSIGN_OR_RETURN(*rope_factors, Llama3RopeFactors(scaling, theta, head_dim));
+    } else {
+      keys->SetString(p + "rope.scaling.type", type);  // ModelConfig refuses all but none, linear
+      if (type == "linear") {
+        ASSIGN_OR_RETURN(const double factor, Config(scaling).Number("factor"));
+        keys->SetFloat32(p + "rope.scaling.factor", static_cast<float>(factor));
+      }
+    }
+  } else if (!scaling.is_null()) {
+    return Error("config.json", "rope_scaling is neither an object nor null");
+  }
+  return absl::OkStatus();
+}
+
+// The GGUF name of a Hugging Face tensor; "" for one the forward pass never reads; nullopt for
+// one it does not know.
+std::optional<std::string> GgufName(const std::string& hf) {
+  static const auto* const kTop = new absl::flat_hash_map<std::string, std::string>{
+      {"model.embed_tokens.weight", "token_embd.weight"},
+      {"model.norm.weight", "output_norm.weight"},
+      {"lm_head.weight", "output.weight"}};
+  static const auto* const kLayer = new absl::flat_hash_map<std::string, std::string>{
+      {"input_layernorm", "attn_norm"}, {"post_attention_layernorm", "ffn_norm"},
+      {"self_attn.q_proj", "attn_q"},   {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},   {"self_attn.o_proj", "attn_output"},
+      {"mlp.gate_proj", "ffn_gate"},    {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"}};
+  if (const auto it = kTop->find(hf); it != kTop->end()) return it->second;
+  constexpr std::string_view kPrefix = "model.layers.";
+  if (hf.rfind(kPrefix, 0) != 0) return std::nullopt;
+  const std::string rest = hf.substr(kPrefix.size());
+  const size_t dot = rest.find('.');
+  int64_t layer = 0;
+  if (dot == std::string::npos || !absl::SimpleAtoi(rest.substr(0, dot), &layer) || layer < 0) {
+    return std::nullopt;
+  }
+  const std::string part = rest.substr(dot + 1);
+  if (part == "self_attn.rotary_emb.inv_freq") return "";
+  const size_t last = part.rfind('.');
+  if (last == std::string::npos) return std::nullopt;
+  const std::string suffix = part.substr(last + 1);
+  const auto it = kLayer->find(part.substr(0, last));
+  if (it == kLayer->end() || (suffix != "weight" && suffix != "bias")) return std::nullopt;
+  return absl::StrCat("blk.", layer, ".", it->second, ".", suffix);
+}
+
+std::optional<GgmlType> GgmlTypeOf(const std::string& dtype) {
+  if (dtype == "F32") return GgmlType::kF32;
+  if (dtype == "F16") return GgmlType::kF16;
+  if (dtype == "BF16") return GgmlType::kBF16;
+  return std::nullopt;
+}
+
+// The shape config.json implies for a tensor of GGUF name `name`, row-major; nullopt when it
+// implies none (the shard loader and ModelConfig check what is left).
+std::optional<std::vector<int64_t>> ExpectedShape(const std::string& name, const Config& c,
+                                                  int64_t vocab) {
+  const int64_t hidden = c.Int("hidden_size").value_or(0);
+  const int64_t heads = c.Int("num_attention_heads").value_or(1);
+  const int64_t kv_heads = c.Int("num_key_value_heads", heads).value_or(heads);
+  const int64_t head_dim = c.Int("head_dim", hidden / std::max<int64_t>(heads, 1)).value_or(0);
+  const int64_t ffn = c.Int("intermediate_size").value_or(0);
+  const std::string_view n = name;
+  const auto ends = [&](std::string_view suffix) {
+    return n.size() >= suffix.size() && n.substr(n.size() - suffix.size()) == suffix;
+  };
+  if (name == "token_embd.weight" || name == "output.weight") {
+    return std::vector<int64_t>{vocab, hidden};
+  }
+  if (name == "output_norm.weight" || ends("attn_norm.weight") || ends("ffn_norm.weight")) {
+    return std::vector<int64_t>{hidden};
+  }
+  if (ends("attn_q.weight")) return std::vector<int64_t>{heads * head_dim, hidden};
+  if (ends("attn_k.weight") || ends("attn_v.weight")) {
+    return std::vector<int64_t>{kv_heads * head_dim, hidden};
+  }
+  if (ends("attn_q.bias")) return std::vector<int64_t>{heads * head_dim};
+  if (ends("attn_k.bias") || ends("attn_v.bias")) return std::vector<int64_t>{kv_heads * head_dim};
+  if (ends("attn_output.weight")) return std::vector<int64_t>{hidden, heads * head_dim};
+  if (ends("ffn_gate.weight") || ends("ffn_up.weight")) return std::vector<int64_t>{ffn, hidden};
+  if (ends("ffn_down.weight")) return std::vector<int64_t>{hidden, ffn};
+  return std::nullopt;
+}
+
+std::string Shape(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// The safetensors files of the folder and, for each tensor name, the file that holds it.
+absl::StatusOr<std::map<std::string, std::vector<std::string>>> WeightFiles(
+    const std::filesystem::path& dir) {
+  std::map<std::string, std::vector<std::string>> files;  // file -> the tensors the index gives it
+  ASSIGN_OR_RETURN(const json index, ReadOptionalJson(dir, "model.safetensors.index.json"));
+  if (index.is_null()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(dir / "model.safetensors", ec)) {
+      return Error(dir.string(),
+                   "holds neither model.safetensors nor model.safetensors.index.json");
+    }
+    files["model.safetensors"];
+    return files;
+  }
+  const json& map = index.value("weight_map", json());
+  if (!map.is_object()) {
+    return Error("model.safetensors.index.json", "weight_map is not an object");
+  }
+  for (const auto& [tensor, file] : map.items()) {
+    const std::string name = file.is_string() ? file.get<std::string>() : "";
+    // A shard is a plain file name inside the folder, never a path out of it.
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      return Error("model.safetensors.index.json",
+                   absl::StrCat("weight_map gives ", tensor, " the file ", file.dump(),
+                                ", which is not a file name inside the folder"));
+    }
+    files[name].push_back(tensor);
+  }
+  if (files.empty()) return Error("model.safetensors.index.json", "weight_map is empty");
+  return files;
+}
+
+absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir) {
+  ASSIGN_OR_RETURN(const std::optional<std::string> config_text, ReadText(dir, "config.json"));
+  if (!config_text.has_value()) return Error(dir.string(), "holds no config.json");
+  ASSIGN_OR_RETURN(const json config_json, ParseJson(dir, "config.json", *config_text));
+  const Config config(config_json);
+  ASSIGN_OR_RETURN(const std::string arch, Architecture(config_json));
+
+  GgufParts parts;
+  parts.display_name = dir.string();
+  parts.identity = *config_text;
+  GgufWriter keys;
+  std::vector<float> rope_factors;
+  RETURN_IF_ERROR(AddModelKeys(config, arch, &keys, &rope_factors));
+  keys.SetString("general.name", dir.filename().string());
+
+  // Tensors, file by file.
+  ASSIGN_OR_RETURN(const auto files, WeightFiles(dir));
+  std::map<std::string, std::string> where;  // GGUF name -> "file: HF name", for errors
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;  // GGUF name, HF shape
+  for (const auto& [file, indexed] : files) {
+    absl::StatusOr<std::unique_ptr<MappedFile>> mapping = MappedFile::Open((dir / file).string());
+    if (!mapping.ok()) {
+      return Error(dir.string(), absl::StrCat("weight file ", file,
+                                              " cannot be opened: ", mapping.status().message()));
+    }
+    ASSIGN_OR_RETURN(const SafetensorsHeader header,
+                     ParseSafetensors((*mapping)->bytes(), (dir / file).string()));
+    absl::StrAppend(
+        &parts.identity, "\n", file, "\n",
+        absl::string_view(reinterpret_cast<const char*>(header.json.data()), header.json.size()));
+    std::map<std::string, bool> present;
+    for (const SafetensorsTensor& t : header.tensors) present[t.name] = true;
+    for (const std::string& name : indexed) {
+      if (!present.contains(name)) {
+        return Error(file, absl::StrCat("holds no tensor ", name,
+                                        ", which model.safetensors.index.json places there"));
+      }
+    }
+    const uint32_t section = static_cast<uint32_t>(parts.sections.size());
+    parts.sections.push_back(header.data);
+    parts.mappings.push_back(*std::move(mapping));
+    for (const SafetensorsTensor& t : header.tensors) {
+      const std::optional<std::string> gguf = GgufName(t.name);
+      if (!gguf.has_value()) {
+        return Error(file, absl::StrCat("tensor ", t.name, " is not part of a ", arch,
+                                        " model tpserve knows"));
+      }
+      if (gguf->empty()) continue;
+      const std::optional<GgmlType> type = GgmlTypeOf(t.dtype);
+      if (!type.has_value()) {
+        return Error(file, absl::StrCat("tensor ", t.name, " has dtype ", t.dtype,
+                                        " (BF16, F16 and F32 are served)"));
+      }
+      if (where.contains(*gguf)) {
+        return Error(file, absl::StrCat("tensor ", t.name, " is also in ", where[*gguf]));
+      }
+      where[*gguf] = absl::StrCat(file, ": ", t.name);
+      GgufTensorInfo info;
+      info.name = *gguf;
+      info.dims.assign(t.shape.rbegin(), t.shape.rend());
+      info.type = *type;
+      info.offset = t.begin;
+      info.num_bytes = t.end - t.begin;
+      info.section = section;
+      parts.tensors.push_back(std::move(info));
+      shapes.emplace_back(*gguf, t.shape);
+    }
+  }
+
+  // Shapes against config.json, and every layer whole.
+  const auto embedding = std::find_if(shapes.begin(), shapes.end(),
+                                      [](const auto& s) { return s.first == "token_embd.weight"; });
+  if (embedding == shapes.end() || embedding->second.size() != 2) {
+    return Error(dir.string(), "model.embed_tokens.weight is missing or not a matrix");
+  }
+  const int64_t vocab = embedding->second[0];
+  if (const int64_t declared = config.Int("vocab_size", vocab).value_or(vocab); declared != vocab) {
+    return Error("config.json", absl::StrCat("vocab_size ", declared, " disagrees with the ", vocab,
+                                             " rows of model.embed_tokens.weight"));
+  }
+  for (const auto& [name, shape] : shapes) {
+    const std::optional<std::vector<int64_t>> want = ExpectedShape(name, config, vocab);
+    if (want.has_value() && *want != shape) {
+      return Error(where[name], absl::StrCat("shape ", Shape(shape),
+                                             " disagrees with config.json (", Shape(*want), ")"));
+    }
+  }
+  ASSIGN_OR_RETURN(const int64_t layers, config.Int("num_hidden_layers"));
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    for (const char* part : {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+                             "self_attn.v_proj", "self_attn.o_proj", "post_attention_layernorm",
+                             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
+      const std::string hf = absl::StrCat("model.layers.", layer, ".", part, ".weight");
+      if (!where.contains(*GgufName(hf))) {
+        return Error(dir.string(), absl::StrCat(hf, " is in no weight file"));
+      }
+    }
+  }
+  if (!rope_factors.empty()) {
+    GgufTensorInfo info;
+    info.name = "rope_freqs.weight";
+    info.dims = {static_cast<int64_t>(rope_factors.size())};
+    info.type = GgmlType::kF32;
+    info.offset = 0;
+    info.num_bytes = rope_factors.size() * sizeof(float);
+    info.section = static_cast<uint32_t>(parts.sections.size() + parts.owned.size());
+    std::vector<uint8_t> bytes(info.num_bytes);
+    std::memcpy(bytes.data(), rope_factors.data(), info.num_bytes);
+    parts.owned.push_back(std::move(bytes));
+    parts.tensors.push_back(std::move(info));
+  }
+
+  // The tokenizer.
+  ASSIGN_OR_RETURN(const std::optional<std::string> tokenizer_text,
+                   ReadText(dir, "tokenizer.json"));
+  if (!tokenizer_text.has_value()) return Error(dir.string(), "holds no tokenizer.json");
+  ASSIGN_OR_RETURN(const json tokenizer, ParseJson(dir, "tokenizer.json", *tokenizer_text));
+  ASSIGN_OR_RETURN(const json tokenizer_config, ReadOptionalJson(dir, "tokenizer_config.json"));
+  ASSIGN_OR_RETURN(const json generation, ReadOptionalJson(dir, "generation_config.json"));
+  RETURN_IF_ERROR(AddHfTokenizerKeys(tokenizer, tokenizer_config, generation, vocab, &keys));
+
+  parts.metadata = keys.metadata();
+  return GgufFile::Assemble(std::move(parts));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GgufFile>> OpenHfFolder(const std::string& dir) {
+  // json::value() throws when a field holds another type than its default: such a folder is
+  // refused like any other malformed one.
+  try {
+    return Open(std::filesystem::path(dir));
+  } catch (const json::exception& e) {
+    return Error(dir,
+                 absl::StrCat("config.json has a field of an unexpected type (", e.what(), ")"));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<GgufFile>> OpenModel(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return OpenHfFolder(path);
+  return GgufFile::Open(path);
+}
+
+}  // namespace tpserve

@@ -1,0 +1,290 @@
+"""hf_folder_equals_gguf: SmolLM2 served from a Hugging Face folder gives the GGUF file's logits.
+
+The folder is written here from the bundled GGUF by code independent of tpserve's: the weights
+decoded by gguf_reader (ggml's block formats), Q/K rows put back into HF's order (undoing
+llama.cpp's converter permutation), saved in F32 with the `safetensors` package; config.json;
+a tokenizer.json in HF's format that HF's own `tokenizers` loads and must encode as tpserve does
+the GGUF file (which tokenizer_matches_llamacpp ties to llama.cpp); tokenizer_config.json with the
+chat template and special tokens. tpserve serves the GGUF file with --cpu-weights fp32 (the same
+decoded values) and the folder, as one file at tp 1 and sharded (an index over two files) at
+tp 3: logits agree within 1e-4 and top-1 everywhere, texts tokenize alike, and a chat request
+renders the same prompt and greedy answer. Broken folders (a missing shard, an unsupported
+dtype, a shape that disagrees with config.json, a truncated file, a shard outside the folder)
+each stop tpserve-generate with a line naming the file and the tensor.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tpserve_cluster  # noqa: E402
+from gguf_reader import Gguf, unpermute_llama_qk  # noqa: E402
+
+TOLERANCE = 1e-4
+PROMPT_LENGTH = 48
+TEXTS = ["Hello, world!", "The capital of France is Paris.", "  spaces\tand\nnewlines  ",
+         "digits 1234567 and 3.14159", "<|im_start|>user\nhi<|im_end|>", "naïve café 東京 🚀",
+         "def f(x):\n    return x ** 2\n"]
+
+_LAYER_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+                "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+                "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+                "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+_TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
+              "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
+
+
+def hf_name(gguf_name):
+    if gguf_name in _TOP_NAMES:
+        return _TOP_NAMES[gguf_name]
+    _, layer, part, suffix = gguf_name.split(".")
+    return "model.layers.%s.%s.%s" % (layer, _LAYER_NAMES[part], suffix)
+
+
+def hf_tensors(gguf):
+    """The model's tensors under HF names, in HF layout, float32."""
+    m = gguf.metadata
+    heads, kv_heads = m["llama.attention.head_count"], m["llama.attention.head_count_kv"]
+    tensors = {}
+    for name, values in gguf.tensors.items():
+        if ".attn_q." in name:
+            values = unpermute_llama_qk(values, heads)
+        elif ".attn_k." in name:
+            values = unpermute_llama_qk(values, kv_heads)
+        tensors[hf_name(name)] = np.ascontiguousarray(values, dtype=np.float32)
+    return tensors
+
+
+def config_json(gguf):
+    m = gguf.metadata
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": m["llama.embedding_length"],
+        "intermediate_size": m["llama.feed_forward_length"],
+        "num_hidden_layers": m["llama.block_count"],
+        "num_attention_heads": m["llama.attention.head_count"],
+        "num_key_value_heads": m["llama.attention.head_count_kv"],
+        "max_position_embeddings": m["llama.context_length"],
+        "rms_norm_eps": m["llama.attention.layer_norm_rms_epsilon"],
+        "rope_theta": m["llama.rope.freq_base"], "rope_scaling": None,
+        "tie_word_embeddings": "output.weight" not in gguf.tensors,
+        "vocab_size": len(m["tokenizer.ggml.tokens"]), "torch_dtype": "float32",
+        "bos_token_id": m["tokenizer.ggml.bos_token_id"],
+        "eos_token_id": m["tokenizer.ggml.eos_token_id"],
+    }
+
+
+def tokenizer_files(gguf):
+    """tokenizer.json and tokenizer_config.json as HF writes them for SmolLM2: byte-level BPE,
+    digits split one by one before ByteLevel's GPT-2 regex, control tokens as added tokens."""
+    m = gguf.metadata
+    tokens, types = m["tokenizer.ggml.tokens"], m["tokenizer.ggml.token_type"]
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True}
+             for i, (t, kind) in enumerate(zip(tokens, types)) if kind == 3]
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": True},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+             "use_regex": True}]},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+                           "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                    "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": {t: i for i, t in enumerate(tokens)},
+                  "merges": [merge.split(" ", 1) for merge in m["tokenizer.ggml.merges"]]},
+    }
+    config = {
+        "add_bos_token": m["tokenizer.ggml.add_bos_token"],
+        "bos_token": tokens[m["tokenizer.ggml.bos_token_id"]],
+        "eos_token": tokens[m["tokenizer.ggml.eos_token_id"]],
+        "chat_template": m["tokenizer.chat_template"],
+        "model_max_length": m["llama.context_length"],
+        "tokenizer_class": "GPT2Tokenizer",
+    }
+    return tokenizer, config
+
+
+def write_folder(gguf, tensors, folder, shards):
+    from safetensors.numpy import save_file
+
+    os.makedirs(folder)
+    names = sorted(tensors)
+    if shards == 1:
+        save_file(tensors, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+    else:
+        weight_map = {}
+        for shard in range(shards):
+            file = "model-%05d-of-%05d.safetensors" % (shard + 1, shards)
+            part = {n: tensors[n] for n in names[shard::shards]}
+            save_file(part, os.path.join(folder, file), metadata={"format": "pt"})
+            weight_map.update({n: file for n in part})
+        total = sum(t.nbytes for t in tensors.values())
+        with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
+    tokenizer, tokenizer_config = tokenizer_files(gguf)
+    for name, content in [("config.json", config_json(gguf)), ("tokenizer.json", tokenizer),
+                          ("tokenizer_config.json", tokenizer_config),
+                          ("generation_config.json", {"bos_token_id": 1, "eos_token_id": 2})]:
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+            json.dump(content, f, ensure_ascii=False)
+
+
+class HfFolderEqualsGguf(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import tpserve_protos
+
+        cls.args = tpserve_cluster.parsed_args()
+        cls.tmp = tempfile.TemporaryDirectory(prefix="tpserve-hf-")
+        cls.addClassCleanup(cls.tmp.cleanup)
+        cls.protos = tpserve_protos.load(cls.tmp.name)
+        start = time.monotonic()
+        cls.gguf = Gguf(cls.args.model)
+        tensors = hf_tensors(cls.gguf)
+        cls.folder = os.path.join(cls.tmp.name, "SmolLM2-hf")
+        cls.sharded = os.path.join(cls.tmp.name, "SmolLM2-hf-sharded")
+        write_folder(cls.gguf, tensors, cls.folder, shards=1)
+        write_folder(cls.gguf, tensors, cls.sharded, shards=2)
+        print("wrote the HF folders in %.1f s" % (time.monotonic() - start), flush=True)
+        vocab = len(cls.gguf.metadata["tokenizer.ggml.tokens"])
+        cls.tokens = [int(t) for t in np.random.default_rng(3).integers(3, vocab, PROMPT_LENGTH)]
+
+    def serve(self, model, tp, extra_args=()):
+        """Logits of self.tokens, the token ids of TEXTS, and a greedy chat answer with its
+        prompt length, from a cluster serving `model`."""
+        import grpc
+
+        pb = self.protos.inference_pb2
+        with tpserve_cluster.Cluster(self.args.bin_dir, model, tp=tp,
+                                     extra_args=list(extra_args)) as cluster:
+            # A logits row per prompt token: 48 x 49,152 floats, past gRPC's 4 MiB default.
+            options = [("grpc.max_receive_message_length", 64 << 20)]
+            with grpc.insecure_channel(cluster.grpc_address, options=options) as channel:
+                grpc.channel_ready_future(channel).result(timeout=10)
+                stub = self.protos.inference_pb2_grpc.InferenceServiceStub(channel)
+                reply = stub.Score(pb.ScoreRequest(prompt=pb.TokenIds(ids=self.tokens)),
+                                   timeout=120)
+                logits = np.array([list(p.logits) for p in reply.positions], dtype=np.float64)
+                ids = [list(stub.Tokenize(pb.TokenizeRequest(text=t), timeout=30).token_ids)
+                       for t in TEXTS]
+                name = stub.ListModels(pb.ListModelsRequest(), timeout=30).models[0].id
+            body = json.dumps({"model": name, "max_tokens": 12, "temperature": 0,
+                               "messages": [{"role": "user", "content": "Name a fruit."}]})
+            request = urllib.request.Request(cluster.http_url + "/v1/chat/completions",
+                                             body.encode(), {"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=120) as response:
+                chat = json.load(response)
+        return logits, ids, (chat["usage"]["prompt_tokens"], chat["choices"][0]["message"])
+
+    def test_folder_serves_the_gguf_models_logits(self):
+        from tokenizers import Tokenizer
+
+        start = time.monotonic()
+        want_logits, want_ids, want_chat = self.serve(self.args.model, 1,
+                                                      ["--cpu-weights", "fp32"])
+        print("GGUF, fp32 weights: %.1f s" % (time.monotonic() - start), flush=True)
+        hf = Tokenizer.from_file(os.path.join(self.folder, "tokenizer.json"))
+        for text, ids in zip(TEXTS, want_ids):
+            self.assertEqual(hf.encode(text, add_special_tokens=False).ids, ids,
+                             "HF tokenizers and tpserve's GGUF tokenizer disagree on %r" % text)
+        for folder, tp in [(self.folder, 1), (self.sharded, 3)]:
+            start = time.monotonic()
+            logits, ids, chat = self.serve(folder, tp)
+            diff = np.abs(logits - want_logits).max()
+            top1 = np.mean(logits.argmax(axis=1) == want_logits.argmax(axis=1))
+            print("%s tp=%d: max |logit difference| %.2e, top-1 %.0f%%, %.1f s"
+                  % (os.path.basename(folder), tp, diff, 100 * top1, time.monotonic() - start),
+                  flush=True)
+            self.assertEqual(logits.shape, want_logits.shape)
+            self.assertLess(diff, TOLERANCE, folder)
+            self.assertEqual(top1, 1.0, folder)
+            self.assertEqual(ids, want_ids, folder)
+            self.assertEqual(chat, want_chat, folder)
+
+    def generate_error(self, folder):
+        """What tpserve-generate says when it cannot serve `folder`."""
+        result = subprocess.run(
+            [os.path.join(self.args.bin_dir, "tpserve-generate"), "--model", folder,
+             "--prompt", "hi", "--max-tokens", "1"],
+            capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(result.returncode, 0, result.stdout)
+        return result.stderr + result.stdout
+
+    def broken_copy(self, name):
+        copy = os.path.join(self.tmp.name, name)
+        shutil.copytree(self.sharded, copy)
+        return copy
+
+    def test_broken_folders_name_the_file_and_tensor(self):
+        index_path = "model.safetensors.index.json"
+        shard = "model-00002-of-00002.safetensors"
+
+        missing = self.broken_copy("missing-shard")
+        os.unlink(os.path.join(missing, shard))
+        self.assertIn("weight file %s cannot be opened" % shard, self.generate_error(missing))
+
+        truncated = self.broken_copy("truncated")
+        path = os.path.join(truncated, shard)
+        os.truncate(path, os.path.getsize(path) - 1000)
+        message = self.generate_error(truncated)
+        self.assertIn(shard, message)
+        self.assertIn("the file is truncated or corrupt", message)
+
+        outside = self.broken_copy("outside")
+        with open(os.path.join(outside, index_path)) as f:
+            index = json.load(f)
+        index["weight_map"]["model.norm.weight"] = "../../etc/passwd"
+        with open(os.path.join(outside, index_path), "w") as f:
+            json.dump(index, f)
+        message = self.generate_error(outside)
+        self.assertIn("model.norm.weight", message)
+        self.assertIn("not a file name inside the folder", message)
+        self.assertNotIn("root:", message)
+
+        from safetensors.numpy import save_file
+
+        for case, tensor, values, want in [
+            ("dtype", "model.norm.weight", np.zeros(576, np.int32), "has dtype I32"),
+            ("shape", "model.layers.4.mlp.up_proj.weight", np.zeros((1535, 576), np.float32),
+             "shape [1535, 576] disagrees with config.json ([1536, 576])"),
+        ]:
+            folder = self.broken_copy("bad-" + case)
+            with open(os.path.join(folder, index_path)) as f:
+                file = json.load(f)["weight_map"][tensor]
+            from safetensors.numpy import load_file
+
+            contents = load_file(os.path.join(folder, file))
+            contents[tensor] = values
+            save_file(contents, os.path.join(folder, file))
+            message = self.generate_error(folder)
+            self.assertIn(file, message, case)
+            self.assertIn(tensor, message, case)
+            self.assertIn(want, message, case)
+
+        config = self.broken_copy("architecture")
+        with open(os.path.join(config, "config.json")) as f:
+            content = json.load(f)
+        content["architectures"] = ["GPTNeoXForCausalLM"]
+        with open(os.path.join(config, "config.json"), "w") as f:
+            json.dump(content, f)
+        self.assertIn("config.json: architectures [\"GPTNeoXForCausalLM\"] is not supported",
+                      self.generate_error(config))
+
+
+if __name__ == "__main__":
+    tpserve_cluster.run_tests()
