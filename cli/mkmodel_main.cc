@@ -18,6 +18,10 @@ int main(int argc, char** argv) {
   app.add_option("--kv-heads", spec.kv_heads, "key/value heads")->check(CLI::PositiveNumber);
   app.add_option("--ffn", spec.ffn, "MLP intermediate width")->check(CLI::PositiveNumber);
   app.add_option("--vocab", spec.vocab, "vocabulary size (>= 259)")->check(CLI::PositiveNumber);
+  app.add_option("--vocab-from", spec.vocab_from,
+                 "GGUF file whose tokenizer (vocabulary, merges, special tokens, chat template) "
+                 "to use instead of the byte-level one; --vocab is then its size")
+      ->check(CLI::ExistingFile);
   app.add_option("--context", spec.context_length, "context length")->check(CLI::PositiveNumber);
   app.add_option("--seed", spec.seed, "weight seed");
   app.add_option("--arch", spec.architecture, "GGUF architecture (qwen2 adds q/k/v biases)")

@@ -74,7 +74,7 @@ struct Flags {
   int http_max_connections = HttpLimits().max_connections;
   int64_t http_max_body_bytes = HttpLimits().max_body_bytes;
   double http_header_timeout_s = absl::ToDoubleSeconds(HttpLimits().header_timeout);
-  std::string served_model_name;  // empty: the model file's name without ".gguf"
+  std::string served_model_name;  // empty: the model file's (or folder's) name without ".gguf"
   int max_queued_requests = 0;
   std::string device = "cpu";
   bool enforce_eager = false;
@@ -139,7 +139,9 @@ int Fail(const std::string& message) {
 
 std::string ServedModelName(const Flags& flags) {
   if (!flags.served_model_name.empty()) return flags.served_model_name;
-  std::string name = std::filesystem::path(flags.model).filename().string();
+  std::filesystem::path path = std::filesystem::path(flags.model).lexically_normal();
+  if (!path.has_filename()) path = path.parent_path();  // a folder given as "dir/"
+  std::string name = path.filename().string();
   if (absl::EndsWith(name, ".gguf")) name.resize(name.size() - 5);
   return name;
 }

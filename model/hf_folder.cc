@@ -20,6 +20,7 @@
 #include "model/gguf_writer.h"
 #include "model/hf_tokenizer.h"
 #include "model/mapped_file.h"
+#include "model/rope_frequencies.h"
 #include "model/safetensors_file.h"
 #include "nlohmann/json.hpp"
 
@@ -110,10 +111,7 @@ absl::StatusOr<std::string> Architecture(const json& config) {
                             "(LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM are)"));
 }
 
-// Llama-3.1's "llama3" rule from Hugging Face's rope_scaling, as the per-pair divisors llama.cpp's
-// converter stores in rope_freqs.weight: wavelengths shorter than original_context /
-// high_freq_factor keep their frequency, longer than original_context / low_freq_factor are
-// divided by factor, and those between are interpolated smoothly.
+// Llama-3.1's "llama3" rule from Hugging Face's rope_scaling: rope_freqs.weight's divisors.
 absl::StatusOr<std::vector<float>> Llama3RopeFactors(const json& scaling, double theta,
                                                      int64_t rope_dims) {
   const auto number = [&](const char* field) -> absl::StatusOr<double> {
@@ -122,31 +120,18 @@ absl::StatusOr<std::vector<float>> Llama3RopeFactors(const json& scaling, double
     }
     return scaling[field].get<double>();
   };
-  ASSIGN_OR_RETURN(const double factor, number("factor"));
-  ASSIGN_OR_RETURN(const double low, number("low_freq_factor"));
-  ASSIGN_OR_RETURN(const double high, number("high_freq_factor"));
-  ASSIGN_OR_RETURN(const double original, number("original_max_position_embeddings"));
-  if (!(factor > 0) || !(low > 0) || !(high > low) || !(original > 0)) {
+  Llama3RopeScaling rule;
+  ASSIGN_OR_RETURN(rule.factor, number("factor"));
+  ASSIGN_OR_RETURN(rule.low_freq_factor, number("low_freq_factor"));
+  ASSIGN_OR_RETURN(rule.high_freq_factor, number("high_freq_factor"));
+  ASSIGN_OR_RETURN(rule.original_context, number("original_max_position_embeddings"));
+  if (!(rule.factor > 0) || !(rule.low_freq_factor > 0) ||
+      !(rule.high_freq_factor > rule.low_freq_factor) || !(rule.original_context > 0)) {
     return Error("config.json",
                  "rope_scaling needs factor > 0 and high_freq_factor > "
                  "low_freq_factor > 0 and original_max_position_embeddings > 0");
   }
-  const double low_wavelength = original / low;
-  const double high_wavelength = original / high;
-  std::vector<float> factors;
-  for (int64_t i = 0; i < rope_dims; i += 2) {
-    const double frequency = 1.0 / std::pow(theta, static_cast<double>(i) / rope_dims);
-    const double wavelength = 2 * M_PI / frequency;
-    if (wavelength < high_wavelength) {
-      factors.push_back(1.0f);
-    } else if (wavelength > low_wavelength) {
-      factors.push_back(static_cast<float>(factor));
-    } else {
-      const double smooth = (original / wavelength - low) / (high - low);
-      factors.push_back(static_cast<float>(1.0 / ((1 - smooth) / factor + smooth)));
-    }
-  }
-  return factors;
+  return Llama3FrequencyDivisors(theta, rope_dims, rule);
 }
 
 // The <arch>.* keys of config.json; `rope_factors` receives llama3 scaling's tensor.
@@ -446,7 +431,9 @@ absl::StatusOr<std::unique_ptr<GgufFile>> OpenHfFolder(const std::string& dir) {
   // json::value() throws when a field holds another type than its default: such a folder is
   // refused like any other malformed one.
   try {
-    return Open(std::filesystem::path(dir));
+    std::filesystem::path path = std::filesystem::path(dir).lexically_normal();
+    if (!path.has_filename()) path = path.parent_path();  // "dir/"
+    return Open(path);
   } catch (const json::exception& e) {
     return Error(dir,
                  absl::StrCat("config.json has a field of an unexpected type (", e.what(), ")"));

@@ -58,4 +58,25 @@ absl::StatusOr<std::vector<double>> RopeInverseFrequencies(const GgufFile& file,
   return inv_freq;
 }
 
+std::vector<float> Llama3FrequencyDivisors(double theta, int64_t rope_dims,
+                                           const Llama3RopeScaling& scaling) {
+  const double context = scaling.original_context;
+  const double low = scaling.low_freq_factor, high = scaling.high_freq_factor;
+  std::vector<float> divisors(rope_dims / 2);
+  for (int64_t i = 0; i < rope_dims / 2; ++i) {
+    const double wavelength = 2.0 * M_PI / std::pow(theta, -2.0 * i / rope_dims);
+    double divisor;
+    if (wavelength < context / high) {
+      divisor = 1.0;
+    } else if (wavelength > context / low) {
+      divisor = scaling.factor;
+    } else {
+      const double smooth = (context / wavelength - low) / (high - low);
+      divisor = 1.0 / ((1.0 - smooth) / scaling.factor + smooth);
+    }
+    divisors[i] = static_cast<float>(divisor);
+  }
+  return divisors;
+}
+
 }  // namespace tpserve

@@ -2,6 +2,7 @@
 // theta^(-2i / rope_dims), computed once at load for both devices' RoPE kernels.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -18,5 +19,20 @@ namespace tpserve {
 // [rope_dims / 2] or a factor is not finite and positive.
 absl::StatusOr<std::vector<double>> RopeInverseFrequencies(const GgufFile& file,
                                                            const ModelConfig& config);
+
+// Llama-3.1's "llama3" rule, as a Hugging Face rope_scaling gives it.
+struct Llama3RopeScaling {
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  double original_context = 8192;  // original_max_position_embeddings
+};
+
+// [rope_dims / 2] divisors of theta^(-2i / rope_dims), as llama.cpp's converter stores them in
+// rope_freqs.weight: pairs whose wavelength is shorter than original_context / high_freq_factor
+// keep their frequency, those longer than original_context / low_freq_factor are slowed by
+// `factor`, and the band between is interpolated.
+std::vector<float> Llama3FrequencyDivisors(double theta, int64_t rope_dims,
+                                           const Llama3RopeScaling& scaling);
 
 }  // namespace tpserve

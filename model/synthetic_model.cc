@@ -2,12 +2,15 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "model/gguf_file.h"
 #include "model/gguf_writer.h"
+#include "model/rope_frequencies.h"
 #include "model/tokenizer.h"
 
 namespace tpserve {
@@ -53,8 +56,8 @@ std::vector<uint8_t> Encode(const std::vector<float>& values, GgmlType type) {
         const float d = amax / 127.0f;
         AppendU16(ToBits(static_cast<_Float16>(d)), &out);
         for (size_t i = b; i < b + 32; ++i) {
-          out.push_back(static_cast<uint8_t>(
-              static_cast<int8_t>(d == 0 ? 0 : std::lround(values[i] / d))));
+          out.push_back(
+              static_cast<uint8_t>(static_cast<int8_t>(d == 0 ? 0 : std::lround(values[i] / d))));
         }
       }
       break;
@@ -97,31 +100,6 @@ class TensorMaker {
   std::mt19937_64 rng_;
 };
 
-// Llama-3.1's per-frequency factors, as the llama3 rule of an HF rope_scaling defines them: pairs
-// whose wavelength is shorter than original_context / high_freq_factor keep their frequency,
-// those longer than original_context / low_freq_factor are slowed by `factor`, and the band
-// between is interpolated; stored as the divisor of each frequency.
-std::vector<float> Llama3FreqFactors(const SyntheticModelSpec& spec, int64_t rope_dims) {
-  const double context = static_cast<double>(spec.rope_original_context);
-  const double low = spec.rope_low_freq_factor, high = spec.rope_high_freq_factor;
-  std::vector<float> factors(rope_dims / 2);
-  for (int64_t i = 0; i < rope_dims / 2; ++i) {
-    const double inv_freq = std::pow(spec.rope_theta, -2.0 * i / rope_dims);
-    const double wavelength = 2.0 * M_PI / inv_freq;
-    double divisor;
-    if (wavelength < context / high) {
-      divisor = 1.0;
-    } else if (wavelength > context / low) {
-      divisor = spec.rope_scaling_factor;
-    } else {
-      const double smooth = (context / wavelength - low) / (high - low);
-      divisor = 1.0 / ((1.0 - smooth) / spec.rope_scaling_factor + smooth);
-    }
-    factors[i] = static_cast<float>(divisor);
-  }
-  return factors;
-}
-
 void WriteTokenizer(const SyntheticModelSpec& spec, GgufWriter* writer) {
   std::vector<std::string> tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   std::vector<int32_t> types(kSpecialTokens, 3);  // control
@@ -151,8 +129,8 @@ absl::Status ValidateSyntheticModelSpec(const SyntheticModelSpec& spec) {
   if (spec.layers < 1) return fail("layers must be at least 1");
   if (spec.heads < 1 || spec.kv_heads < 1) return fail("heads and kv_heads must be positive");
   if (spec.hidden % spec.heads != 0) {
-    return fail(absl::StrCat("hidden (", spec.hidden, ") must be a multiple of heads (",
-                             spec.heads, ")"));
+    return fail(
+        absl::StrCat("hidden (", spec.hidden, ") must be a multiple of heads (", spec.heads, ")"));
   }
   if ((spec.hidden / spec.heads) % 2 != 0) return fail("hidden / heads must be even for RoPE");
   if (spec.heads % spec.kv_heads != 0) {
@@ -187,7 +165,25 @@ absl::Status ValidateSyntheticModelSpec(const SyntheticModelSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::string& path) {
+// The tokenizer.* keys of the GGUF file at `path`, copied; returns the vocabulary's size.
+absl::StatusOr<int64_t> CopyTokenizer(const std::string& path, GgufWriter* writer) {
+  ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+  ASSIGN_OR_RETURN(const std::vector<std::string> tokens,
+                   file->GetStringArray("tokenizer.ggml.tokens"));
+  for (const std::string& key : file->keys()) {
+    if (key.rfind("tokenizer.", 0) == 0) writer->SetValue(key, *file->Find(key));
+  }
+  return static_cast<int64_t>(tokens.size());
+}
+
+absl::Status WriteSyntheticModel(const SyntheticModelSpec& original, const std::string& path) {
+  SyntheticModelSpec spec = original;
+  GgufWriter tokenizer;
+  if (spec.vocab_from.empty()) {
+    WriteTokenizer(spec, &tokenizer);
+  } else {
+    ASSIGN_OR_RETURN(spec.vocab, CopyTokenizer(spec.vocab_from, &tokenizer));
+  }
   RETURN_IF_ERROR(ValidateSyntheticModelSpec(spec));
   const int64_t head_dim = spec.hidden / spec.heads;
   GgufWriter writer;
@@ -212,7 +208,7 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::stri
   if (spec.sliding_window > 0) {
     writer.SetUint32(p + "attention.sliding_window", spec.sliding_window);
   }
-  WriteTokenizer(spec, &writer);
+  for (const auto& [key, value] : tokenizer.metadata()) writer.SetValue(key, value);
 
   TensorMaker make(&writer, spec.seed);
   RETURN_IF_ERROR(make.Matrix("token_embd.weight", spec.vocab, spec.hidden, spec.dtype));
@@ -221,8 +217,13 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::stri
     RETURN_IF_ERROR(make.Matrix("output.weight", spec.vocab, spec.hidden, spec.dtype));
   }
   if (spec.rope_scaling == "llama3") {
-    RETURN_IF_ERROR(writer.AddTensor("rope_freqs.weight", GgmlType::kF32, {head_dim / 2},
-                                     Encode(Llama3FreqFactors(spec, head_dim), GgmlType::kF32)));
+    RETURN_IF_ERROR(writer.AddTensor(
+        "rope_freqs.weight", GgmlType::kF32, {head_dim / 2},
+        Encode(Llama3FrequencyDivisors(
+                   spec.rope_theta, head_dim,
+                   {spec.rope_scaling_factor, spec.rope_low_freq_factor, spec.rope_high_freq_factor,
+                    static_cast<double>(spec.rope_original_context)}),
+               GgmlType::kF32)));
   }
   const bool bias = arch == "qwen2";
   for (int64_t layer = 0; layer < spec.layers; ++layer) {

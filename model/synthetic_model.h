@@ -19,6 +19,10 @@ struct SyntheticModelSpec {
   int64_t kv_heads = 4;
   int64_t ffn = 512;
   int64_t vocab = 512;  // at least 259: 3 specials + 256 bytes
+  // A GGUF file whose tokenizer.* keys (vocabulary, merges or scores, special ids, chat template)
+  // replace the byte-level vocabulary, `vocab` then being its size: a real family's tokenizer
+  // (llama.cpp's vocab-only files) on random weights. Empty for the byte-level one.
+  std::string vocab_from;
   int64_t context_length = 4096;
   double rope_theta = 10000.0;
   // "llama" or "qwen2": the metadata's key prefix; qwen2 also gets q/k/v biases.
@@ -32,7 +36,7 @@ struct SyntheticModelSpec {
   double rope_high_freq_factor = 4.0;    // llama3
   int64_t rope_original_context = 8192;  // llama3
   int64_t sliding_window = 0;            // <arch>.attention.sliding_window when positive (Mistral)
-  GgmlType dtype = GgmlType::kF32;  // kF32, kF16, kBF16 or kQ8_0 for the matrices
+  GgmlType dtype = GgmlType::kF32;       // kF32, kF16, kBF16 or kQ8_0 for the matrices
   uint64_t seed = 1;
 };
 

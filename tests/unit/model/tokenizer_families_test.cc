@@ -2,10 +2,11 @@
 // vocabulary-only GGUF and the cases llama.cpp checks it with (ggml-vocab-NAME.gguf.inp, texts
 // separated by "\n__ggml_vocab_test__\n"; .out, one line of ids per text, made by the
 // model's Hugging Face tokenizer). Encoded as llama.cpp's test does: no BOS, special tokens not
-// parsed. The files come from the pinned llama-cpp-python sdist (scripts/fetch-llama-cpp-models.sh),
-// whose directory TPSERVE_LLAMA_CPP_MODELS names; without them the test fails, it never skips.
-// Then 300 strings of the project's corpus per family against llama.cpp itself
-// (tests/golden/tokenizer_families_ids.json, scripts/make-golden.py tokenizer-families).
+// parsed. The files come from the pinned llama-cpp-python sdist
+// (scripts/fetch-llama-cpp-models.sh), whose directory TPSERVE_LLAMA_CPP_MODELS names; without them
+// the test fails, it never skips. Then 300 strings of the project's corpus per family against
+// llama.cpp itself (tests/golden/tokenizer_families_ids.json, scripts/make-golden.py
+// tokenizer-families).
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>

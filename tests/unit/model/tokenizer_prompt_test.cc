@@ -42,8 +42,7 @@ TEST(TokenizerPrompt, WithoutBosItIsEncodeWithSpecialTokens) {
 
 TEST(TokenizerPrompt, InvalidUtf8IsAnError) {
   const std::unique_ptr<Tokenizer> tokenizer = MakeTokenizer(/*add_bos=*/true);
-  EXPECT_EQ(tokenizer->EncodePrompt("a\xFF").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tokenizer->EncodePrompt("a\xFF").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
