@@ -10,10 +10,18 @@ namespace {
 
 cpu::BlockFormat FormatOf(GgmlType type) {
   switch (type) {
-    case GgmlType::kQ4_0: return cpu::BlockFormat::kQ4_0;
-    case GgmlType::kQ4_1: return cpu::BlockFormat::kQ4_1;
-    case GgmlType::kQ8_0: return cpu::BlockFormat::kQ8_0;
-    default: break;
+    case GgmlType::kQ4_0:
+      return cpu::BlockFormat::kQ4_0;
+    case GgmlType::kQ4_1:
+      return cpu::BlockFormat::kQ4_1;
+    case GgmlType::kQ8_0:
+      return cpu::BlockFormat::kQ8_0;
+    case GgmlType::kQ4_K:
+      return cpu::BlockFormat::kQ4_K;
+    case GgmlType::kQ6_K:
+      return cpu::BlockFormat::kQ6_K;
+    default:
+      break;
   }
   TP_CHECK(false);
   return cpu::BlockFormat::kQ8_0;
@@ -22,11 +30,13 @@ cpu::BlockFormat FormatOf(GgmlType type) {
 }  // namespace
 
 bool KeepsBlocks(GgmlType type) {
-  return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ8_0;
+  return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ8_0 ||
+         type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
 }
 
 int64_t Linear::resident_bytes() const {
-  return static_cast<int64_t>(packed.data.size() + values.size() * sizeof(float));
+  return static_cast<int64_t>(packed.data.size() + packed.super.size() +
+                              values.size() * sizeof(float));
 }
 
 Linear PackedLinear(GgmlType type, const uint8_t* blocks, int64_t rows, int64_t cols) {

@@ -1,6 +1,7 @@
 #include "worker/shard_loader.h"
 
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -21,9 +22,9 @@ absl::StatusOr<const GgufTensorInfo*> FindMatrix(const GgufFile& file, const std
   const GgufTensorInfo* tensor = file.FindTensor(name);
   if (tensor == nullptr) return absl::NotFoundError(absl::StrCat("model has no tensor ", name));
   const bool is_vector = rows == 1;
-  const bool matches = is_vector ? (tensor->dims.size() == 1 && tensor->dims[0] == cols)
-                                 : (tensor->dims.size() == 2 && tensor->dims[0] == cols &&
-                                    tensor->dims[1] == rows);
+  const bool matches =
+      is_vector ? (tensor->dims.size() == 1 && tensor->dims[0] == cols)
+                : (tensor->dims.size() == 2 && tensor->dims[0] == cols && tensor->dims[1] == rows);
   if (!matches) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has dims [",
                                                    absl::StrJoin(tensor->dims, ", "),
@@ -33,8 +34,8 @@ absl::StatusOr<const GgufTensorInfo*> FindMatrix(const GgufFile& file, const std
 }
 
 // Dequantizes rows [rows.begin, rows.end()) of a [*, cols] tensor into `dst`.
-absl::Status ReadRows(const GgufFile& file, const GgufTensorInfo& tensor, int64_t cols,
-                      Range rows, float* dst) {
+absl::Status ReadRows(const GgufFile& file, const GgufTensorInfo& tensor, int64_t cols, Range rows,
+                      float* dst) {
   ASSIGN_OR_RETURN(const uint64_t row_bytes, GgmlBytesFor(tensor.type, cols));
   const auto data = file.TensorData(tensor).subspan(rows.begin * row_bytes, rows.size * row_bytes);
   return Dequantize(tensor.type, data, absl::MakeSpan(dst, rows.size * cols));
@@ -100,7 +101,10 @@ absl::StatusOr<Linear> LoadColumns(const GgufFile& file, CpuWeights weights,
   Linear w;
   w.rows = rows;
   w.cols = cols.size;
-  const bool aligned = cols.begin % cpu::kBlockElements == 0 && cols.size % cpu::kBlockElements == 0;
+  const std::optional<GgmlTypeTraits> traits =
+      GetGgmlTypeTraits(static_cast<uint32_t>(tensor.type));
+  const int64_t block = traits.has_value() ? traits->block_elements : 1;
+  const bool aligned = cols.begin % block == 0 && cols.size % block == 0;
   if (KeepsBlocks(tensor.type) && aligned && weights == CpuWeights::kPacked) {
     ASSIGN_OR_RETURN(const uint64_t row_bytes, GgmlBytesFor(tensor.type, total_cols));
     ASSIGN_OR_RETURN(const uint64_t skip_bytes, GgmlBytesFor(tensor.type, cols.begin));
@@ -146,7 +150,8 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
                                                         config.num_kv_heads * head_dim, hidden));
   const Range q_range{layout.q_heads.begin * head_dim, q_rows};
   const Range kv_range{layout.kv_heads.begin * head_dim, kv_rows};
-  ASSIGN_OR_RETURN(w.qkv, LoadRows(file, weights, hidden, {{wq, q_range}, {wk, kv_range}, {wv, kv_range}}));
+  ASSIGN_OR_RETURN(
+      w.qkv, LoadRows(file, weights, hidden, {{wq, q_range}, {wk, kv_range}, {wv, kv_range}}));
   if (config.qkv_bias) {
     // Column-parallel like their weights: this rank's heads' entries, stacked as qkv's rows.
     w.qkv_bias.reserve(w.qkv.rows);
@@ -160,18 +165,20 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
     }
   }
 
-  ASSIGN_OR_RETURN(const GgufTensorInfo* wo, FindMatrix(file, prefix + "attn_output.weight",
-                                                        hidden, config.num_heads * head_dim));
+  ASSIGN_OR_RETURN(const GgufTensorInfo* wo, FindMatrix(file, prefix + "attn_output.weight", hidden,
+                                                        config.num_heads * head_dim));
   ASSIGN_OR_RETURN(w.attn_output,
                    LoadColumns(file, weights, *wo, hidden, config.num_heads * head_dim, q_range));
 
   const int64_t ffn = config.intermediate_size;
   ASSIGN_OR_RETURN(const GgufTensorInfo* gate,
                    FindMatrix(file, prefix + "ffn_gate.weight", ffn, hidden));
-  ASSIGN_OR_RETURN(const GgufTensorInfo* up, FindMatrix(file, prefix + "ffn_up.weight", ffn, hidden));
+  ASSIGN_OR_RETURN(const GgufTensorInfo* up,
+                   FindMatrix(file, prefix + "ffn_up.weight", ffn, hidden));
   ASSIGN_OR_RETURN(const GgufTensorInfo* down,
                    FindMatrix(file, prefix + "ffn_down.weight", hidden, ffn));
-  ASSIGN_OR_RETURN(w.gate_up, LoadRows(file, weights, hidden, {{gate, layout.ffn}, {up, layout.ffn}}));
+  ASSIGN_OR_RETURN(w.gate_up,
+                   LoadRows(file, weights, hidden, {{gate, layout.ffn}, {up, layout.ffn}}));
   ASSIGN_OR_RETURN(w.down, LoadColumns(file, weights, *down, hidden, ffn, layout.ffn));
   return w;
 }
@@ -197,8 +204,8 @@ absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& 
     ASSIGN_OR_RETURN(LayerWeights w, LoadLayer(file, config, layout, weights, layer));
     out.layers.push_back(std::move(w));
     if ((layer + 1) % 10 == 0 || layer + 1 == config.num_layers) {
-      LogInfo("loader", "rank %d/%d: loaded layer %d/%d", layout.rank, layout.world_size,
-              layer + 1, config.num_layers);
+      LogInfo("loader", "rank %d/%d: loaded layer %d/%d", layout.rank, layout.world_size, layer + 1,
+              config.num_layers);
     }
   }
   return out;

@@ -40,14 +40,37 @@ void TileScalar(const QuantizedActivations& a, int64_t i0, int rows_m, const Pac
       const int8_t* q = a.q.data() + (i0 + i) * a.k + blk * kBlockElements;
       const int64_t ab = (i0 + i) * blocks + blk;
       for (int r = 0; r < kGroupRows; ++r) {
+        if constexpr (IsKQuant(kFormat)) {
+          const uint8_t* super = w.super_factors(group, blk);
+          const float d = HalfToFloat(LoadU16(super + 2 * r));
+          int32_t isum[2] = {};  // elements 0..15, 16..31
+          for (int e = 0; e < kBlockElements; ++e) {
+            isum[e / 16] += PackedCode(kFormat, record, r, e) * q[e];
+          }
+          if constexpr (kFormat == BlockFormat::kQ4_K) {
+            const float dw = d * static_cast<float>(scales[r]);
+            const float mw = HalfToFloat(LoadU16(super + 32 + 2 * r)) *
+                             static_cast<float>(scales[kGroupRows + r]);
+            acc[r] = std::fma(static_cast<float>(isum[0] + isum[1]), dw * a.d[ab], acc[r]);
+            acc[r] = std::fma(-mw, a.d_sum[ab], acc[r]);
+          } else {
+            const int32_t sums[2] = {a.sum_lo[ab], a.sum[ab] - a.sum_lo[ab]};
+            for (int h = 0; h < 2; ++h) {
+              const float dw =
+                  d * static_cast<float>(static_cast<int8_t>(scales[kGroupRows * h + r]));
+              acc[r] = std::fma(static_cast<float>(isum[h] - 32 * sums[h]), dw * a.d[ab], acc[r]);
+            }
+          }
+          continue;
+        }
         int32_t isum = 0;
         for (int e = 0; e < kBlockElements; ++e) isum += PackedCode(kFormat, record, r, e) * q[e];
         if constexpr (kFormat == BlockFormat::kQ4_0) isum -= 8 * a.sum[ab];
         const float dw = HalfToFloat(LoadU16(scales + 2 * r));
         acc[r] = std::fma(static_cast<float>(isum), dw * a.d[ab], acc[r]);
         if constexpr (kFormat == BlockFormat::kQ4_1) {
-          acc[r] = std::fma(HalfToFloat(LoadU16(scales + 2 * (kGroupRows + r))), a.d_sum[ab],
-                            acc[r]);
+          acc[r] =
+              std::fma(HalfToFloat(LoadU16(scales + 2 * (kGroupRows + r))), a.d_sum[ab], acc[r]);
         }
       }
     }
@@ -63,12 +86,13 @@ void TileScalar(const QuantizedActivations& a, int64_t i0, int rows_m, const Pac
 // vpdpbusd multiplies unsigned by signed bytes: Q8_0's signed codes enter as code + 128 (xor 0x80)
 // and Q4_0's codes as they are (0..15); the integer sum is corrected by zero_point * Σ q_x.
 template <BlockFormat kFormat>
-constexpr int32_t kVnniZeroPoint =
-    kFormat == BlockFormat::kQ8_0 ? 128 : (kFormat == BlockFormat::kQ4_0 ? 8 : 0);
+constexpr int32_t kVnniZeroPoint = kFormat == BlockFormat::kQ8_0
+                                       ? 128
+                                       : (kFormat == BlockFormat::kQ4_0 ? 8 : 0);
 
 template <BlockFormat kFormat, int kM>
-TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0,
-                                  const PackedWeight& w, int64_t group, float* out) {
+TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0, const PackedWeight& w,
+                                  int64_t group, float* out) {
   const int64_t blocks = a.blocks();
   const int64_t record_bytes = w.record_bytes();
   const uint8_t* record = w.record(group, 0);
@@ -88,16 +112,59 @@ TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0,
         u[2 * p] = _mm512_and_si512(raw, mask);
         u[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
       }
+      if constexpr (kFormat == BlockFormat::kQ6_K) {
+        for (int h = 0; h < 2; ++h) {
+          const __m512i raw = _mm512_loadu_si512(record + 256 + 64 * h);
+          for (int k = 0; k < 4; ++k) {
+            const __m512i top =
+                _mm512_and_si512(_mm512_srli_epi16(raw, 2 * k), _mm512_set1_epi8(3));
+            u[4 * h + k] = _mm512_or_si512(u[4 * h + k], _mm512_slli_epi16(top, 4));
+          }
+        }
+      }
     }
     const uint8_t* scales = record + w.code_bytes();
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
-    __m512 mw;
-    if constexpr (kFormat == BlockFormat::kQ4_1) {
-      mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32)));
+    __m512 dw, mw, dw_hi;
+    if constexpr (IsKQuant(kFormat)) {
+      // The block's factors, exact in fp32: an fp16 times a 6- or 8-bit integer.
+      const uint8_t* super = w.super_factors(group, blk);
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(super)));
+      const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
+      const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16));
+      if constexpr (kFormat == BlockFormat::kQ4_K) {
+        const __m512 dmin =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(super + 32)));
+        dw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)));
+        mw = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)));
+      } else {
+        dw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)));
+        dw_hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)));
+      }
+    } else {
+      dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
+      if constexpr (kFormat == BlockFormat::kQ4_1) {
+        mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32)));
+      }
     }
     for (int i = 0; i < kM; ++i) {
       const int8_t* q = a.q.data() + (i0 + i) * a.k + blk * kBlockElements;
       const int64_t ab = (i0 + i) * blocks + blk;
+      if constexpr (kFormat == BlockFormat::kQ6_K) {
+        __m512i half_sums[2];
+        const int32_t sums[2] = {a.sum_lo[ab], a.sum[ab] - a.sum_lo[ab]};
+        for (int h = 0; h < 2; ++h) {
+          __m512i isum = _mm512_set1_epi32(-32 * sums[h]);
+          for (int g = 4 * h; g < 4 * h + 4; ++g) {
+            isum = _mm512_dpbusd_epi32(isum, u[g], _mm512_set1_epi32(LoadI32(q + 4 * g)));
+          }
+          half_sums[h] = isum;
+        }
+        const __m512 dx = _mm512_set1_ps(a.d[ab]);
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(half_sums[0]), _mm512_mul_ps(dw, dx), acc[i]);
+        acc[i] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(half_sums[1]), _mm512_mul_ps(dw_hi, dx), acc[i]);
+        continue;
+      }
       __m512i isum = _mm512_setzero_si512();
       for (int g = 0; g < 8; ++g) {
         isum = _mm512_dpbusd_epi32(isum, u[g], _mm512_set1_epi32(LoadI32(q + 4 * g)));
@@ -109,6 +176,8 @@ TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0,
                                acc[i]);
       if constexpr (kFormat == BlockFormat::kQ4_1) {
         acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.d_sum[ab]), acc[i]);
+      } else if constexpr (kFormat == BlockFormat::kQ4_K) {
+        acc[i] = _mm512_fnmadd_ps(mw, _mm512_set1_ps(a.d_sum[ab]), acc[i]);
       }
     }
   }
@@ -143,25 +212,73 @@ TP_TARGET_AVX2 void HalfTileYmm(const QuantizedActivations& a, int64_t i0, const
         u[2 * p] = _mm256_and_si256(raw, mask);
         u[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
       }
+      if constexpr (kFormat == BlockFormat::kQ6_K) {
+        for (int h = 0; h < 2; ++h) {
+          const __m256i raw = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(record + 256 + 64 * h + 32 * half));
+          for (int k = 0; k < 4; ++k) {
+            const __m256i top =
+                _mm256_and_si256(_mm256_srli_epi16(raw, 2 * k), _mm256_set1_epi8(3));
+            u[4 * h + k] = _mm256_or_si256(u[4 * h + k], _mm256_slli_epi16(top, 4));
+          }
+        }
+      }
     }
-    const uint8_t* scales = record + w.code_bytes() + 16 * half;
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
-    __m256 mw;
-    if constexpr (kFormat == BlockFormat::kQ4_1) {
-      mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 32)));
+    __m256 dw, mw, dw_hi;
+    if constexpr (IsKQuant(kFormat)) {
+      // Rows 8 * half .. 8 * half + 7 of the block's factors, exact in fp32 (see TileZmm).
+      const uint8_t* scales = record + w.code_bytes() + 8 * half;
+      const uint8_t* super = w.super_factors(group, blk) + 16 * half;
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(super)));
+      const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales));
+      const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 16));
+      if constexpr (kFormat == BlockFormat::kQ4_K) {
+        const __m256 dmin =
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(super + 32)));
+        dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)));
+        mw = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)));
+      } else {
+        dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)));
+        dw_hi = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)));
+      }
+    } else {
+      const uint8_t* scales = record + w.code_bytes() + 16 * half;
+      dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+      if constexpr (kFormat == BlockFormat::kQ4_1) {
+        mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 32)));
+      }
     }
     for (int i = 0; i < kM; ++i) {
       const int8_t* q = a.q.data() + (i0 + i) * a.k + blk * kBlockElements;
       const int64_t ab = (i0 + i) * blocks + blk;
+      if constexpr (kFormat == BlockFormat::kQ6_K) {
+        // Codes up to 63 make pair sums up to 16,065: each group widens before the next adds.
+        __m256i half_sums[2];
+        const int32_t sums[2] = {a.sum_lo[ab], a.sum[ab] - a.sum_lo[ab]};
+        for (int h = 0; h < 2; ++h) {
+          __m256i isum = _mm256_set1_epi32(-32 * sums[h]);
+          for (int g = 4 * h; g < 4 * h + 4; ++g) {
+            isum = _mm256_add_epi32(
+                isum, _mm256_madd_epi16(
+                          _mm256_maddubs_epi16(u[g], _mm256_set1_epi32(LoadI32(q + 4 * g))), ones));
+          }
+          half_sums[h] = isum;
+        }
+        const __m256 dx = _mm256_set1_ps(a.d[ab]);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(half_sums[0]), _mm256_mul_ps(dw, dx), acc[i]);
+        acc[i] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(half_sums[1]), _mm256_mul_ps(dw_hi, dx), acc[i]);
+        continue;
+      }
       __m256i isum;
       if constexpr (kFormat == BlockFormat::kQ8_0) {
         isum = _mm256_setzero_si256();
         for (int g = 0; g < 8; ++g) {
           const __m256i x = _mm256_set1_epi32(LoadI32(q + 4 * g));
           isum = _mm256_add_epi32(
-              isum, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(u[g]),
-                                                           _mm256_sign_epi8(x, u[g])),
-                                      ones));
+              isum,
+              _mm256_madd_epi16(
+                  _mm256_maddubs_epi16(_mm256_abs_epi8(u[g]), _mm256_sign_epi8(x, u[g])), ones));
         }
       } else {
         __m256i pairs = _mm256_setzero_si256();
@@ -178,6 +295,8 @@ TP_TARGET_AVX2 void HalfTileYmm(const QuantizedActivations& a, int64_t i0, const
                                acc[i]);
       if constexpr (kFormat == BlockFormat::kQ4_1) {
         acc[i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.d_sum[ab]), acc[i]);
+      } else if constexpr (kFormat == BlockFormat::kQ4_K) {
+        acc[i] = _mm256_fnmadd_ps(mw, _mm256_set1_ps(a.d_sum[ab]), acc[i]);
       }
     }
   }
@@ -208,10 +327,10 @@ bool HasAvx2() {
 }
 
 bool HasAvx512Vnni() {
-  static const bool has = HasAvx2() && __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  static const bool has =
+      HasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512vnni");
   return has;
 }
 #endif  // __x86_64__
@@ -223,8 +342,7 @@ void RunTile(PackedIsa isa, const QuantizedActivations& a, int64_t i0, int rows_
   switch (isa) {
     case PackedIsa::kAmx:
     case PackedIsa::kAvx512Vnni:
-      return WithRows(rows_m,
-                      [&]<int kM>() { TileZmm<kFormat, kM>(a, i0, w, group, out); });
+      return WithRows(rows_m, [&]<int kM>() { TileZmm<kFormat, kM>(a, i0, w, group, out); });
     case PackedIsa::kAvx2:
       return TileYmm<kFormat>(a, i0, rows_m, w, group, out);
     case PackedIsa::kPortable:
@@ -245,7 +363,8 @@ void Product(PackedIsa isa, const QuantizedActivations& a, const PackedWeight& w
   const int64_t m = a.rows;
   const int64_t first_group = first / kGroupRows;
   const int64_t end_group = (first + count + kGroupRows - 1) / kGroupRows;
-  const bool amx = isa == PackedIsa::kAmx && m >= kAmxMinRows;
+  // The AMX tiles take one fp16 scale per block and row: the K-quants go through VNNI.
+  const bool amx = isa == PackedIsa::kAmx && m >= kAmxMinRows && !IsKQuant(kFormat);
   const int64_t groups = end_group - first_group;
   ParallelFor(groups, FewChunksPerThread(groups), [&](int64_t begin, int64_t end) {
     alignas(64) float out[kGroupRows * kGroupRows];
@@ -303,10 +422,14 @@ PackedIsa BestPackedIsa() {
 
 const char* PackedIsaName(PackedIsa isa) {
   switch (isa) {
-    case PackedIsa::kPortable: return "portable";
-    case PackedIsa::kAvx2: return "avx2";
-    case PackedIsa::kAvx512Vnni: return "avx512-vnni";
-    case PackedIsa::kAmx: return "amx";
+    case PackedIsa::kPortable:
+      return "portable";
+    case PackedIsa::kAvx2:
+      return "avx2";
+    case PackedIsa::kAvx512Vnni:
+      return "avx512-vnni";
+    case PackedIsa::kAmx:
+      return "amx";
   }
   return "?";
 }
@@ -318,9 +441,16 @@ void PackedMatmulBT(const QuantizedActivations& a, const PackedWeight& w, int64_
   TP_CHECK(PackedIsaSupported(isa));
   if (a.rows == 0 || count == 0) return;
   switch (w.format) {
-    case BlockFormat::kQ4_0: return Product<BlockFormat::kQ4_0>(isa, a, w, first, count, c);
-    case BlockFormat::kQ4_1: return Product<BlockFormat::kQ4_1>(isa, a, w, first, count, c);
-    case BlockFormat::kQ8_0: return Product<BlockFormat::kQ8_0>(isa, a, w, first, count, c);
+    case BlockFormat::kQ4_0:
+      return Product<BlockFormat::kQ4_0>(isa, a, w, first, count, c);
+    case BlockFormat::kQ4_1:
+      return Product<BlockFormat::kQ4_1>(isa, a, w, first, count, c);
+    case BlockFormat::kQ8_0:
+      return Product<BlockFormat::kQ8_0>(isa, a, w, first, count, c);
+    case BlockFormat::kQ4_K:
+      return Product<BlockFormat::kQ4_K>(isa, a, w, first, count, c);
+    case BlockFormat::kQ6_K:
+      return Product<BlockFormat::kQ6_K>(isa, a, w, first, count, c);
   }
 }
 

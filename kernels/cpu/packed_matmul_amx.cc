@@ -12,7 +12,7 @@ namespace tpserve::cpu {
 #if defined(__x86_64__)
 namespace {
 
-#define TP_TARGET_AMX                                                                        \
+#define TP_TARGET_AMX \
   __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-int8")))
 
 // Linux keeps AMX's 8 KiB of tile registers off until a process asks (arch/x86 "xstate").
@@ -51,8 +51,10 @@ TP_TARGET_AMX void ConfigureFor(int rows_m) {
 // Adds block `blk`'s integer tile c (rows of 16 int32, one per activation row), scaled as
 // packed_matmul.h states, into acc.
 template <BlockFormat kFormat, int kM>
-TP_TARGET_AMX __attribute__((always_inline)) inline void ScaleIn(const QuantizedActivations& a, int64_t i0, const PackedWeight& w,
-                                  int64_t group, int64_t blk, const int32_t* c, __m512* acc) {
+TP_TARGET_AMX __attribute__((always_inline)) inline void ScaleIn(const QuantizedActivations& a,
+                                                                 int64_t i0, const PackedWeight& w,
+                                                                 int64_t group, int64_t blk,
+                                                                 const int32_t* c, __m512* acc) {
   const int64_t blocks = a.blocks();
   const uint8_t* scales = w.record(group, blk) + w.code_bytes();
   const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
@@ -137,13 +139,13 @@ bool AmxAvailable() {
   return available;
 }
 
-const uint8_t* AmxWeightTiles(const PackedWeight& w, int64_t group,
-                              std::vector<uint8_t>* scratch) {
+const uint8_t* AmxWeightTiles(const PackedWeight& w, int64_t group, std::vector<uint8_t>* scratch) {
   if (w.format == BlockFormat::kQ8_0) return w.record(group, 0);
   // 64 spare bytes let the first tile start on a cache line whatever the allocation's alignment.
   scratch->resize(w.blocks() * 512 + 64);
   uint8_t* tiles = scratch->data() + (64 - reinterpret_cast<uintptr_t>(scratch->data()) % 64) % 64;
-  for (int64_t blk = 0; blk < w.blocks(); ++blk) UnpackNibbles(w.record(group, blk), tiles + blk * 512);
+  for (int64_t blk = 0; blk < w.blocks(); ++blk)
+    UnpackNibbles(w.record(group, blk), tiles + blk * 512);
   return tiles;
 }
 
@@ -152,9 +154,15 @@ void AmxTile(const QuantizedActivations& a, int64_t i0, int rows_m, const Packed
   ConfigureFor(rows_m);
   WithRows(rows_m, [&]<int kM>() {
     switch (w.format) {
-      case BlockFormat::kQ4_0: return Tile<BlockFormat::kQ4_0, kM>(a, i0, w, group, weight_tiles, out);
-      case BlockFormat::kQ4_1: return Tile<BlockFormat::kQ4_1, kM>(a, i0, w, group, weight_tiles, out);
-      case BlockFormat::kQ8_0: return Tile<BlockFormat::kQ8_0, kM>(a, i0, w, group, weight_tiles, out);
+      case BlockFormat::kQ4_0:
+        return Tile<BlockFormat::kQ4_0, kM>(a, i0, w, group, weight_tiles, out);
+      case BlockFormat::kQ4_1:
+        return Tile<BlockFormat::kQ4_1, kM>(a, i0, w, group, weight_tiles, out);
+      case BlockFormat::kQ8_0:
+        return Tile<BlockFormat::kQ8_0, kM>(a, i0, w, group, weight_tiles, out);
+      case BlockFormat::kQ4_K:
+      case BlockFormat::kQ6_K:
+        TP_CHECK_MSG(false, "K-quants are not tiled on AMX (PackedMatmulBT routes them to VNNI)");
     }
   });
 }

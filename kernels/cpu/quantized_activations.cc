@@ -26,12 +26,15 @@ void Resize(int64_t rows, int64_t k, QuantizedActivations* out) {
   out->q.resize(rows * k);
   out->d.resize(blocks);
   out->sum.resize(blocks);
+  out->sum_lo.resize(blocks);
   out->d_sum.resize(blocks);
 }
 
-inline void Finish(const BlockScale& scale, int32_t sum, int64_t b, QuantizedActivations* out) {
+inline void Finish(const BlockScale& scale, int32_t sum_lo, int32_t sum, int64_t b,
+                   QuantizedActivations* out) {
   out->d[b] = scale.d;
   out->sum[b] = sum;
+  out->sum_lo[b] = sum_lo;
   out->d_sum[b] = scale.d * static_cast<float>(sum);
 }
 
@@ -40,13 +43,14 @@ void ScalarBlock(const float* v, int64_t b, QuantizedActivations* out) {
   for (int j = 0; j < 32; ++j) max_abs = std::fmax(max_abs, std::fabs(v[j]));
   const BlockScale scale = ScaleFor(max_abs);
   int8_t* q = out->q.data() + b * 32;
-  int32_t sum = 0;
+  int32_t sum = 0, sum_lo = 0;
   for (int j = 0; j < 32; ++j) {
     // nearbyint rounds half to even in the default rounding mode, as vcvtps2dq does.
     q[j] = static_cast<int8_t>(std::nearbyint(v[j] * scale.id));
     sum += q[j];
+    if (j == 15) sum_lo = sum;
   }
-  Finish(scale, sum, b, out);
+  Finish(scale, sum_lo, sum, b, out);
 }
 
 #if defined(__x86_64__)
@@ -63,7 +67,8 @@ TP_TARGET_AVX512 void Avx512Block(const float* v, int64_t b, QuantizedActivation
   int8_t* q = out->q.data() + b * 32;
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(q0));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(q1));
-  Finish(scale, _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)), b, out);
+  const int32_t sum_lo = _mm512_reduce_add_epi32(q0);
+  Finish(scale, sum_lo, sum_lo + _mm512_reduce_add_epi32(q1), b, out);
 }
 
 bool HasAvx512() {

@@ -11,16 +11,18 @@ namespace tpserve::cpu {
 // `rows` rows of k activations, x ≈ d * q within each 32-element block.
 struct QuantizedActivations {
   int64_t rows = 0;
-  int64_t k = 0;               // a multiple of 32
-  std::vector<int8_t> q;       // [rows, k] round-half-even(x * (127 / max|x|)) of its block
-  std::vector<float> d;        // [rows, k / 32] max|x| / 127 (0 when the block is all zero)
-  std::vector<int32_t> sum;    // [rows, k / 32] the sum of the block's q
-  std::vector<float> d_sum;    // [rows, k / 32] d * sum: what a per-block weight offset multiplies
+  int64_t k = 0;                // a multiple of 32
+  std::vector<int8_t> q;        // [rows, k] round-half-even(x * (127 / max|x|)) of its block
+  std::vector<float> d;         // [rows, k / 32] max|x| / 127 (0 when the block is all zero)
+  std::vector<int32_t> sum;     // [rows, k / 32] the sum of the block's q
+  std::vector<int32_t> sum_lo;  // [rows, k / 32] the sum of its first 16 q (Q6_K's half blocks)
+  std::vector<float> d_sum;     // [rows, k / 32] d * sum: what a per-block weight offset multiplies
 
   int64_t blocks() const { return k / 32; }
 };
 
-// x: [rows, k] fp32, k a multiple of 32. Reuses `out`'s buffers. Threads: ParallelFor, over rows. Every instruction set gives the same bits (the vector path rounds like the scalar one).
+// x: [rows, k] fp32, k a multiple of 32. Reuses `out`'s buffers. Threads: ParallelFor, over rows.
+// Every instruction set gives the same bits (the vector path rounds like the scalar one).
 void QuantizeActivations(const float* x, int64_t rows, int64_t k, QuantizedActivations* out);
 
 // The portable path alone, which the vector path must equal.

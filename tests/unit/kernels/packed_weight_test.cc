@@ -18,19 +18,25 @@ TEST(PackedWeightTest, BlockBytesMatchGguf) {
   }
 }
 
-// The layout keeps the GGUF bytes: codes and scales of 16 rows per record, nothing else.
+// The layout keeps the GGUF bytes: codes and scales of 16 rows per record, nothing else; Q4_K
+// spends 16 bytes on the 12 of its packed 6-bit scales and mins (37 for every 36).
 TEST(PackedWeightTest, SameBytesAsTheBlocksForWholeGroups) {
   for (const Format& f : kFormats) {
-    const std::vector<uint8_t> blocks = RandomBlocks(f.format, 32, 64, 3);
-    EXPECT_EQ(PackWeight(f.format, blocks.data(), 32, 64).data.size(), blocks.size()) << f.name;
+    const int64_t k = Cols(f, 64);
+    const std::vector<uint8_t> blocks = RandomBlocks(f.format, 32, k, 3);
+    const PackedWeight w = PackWeight(f.format, blocks.data(), 32, k);
+    EXPECT_EQ(w.data.size() + w.super.size(),
+              f.format == BlockFormat::kQ4_K ? blocks.size() / 36 * 37 : blocks.size())
+        << f.name;
   }
 }
 
 TEST(PackedWeightTest, UnpackGivesTheBlocksBack) {
   for (const Format& f : kFormats) {
     for (const int64_t n : {1, 16, 37}) {
-      const std::vector<uint8_t> blocks = RandomBlocks(f.format, n, 64, 30 + n);
-      EXPECT_EQ(UnpackWeight(PackWeight(f.format, blocks.data(), n, 64)), blocks)
+      const int64_t k = Cols(f, 64);
+      const std::vector<uint8_t> blocks = RandomBlocks(f.format, n, k, 30 + n);
+      EXPECT_EQ(UnpackWeight(PackWeight(f.format, blocks.data(), n, k)), blocks)
           << f.name << " n=" << n;
     }
   }
@@ -41,7 +47,7 @@ TEST(PackedWeightTest, UnpackGivesTheBlocksBack) {
 TEST(PackedWeightTest, DecodeIsBitExactWithModelDecoder) {
   for (const Format& f : kFormats) {
     for (const int64_t n : {1, 9, 37}) {
-      const int64_t k = 96;
+      const int64_t k = Cols(f, 96);
       const std::vector<uint8_t> blocks = RandomBlocks(f.format, n, k, 7 + n, /*edge=*/true);
       const std::vector<float> want = DecodeBlocks(f, blocks, n, k);
       const PackedWeight w = PackWeight(f.format, blocks.data(), n, k);

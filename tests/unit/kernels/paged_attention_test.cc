@@ -198,19 +198,17 @@ TEST_P(PagedAttentionTest, MatchesNaiveContiguousAttention) {
   EXPECT_LT(MaxErrorAgainstNaive(GetParam()), 1e-5) << CaseName(GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(GqaAndBlockSizes, PagedAttentionTest,
-                         testing::Values(AttentionCase{1, 16}, AttentionCase{3, 16},
-                                         AttentionCase{4, 16}, AttentionCase{1, 1},
-                                         AttentionCase{3, 1}, AttentionCase{4, 1},
-                                         AttentionCase{3, 5}, AttentionCase{3, 32},
-                                         AttentionCase{8, 16},
-                                         AttentionCase{2, 16, /*head_dim=*/128},
-                                         AttentionCase{1, 16, /*head_dim=*/12}),
-                         [](const testing::TestParamInfo<AttentionCase>& info) {
-                           return "Group" + std::to_string(info.param.group) + "Block" +
-                                  std::to_string(info.param.block_size) + "HeadDim" +
-                                  std::to_string(info.param.head_dim);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    GqaAndBlockSizes, PagedAttentionTest,
+    testing::Values(AttentionCase{1, 16}, AttentionCase{3, 16}, AttentionCase{4, 16},
+                    AttentionCase{1, 1}, AttentionCase{3, 1}, AttentionCase{4, 1},
+                    AttentionCase{3, 5}, AttentionCase{3, 32}, AttentionCase{8, 16},
+                    AttentionCase{2, 16, /*head_dim=*/128}, AttentionCase{1, 16, /*head_dim=*/12}),
+    [](const testing::TestParamInfo<AttentionCase>& info) {
+      return "Group" + std::to_string(info.param.group) + "Block" +
+             std::to_string(info.param.block_size) + "HeadDim" +
+             std::to_string(info.param.head_dim);
+    });
 
 // Scores in the hundreds overflow a softmax that does not subtract the maximum. The tolerance is
 // looser because fp32 rounding of a score grows with its size (~1e-4 absolute at |score| ~ 100).

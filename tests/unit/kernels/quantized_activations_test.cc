@@ -12,7 +12,7 @@ namespace tpserve::cpu {
 namespace {
 
 // Per block, on paper: d = max|x| / 127, q = x / d rounded to nearest (so |x - d q| <= d / 2 and
-// the largest |q| is 127), sum and d_sum follow from q.
+// the largest |q| is 127), sum, sum_lo and d_sum follow from q.
 TEST(QuantizeActivationsTest, RoundsEachBlockToItsOwnScale) {
   const int64_t rows = 3, k = 96;
   std::vector<float> x = RandomVector(rows * k, 4.0f, 11);
@@ -25,15 +25,17 @@ TEST(QuantizeActivationsTest, RoundsEachBlockToItsOwnScale) {
     float max_abs = 0.0f;
     for (int j = 0; j < 32; ++j) max_abs = std::max(max_abs, std::abs(x[b * 32 + j]));
     EXPECT_FLOAT_EQ(a.d[b], max_abs / 127.0f) << "block " << b;
-    int32_t sum = 0, largest = 0;
+    int32_t sum = 0, sum_lo = 0, largest = 0;
     for (int j = 0; j < 32; ++j) {
       const int q = a.q[b * 32 + j];
       sum += q;
+      if (j < 16) sum_lo += q;
       largest = std::max(largest, std::abs(q));
       EXPECT_LE(std::abs(x[b * 32 + j] - a.d[b] * q), a.d[b] / 2 * 1.0001f + 1e-30f)
           << "block " << b << " element " << j;
     }
     EXPECT_EQ(a.sum[b], sum);
+    EXPECT_EQ(a.sum_lo[b], sum_lo);
     EXPECT_EQ(a.d_sum[b], a.d[b] * static_cast<float>(sum));
     EXPECT_EQ(largest, max_abs == 0.0f ? 0 : 127) << "block " << b;
   }
@@ -54,9 +56,10 @@ TEST(QuantizeActivationsTest, VectorPathEqualsScalarPath) {
   EXPECT_EQ(vec.q, scalar.q);
   EXPECT_EQ(vec.d, scalar.d);
   EXPECT_EQ(vec.sum, scalar.sum);
+  EXPECT_EQ(vec.sum_lo, scalar.sum_lo);
   EXPECT_EQ(vec.d_sum, scalar.d_sum);
-  EXPECT_EQ(scalar.q[0], 2);   // 2.5 rounds half to even
-  EXPECT_EQ(scalar.q[1], 0);   // -0.5 too
+  EXPECT_EQ(scalar.q[0], 2);  // 2.5 rounds half to even
+  EXPECT_EQ(scalar.q[1], 0);  // -0.5 too
 }
 
 }  // namespace

@@ -74,8 +74,8 @@ TEST(SampleTest, TemperatureZeroIsArgmaxAndLeavesRngAlone) {
   const int32_t want = Argmax(logits.data(), logits.size());
   std::mt19937_64 rng(5);
   const std::mt19937_64 before = rng;
-  for (const SamplingParams& params :
-       {SamplingParams{0.0f}, SamplingParams{0.0f, 40, 0.5f, 0.1f}, SamplingParams{0.0f, 0, 1, 0}}) {
+  for (const SamplingParams& params : {SamplingParams{0.0f}, SamplingParams{0.0f, 40, 0.5f, 0.1f},
+                                       SamplingParams{0.0f, 0, 1, 0}}) {
     EXPECT_EQ(Sample(logits.data(), logits.size(), params, rng), want);
   }
   EXPECT_TRUE(rng == before);
