@@ -1,5 +1,6 @@
 #include "model/synthetic_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -39,7 +40,114 @@ void AppendU16(uint16_t v, std::vector<uint8_t>* out) {
   out->push_back(static_cast<uint8_t>(v >> 8));
 }
 
-// ggml's block encodings of `values` (whole blocks for Q8_0).
+// Round-to-nearest block encoders: valid blocks near the values, not llama.cpp's searched scales
+// (what the tests need is files of these types, not the best quantization).
+float Fp16Rounded(float v) { return static_cast<float>(static_cast<_Float16>(v)); }
+
+// One Q4_0 block: d = max|x| / 7, q = round(x / d) + 8 in [0, 15].
+void EncodeQ4_0(const float* x, std::vector<uint8_t>* out) {
+  float amax = 0;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = Fp16Rounded(amax / 7.0f);
+  AppendU16(ToBits(static_cast<_Float16>(d)), out);
+  uint8_t q[32];
+  for (int i = 0; i < 32; ++i) {
+    q[i] = static_cast<uint8_t>(d == 0 ? 8 : std::clamp(std::lround(x[i] / d) + 8, 0L, 15L));
+  }
+  for (int j = 0; j < 16; ++j) out->push_back(static_cast<uint8_t>(q[j] | q[j + 16] << 4));
+}
+
+// One Q4_K super-block: per 32 elements a range [lo, hi] with lo <= 0, scale (hi - lo) / 15 and
+// min -lo, both as 6-bit multiples of the super-block's d and dmin.
+void EncodeQ4_K(const float* x, std::vector<uint8_t>* out) {
+  float scale[8], min[8], max_scale = 0, max_min = 0;
+  for (int j = 0; j < 8; ++j) {
+    float lo = 0, hi = 0;
+    for (int i = 0; i < 32; ++i) {
+      lo = std::min(lo, x[32 * j + i]);
+      hi = std::max(hi, x[32 * j + i]);
+    }
+    scale[j] = (hi - lo) / 15.0f;
+    min[j] = -lo;
+    max_scale = std::max(max_scale, scale[j]);
+    max_min = std::max(max_min, min[j]);
+  }
+  const float d = Fp16Rounded(max_scale / 63.0f), dmin = Fp16Rounded(max_min / 63.0f);
+  int sc[8], m[8];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = d == 0 ? 0 : std::min(63, static_cast<int>(std::lround(scale[j] / d)));
+    m[j] = dmin == 0 ? 0 : std::min(63, static_cast<int>(std::lround(min[j] / dmin)));
+  }
+  AppendU16(ToBits(static_cast<_Float16>(d)), out);
+  AppendU16(ToBits(static_cast<_Float16>(dmin)), out);
+  // The 12 scale bytes, as model/dequantize.cc's Q4KScaleMin reads them.
+  uint8_t bytes[12] = {};
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      bytes[j] |= static_cast<uint8_t>(sc[j]);
+      bytes[j + 4] |= static_cast<uint8_t>(m[j]);
+    } else {
+      bytes[j + 4] = static_cast<uint8_t>((sc[j] & 0x0F) | (m[j] & 0x0F) << 4);
+      bytes[j - 4] |= static_cast<uint8_t>(sc[j] >> 4 << 6);
+      bytes[j] |= static_cast<uint8_t>(m[j] >> 4 << 6);
+    }
+  }
+  out->insert(out->end(), bytes, bytes + 12);
+  uint8_t q[256];
+  for (int n = 0; n < 256; ++n) {
+    const float step = d * static_cast<float>(sc[n / 32]);
+    const float offset = dmin * static_cast<float>(m[n / 32]);
+    q[n] = static_cast<uint8_t>(
+        step == 0 ? 0 : std::clamp(std::lround((x[n] + offset) / step), 0L, 15L));
+  }
+  for (int c = 0; c < 4; ++c) {
+    for (int l = 0; l < 32; ++l) {
+      out->push_back(static_cast<uint8_t>(q[64 * c + l] | q[64 * c + 32 + l] << 4));
+    }
+  }
+}
+
+// One Q6_K super-block: per 16 elements a scale max|x| / 31 as an int8 multiple of d, codes
+// round(x / (d * scale)) + 32 in [0, 63].
+void EncodeQ6_K(const float* x, std::vector<uint8_t>* out) {
+  float scale[16], max_scale = 0;
+  for (int j = 0; j < 16; ++j) {
+    float amax = 0;
+    for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(x[16 * j + i]));
+    scale[j] = amax / 31.0f;
+    max_scale = std::max(max_scale, scale[j]);
+  }
+  const float d = Fp16Rounded(max_scale / 127.0f);
+  int8_t sc[16];
+  uint8_t q[256];
+  for (int j = 0; j < 16; ++j) {
+    sc[j] = static_cast<int8_t>(d == 0 ? 0 : std::min(127L, std::lround(scale[j] / d)));
+  }
+  for (int n = 0; n < 256; ++n) {
+    const float step = d * static_cast<float>(sc[n / 16]);
+    q[n] =
+        static_cast<uint8_t>(step == 0 ? 32 : std::clamp(std::lround(x[n] / step) + 32, 0L, 63L));
+  }
+  // ql, qh as model/dequantize.cc's DequantizeQ6_K reads them: per 128 elements, element l, l+32,
+  // l+64, l+96 in the low nibble of ql[l], ql[l+32], high nibble of ql[l], ql[l+32], and top bits
+  // in bit pairs 0, 2, 4, 6 of qh[l].
+  uint8_t ql[128] = {}, qh[64] = {};
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* y = q + 128 * half;
+    for (int l = 0; l < 32; ++l) {
+      ql[64 * half + l] = static_cast<uint8_t>((y[l] & 0x0F) | (y[l + 64] & 0x0F) << 4);
+      ql[64 * half + l + 32] = static_cast<uint8_t>((y[l + 32] & 0x0F) | (y[l + 96] & 0x0F) << 4);
+      qh[32 * half + l] = static_cast<uint8_t>(y[l] >> 4 | (y[l + 32] >> 4) << 2 |
+                                               (y[l + 64] >> 4) << 4 | (y[l + 96] >> 4) << 6);
+    }
+  }
+  out->insert(out->end(), ql, ql + 128);
+  out->insert(out->end(), qh, qh + 64);
+  for (const int8_t s : sc) out->push_back(static_cast<uint8_t>(s));
+  AppendU16(ToBits(static_cast<_Float16>(d)), out);
+}
+
+// ggml's block encodings of `values` (whole blocks for the quantized types).
 std::vector<uint8_t> Encode(const std::vector<float>& values, GgmlType type) {
   std::vector<uint8_t> out;
   switch (type) {
@@ -60,6 +168,15 @@ std::vector<uint8_t> Encode(const std::vector<float>& values, GgmlType type) {
               static_cast<uint8_t>(static_cast<int8_t>(d == 0 ? 0 : std::lround(values[i] / d))));
         }
       }
+      break;
+    case GgmlType::kQ4_0:
+      for (size_t b = 0; b < values.size(); b += 32) EncodeQ4_0(&values[b], &out);
+      break;
+    case GgmlType::kQ4_K:
+      for (size_t b = 0; b < values.size(); b += 256) EncodeQ4_K(&values[b], &out);
+      break;
+    case GgmlType::kQ6_K:
+      for (size_t b = 0; b < values.size(); b += 256) EncodeQ6_K(&values[b], &out);
       break;
     default:
       out.resize(values.size() * sizeof(float));
@@ -157,10 +274,16 @@ absl::Status ValidateSyntheticModelSpec(const SyntheticModelSpec& spec) {
   }
   if (spec.sliding_window < 0) return fail("sliding_window must not be negative");
   const bool supported = spec.dtype == GgmlType::kF32 || spec.dtype == GgmlType::kF16 ||
-                         spec.dtype == GgmlType::kBF16 || spec.dtype == GgmlType::kQ8_0;
-  if (!supported) return fail("dtype must be f32, f16, bf16 or q8_0");
-  if (spec.dtype == GgmlType::kQ8_0 && (spec.hidden % 32 != 0 || spec.ffn % 32 != 0)) {
-    return fail("q8_0 needs hidden and ffn to be multiples of 32");
+                         spec.dtype == GgmlType::kBF16 || spec.dtype == GgmlType::kQ8_0 ||
+                         spec.dtype == GgmlType::kQ4_0 || spec.dtype == GgmlType::kQ4_K ||
+                         spec.dtype == GgmlType::kQ6_K;
+  if (!supported) return fail("dtype must be f32, f16, bf16, q8_0, q4_0, q4_k or q6_k");
+  if (spec.k_quant_mix && spec.dtype != GgmlType::kQ4_K) return fail("the K mix needs q4_k");
+  const bool k_quant = spec.dtype == GgmlType::kQ4_K || spec.dtype == GgmlType::kQ6_K;
+  const int64_t block = k_quant ? 256 : 32;
+  if (spec.dtype != GgmlType::kF32 && spec.dtype != GgmlType::kF16 &&
+      spec.dtype != GgmlType::kBF16 && (spec.hidden % block != 0 || spec.ffn % block != 0)) {
+    return fail(absl::StrCat("this dtype needs hidden and ffn to be multiples of ", block));
   }
   return absl::OkStatus();
 }
@@ -211,10 +334,12 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& original, const std::
   for (const auto& [key, value] : tokenizer.metadata()) writer.SetValue(key, value);
 
   TensorMaker make(&writer, spec.seed);
+  // Q4_K_M's choice, simplified: Q6_K for the output and for attn_v and ffn_down of even layers.
+  const auto mixed = [&](bool q6) { return spec.k_quant_mix && q6 ? GgmlType::kQ6_K : spec.dtype; };
   RETURN_IF_ERROR(make.Matrix("token_embd.weight", spec.vocab, spec.hidden, spec.dtype));
   RETURN_IF_ERROR(make.NormWeight("output_norm.weight", spec.hidden));
   if (!spec.tied_embeddings) {
-    RETURN_IF_ERROR(make.Matrix("output.weight", spec.vocab, spec.hidden, spec.dtype));
+    RETURN_IF_ERROR(make.Matrix("output.weight", spec.vocab, spec.hidden, mixed(true)));
   }
   if (spec.rope_scaling == "llama3") {
     RETURN_IF_ERROR(writer.AddTensor(
@@ -232,7 +357,7 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& original, const std::
     RETURN_IF_ERROR(make.NormWeight(b + "attn_norm.weight", spec.hidden));
     RETURN_IF_ERROR(make.Matrix(b + "attn_q.weight", spec.hidden, spec.hidden, spec.dtype));
     RETURN_IF_ERROR(make.Matrix(b + "attn_k.weight", kv_rows, spec.hidden, spec.dtype));
-    RETURN_IF_ERROR(make.Matrix(b + "attn_v.weight", kv_rows, spec.hidden, spec.dtype));
+    RETURN_IF_ERROR(make.Matrix(b + "attn_v.weight", kv_rows, spec.hidden, mixed(layer % 2 == 0)));
     if (bias) {
       // As large as the projections' outputs, so that a lost or misplaced bias shows.
       RETURN_IF_ERROR(make.Vector(b + "attn_q.bias", spec.hidden, 1.0f));
@@ -243,7 +368,8 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& original, const std::
     RETURN_IF_ERROR(make.NormWeight(b + "ffn_norm.weight", spec.hidden));
     RETURN_IF_ERROR(make.Matrix(b + "ffn_gate.weight", spec.ffn, spec.hidden, spec.dtype));
     RETURN_IF_ERROR(make.Matrix(b + "ffn_up.weight", spec.ffn, spec.hidden, spec.dtype));
-    RETURN_IF_ERROR(make.Matrix(b + "ffn_down.weight", spec.hidden, spec.ffn, spec.dtype));
+    RETURN_IF_ERROR(
+        make.Matrix(b + "ffn_down.weight", spec.hidden, spec.ffn, mixed(layer % 2 == 0)));
   }
   return writer.WriteFile(path);
 }

@@ -36,7 +36,12 @@ struct SyntheticModelSpec {
   double rope_high_freq_factor = 4.0;    // llama3
   int64_t rope_original_context = 8192;  // llama3
   int64_t sliding_window = 0;            // <arch>.attention.sliding_window when positive (Mistral)
-  GgmlType dtype = GgmlType::kF32;       // kF32, kF16, kBF16 or kQ8_0 for the matrices
+  // The matrices' type: kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K or kQ6_K (quantized by rounding to
+  // the nearest code, not llama.cpp's searched scales).
+  GgmlType dtype = GgmlType::kF32;
+  // With kQ4_K: Q6_K for output.weight and for attn_v and ffn_down of even layers, as llama.cpp's
+  // Q4_K_M gives some of them more bits.
+  bool k_quant_mix = false;
   uint64_t seed = 1;
 };
 

@@ -1,9 +1,14 @@
 #include "worker/model_weights.h"
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "common/check.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/packed_matmul.h"
+#include "kernels/cpu/quantized_activations.h"
 
 namespace tpserve {
 namespace {
@@ -35,8 +40,10 @@ bool KeepsBlocks(GgmlType type) {
 }
 
 int64_t Linear::resident_bytes() const {
-  return static_cast<int64_t>(packed.data.size() + packed.super.size() +
-                              values.size() * sizeof(float));
+  int64_t bytes = static_cast<int64_t>(packed.data.size() + packed.super.size() +
+                                       values.size() * sizeof(float));
+  for (const Linear& part : parts) bytes += part.resident_bytes();
+  return bytes;
 }
 
 Linear PackedLinear(GgmlType type, const uint8_t* blocks, int64_t rows, int64_t cols) {
@@ -48,9 +55,38 @@ Linear PackedLinear(GgmlType type, const uint8_t* blocks, int64_t rows, int64_t 
   return w;
 }
 
+namespace {
+
+// Rows `rows` of a stack of packed parts: the activations rounded once, each part's rows in the
+// range computed apart and placed in their columns of y.
+void ApplyStackedRows(const Linear& w, Range rows, const float* x, int64_t m, float* y) {
+  thread_local cpu::QuantizedActivations quantized;
+  thread_local std::vector<float> part_out;
+  cpu::QuantizeActivations(x, m, w.cols, &quantized);
+  int64_t first = 0;  // the part's first row in w
+  for (const Linear& part : w.parts) {
+    const int64_t lo = std::max(rows.begin, first);
+    const int64_t hi = std::min(rows.end(), first + part.rows);
+    if (lo < hi) {
+      part_out.resize(m * (hi - lo));
+      cpu::PackedMatmulBT(quantized, part.packed, lo - first, hi - lo, part_out.data(),
+                          cpu::BestPackedIsa());
+      for (int64_t i = 0; i < m; ++i) {
+        std::memcpy(y + i * rows.size + (lo - rows.begin), part_out.data() + i * (hi - lo),
+                    (hi - lo) * sizeof(float));
+      }
+    }
+    first += part.rows;
+  }
+}
+
+}  // namespace
+
 void ApplyLinearRows(const Linear& w, Range rows, const float* x, int64_t m, float* y) {
   TP_CHECK(rows.begin >= 0 && rows.size >= 0 && rows.end() <= w.rows);
-  if (w.quantized()) {
+  if (!w.parts.empty()) {
+    ApplyStackedRows(w, rows, x, m, y);
+  } else if (w.quantized()) {
     cpu::PackedMatmulBT(x, m, w.packed, rows.begin, rows.size, y);
   } else {
     cpu::MatmulBT(x, w.values.data() + rows.begin * w.cols, m, rows.size, w.cols, y);
@@ -62,6 +98,7 @@ void ApplyLinear(const Linear& w, const float* x, int64_t m, float* y) {
 }
 
 void LookupRows(const Linear& w, const int32_t* ids, int64_t n, float* out) {
+  TP_CHECK(w.parts.empty());  // an embedding is one tensor
   if (!w.quantized()) {
     cpu::Embedding(w.values.data(), w.rows, w.cols, ids, n, out);
     return;

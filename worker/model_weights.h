@@ -17,7 +17,11 @@ namespace tpserve {
 struct Linear {
   GgmlType type = GgmlType::kF32;  // kF32: `values` holds the weight; otherwise `packed` does
   cpu::PackedWeight packed;
-  std::vector<float> values;       // [rows, cols] when type == kF32
+  std::vector<float> values;  // [rows, cols] when type == kF32
+  // When not empty, the weight is these packed Linears stacked by rows, and `packed` and `values`
+  // are empty; `type` is the first part's. Slices of different block types fused into one
+  // product: Q4_K_M's Q4_K q/k rows with Q6_K v rows.
+  std::vector<Linear> parts;
   int64_t rows = 0;
   int64_t cols = 0;
 

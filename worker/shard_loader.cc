@@ -61,15 +61,26 @@ struct RowSlice {
 
 // The slices stacked by rows into one [Σ rows, cols] Linear. Column-parallel slices are whole
 // rows, so when every slice has the same block type that GEMV reads, its blocks are copied as
-// they are; otherwise the rows are decoded to fp32.
+// they are; slices of different such types become the parts of a stack; otherwise the rows are
+// decoded to fp32.
 absl::StatusOr<Linear> LoadRows(const GgufFile& file, CpuWeights weights, int64_t cols,
                                 std::initializer_list<RowSlice> slices) {
   Linear w;
   w.cols = cols;
   w.type = slices.begin()->tensor->type;
+  bool every_kept = weights == CpuWeights::kPacked;
   for (const RowSlice& slice : slices) {
     w.rows += slice.rows.size;
+    every_kept = every_kept && KeepsBlocks(slice.tensor->type);
     if (slice.tensor->type != w.type) w.type = GgmlType::kF32;
+  }
+  if (w.type == GgmlType::kF32 && every_kept) {
+    w.type = slices.begin()->tensor->type;
+    for (const RowSlice& slice : slices) {
+      ASSIGN_OR_RETURN(Linear part, LoadRows(file, weights, cols, {slice}));
+      w.parts.push_back(std::move(part));
+    }
+    return w;
   }
   if (!KeepsBlocks(w.type) || weights == CpuWeights::kFp32) w.type = GgmlType::kF32;
   if (w.quantized()) {

@@ -4,17 +4,16 @@ Random-weight models written by tpserve-mkmodel (fp32): a Llama with Llama-3.1's
 scaling, a Qwen2 with q/k/v biases and tied embeddings, a Qwen2 with untied embeddings and linear
 RoPE scaling, and a Mistral-7B-like shape (8 heads over 2 KV heads, theta 1e6, a sliding window).
 Each is served at tp 1 and at a tp > 1 that splits its heads, scored over gRPC (Score: one logits
-row per prompt token), and compared with a reference written here from the Hugging Face modelling
-formulas (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM): RMSNorm, rotate-half RoPE with
-the scaling rules of HF's rope_init functions, GQA causal attention, SwiGLU, biases. The tensors are
-read from the GGUF file by the small reader below and put back into HF's layout first: llama.cpp's
-converter permutes the Q/K rows of "llama" files (so that RoPE pairs are adjacent) and keeps
-"qwen2" rows as they are. Each case also checks that the reference tells the feature apart (the
+row per prompt token), and compared with hf_reference.py, a NumPy model written from the Hugging
+Face modelling formulas (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM): RMSNorm,
+rotate-half RoPE with the scaling rules of HF's rope_init functions, GQA causal attention, SwiGLU,
+biases. The tensors are read from the GGUF file by gguf_reader.py and put back into HF's layout
+first: llama.cpp's converter permutes the Q/K rows of "llama" files (so that RoPE pairs are
+adjacent) and keeps "qwen2" rows as they are. Each case also checks that the reference tells the feature apart (the
 scaling, the biases, the permutation change the logits by far more than the tolerance), so a
 reference that ignored one could not pass by accident.
 """
 
-import math
 import os
 import subprocess
 import sys
@@ -26,126 +25,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tpserve_cluster  # noqa: E402
-from gguf_reader import Gguf, unpermute_llama_qk  # noqa: E402
+from gguf_reader import Gguf  # noqa: E402
+from hf_reference import (HfConfig, default_inv_freq, linear_inv_freq,  # noqa: E402
+                          llama3_inv_freq, reference_logits)
 
 TOLERANCE = 1e-3  # max |logit difference| in fp32
 PROMPT_LENGTH = 40
 EPS = 1e-5  # what tpserve-mkmodel writes as layer_norm_rms_epsilon
-
-# ---------------------------------------------------------------------------------------------
-# The Hugging Face model, from its formulas
-
-
-class HfConfig:
-    def __init__(self, gguf):
-        m = gguf.metadata
-        self.arch = m["general.architecture"]
-        p = self.arch + "."
-        self.layers = m[p + "block_count"]
-        self.hidden = m[p + "embedding_length"]
-        self.heads = m[p + "attention.head_count"]
-        self.kv_heads = m[p + "attention.head_count_kv"]
-        self.head_dim = self.hidden // self.heads
-        self.theta = m[p + "rope.freq_base"]
-        self.eps = m[p + "attention.layer_norm_rms_epsilon"]
-        self.sliding_window = m.get(p + "attention.sliding_window")
-
-
-def default_inv_freq(theta, dim):
-    # HF _compute_default_rope_parameters: 1 / base^(arange(0, dim, 2) / dim)
-    return 1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
-
-
-def llama3_inv_freq(theta, dim, factor, low_freq_factor, high_freq_factor, original_context):
-    # HF _compute_llama3_parameters
-    inv_freq = default_inv_freq(theta, dim)
-    low_freq_wavelen = original_context / low_freq_factor
-    high_freq_wavelen = original_context / high_freq_factor
-    wavelen = 2 * math.pi / inv_freq
-    inv_freq_llama = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
-    smooth = (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
-    smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
-    is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
-    return np.where(is_medium, smoothed, inv_freq_llama)
-
-
-def linear_inv_freq(theta, dim, factor):
-    # HF _compute_linear_scaling_rope_parameters: positions / factor, i.e. inv_freq / factor
-    return default_inv_freq(theta, dim) / factor
-
-
-def rms_norm(x, w, eps):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
-
-
-def rotate_half(x):
-    half = x.shape[-1] // 2
-    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-
-
-def apply_rope(x, positions, inv_freq):
-    # x: [heads, tokens, head_dim]; emb = cat(freqs, freqs), x * cos + rotate_half(x) * sin
-    freqs = np.outer(positions, inv_freq)
-    emb = np.concatenate([freqs, freqs], axis=-1)
-    return x * np.cos(emb) + rotate_half(x) * np.sin(emb)
-
-
-def silu(x):
-    return x / (1 + np.exp(-x))
-
-
-def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True):
-    """[tokens, vocab] logits of the HF model the GGUF file holds. `permuted_qk`: whether the
-    file's Q/K rows are the converter's permutation of HF's (by default: for llama files only);
-    `biases`: add the q/k/v biases the file has."""
-    c = HfConfig(gguf)
-    if permuted_qk is None:
-        permuted_qk = c.arch == "llama"
-    t = gguf.tensors
-    n = len(tokens)
-    positions = np.arange(n, dtype=np.float64)
-    group = c.heads // c.kv_heads
-    x = t["token_embd.weight"][tokens]
-    causal = np.tril(np.ones((n, n), dtype=bool))
-    if c.sliding_window:
-        # Mistral: query i sees keys j with i - j < sliding_window.
-        distance = positions[:, None] - positions[None, :]
-        causal &= distance < c.sliding_window
-    for layer in range(c.layers):
-        b = "blk.%d." % layer
-        h = rms_norm(x, t[b + "attn_norm.weight"], c.eps)
-        wq, wk, wv = t[b + "attn_q.weight"], t[b + "attn_k.weight"], t[b + "attn_v.weight"]
-        bq = t.get(b + "attn_q.bias") if biases else None
-        bk = t.get(b + "attn_k.bias") if biases else None
-        bv = t.get(b + "attn_v.bias") if biases else None
-        if permuted_qk:
-            wq = unpermute_llama_qk(wq, c.heads)
-            wk = unpermute_llama_qk(wk, c.kv_heads)
-        q = h @ wq.T + (bq if bq is not None else 0)
-        k = h @ wk.T + (bk if bk is not None else 0)
-        v = h @ wv.T + (bv if bv is not None else 0)
-        q = q.reshape(n, c.heads, c.head_dim).transpose(1, 0, 2)
-        k = k.reshape(n, c.kv_heads, c.head_dim).transpose(1, 0, 2)
-        v = v.reshape(n, c.kv_heads, c.head_dim).transpose(1, 0, 2)
-        q = apply_rope(q, positions, inv_freq)
-        k = apply_rope(k, positions, inv_freq)
-        k = np.repeat(k, group, axis=0)  # repeat_kv
-        v = np.repeat(v, group, axis=0)
-        scores = q @ k.transpose(0, 2, 1) / math.sqrt(c.head_dim)
-        scores = np.where(causal, scores, -np.inf)
-        scores -= scores.max(axis=-1, keepdims=True)
-        weights = np.exp(scores)
-        weights /= weights.sum(axis=-1, keepdims=True)
-        attn = (weights @ v).transpose(1, 0, 2).reshape(n, c.hidden)
-        x = x + attn @ t[b + "attn_output.weight"].T
-        h = rms_norm(x, t[b + "ffn_norm.weight"], c.eps)
-        gate = h @ t[b + "ffn_gate.weight"].T
-        up = h @ t[b + "ffn_up.weight"].T
-        x = x + (silu(gate) * up) @ t[b + "ffn_down.weight"].T
-    x = rms_norm(x, t["output_norm.weight"], c.eps)
-    head = t.get("output.weight", t["token_embd.weight"])  # tied when output.weight is absent
-    return x @ head.T
-
 
 # ---------------------------------------------------------------------------------------------
 # The cases

@@ -32,8 +32,7 @@ class Staging {
 // Decodes `count` elements of `type` held in `bytes` into a new bf16 buffer.
 absl::StatusOr<DeviceBuffer<bf16>> Decode(GgmlType type, absl::Span<const uint8_t> bytes,
                                           int64_t count, Staging& staging, cudaStream_t stream) {
-  const std::optional<WeightFormat> format =
-      WeightFormatOfGgmlType(static_cast<uint32_t>(type));
+  const std::optional<WeightFormat> format = WeightFormatOfGgmlType(static_cast<uint32_t>(type));
   if (!format.has_value()) {  // The CPU loader decodes every other type to fp32.
     return absl::InternalError(
         absl::StrCat("weight type ", static_cast<uint32_t>(type), " reached the device decoder"));
@@ -50,9 +49,9 @@ absl::Span<const uint8_t> Bytes(const std::vector<float>& values) {
 
 absl::StatusOr<DeviceBuffer<bf16>> UploadVector(std::vector<float>& values, Staging& staging,
                                                 cudaStream_t stream) {
-  ASSIGN_OR_RETURN(DeviceBuffer<bf16> out,
-                   Decode(GgmlType::kF32, Bytes(values), static_cast<int64_t>(values.size()),
-                          staging, stream));
+  ASSIGN_OR_RETURN(
+      DeviceBuffer<bf16> out,
+      Decode(GgmlType::kF32, Bytes(values), static_cast<int64_t>(values.size()), staging, stream));
   std::vector<float>().swap(values);  // The staging copy returned once it had finished.
   return out;
 }
@@ -74,7 +73,18 @@ absl::StatusOr<DeviceLinear> UploadLinear(Linear& w, Staging& staging, cudaStrea
   out.rows = w.rows;
   out.cols = w.cols;
   if (w.rows == 0) return out;
-  if (w.quantized()) {
+  if (!w.parts.empty()) {
+    // A stack of block types: decoded on the host, every part to its rows.
+    w.values.resize(w.rows * w.cols);
+    float* dst = w.values.data();
+    for (const Linear& part : w.parts) {
+      cpu::DequantizePackedRows(part.packed, 0, part.rows, dst);
+      dst += part.rows * part.cols;
+    }
+    w.parts.clear();
+    ASSIGN_OR_RETURN(out.weight,
+                     Decode(GgmlType::kF32, Bytes(w.values), w.rows * w.cols, staging, stream));
+  } else if (w.quantized()) {
     const std::vector<uint8_t> blocks = cpu::UnpackWeight(w.packed);
     ASSIGN_OR_RETURN(out.weight, Decode(w.type, blocks, w.rows * w.cols, staging, stream));
   } else {
