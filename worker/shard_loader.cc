@@ -1,6 +1,5 @@
 #include "worker/shard_loader.h"
 
-#include <initializer_list>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -8,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/span.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/packed_weight.h"
@@ -64,7 +64,7 @@ struct RowSlice {
 // they are; slices of different such types become the parts of a stack; otherwise the rows are
 // decoded to fp32.
 absl::StatusOr<Linear> LoadRows(const GgufFile& file, CpuWeights weights, int64_t cols,
-                                std::initializer_list<RowSlice> slices) {
+                                absl::Span<const RowSlice> slices) {
   Linear w;
   w.cols = cols;
   w.type = slices.begin()->tensor->type;
@@ -76,8 +76,11 @@ absl::StatusOr<Linear> LoadRows(const GgufFile& file, CpuWeights weights, int64_
   }
   if (w.type == GgmlType::kF32 && every_kept) {
     w.type = slices.begin()->tensor->type;
-    for (const RowSlice& slice : slices) {
-      ASSIGN_OR_RETURN(Linear part, LoadRows(file, weights, cols, {slice}));
+    // One part per run of slices of one type: fewer, larger products.
+    for (size_t begin = 0, end = 0; begin < slices.size(); begin = end) {
+      while (end < slices.size() && slices[end].tensor->type == slices[begin].tensor->type) ++end;
+      ASSIGN_OR_RETURN(Linear part,
+                       LoadRows(file, weights, cols, slices.subspan(begin, end - begin)));
       w.parts.push_back(std::move(part));
     }
     return w;

@@ -98,7 +98,17 @@ TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0, con
   const uint8_t* record = w.record(group, 0);
   __m512 acc[kM];
   for (int i = 0; i < kM; ++i) acc[i] = _mm512_setzero_ps();
+  __m512 d, dmin;  // K-quants: the super-block's factors, loaded once per 8 blocks
   for (int64_t blk = 0; blk < blocks; ++blk, record += record_bytes) {
+    if constexpr (IsKQuant(kFormat)) {
+      if (blk % (kSuperBlockElements / kBlockElements) == 0) {
+        const uint8_t* super = w.super_factors(group, blk);
+        d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(super)));
+        if constexpr (kFormat == BlockFormat::kQ4_K) {
+          dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(super + 32)));
+        }
+      }
+    }
     __m512i u[8];
     if constexpr (kFormat == BlockFormat::kQ8_0) {
       for (int g = 0; g < 8; ++g) {
@@ -127,13 +137,9 @@ TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0, con
     __m512 dw, mw, dw_hi;
     if constexpr (IsKQuant(kFormat)) {
       // The block's factors, exact in fp32: an fp16 times a 6- or 8-bit integer.
-      const uint8_t* super = w.super_factors(group, blk);
-      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(super)));
       const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
       const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16));
       if constexpr (kFormat == BlockFormat::kQ4_K) {
-        const __m512 dmin =
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(super + 32)));
         dw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)));
         mw = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)));
       } else {
