@@ -1,5 +1,7 @@
 #include "model/ggml_type.h"
 
+#include <iterator>
+
 namespace tpserve {
 
 std::optional<GgmlTypeTraits> GetGgmlTypeTraits(uint32_t type) {
@@ -23,6 +25,16 @@ std::optional<GgmlTypeTraits> GetGgmlTypeTraits(uint32_t type) {
       return GgmlTypeTraits{"Q6_K", 256, 128 + 64 + 16 + 2};  // ql, qh, scales[16], d
   }
   return std::nullopt;
+}
+
+const char* GgmlTypeName(uint32_t type) {
+  // ggml's numbering (ggml.h enum ggml_type), for types this build refuses too.
+  static constexpr const char* kNames[] = {
+      "F32",     "F16",    "Q4_0",    "Q4_1",  "Q4_2",   "Q4_3",  "Q5_0",  "Q5_1",
+      "Q8_0",    "Q8_1",   "Q2_K",    "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K",  "Q8_K",
+      "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
+      "I8",      "I16",    "I32",     "I64",   "F64",    "IQ1_M", "BF16"};
+  return type < std::size(kNames) ? kNames[type] : "unknown";
 }
 
 }  // namespace tpserve

@@ -27,4 +27,7 @@ struct GgmlTypeTraits {
 // Traits of a supported type; nullopt for a type number this build does not decode.
 std::optional<GgmlTypeTraits> GetGgmlTypeTraits(uint32_t type);
 
+// ggml's name of a type number, supported here or not ("Q5_K"); "unknown" past ggml's list.
+const char* GgmlTypeName(uint32_t type);
+
 }  // namespace tpserve

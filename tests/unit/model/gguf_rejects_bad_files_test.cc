@@ -218,9 +218,11 @@ TEST(GgufRejects, BadTensorInfo) {
   Patch<uint32_t>(&image, q8 + 8 + 4 + 16, 99);
   EXPECT_THAT(ParseError(image),
               HasSubstr("tensor 'blk.0.q8' type at offset " + std::to_string(q8 + 28) +
-                        ": unknown or unsupported ggml type 99"));
+                        ": ggml type 99 (unknown) is not supported"));
   Patch<uint32_t>(&image, q8 + 8 + 4 + 16, 6);  // Q5_0: a ggml type this build does not decode
-  EXPECT_THAT(ParseError(image), HasSubstr("unsupported ggml type 6"));
+  EXPECT_THAT(ParseError(image), HasSubstr("ggml type 6 (Q5_0) is not supported"));
+  Patch<uint32_t>(&image, q8 + 8 + 4 + 16, 13);  // Q5_K
+  EXPECT_THAT(ParseError(image), HasSubstr("ggml type 13 (Q5_K) is not supported"));
 
   image = valid;
   Patch<uint32_t>(&image, q8 + 8, 5);
