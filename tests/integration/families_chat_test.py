@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import unittest
 import urllib.request
 
@@ -66,12 +65,7 @@ def render(template_path, gguf):
 class FamiliesChat(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        import tpserve_protos
-
-        cls.args = tpserve_cluster.parsed_args()
-        cls.tmp = tempfile.TemporaryDirectory(prefix="tpserve-families-chat-")
-        cls.addClassCleanup(cls.tmp.cleanup)
-        cls.protos = tpserve_protos.load(cls.tmp.name)
+        tpserve_cluster.set_up_scratch(cls, "tpserve-families-chat-")
 
     def check(self, family):
         import grpc

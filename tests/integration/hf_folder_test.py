@@ -18,7 +18,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import urllib.request
@@ -147,12 +146,7 @@ def write_folder(gguf, tensors, folder, shards):
 class HfFolderEqualsGguf(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        import tpserve_protos
-
-        cls.args = tpserve_cluster.parsed_args()
-        cls.tmp = tempfile.TemporaryDirectory(prefix="tpserve-hf-")
-        cls.addClassCleanup(cls.tmp.cleanup)
-        cls.protos = tpserve_protos.load(cls.tmp.name)
+        tpserve_cluster.set_up_scratch(cls, "tpserve-hf-")
         start = time.monotonic()
         cls.gguf = Gguf(cls.args.model)
         tensors = hf_tensors(cls.gguf)

@@ -16,7 +16,6 @@ float64. tpserve then serves each:
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -37,12 +36,7 @@ BYTES_PER_ELEMENT = {0: 4.0, 2: 18 / 32, 12: 144 / 256, 14: 210 / 256}  # F32, Q
 class KquantBlocks(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        import tpserve_protos
-
-        cls.args = tpserve_cluster.parsed_args()
-        cls.tmp = tempfile.TemporaryDirectory(prefix="tpserve-kquant-")
-        cls.addClassCleanup(cls.tmp.cleanup)
-        cls.protos = tpserve_protos.load(cls.tmp.name)
+        tpserve_cluster.set_up_scratch(cls, "tpserve-kquant-")
 
     def make(self, dtype):
         path = os.path.join(self.tmp.name, dtype + ".gguf")

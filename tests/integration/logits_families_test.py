@@ -17,7 +17,6 @@ reference that ignored one could not pass by accident.
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -91,12 +90,7 @@ def control_logits(name, gguf, tokens, inv_freq):
 class LogitsFamilies(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        import tpserve_protos
-
-        cls.args = tpserve_cluster.parsed_args()
-        cls.tmp = tempfile.TemporaryDirectory(prefix="tpserve-families-")
-        cls.addClassCleanup(cls.tmp.cleanup)
-        cls.protos = tpserve_protos.load(cls.tmp.name)
+        tpserve_cluster.set_up_scratch(cls, "tpserve-families-")
 
     def make_model(self, name, args):
         path = os.path.join(self.tmp.name, name + ".gguf")

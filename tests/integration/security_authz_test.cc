@@ -191,17 +191,19 @@ TEST(SecurityAuthz, ClusterCallsNeedTheClusterToken) {
     if (!authorization.empty()) context.AddMetadata("authorization", authorization);
     return call(&context);
   };
+  const auto refused_every_bad_credential =
+      [&](const std::function<grpc::Status(grpc::ClientContext*)>& call, const char* what) {
+        for (const std::string& credential : bad) {
+          EXPECT_EQ(store_call(credential, call).error_code(), grpc::StatusCode::UNAUTHENTICATED)
+              << what << " with '" << credential << "'";
+        }
+      };
   v1::StoreSetRequest set;
   set.set_key("attacker/probe");
   set.set_value("planted");
   v1::StoreSetResponse set_response;
-  for (const std::string& credential : bad) {
-    EXPECT_EQ(
-        store_call(credential,
-                   [&](grpc::ClientContext* c) { return store->StoreSet(c, set, &set_response); })
-            .error_code(),
-        grpc::StatusCode::UNAUTHENTICATED);
-  }
+  refused_every_bad_credential(
+      [&](grpc::ClientContext* c) { return store->StoreSet(c, set, &set_response); }, "StoreSet");
   v1::StoreGetRequest get;
   get.set_key("attacker/probe");
   get.set_timeout_ms(200);
@@ -235,14 +237,9 @@ TEST(SecurityAuthz, ClusterCallsNeedTheClusterToken) {
   fake.set_rank(1);
   fake.set_address("127.0.0.1:1");
   v1::RegisterResponse registered;
-  for (const std::string& credential : bad) {
-    EXPECT_EQ(
-        store_call(credential,
-                   [&](grpc::ClientContext* c) { return store->Register(c, fake, &registered); })
-            .error_code(),
-        grpc::StatusCode::UNAUTHENTICATED)
-        << "fake Register of a dead rank with '" << credential << "'";
-  }
+  refused_every_bad_credential(
+      [&](grpc::ClientContext* c) { return store->Register(c, fake, &registered); },
+      "a fake Register of a dead rank");
   ASSERT_TRUE((*cluster)->RestartWorker(1).ok());
   ASSERT_TRUE(WaitForServing(**cluster, absl::Seconds(60))) << LogTails(options);
   for (const std::string& address : WorkerAddresses(**cluster)) {

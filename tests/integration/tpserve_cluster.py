@@ -111,6 +111,18 @@ def parsed_args():
     return _TEST_ARGS
 
 
+def set_up_scratch(test_class, prefix):
+    """For setUpClass: test_class.args (run_tests' arguments), test_class.tmp (a temporary
+    directory, removed after the class's tests) and test_class.protos (the gRPC stubs generated
+    into it, see tpserve_protos)."""
+    import tpserve_protos
+
+    test_class.args = parsed_args()
+    test_class.tmp = tempfile.TemporaryDirectory(prefix=prefix)
+    test_class.addClassCleanup(test_class.tmp.cleanup)
+    test_class.protos = tpserve_protos.load(test_class.tmp.name)
+
+
 def start_class_cluster(test_class, tp):
     """A serving cluster for a TestCase class (call in setUpClass); stopped after its tests."""
     cluster = Cluster(_TEST_ARGS.bin_dir, _TEST_ARGS.model, tp=tp)
