@@ -16,7 +16,8 @@
 namespace tpserve::cuda {
 
 // The GGUF tensor types decoded on the device, numbered as ggml's `ggml_type` (and
-// model/ggml_type.h's GgmlType). Q4_K and Q6_K are not among them: decode those on the host.
+// model/ggml_type.h's GgmlType). Q4_K and Q6_K are not among them: the CUDA loader decodes
+// those on the host (worker/cuda/device_weights.cc).
 //   F32, F16, BF16: one element per "block" (4, 2, 2 bytes)
 //   Q4_0: fp16 d, qs[16]           (18 bytes / 32)  w = ((q & 0xF) - 8) * d
 //   Q4_1: fp16 d, fp16 m, qs[16]   (20 bytes / 32)  w = (q & 0xF) * d + m

@@ -65,6 +65,12 @@ std::vector<Family> Families() {
   mistral.rope_theta = 1e6;
   mistral.sliding_window = 512;
   families.push_back({"mistral", mistral});
+  // Q4_K with Q6_K parts: packed on the host, decoded there for the device (a stack for the qkv of
+  // layer 0, whose v is Q6_K).
+  SyntheticModelSpec k_quants = base;
+  k_quants.dtype = GgmlType::kQ4_K;
+  k_quants.k_quant_mix = true;
+  families.push_back({"q4_k_m", k_quants});
   return families;
 }
 
@@ -73,6 +79,8 @@ std::unique_ptr<RankModel> Load(const std::string& path, Device device, Communic
   ModelRunnerOptions options;
   options.model_path = path;
   options.device = device;
+  // The CPU side decodes at load and multiplies in fp32: the reference for the device's bf16.
+  if (device == Device::kCpu) options.cpu_weights = CpuWeights::kFp32;
   options.block_size = kBlockSize;
   options.kv_cache_blocks = 16;
   options.cuda.max_num_seqs = 4;

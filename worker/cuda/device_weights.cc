@@ -33,7 +33,7 @@ class Staging {
 absl::StatusOr<DeviceBuffer<bf16>> Decode(GgmlType type, absl::Span<const uint8_t> bytes,
                                           int64_t count, Staging& staging, cudaStream_t stream) {
   const std::optional<WeightFormat> format = WeightFormatOfGgmlType(static_cast<uint32_t>(type));
-  if (!format.has_value()) {  // The CPU loader decodes every other type to fp32.
+  if (!format.has_value()) {  // UploadLinear decodes every other type on the host.
     return absl::InternalError(
         absl::StrCat("weight type ", static_cast<uint32_t>(type), " reached the device decoder"));
   }
@@ -68,30 +68,43 @@ absl::StatusOr<DeviceBuffer<T>> UploadExact(std::vector<T>& values, cudaStream_t
   return out;
 }
 
+// Whether the device decodes `w`'s blocks itself: one packed weight of a type it knows (the
+// K-quants and stacks of parts are decoded on the host).
+bool DeviceDecodes(const Linear& w) {
+  return w.quantized() && w.parts.empty() &&
+         WeightFormatOfGgmlType(static_cast<uint32_t>(w.type)).has_value();
+}
+
+// `w`'s packed rows decoded to fp32 on the host, part after part.
+std::vector<float> DecodedOnHost(const Linear& w) {
+  std::vector<float> values(w.rows * w.cols);
+  if (w.parts.empty()) {
+    cpu::DequantizePackedRows(w.packed, 0, w.rows, values.data());
+    return values;
+  }
+  float* dst = values.data();
+  for (const Linear& part : w.parts) {
+    cpu::DequantizePackedRows(part.packed, 0, part.rows, dst);
+    dst += part.rows * part.cols;
+  }
+  return values;
+}
+
 absl::StatusOr<DeviceLinear> UploadLinear(Linear& w, Staging& staging, cudaStream_t stream) {
   DeviceLinear out;
   out.rows = w.rows;
   out.cols = w.cols;
   if (w.rows == 0) return out;
-  if (!w.parts.empty()) {
-    // A stack of block types: decoded on the host, every part to its rows.
-    w.values.resize(w.rows * w.cols);
-    float* dst = w.values.data();
-    for (const Linear& part : w.parts) {
-      cpu::DequantizePackedRows(part.packed, 0, part.rows, dst);
-      dst += part.rows * part.cols;
-    }
-    w.parts.clear();
-    ASSIGN_OR_RETURN(out.weight,
-                     Decode(GgmlType::kF32, Bytes(w.values), w.rows * w.cols, staging, stream));
-  } else if (w.quantized()) {
+  if (DeviceDecodes(w)) {
     const std::vector<uint8_t> blocks = cpu::UnpackWeight(w.packed);
     ASSIGN_OR_RETURN(out.weight, Decode(w.type, blocks, w.rows * w.cols, staging, stream));
   } else {
+    if (w.quantized()) w.values = DecodedOnHost(w);
     ASSIGN_OR_RETURN(out.weight,
                      Decode(GgmlType::kF32, Bytes(w.values), w.rows * w.cols, staging, stream));
   }
   w.packed = {};  // The staging copy returned once it had finished.
+  w.parts.clear();
   std::vector<float>().swap(w.values);
   return out;
 }
