@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth_refusal.h"
 #include "common/logging.h"
-#include "coordinator/json_depth.h"
+#include "common/json_depth.h"
 #include "coordinator/openai_error.h"
 #include "coordinator/openai_response.h"
 #include "coordinator/sample_streams.h"

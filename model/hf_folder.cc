@@ -16,9 +16,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/json_depth.h"
 #include "common/status_macros.h"
 #include "model/gguf_writer.h"
 #include "model/hf_tokenizer.h"
+#include "model/json_field.h"
 #include "model/mapped_file.h"
 #include "model/rope_frequencies.h"
 #include "model/safetensors_file.h"
@@ -29,8 +31,9 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int64_t kMaxConfigBytes = int64_t{64}
-                                    << 20;  // tokenizer.json of a 256K vocabulary: ~20 MB
+// Beyond any real config or tokenizer file (a 256K-token tokenizer.json is ~20 MB, 6 deep).
+constexpr size_t kMaxJsonDepth = 64;
+constexpr int64_t kMaxConfigBytes = int64_t{64} << 20;
 
 absl::Status Error(absl::string_view file, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(file, ": ", what));
@@ -54,6 +57,10 @@ absl::StatusOr<std::optional<std::string>> ReadText(const std::filesystem::path&
 
 absl::StatusOr<json> ParseJson(const std::filesystem::path& dir, const std::string& name,
                                const std::string& text) {
+  // Copying or printing a value recurses: a file nested deeper than any real one is refused first.
+  if (JsonNestingDepth(text) > kMaxJsonDepth) {
+    return Error((dir / name).string(), absl::StrCat("nests deeper than ", kMaxJsonDepth));
+  }
   json parsed = json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !parsed.is_object()) {
     return Error((dir / name).string(), "is not a JSON object");
@@ -100,7 +107,7 @@ class Config {
 
 // The GGUF architecture of config.json's `architectures`.
 absl::StatusOr<std::string> Architecture(const json& config) {
-  const json& names = config.value("architectures", json::array());
+  const json& names = JsonField(config, "architectures");
   const std::string name =
       names.is_array() && !names.empty() && names[0].is_string() ? names[0].get<std::string>() : "";
   if (name == "LlamaForCausalLM" || name == "MistralForCausalLM") return "llama";
@@ -168,6 +175,9 @@ absl::Status AddModelKeys(const Config& c, const std::string& arch, GgufWriter* 
   keys->SetBool("tpserve.rope.rotate_half", true);
   // A head_dim other than hidden / heads: ModelConfig refuses the key lengths, naming them.
   ASSIGN_OR_RETURN(const int64_t head_dim, c.Int("head_dim", hidden / heads));
+  if (head_dim <= 0 || head_dim > (int64_t{1} << 16) || head_dim % 2 != 0) {
+    return Error("config.json", absl::StrCat("head_dim ", head_dim, " is not even in [2, 65536]"));
+  }
   keys->SetUint64(p + "attention.key_length", head_dim);
   keys->SetUint64(p + "attention.value_length", head_dim);
   // Qwen2 declares a window it does not use unless use_sliding_window says so.
@@ -175,7 +185,7 @@ absl::Status AddModelKeys(const Config& c, const std::string& arch, GgufWriter* 
   ASSIGN_OR_RETURN(const int64_t window, c.Int("sliding_window", 0));
   if (window_used && window > 0) keys->SetUint64(p + "attention.sliding_window", window);
 
-  const json& scaling = c.raw().value("rope_scaling", json());
+  const json& scaling = JsonField(c.raw(), "rope_scaling");
   if (scaling.is_object()) {
     std::string type = scaling.value("rope_type", scaling.value("type", std::string("none")));
     if (type == "default") type = "none";
@@ -282,7 +292,7 @@ absl::StatusOr<std::map<std::string, std::vector<std::string>>> WeightFiles(
     files["model.safetensors"];
     return files;
   }
-  const json& map = index.value("weight_map", json());
+  const json& map = JsonField(index, "weight_map");
   if (!map.is_object()) {
     return Error("model.safetensors.index.json", "weight_map is not an object");
   }
@@ -376,6 +386,13 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
     return Error(dir.string(), "model.embed_tokens.weight is missing or not a matrix");
   }
   const int64_t vocab = embedding->second[0];
+  // Untied embeddings declared but no lm_head: serving them tied would print garbage.
+  const json& tied = JsonField(config_json, "tie_word_embeddings");
+  if (tied.is_boolean() && !tied.get<bool>() && !where.contains("output.weight")) {
+    return Error(dir.string(),
+                 "config.json says tie_word_embeddings false, but lm_head.weight is "
+                 "in no weight file");
+  }
   if (const int64_t declared = config.Int("vocab_size", vocab).value_or(vocab); declared != vocab) {
     return Error("config.json", absl::StrCat("vocab_size ", declared, " disagrees with the ", vocab,
                                              " rows of model.embed_tokens.weight"));
@@ -434,7 +451,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> OpenHfFolder(const std::string& dir) {
     std::filesystem::path path = std::filesystem::path(dir).lexically_normal();
     if (!path.has_filename()) path = path.parent_path();  // "dir/"
     return Open(path);
-  } catch (const json::exception& e) {
+  } catch (const std::exception& e) {
     return Error(dir,
                  absl::StrCat("config.json has a field of an unexpected type (", e.what(), ")"));
   }

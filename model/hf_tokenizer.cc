@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "model/json_field.h"
 #include "model/tokenizer.h"
 
 namespace tpserve {
@@ -21,6 +22,10 @@ constexpr std::string_view kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// Above any real vocabulary (the largest have about 256K tokens), below what a crafted embedding
+// shape could make the padding allocate.
+constexpr int64_t kMaxVocabulary = int64_t{1} << 22;
 
 absl::Status Error(absl::string_view file, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(file, ": ", what));
@@ -59,7 +64,7 @@ absl::StatusOr<std::string> ByteLevelPreTokenizer(const json& pre) {
   };
   const auto split = [&](size_t i, std::string_view regex) {
     if (i >= steps.size() || !IsType(steps[i], "Split")) return false;
-    const json& pattern = steps[i].value("pattern", json::object());
+    const json& pattern = JsonField(steps[i], "pattern");
     return pattern.is_object() && pattern.value("Regex", "") == regex;
   };
   if (steps.size() == 1 && byte_level(0, true)) return "gpt-2";
@@ -78,10 +83,10 @@ absl::StatusOr<std::string> ByteLevelPreTokenizer(const json& pre) {
 // Whether a SentencePiece-style tokenizer puts "▁" before the text: a Prepend("▁") normalizer
 // or a Metaspace pre-tokenizer that prepends.
 bool AddsSpacePrefix(const json& tokenizer) {
-  for (const json& step : Steps(tokenizer.value("normalizer", json()))) {
+  for (const json& step : Steps(JsonField(tokenizer, "normalizer"))) {
     if (IsType(step, "Prepend")) return true;
   }
-  for (const json& step : Steps(tokenizer.value("pre_tokenizer", json()))) {
+  for (const json& step : Steps(JsonField(tokenizer, "pre_tokenizer"))) {
     if (IsType(step, "Metaspace")) {
       return step.value("prepend_scheme", "always") != "never" &&
              step.value("add_prefix_space", true);
@@ -92,7 +97,7 @@ bool AddsSpacePrefix(const json& tokenizer) {
 
 bool IsSentencePieceStyle(const json& tokenizer) {
   for (const char* part : {"normalizer", "pre_tokenizer"}) {
-    for (const json& step : Steps(tokenizer.value(part, json()))) {
+    for (const json& step : Steps(JsonField(tokenizer, part))) {
       if (IsType(step, "Metaspace")) return true;
       if (IsType(step, "Replace") && step.value("content", "") == "\u2581") return true;
     }
@@ -125,14 +130,14 @@ std::optional<int64_t> GenerationId(const json& generation, const char* field) {
 // Whether encoding starts with a special token (TemplateProcessing's "single", alone or in a
 // Sequence): how a tokenizer.json without add_bos_token in its config says "add BOS".
 bool PostProcessorAddsBos(const json& tokenizer) {
-  const json& post = tokenizer.value("post_processor", json());
+  const json& post = JsonField(tokenizer, "post_processor");
   std::vector<json> steps = {post};
   if (IsType(post, "Sequence") && post.contains("processors") && post["processors"].is_array()) {
     steps = post["processors"].get<std::vector<json>>();
   }
   for (const json& step : steps) {
     if (!IsType(step, "TemplateProcessing")) continue;
-    const json& single = step.value("single", json::array());
+    const json& single = JsonField(step, "single");
     return single.is_array() && !single.empty() && single[0].is_object() &&
            single[0].contains("SpecialToken");
   }
@@ -142,15 +147,20 @@ bool PostProcessorAddsBos(const json& tokenizer) {
 absl::Status AddKeys(const json& tokenizer, const json& config, const json& generation,
                      int64_t vocab_rows, GgufWriter* keys) {
   if (!tokenizer.is_object()) return Error("tokenizer.json", "is not a JSON object");
-  const json& model = tokenizer.value("model", json());
+  const json& model = JsonField(tokenizer, "model");
   if (!model.is_object() || model.value("type", "") != "BPE") {
     return Error(
         "tokenizer.json",
-        absl::StrCat("model ", Compact(model.is_object() ? model.value("type", json()) : model),
+        absl::StrCat("model ", Compact(model.is_object() ? JsonField(model, "type") : model),
                      " is not supported (BPE is)"));
   }
-  const json& vocab = model.value("vocab", json());
+  const json& vocab = JsonField(model, "vocab");
   if (!vocab.is_object()) return Error("tokenizer.json", "model.vocab is not an object");
+  if (vocab_rows > kMaxVocabulary) {
+    return Error("tokenizer.json",
+                 absl::StrCat("the embedding's ", vocab_rows, " rows exceed the ", kMaxVocabulary,
+                              " tokens a vocabulary may have here"));
+  }
 
   std::vector<std::optional<std::string>> tokens(vocab_rows);
   std::vector<int32_t> types(vocab_rows, static_cast<int32_t>(TokenType::kNormal));
@@ -168,20 +178,20 @@ absl::Status AddKeys(const json& tokenizer, const json& config, const json& gene
     return absl::OkStatus();
   };
   for (const auto& [text, id] : vocab.items()) RETURN_IF_ERROR(place(text, id, TokenType::kNormal));
-  const json& added = tokenizer.value("added_tokens", json::array());
+  const json& added = JsonField(tokenizer, "added_tokens");
   for (const json& token : added.is_array() ? added : json::array()) {
     if (!token.is_object() || !token.contains("content") || !token["content"].is_string()) {
       return Error("tokenizer.json",
                    absl::StrCat("added token ", Compact(token), " has no content"));
     }
     RETURN_IF_ERROR(
-        place(token["content"].get<std::string>(), token.value("id", json()),
+        place(token["content"].get<std::string>(), JsonField(token, "id"),
               token.value("special", false) ? TokenType::kControl : TokenType::kUserDefined));
   }
 
   const bool sentencepiece = IsSentencePieceStyle(tokenizer);
   std::vector<std::string> merges;
-  for (const json& merge : model.value("merges", json::array())) {
+  for (const json& merge : JsonField(model, "merges")) {
     if (merge.is_string()) {
       merges.push_back(merge.get<std::string>());
     } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
@@ -213,7 +223,7 @@ absl::Status AddKeys(const json& tokenizer, const json& config, const json& gene
         types[i] = static_cast<int32_t>(TokenType::kByte);
       }
     }
-    if (const json& unk = model.value("unk_token", json()); unk.is_string()) {
+    if (const json& unk = JsonField(model, "unk_token"); unk.is_string()) {
       if (const auto it = ids.find(unk.get<std::string>()); it != ids.end()) {
         types[it->second] = static_cast<int32_t>(TokenType::kUnknown);
       }
@@ -222,7 +232,7 @@ absl::Status AddKeys(const json& tokenizer, const json& config, const json& gene
     keys->SetBool("tokenizer.ggml.add_space_prefix", AddsSpacePrefix(tokenizer));
   } else {
     ASSIGN_OR_RETURN(const std::string pre,
-                     ByteLevelPreTokenizer(tokenizer.value("pre_tokenizer", json())));
+                     ByteLevelPreTokenizer(JsonField(tokenizer, "pre_tokenizer")));
     keys->SetString("tokenizer.ggml.model", "gpt2");
     keys->SetString("tokenizer.ggml.pre", pre);
     keys->SetStringArray("tokenizer.ggml.merges", merges);
@@ -297,7 +307,7 @@ absl::Status AddHfTokenizerKeys(const json& tokenizer, const json& config, const
   // refused like any other malformed one.
   try {
     return AddKeys(tokenizer, config, generation, vocab_rows, keys);
-  } catch (const json::exception& e) {
+  } catch (const std::exception& e) {
     return Error("tokenizer.json or tokenizer_config.json",
                  absl::StrCat("a field has an unexpected type (", e.what(), ")"));
   }

@@ -23,17 +23,17 @@ enum class RopeScaling {
 };
 
 struct ModelConfig {
-  std::string architecture;          // general.architecture: "llama" or "qwen2"; keys below are
-                                     // read under that prefix (`<arch>.block_count`, …)
-  int64_t vocab_size = 0;            // rows of token_embd.weight
-  int64_t hidden_size = 0;           // <arch>.embedding_length
-  int64_t intermediate_size = 0;     // <arch>.feed_forward_length
-  int64_t num_layers = 0;            // <arch>.block_count
-  int64_t num_heads = 0;             // <arch>.attention.head_count (query heads)
-  int64_t num_kv_heads = 0;          // <arch>.attention.head_count_kv; num_heads divides evenly
-  int64_t head_dim = 0;              // hidden_size / num_heads
-  float rope_theta = 10000.0f;       // <arch>.rope.freq_base
-  int64_t rope_dims = 0;             // <arch>.rope.dimension_count: leading dims of a head rotated
+  std::string architecture;       // general.architecture: "llama" or "qwen2"; keys below are
+                                  // read under that prefix (`<arch>.block_count`, …)
+  int64_t vocab_size = 0;         // rows of token_embd.weight
+  int64_t hidden_size = 0;        // <arch>.embedding_length
+  int64_t intermediate_size = 0;  // <arch>.feed_forward_length
+  int64_t num_layers = 0;         // <arch>.block_count
+  int64_t num_heads = 0;          // <arch>.attention.head_count (query heads)
+  int64_t num_kv_heads = 0;       // <arch>.attention.head_count_kv; num_heads divides evenly
+  int64_t head_dim = 0;           // hidden_size / num_heads
+  float rope_theta = 10000.0f;    // <arch>.rope.freq_base
+  int64_t rope_dims = 0;          // <arch>.rope.dimension_count: leading dims of a head rotated
   // Which dims of a head RoPE pairs: llama.cpp's converter permutes the Q/K rows of "llama"
   // files so that pairs are adjacent (2i, 2i + 1); "qwen2" files keep the HF order, where pair i
   // is (i, i + rope_dims / 2) (rotate-half). `tpserve.rope.rotate_half` (bool) overrides: a

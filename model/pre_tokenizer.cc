@@ -194,8 +194,8 @@ void SplitAtRegex(const icu::RegexPattern& regex, const CodePoints& cps, std::st
   const size_t byte_begin = cps.offsets[piece.begin()];
   const size_t byte_size = cps.offsets[piece.end()] - byte_begin;
   UErrorCode status = U_ZERO_ERROR;
-  UText* utext = utext_openUTF8(nullptr, text.data() + byte_begin,
-                                static_cast<int64_t>(byte_size), &status);
+  UText* utext =
+      utext_openUTF8(nullptr, text.data() + byte_begin, static_cast<int64_t>(byte_size), &status);
   std::unique_ptr<icu::RegexMatcher> matcher(regex.matcher(status));
   TP_CHECK_MSG(U_SUCCESS(status), "ICU could not open a matcher");
   matcher->reset(utext);
@@ -223,7 +223,8 @@ void SplitAtRegex(const icu::RegexPattern& regex, const CodePoints& cps, std::st
 std::shared_ptr<const icu::RegexPattern> CompileRegex(std::string_view source) {
   std::string pattern;
   for (size_t i = 0; i < source.size(); ++i) {
-    if (source[i] == '\\' && i + 1 < source.size() && (source[i + 1] == 's' || source[i + 1] == 'S')) {
+    if (source[i] == '\\' && i + 1 < source.size() &&
+        (source[i + 1] == 's' || source[i + 1] == 'S')) {
       pattern += source[i + 1] == 's' ? "\\p{White_Space}" : "\\P{White_Space}";
       ++i;
     } else {
@@ -269,10 +270,8 @@ constexpr std::string_view kDeepseekLlmRegexes[] = {
     "\\p{N}+",
 };
 constexpr std::string_view kDeepseekCoderRegexes[] = {
-    "[\r\n]",
-    "\\s?\\p{L}+",
-    "\\s?\\p{P}+",
-    "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+",
+    "[\r\n]",      "\\s?\\p{L}+",
+    "\\s?\\p{P}+", "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+",
     "\\p{N}",
 };
 

@@ -24,13 +24,13 @@
 // scans the GPT-2 and Llama-3 regexes by hand); tokenizer_matches_llamacpp checks the result.
 #pragma once
 
+#include <unicode/regex.h>
+
 #include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <unicode/regex.h>
 
 #include "absl/status/statusor.h"
 

@@ -27,8 +27,7 @@ std::string ValidTensorParallelSizes(const ModelConfig& config) {
   return absl::StrJoin(sizes, ", ");
 }
 
-absl::StatusOr<ShardLayout> ShardLayout::Make(const ModelConfig& config, int rank,
-                                              int world_size) {
+absl::StatusOr<ShardLayout> ShardLayout::Make(const ModelConfig& config, int rank, int world_size) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is outside a tensor-parallel world of ", world_size));

@@ -258,7 +258,8 @@ TP_TARGET_AVX2 void HalfTileYmm(const QuantizedActivations& a, int64_t i0, const
       const int8_t* q = a.q.data() + (i0 + i) * a.k + blk * kBlockElements;
       const int64_t ab = (i0 + i) * blocks + blk;
       if constexpr (kFormat == BlockFormat::kQ6_K) {
-        // Codes up to 63 make pair sums up to 16,065: each group widens before the next adds.
+        // Codes up to 63 make pair sums up to 2 * 63 * 127 = 16,002: each group widens before the
+        // next adds.
         __m256i half_sums[2];
         const int32_t sums[2] = {a.sum_lo[ab], a.sum[ab] - a.sum_lo[ab]};
         for (int h = 0; h < 2; ++h) {

@@ -91,8 +91,8 @@ inline int PackedCode(BlockFormat format, const uint8_t* record, int r, int e) {
 // as GGUF blocks of `format`, row-major, into the packed layout.
 PackedWeight PackWeight(BlockFormat format, const uint8_t* blocks, int64_t rows, int64_t cols);
 
-// The GGUF blocks again, rows × (cols / 32) of them, row-major: PackWeight's inverse, for a
-// device that decodes the file's own format (the CUDA upload).
+// The GGUF blocks again, rows × (cols / GgufBlockElements(format)) of them, row-major: PackWeight's
+// inverse, for a device that decodes the file's own format (the CUDA upload).
 std::vector<uint8_t> UnpackWeight(const PackedWeight& w);
 
 // Decodes rows [first, first + count) to fp32 into out [count, cols], bit-exact with ggml's

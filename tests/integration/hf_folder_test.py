@@ -9,8 +9,9 @@ chat template and special tokens. tpserve serves the GGUF file with --cpu-weight
 decoded values) and the folder, as one file at tp 1 and sharded (an index over two files) at
 tp 3: logits agree within 1e-4 and top-1 everywhere, texts tokenize alike, and a chat request
 renders the same prompt and greedy answer. Broken folders (a missing shard, an unsupported
-dtype, a shape that disagrees with config.json, a truncated file, a shard outside the folder)
-each stop tpserve-generate with a line naming the file and the tensor.
+dtype, a shape that disagrees with config.json, a truncated file, a shard outside the folder, an
+unknown architecture, an impossible head_dim, untied embeddings without lm_head, JSON nested
+100,000 deep) each stop tpserve-generate with a line naming the file and the tensor or field.
 """
 
 import json
@@ -270,14 +271,26 @@ class HfFolderEqualsGguf(unittest.TestCase):
             self.assertIn(tensor, message, case)
             self.assertIn(want, message, case)
 
-        config = self.broken_copy("architecture")
-        with open(os.path.join(config, "config.json")) as f:
-            content = json.load(f)
-        content["architectures"] = ["GPTNeoXForCausalLM"]
-        with open(os.path.join(config, "config.json"), "w") as f:
-            json.dump(content, f)
-        self.assertIn("config.json: architectures [\"GPTNeoXForCausalLM\"] is not supported",
-                      self.generate_error(config))
+        for case, change, want in [
+            ("architecture", {"architectures": ["GPTNeoXForCausalLM"]},
+             "config.json: architectures [\"GPTNeoXForCausalLM\"] is not supported"),
+            ("head-dim", {"head_dim": -4}, "config.json: head_dim -4 is not even in [2, 65536]"),
+            ("untied", {"tie_word_embeddings": False},
+             "config.json says tie_word_embeddings false, but lm_head.weight is in no weight file"),
+        ]:
+            folder = self.broken_copy("config-" + case)
+            with open(os.path.join(folder, "config.json")) as f:
+                content = json.load(f)
+            content.update(change)
+            with open(os.path.join(folder, "config.json"), "w") as f:
+                json.dump(content, f)
+            self.assertIn(want, self.generate_error(folder), case)
+
+        # Nested 100,000 deep: refused before anything copies or prints it (both recurse).
+        deep = self.broken_copy("deep")
+        with open(os.path.join(deep, "config.json"), "w") as f:
+            f.write('{"architectures": ' + "[" * 100000 + "]" * 100000 + "}")
+        self.assertIn("config.json: nests deeper than 64", self.generate_error(deep))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ float64. tpserve then serves each:
   llama.cpp's CPU backend), at tp 1 and 2: no further from the reference than the Q4_0 twin's
   packed path is from its own (activation rounding is the only error either adds), and its
   resident weight bytes (AdminService weight_bytes, tp 1) within 5% of the file's tensor bytes,
-  where the fp32 path holds more than 5 times as many.
+  where the fp32 path holds more than 5 times as many (4 at tp 2, where one matrix's slices cut
+  blocks).
 """
 
 import os
@@ -95,7 +96,9 @@ class KquantBlocks(unittest.TestCase):
             self.assertLess(error, 1.5 * q4_error, "packed tp=%d" % tp)
             if tp == 1:
                 self.assertLess(abs(packed_bytes - k_bytes), 0.05 * k_bytes)
-                self.assertGreater(fp32_bytes, 5 * packed_bytes)
+            # At tp 2 attn_output's 128-column slices cut Q4_K's 256-element blocks and are
+            # decoded; the rest (ffn_down's 256 columns included) stays packed.
+            self.assertGreater(fp32_bytes, (5 if tp == 1 else 4) * packed_bytes, "tp=%d" % tp)
 
 
 if __name__ == "__main__":

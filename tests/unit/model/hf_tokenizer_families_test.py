@@ -106,8 +106,12 @@ def read_suite(vocab_path):
     if texts and texts[-1] == "":
         texts.pop()
     with open(vocab_path + ".out", encoding="utf-8") as f:
-        ids = [[int(i) for i in line.split()] for line in f.read().split("\n")]
-    return texts, ids[:len(texts)]
+        lines = f.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    assert len(lines) == len(texts), "%s: %d texts, %d id lines" % (vocab_path, len(texts),
+                                                                    len(lines))
+    return texts, [[int(i) for i in line.split()] for line in lines]
 
 
 class HfTokenizerFamilies(unittest.TestCase):
@@ -133,6 +137,7 @@ class HfTokenizerFamilies(unittest.TestCase):
                                     text=True, timeout=120)
             self.assertEqual(result.returncode, 0, result.stderr)
             got = json.loads(result.stdout)
+        self.assertEqual(len(got), len(texts), family)
         for text, ids, mine in zip(texts, want, got):
             self.assertEqual(mine, ids, "%s: %r" % (family, text))
         print("%s: %d of %d cases" % (family, len(texts), len(texts)), flush=True)

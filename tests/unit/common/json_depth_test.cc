@@ -1,6 +1,6 @@
 // JsonNestingDepth against nlohmann::json's parser, which reports the depth of every value it
 // reads: hand-picked texts (brackets inside strings, escapes) and random nested documents.
-#include "coordinator/json_depth.h"
+#include "common/json_depth.h"
 
 #include <algorithm>
 #include <random>

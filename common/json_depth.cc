@@ -1,4 +1,4 @@
-#include "coordinator/json_depth.h"
+#include "common/json_depth.h"
 
 #include <algorithm>
 
