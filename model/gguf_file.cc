@@ -19,7 +19,6 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "GGUF files are read in place as little-endian");
 
-constexpr uint32_t kHeaderBytes = 4 + 4 + 8 + 8;  // magic, version, tensor_count, kv_count
 constexpr uint64_t kDefaultAlignment = 32;
 constexpr uint32_t kMaxValueType = static_cast<uint32_t>(GgufValueType::kFloat64);
 // Smallest encodings, used to reject counts that cannot fit in the bytes left before reserving.
