@@ -46,18 +46,20 @@ int main(int argc, char** argv) {
                  "attention.sliding_window to declare (Mistral); 0 for none")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--dtype", dtype,
-                 "matrix type; q4_k_m: q4_k with q6_k for the output and half the attn_v and "
-                 "ffn_down, as llama.cpp's Q4_K_M")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "q4_k_m"}));
+                 "matrix type; q4_k_m, q5_k_m: q4_k, q5_k with q6_k for the output and half the "
+                 "attn_v and ffn_down, as llama.cpp's Q4_K_M and Q5_K_M")
+      ->check(CLI::IsMember(
+          {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"}));
   CLI11_PARSE(app, argc, argv);
 
   const std::map<std::string, tpserve::GgmlType> types = {
-      {"f32", tpserve::GgmlType::kF32},   {"f16", tpserve::GgmlType::kF16},
-      {"bf16", tpserve::GgmlType::kBF16}, {"q8_0", tpserve::GgmlType::kQ8_0},
-      {"q4_0", tpserve::GgmlType::kQ4_0}, {"q4_k", tpserve::GgmlType::kQ4_K},
-      {"q6_k", tpserve::GgmlType::kQ6_K}, {"q4_k_m", tpserve::GgmlType::kQ4_K}};
+      {"f32", tpserve::GgmlType::kF32},     {"f16", tpserve::GgmlType::kF16},
+      {"bf16", tpserve::GgmlType::kBF16},   {"q8_0", tpserve::GgmlType::kQ8_0},
+      {"q4_0", tpserve::GgmlType::kQ4_0},   {"q4_k", tpserve::GgmlType::kQ4_K},
+      {"q5_k", tpserve::GgmlType::kQ5_K},   {"q6_k", tpserve::GgmlType::kQ6_K},
+      {"q4_k_m", tpserve::GgmlType::kQ4_K}, {"q5_k_m", tpserve::GgmlType::kQ5_K}};
   spec.dtype = types.at(dtype);
-  spec.k_quant_mix = dtype == "q4_k_m";
+  spec.k_quant_mix = dtype == "q4_k_m" || dtype == "q5_k_m";
   const absl::Status status = tpserve::WriteSyntheticModel(spec, output);
   if (!status.ok()) {
     std::fprintf(stderr, "tpserve-mkmodel: %s\n", std::string(status.message()).c_str());

@@ -123,6 +123,31 @@ void DequantizeQ4_K(const uint8_t* src, float* dst, int64_t num_blocks) {
   }
 }
 
+// Q5_K super-block (176 bytes, 256 elements): fp16 d, fp16 dmin, scales[12] as Q4_K's, qh[32],
+// qs[128]. Sub-block j's element l (l < 32) takes its low 4 bits as Q4_K does and its fifth bit
+// from bit j of qh[l]; x = (d * scale) * q - (dmin * min).
+void DequantizeQ5_K(const uint8_t* src, float* dst, int64_t num_blocks) {
+  for (int64_t b = 0; b < num_blocks; ++b, src += 176, dst += 256) {
+    const float d = Fp16ToFp32(LoadU16(src));
+    const float dmin = Fp16ToFp32(LoadU16(src + 2));
+    const uint8_t* scales = src + 4;
+    const uint8_t* qh = src + 16;
+    const uint8_t* qs = src + 48;
+    for (int j = 0; j < 8; ++j) {
+      int sc, m;
+      Q4KScaleMin(j, scales, &sc, &m);
+      const float scale = d * static_cast<float>(sc);
+      const float min = dmin * static_cast<float>(m);
+      const uint8_t* q = qs + 32 * (j / 2);
+      for (int l = 0; l < 32; ++l) {
+        const int low = j % 2 == 0 ? q[l] & 0x0F : q[l] >> 4;
+        const int code = low | ((qh[l] >> j) & 1) << 4;
+        dst[32 * j + l] = scale * static_cast<float>(code) - min;
+      }
+    }
+  }
+}
+
 // Q6_K super-block (210 bytes, 256 elements): ql[128], qh[64], int8 scales[16], fp16 d. Each
 // 128-element half h uses ql[64h..64h+63], qh[32h..32h+31] and scales[8h..8h+7]; for l < 32 the
 // four elements l, l+32, l+64, l+96 take their low 4 bits from ql[l] low, ql[l+32] low, ql[l]
@@ -211,6 +236,9 @@ absl::Status Dequantize(GgmlType type, absl::Span<const uint8_t> src, absl::Span
       break;
     case GgmlType::kQ4_K:
       DequantizeQ4_K(s, d, n / 256);
+      break;
+    case GgmlType::kQ5_K:
+      DequantizeQ5_K(s, d, n / 256);
       break;
     case GgmlType::kQ6_K:
       DequantizeQ6_K(s, d, n / 256);

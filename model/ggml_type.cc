@@ -21,6 +21,8 @@ std::optional<GgmlTypeTraits> GetGgmlTypeTraits(uint32_t type) {
       return GgmlTypeTraits{"Q8_0", 32, 2 + 32};  // d, qs[32]
     case GgmlType::kQ4_K:
       return GgmlTypeTraits{"Q4_K", 256, 2 + 2 + 12 + 128};  // d, dmin, scales[12], qs[128]
+    case GgmlType::kQ5_K:
+      return GgmlTypeTraits{"Q5_K", 256, 2 + 2 + 12 + 32 + 128};  // d, dmin, scales, qh, qs
     case GgmlType::kQ6_K:
       return GgmlTypeTraits{"Q6_K", 256, 128 + 64 + 16 + 2};  // ql, qh, scales[16], d
   }

@@ -396,8 +396,8 @@ class GgufParser {
     if (!traits.has_value()) {
       return Error(type_offset, type_field,
                    absl::StrCat("ggml type ", raw_type, " (", GgmlTypeName(raw_type),
-                                ") is not supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K and "
-                                "Q6_K are"));
+                                ") is not supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, "
+                                "Q5_K and Q6_K are"));
     }
     t.type = static_cast<GgmlType>(raw_type);
     const int64_t row_elements = n_dims == 0 ? 1 : t.dims[0];

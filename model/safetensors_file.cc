@@ -50,7 +50,10 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensors(absl::Span<const uint8_t> byt
   const nlohmann::json json = nlohmann::json::parse(header.json.begin(), header.json.end(),
                                                     /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (!json.is_object()) return error("header is not a JSON object");
-  for (const auto& [name, entry] : json.items()) {
+  for (const auto& item : json.items()) {
+    // Named, not structured bindings: clang 14 (the fuzz build) cannot capture those in lambdas.
+    const std::string& name = item.key();
+    const nlohmann::json& entry = item.value();
     if (name == "__metadata__") continue;
     const auto tensor_error = [&](absl::string_view what) {
       return error(absl::StrCat("tensor ", Quoted(name), ": ", what));

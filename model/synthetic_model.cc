@@ -57,9 +57,11 @@ void EncodeQ4_0(const float* x, std::vector<uint8_t>* out) {
   for (int j = 0; j < 16; ++j) out->push_back(static_cast<uint8_t>(q[j] | q[j + 16] << 4));
 }
 
-// One Q4_K super-block: per 32 elements a range [lo, hi] with lo <= 0, scale (hi - lo) / 15 and
-// min -lo, both as 6-bit multiples of the super-block's d and dmin.
-void EncodeQ4_K(const float* x, std::vector<uint8_t>* out) {
+// One Q4_K (`bits` 4) or Q5_K (5) super-block: per 32 elements a range [lo, hi] with lo <= 0,
+// scale (hi - lo) / (2^bits - 1) and min -lo, both as 6-bit multiples of the super-block's d and
+// dmin; Q5_K's fifth bits go to qh[32] before the nibbles.
+void EncodeKWithMins(const float* x, int bits, std::vector<uint8_t>* out) {
+  const int top = (1 << bits) - 1;
   float scale[8], min[8], max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; ++j) {
     float lo = 0, hi = 0;
@@ -67,7 +69,7 @@ void EncodeQ4_K(const float* x, std::vector<uint8_t>* out) {
       lo = std::min(lo, x[32 * j + i]);
       hi = std::max(hi, x[32 * j + i]);
     }
-    scale[j] = (hi - lo) / 15.0f;
+    scale[j] = (hi - lo) / static_cast<float>(top);
     min[j] = -lo;
     max_scale = std::max(max_scale, scale[j]);
     max_min = std::max(max_min, min[j]);
@@ -98,7 +100,13 @@ void EncodeQ4_K(const float* x, std::vector<uint8_t>* out) {
     const float step = d * static_cast<float>(sc[n / 32]);
     const float offset = dmin * static_cast<float>(m[n / 32]);
     q[n] = static_cast<uint8_t>(
-        step == 0 ? 0 : std::clamp(std::lround((x[n] + offset) / step), 0L, 15L));
+        step == 0 ? 0 : std::clamp(std::lround((x[n] + offset) / step), 0L, long{top}));
+  }
+  if (bits == 5) {
+    uint8_t qh[32] = {};
+    for (int n = 0; n < 256; ++n) qh[n % 32] |= static_cast<uint8_t>((q[n] >> 4) << (n / 32));
+    out->insert(out->end(), qh, qh + 32);
+    for (uint8_t& code : q) code &= 0x0F;
   }
   for (int c = 0; c < 4; ++c) {
     for (int l = 0; l < 32; ++l) {
@@ -173,7 +181,10 @@ std::vector<uint8_t> Encode(const std::vector<float>& values, GgmlType type) {
       for (size_t b = 0; b < values.size(); b += 32) EncodeQ4_0(&values[b], &out);
       break;
     case GgmlType::kQ4_K:
-      for (size_t b = 0; b < values.size(); b += 256) EncodeQ4_K(&values[b], &out);
+      for (size_t b = 0; b < values.size(); b += 256) EncodeKWithMins(&values[b], 4, &out);
+      break;
+    case GgmlType::kQ5_K:
+      for (size_t b = 0; b < values.size(); b += 256) EncodeKWithMins(&values[b], 5, &out);
       break;
     case GgmlType::kQ6_K:
       for (size_t b = 0; b < values.size(); b += 256) EncodeQ6_K(&values[b], &out);
@@ -276,10 +287,13 @@ absl::Status ValidateSyntheticModelSpec(const SyntheticModelSpec& spec) {
   const bool supported = spec.dtype == GgmlType::kF32 || spec.dtype == GgmlType::kF16 ||
                          spec.dtype == GgmlType::kBF16 || spec.dtype == GgmlType::kQ8_0 ||
                          spec.dtype == GgmlType::kQ4_0 || spec.dtype == GgmlType::kQ4_K ||
-                         spec.dtype == GgmlType::kQ6_K;
-  if (!supported) return fail("dtype must be f32, f16, bf16, q8_0, q4_0, q4_k or q6_k");
-  if (spec.k_quant_mix && spec.dtype != GgmlType::kQ4_K) return fail("the K mix needs q4_k");
-  const bool k_quant = spec.dtype == GgmlType::kQ4_K || spec.dtype == GgmlType::kQ6_K;
+                         spec.dtype == GgmlType::kQ5_K || spec.dtype == GgmlType::kQ6_K;
+  if (!supported) return fail("dtype must be f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k");
+  if (spec.k_quant_mix && spec.dtype != GgmlType::kQ4_K && spec.dtype != GgmlType::kQ5_K) {
+    return fail("the K mix needs q4_k or q5_k");
+  }
+  const bool k_quant = spec.dtype == GgmlType::kQ4_K || spec.dtype == GgmlType::kQ5_K ||
+                       spec.dtype == GgmlType::kQ6_K;
   const int64_t block = k_quant ? 256 : 32;
   if (spec.dtype != GgmlType::kF32 && spec.dtype != GgmlType::kF16 &&
       spec.dtype != GgmlType::kBF16 && (spec.hidden % block != 0 || spec.ffn % block != 0)) {

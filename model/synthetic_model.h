@@ -36,11 +36,11 @@ struct SyntheticModelSpec {
   double rope_high_freq_factor = 4.0;    // llama3
   int64_t rope_original_context = 8192;  // llama3
   int64_t sliding_window = 0;            // <arch>.attention.sliding_window when positive (Mistral)
-  // The matrices' type: kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K or kQ6_K (quantized by rounding to
-  // the nearest code, not llama.cpp's searched scales).
+  // The matrices' type: kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K, kQ5_K or kQ6_K (quantized by
+  // rounding to the nearest code, not llama.cpp's searched scales).
   GgmlType dtype = GgmlType::kF32;
-  // With kQ4_K: Q6_K for output.weight and for attn_v and ffn_down of even layers, as llama.cpp's
-  // Q4_K_M gives some of them more bits.
+  // With kQ4_K or kQ5_K: Q6_K for output.weight and for attn_v and ffn_down of even layers, as
+  // llama.cpp's Q4_K_M and Q5_K_M give some of them more bits.
   bool k_quant_mix = false;
   uint64_t seed = 1;
 };

@@ -23,6 +23,8 @@ cpu::BlockFormat FormatOf(GgmlType type) {
       return cpu::BlockFormat::kQ8_0;
     case GgmlType::kQ4_K:
       return cpu::BlockFormat::kQ4_K;
+    case GgmlType::kQ5_K:
+      return cpu::BlockFormat::kQ5_K;
     case GgmlType::kQ6_K:
       return cpu::BlockFormat::kQ6_K;
     default:
@@ -36,7 +38,7 @@ cpu::BlockFormat FormatOf(GgmlType type) {
 
 bool KeepsBlocks(GgmlType type) {
   return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ8_0 ||
-         type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
+         type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
 }
 
 int64_t Linear::resident_bytes() const {

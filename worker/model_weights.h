@@ -33,7 +33,7 @@ struct Linear {
 // (cols / 256 for the K-quants), row-major.
 Linear PackedLinear(GgmlType type, const uint8_t* blocks, int64_t rows, int64_t cols);
 
-// True when this build keeps `type` in blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K).
+// True when this build keeps `type` in blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K).
 bool KeepsBlocks(GgmlType type);
 
 // y[m, w.rows] = x[m, w.cols] · wᵀ: quantized weights through the 8-bit integer product

@@ -47,7 +47,7 @@ void TileScalar(const QuantizedActivations& a, int64_t i0, int rows_m, const Pac
           for (int e = 0; e < kBlockElements; ++e) {
             isum[e / 16] += PackedCode(kFormat, record, r, e) * q[e];
           }
-          if constexpr (kFormat == BlockFormat::kQ4_K) {
+          if constexpr (kFormat == BlockFormat::kQ4_K || kFormat == BlockFormat::kQ5_K) {
             const float dw = d * static_cast<float>(scales[r]);
             const float mw = HalfToFloat(LoadU16(super + 32 + 2 * r)) *
                              static_cast<float>(scales[kGroupRows + r]);
@@ -104,7 +104,7 @@ TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0, con
       if (blk % (kSuperBlockElements / kBlockElements) == 0) {
         const uint8_t* super = w.super_factors(group, blk);
         d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(super)));
-        if constexpr (kFormat == BlockFormat::kQ4_K) {
+        if constexpr (kFormat == BlockFormat::kQ4_K || kFormat == BlockFormat::kQ5_K) {
           dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(super + 32)));
         }
       }
@@ -122,13 +122,25 @@ TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0, con
         u[2 * p] = _mm512_and_si512(raw, mask);
         u[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
       }
+      if constexpr (kFormat == BlockFormat::kQ5_K) {
+        // Bit g moved to bit 4 of its byte: bits crossing into the other byte are masked off.
+        const __m512i raw = _mm512_loadu_si512(record + 256);
+        const __m512i bit4 = _mm512_set1_epi8(0x10);
+        for (int g = 0; g < 8; ++g) {
+          const __m512i moved =
+              g <= 4 ? _mm512_slli_epi16(raw, 4 - g) : _mm512_srli_epi16(raw, g - 4);
+          u[g] = _mm512_or_si512(u[g], _mm512_and_si512(moved, bit4));
+        }
+      }
       if constexpr (kFormat == BlockFormat::kQ6_K) {
         for (int h = 0; h < 2; ++h) {
+          // Bits 2k, 2k + 1 moved to bits 4, 5 of their byte (see Q5_K above).
           const __m512i raw = _mm512_loadu_si512(record + 256 + 64 * h);
+          const __m512i bits45 = _mm512_set1_epi8(0x30);
           for (int k = 0; k < 4; ++k) {
-            const __m512i top =
-                _mm512_and_si512(_mm512_srli_epi16(raw, 2 * k), _mm512_set1_epi8(3));
-            u[4 * h + k] = _mm512_or_si512(u[4 * h + k], _mm512_slli_epi16(top, 4));
+            const __m512i moved =
+                k <= 2 ? _mm512_slli_epi16(raw, 4 - 2 * k) : _mm512_srli_epi16(raw, 2 * k - 4);
+            u[4 * h + k] = _mm512_or_si512(u[4 * h + k], _mm512_and_si512(moved, bits45));
           }
         }
       }
@@ -139,7 +151,7 @@ TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0, con
       // The block's factors, exact in fp32: an fp16 times a 6- or 8-bit integer.
       const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
       const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16));
-      if constexpr (kFormat == BlockFormat::kQ4_K) {
+      if constexpr (kFormat == BlockFormat::kQ4_K || kFormat == BlockFormat::kQ5_K) {
         dw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)));
         mw = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)));
       } else {
@@ -182,7 +194,7 @@ TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0, con
                                acc[i]);
       if constexpr (kFormat == BlockFormat::kQ4_1) {
         acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.d_sum[ab]), acc[i]);
-      } else if constexpr (kFormat == BlockFormat::kQ4_K) {
+      } else if constexpr (kFormat == BlockFormat::kQ4_K || kFormat == BlockFormat::kQ5_K) {
         acc[i] = _mm512_fnmadd_ps(mw, _mm512_set1_ps(a.d_sum[ab]), acc[i]);
       }
     }
@@ -218,14 +230,25 @@ TP_TARGET_AVX2 void HalfTileYmm(const QuantizedActivations& a, int64_t i0, const
         u[2 * p] = _mm256_and_si256(raw, mask);
         u[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
       }
+      if constexpr (kFormat == BlockFormat::kQ5_K) {
+        const __m256i raw =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 256 + 32 * half));
+        const __m256i bit4 = _mm256_set1_epi8(0x10);
+        for (int g = 0; g < 8; ++g) {
+          const __m256i moved =
+              g <= 4 ? _mm256_slli_epi16(raw, 4 - g) : _mm256_srli_epi16(raw, g - 4);
+          u[g] = _mm256_or_si256(u[g], _mm256_and_si256(moved, bit4));
+        }
+      }
       if constexpr (kFormat == BlockFormat::kQ6_K) {
         for (int h = 0; h < 2; ++h) {
           const __m256i raw = _mm256_loadu_si256(
               reinterpret_cast<const __m256i*>(record + 256 + 64 * h + 32 * half));
+          const __m256i bits45 = _mm256_set1_epi8(0x30);
           for (int k = 0; k < 4; ++k) {
-            const __m256i top =
-                _mm256_and_si256(_mm256_srli_epi16(raw, 2 * k), _mm256_set1_epi8(3));
-            u[4 * h + k] = _mm256_or_si256(u[4 * h + k], _mm256_slli_epi16(top, 4));
+            const __m256i moved =
+                k <= 2 ? _mm256_slli_epi16(raw, 4 - 2 * k) : _mm256_srli_epi16(raw, 2 * k - 4);
+            u[4 * h + k] = _mm256_or_si256(u[4 * h + k], _mm256_and_si256(moved, bits45));
           }
         }
       }
@@ -238,7 +261,7 @@ TP_TARGET_AVX2 void HalfTileYmm(const QuantizedActivations& a, int64_t i0, const
       const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(super)));
       const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales));
       const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 16));
-      if constexpr (kFormat == BlockFormat::kQ4_K) {
+      if constexpr (kFormat == BlockFormat::kQ4_K || kFormat == BlockFormat::kQ5_K) {
         const __m256 dmin =
             _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(super + 32)));
         dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)));
@@ -288,12 +311,17 @@ TP_TARGET_AVX2 void HalfTileYmm(const QuantizedActivations& a, int64_t i0, const
                   _mm256_maddubs_epi16(_mm256_abs_epi8(u[g]), _mm256_sign_epi8(x, u[g])), ones));
         }
       } else {
-        __m256i pairs = _mm256_setzero_si256();
-        for (int g = 0; g < 8; ++g) {
-          pairs = _mm256_add_epi16(
-              pairs, _mm256_maddubs_epi16(u[g], _mm256_set1_epi32(LoadI32(q + 4 * g))));
+        // Pair sums reach 2 * 15 * 127 (Q4) or 2 * 31 * 127 (Q5_K): eight, or four, add in 16 bits.
+        constexpr int kGroupsIn16Bits = kFormat == BlockFormat::kQ5_K ? 4 : 8;
+        isum = _mm256_setzero_si256();
+        for (int g0 = 0; g0 < 8; g0 += kGroupsIn16Bits) {
+          __m256i pairs = _mm256_setzero_si256();
+          for (int g = g0; g < g0 + kGroupsIn16Bits; ++g) {
+            pairs = _mm256_add_epi16(
+                pairs, _mm256_maddubs_epi16(u[g], _mm256_set1_epi32(LoadI32(q + 4 * g))));
+          }
+          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, ones));
         }
-        isum = _mm256_madd_epi16(pairs, ones);
         if constexpr (kFormat == BlockFormat::kQ4_0) {
           isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * a.sum[ab]));
         }
@@ -302,7 +330,7 @@ TP_TARGET_AVX2 void HalfTileYmm(const QuantizedActivations& a, int64_t i0, const
                                acc[i]);
       if constexpr (kFormat == BlockFormat::kQ4_1) {
         acc[i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.d_sum[ab]), acc[i]);
-      } else if constexpr (kFormat == BlockFormat::kQ4_K) {
+      } else if constexpr (kFormat == BlockFormat::kQ4_K || kFormat == BlockFormat::kQ5_K) {
         acc[i] = _mm256_fnmadd_ps(mw, _mm256_set1_ps(a.d_sum[ab]), acc[i]);
       }
     }
@@ -456,6 +484,8 @@ void PackedMatmulBT(const QuantizedActivations& a, const PackedWeight& w, int64_
       return Product<BlockFormat::kQ8_0>(isa, a, w, first, count, c);
     case BlockFormat::kQ4_K:
       return Product<BlockFormat::kQ4_K>(isa, a, w, first, count, c);
+    case BlockFormat::kQ5_K:
+      return Product<BlockFormat::kQ5_K>(isa, a, w, first, count, c);
     case BlockFormat::kQ6_K:
       return Product<BlockFormat::kQ6_K>(isa, a, w, first, count, c);
   }

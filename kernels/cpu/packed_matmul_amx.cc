@@ -161,6 +161,7 @@ void AmxTile(const QuantizedActivations& a, int64_t i0, int rows_m, const Packed
       case BlockFormat::kQ8_0:
         return Tile<BlockFormat::kQ8_0, kM>(a, i0, w, group, weight_tiles, out);
       case BlockFormat::kQ4_K:
+      case BlockFormat::kQ5_K:
       case BlockFormat::kQ6_K:
         TP_CHECK_MSG(false, "K-quants are not tiled on AMX (PackedMatmulBT routes them to VNNI)");
     }

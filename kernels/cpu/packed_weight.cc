@@ -103,18 +103,24 @@ void PackKRow(const uint8_t* blocks, int64_t row, PackedWeight* w) {
     const uint8_t* block = blocks + (row * supers + sb) * BlockBytes(kFormat);
     uint8_t* super = w->super.data() + (group * supers + sb) * w->super_bytes();
     uint8_t* records = w->data.data() + (group * w->blocks() + sb * 8) * w->record_bytes();
-    if constexpr (kFormat == BlockFormat::kQ4_K) {
+    if constexpr (kFormat == BlockFormat::kQ4_K || kFormat == BlockFormat::kQ5_K) {
+      constexpr bool kQ5 = kFormat == BlockFormat::kQ5_K;
+      const uint8_t* qs = block + (kQ5 ? 48 : 16);
       std::memcpy(super + 2 * r, block, 2);
       std::memcpy(super + 32 + 2 * r, block + 2, 2);
       uint8_t scales[8], mins[8];
       DecodeQ4KScales(block + 4, scales, mins);
       for (int j = 0; j < 8; ++j) {
         uint8_t* record = records + j * w->record_bytes();
-        record[256 + r] = scales[j];
-        record[256 + 16 + r] = mins[j];
+        record[w->code_bytes() + r] = scales[j];
+        record[w->code_bytes() + 16 + r] = mins[j];
         for (int e = 0; e < 32; ++e) {
           const CodePlace at = PlaceOf(r, e);
-          record[at.low] |= static_cast<uint8_t>(Q4KCode(block + 16, 32 * j + e) << at.low_shift);
+          record[at.low] |= static_cast<uint8_t>(Q4KCode(qs, 32 * j + e) << at.low_shift);
+          if constexpr (kQ5) {  // the fifth bit: bit j of qh[e], to bit e / 4 of its byte
+            record[256 + 4 * r + e % 4] |=
+                static_cast<uint8_t>(((block[16 + e] >> j) & 1) << e / 4);
+          }
         }
       }
     } else {
@@ -170,18 +176,21 @@ void UnpackKRow(const PackedWeight& w, int64_t row, uint8_t* blocks) {
   for (int64_t sb = 0; sb < supers; ++sb) {
     uint8_t* block = blocks + (row * supers + sb) * BlockBytes(w.format);
     const uint8_t* super = w.super_factors(row / kGroupRows, sb * 8);
-    if (w.format == BlockFormat::kQ4_K) {
+    if (w.format == BlockFormat::kQ4_K || w.format == BlockFormat::kQ5_K) {
+      const bool q5 = w.format == BlockFormat::kQ5_K;
       std::memcpy(block, super + 2 * r, 2);
       std::memcpy(block + 2, super + 32 + 2 * r, 2);
       uint8_t scales[8], mins[8];
       for (int j = 0; j < 8; ++j) {
         const uint8_t* record = w.record(row / kGroupRows, sb * 8 + j);
-        scales[j] = record[256 + r];
-        mins[j] = record[256 + 16 + r];
+        scales[j] = record[w.code_bytes() + r];
+        mins[j] = record[w.code_bytes() + 16 + r];
         for (int e = 0; e < 32; ++e) {
           const int n = 32 * j + e;
-          block[16 + 32 * (n / 64) + n % 32] |=
-              static_cast<uint8_t>(PackedCode(w.format, record, r, e) << (n % 64 < 32 ? 0 : 4));
+          const int code = PackedCode(w.format, record, r, e);
+          block[(q5 ? 48 : 16) + 32 * (n / 64) + n % 32] |=
+              static_cast<uint8_t>((code & 0x0F) << (n % 64 < 32 ? 0 : 4));
+          if (q5) block[16 + e] |= static_cast<uint8_t>((code >> 4) << j);
         }
       }
       EncodeQ4KScales(scales, mins, block + 4);
@@ -213,6 +222,8 @@ int64_t BlockBytes(BlockFormat format) {
       return 34;
     case BlockFormat::kQ4_K:
       return 144;
+    case BlockFormat::kQ5_K:
+      return 176;
     case BlockFormat::kQ6_K:
       return 210;
   }
@@ -224,8 +235,10 @@ int64_t PackedWeight::code_bytes() const {
   switch (format) {
     case BlockFormat::kQ8_0:
       return 512;
+    case BlockFormat::kQ5_K:
+      return 256 + 64;
     case BlockFormat::kQ6_K:
-      return 384;
+      return 256 + 128;
     default:
       return 256;
   }
@@ -239,6 +252,7 @@ int64_t PackedWeight::record_bytes() const {
 int64_t PackedWeight::super_bytes() const {
   switch (format) {
     case BlockFormat::kQ4_K:
+    case BlockFormat::kQ5_K:
       return 4 * kGroupRows;
     case BlockFormat::kQ6_K:
       return 2 * kGroupRows;
@@ -267,6 +281,9 @@ PackedWeight PackWeight(BlockFormat format, const uint8_t* blocks, int64_t rows,
       break;
     case BlockFormat::kQ4_K:
       PackRows<BlockFormat::kQ4_K>(blocks, &w);
+      break;
+    case BlockFormat::kQ5_K:
+      PackRows<BlockFormat::kQ5_K>(blocks, &w);
       break;
     case BlockFormat::kQ6_K:
       PackRows<BlockFormat::kQ6_K>(blocks, &w);
@@ -317,7 +334,7 @@ void DequantizePackedRows(const PackedWeight& w, int64_t first, int64_t count, f
         const float d = HalfToFloat(LoadU16(super + 2 * r));
         for (int e = 0; e < kBlockElements; ++e) {
           const int code = PackedCode(w.format, record, r, e);
-          if (w.format == BlockFormat::kQ4_K) {
+          if (w.format == BlockFormat::kQ4_K || w.format == BlockFormat::kQ5_K) {
             const float scale = d * static_cast<float>(scales[r]);
             const float min =
                 HalfToFloat(LoadU16(super + 32 + 2 * r)) * static_cast<float>(scales[16 + r]);
@@ -344,6 +361,7 @@ void DequantizePackedRows(const PackedWeight& w, int64_t first, int64_t count, f
             dst[e] = static_cast<float>(code) * d;
             break;
           case BlockFormat::kQ4_K:
+          case BlockFormat::kQ5_K:
           case BlockFormat::kQ6_K:
             break;  // above
         }

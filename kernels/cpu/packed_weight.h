@@ -1,24 +1,26 @@
-// A linear weight in a GGUF block format (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K), rearranged once at load
-// so that the integer products of packed_matmul.h read sixteen weight rows as one vector.
+// A linear weight in a GGUF block format (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K), rearranged once at
+// load so that the integer products of packed_matmul.h read sixteen weight rows as one vector.
 //
 // Rows are taken in groups of 16 (the last group padded with zero rows). For each group and each
 // 32-element block there is one record, records ordered block after block within a group, group
 // after group:
 //   codes  Q4_x, Q4_K: 4 chunks of 64 bytes. In chunk p, byte 4r + e holds in its low nibble the
 //                code of element 8p + e of row r, in its high nibble that of element 8p + 4 + e.
+//          Q5_K: the low 4 bits as Q4_x, then 64 bytes of fifth bits: bit g of byte 4r + e is
+//                the fifth bit of element 4g + e.
 //          Q6_K: the low 4 bits as Q4_x, then 2 chunks of 64 bytes of top bits: in chunk h,
 //                bits 2k, 2k + 1 of byte 4r + e are the top 2 bits of element 16h + 4k + e.
 //          Q8_0: 8 chunks of 64 bytes. In chunk g, byte 4r + e is q of element 4g + e of row r.
 //   scales Q4_0, Q8_0: 16 fp16 d, each row's block scale; Q4_1: then 16 fp16 m, the minimums.
-//          Q4_K: 16 uint8 6-bit scales, then 16 uint8 6-bit mins: the block's entries of its
-//                super-block's scales.
+//          Q4_K, Q5_K: 16 uint8 6-bit scales, then 16 uint8 6-bit mins: the block's entries of
+//                its super-block's scales.
 //          Q6_K: 16 int8 scales of elements 0..15, then 16 of elements 16..31.
 // K-quants keep their super-block factors (per 256 elements) apart, one entry per group and
-// super-block: Q4_K 16 fp16 d then 16 fp16 dmin, Q6_K 16 fp16 d.
+// super-block: Q4_K and Q5_K 16 fp16 d then 16 fp16 dmin, Q6_K 16 fp16 d.
 // Unpacked, the codes are 8 rows of 16 x 4 bytes: the operand of one vpdpbusd per 4 elements
 // against a broadcast activation dword, and exactly AMX's B tile for K = 32. The same bits as the
-// GGUF blocks, rearranged: Q4_K is 2.8% larger (its 12 scale bytes per 256 elements and row are
-// kept unpacked, 16), the others no larger, but for the padding rows.
+// GGUF blocks, rearranged: Q4_K and Q5_K are 2.8% and 2.3% larger (their 12 scale bytes per 256
+// elements and row are kept unpacked, 16), the others no larger, but for the padding rows.
 #pragma once
 
 #include <cstdint>
@@ -32,18 +34,21 @@ namespace tpserve::cpu {
 //   Q8_0: fp16 d, int8 qs[32]      (34 bytes per 32)  w = q * d
 //   Q4_K: fp16 d, fp16 dmin, scales[12], qs[128]  (144 bytes per 256): 8 blocks of 32 with 6-bit
 //         scale s and min m each, w = (d * s) * q - (dmin * m)
+//   Q5_K: Q4_K's fields and qh[32] before qs  (176 bytes per 256): 5-bit q, the fifth bit of
+//         block j's element l is bit j of qh[l]
 //   Q6_K: ql[128], qh[64], int8 scales[16], fp16 d  (210 bytes per 256): 6-bit q, one scale per
 //         16 elements, w = (d * s) * (q - 32)
 // In Q4_x, element j < 16 is the low nibble of qs[j] and element j + 16 its high nibble; the
 // K-quant layouts are model/dequantize.cc's.
-enum class BlockFormat { kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ6_K };
+enum class BlockFormat { kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K };
 
 inline constexpr int64_t kBlockElements = 32;
 inline constexpr int64_t kGroupRows = 16;
 inline constexpr int64_t kSuperBlockElements = 256;  // K-quants
 
 constexpr bool IsKQuant(BlockFormat format) {
-  return format == BlockFormat::kQ4_K || format == BlockFormat::kQ6_K;
+  return format == BlockFormat::kQ4_K || format == BlockFormat::kQ5_K ||
+         format == BlockFormat::kQ6_K;
 }
 // Elements of one GGUF block of `format`: 32, or 256 for the K-quants.
 constexpr int64_t GgufBlockElements(BlockFormat format) {
@@ -77,11 +82,13 @@ struct PackedWeight {
 };
 
 // The code of element e (0..31) of row r (0..15) in a record of `format`: 0..15 for Q4_x and Q4_K,
-// 0..63 for Q6_K, the signed q for Q8_0.
+// 0..31 for Q5_K, 0..63 for Q6_K, the signed q for Q8_0.
 inline int PackedCode(BlockFormat format, const uint8_t* record, int r, int e) {
   if (format == BlockFormat::kQ8_0)
     return static_cast<int8_t>(record[64 * (e / 4) + 4 * r + e % 4]);
   const int low = (record[64 * (e / 8) + 4 * r + e % 4] >> ((e / 4) % 2 * 4)) & 0x0F;
+  if (format == BlockFormat::kQ5_K)
+    return low | ((record[256 + 4 * r + e % 4] >> (e / 4)) & 1) << 4;
   if (format != BlockFormat::kQ6_K) return low;
   const int high = (record[256 + 64 * (e / 16) + 4 * r + e % 4] >> (2 * ((e / 4) % 4))) & 3;
   return low | high << 4;

@@ -107,7 +107,6 @@ void AttendGroup(const PagedAttentionParams& p, int64_t group, const float* q, c
   }
 }
 
-
 #if defined(__x86_64__)
 #define TP_TARGET_AVX512 __attribute__((target("avx2,fma,avx512f,avx512dq,avx512bw,avx512vl")))
 
@@ -198,9 +197,9 @@ AttendFn PickGroup(int64_t group, std::integer_sequence<int, kGroups...>) {
 // The vector path for this shape and CPU (head_dim 64 or 128, up to 8 query heads per KV head),
 // or null: the portable path.
 AttendFn VectorAttend(int64_t head_dim, int64_t group) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f") &&
-                             __builtin_cpu_supports("avx512dq") &&
-                             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  static const bool avx512 =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   if (!avx512) return nullptr;
   constexpr auto kGroups = std::make_integer_sequence<int, 8>();
   if (head_dim == 64) return PickGroup<4>(group, kGroups);

@@ -146,7 +146,7 @@ class Pool {
     }
   }
 
-  std::mutex call_mu_;  // one call at a time; others run inline
+  std::mutex call_mu_;                // one call at a time; others run inline
   std::vector<std::thread> workers_;  // guarded by call_mu_
   uint64_t calls_ = 0;                // guarded by call_mu_
   // The running call's, written before its ticket is published (release), read by a thread

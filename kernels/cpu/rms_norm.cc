@@ -26,7 +26,8 @@ void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, flo
              float* out) {
   TP_CHECK(rows >= 0 && dim > 0);
   ParallelFor(rows, kRowsPerChunk, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) NormalizeRow(x + r * dim, weight, dim, eps, out + r * dim);
+    for (int64_t r = begin; r < end; ++r)
+      NormalizeRow(x + r * dim, weight, dim, eps, out + r * dim);
   });
 }
 

@@ -11,8 +11,8 @@ namespace {
 #if defined(__x86_64__)
 // silu(g) = g * sigmoid(g), the sigmoid from t = e^-|g| (never an overflowing exponential):
 // 1 / (1 + t) for g >= 0, t / (1 + t) below.
-__attribute__((target("avx512f"))) void SiluMulAvx512(const float* gate, const float* up,
-                                                        int64_t n, float* out) {
+__attribute__((target("avx512f"))) void SiluMulAvx512(const float* gate, const float* up, int64_t n,
+                                                      float* out) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 g = _mm512_loadu_ps(gate + i);

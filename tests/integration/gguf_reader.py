@@ -1,6 +1,7 @@
 """A GGUF reader for the Python tests, written from the GGUF spec and ggml's block formats
 (ggml-common.h), independent of tpserve's C++ reader: metadata of any type, and tensors of types
-F32, F16, Q4_0, Q4_1, Q8_0, Q4_K and Q6_K decoded to float64 arrays in row-major (HF) order."""
+F32, F16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K decoded to float64 arrays in row-major (HF)
+order."""
 
 import math
 import struct
@@ -10,24 +11,28 @@ import numpy as np
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
             11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
-F32, F16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K = 0, 1, 2, 3, 8, 12, 14
+F32, F16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K = 0, 1, 2, 3, 8, 12, 13, 14
 _BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q8_0: 34}  # per 32 elements
-_SUPER_BLOCK_BYTES = {Q4_K: 144, Q6_K: 210}  # per 256 elements
+_SUPER_BLOCK_BYTES = {Q4_K: 144, Q5_K: 176, Q6_K: 210}  # per 256 elements
 
 
-def _decode_q4_k(blocks):
+def _decode_q4_k(blocks, fifth_bits=False):
     """[n, 144] super-blocks: fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of
     4-bit codes. Sub-block j < 4 has scale = s[j] & 63, min = s[j+4] & 63; j >= 4 takes its low 4
     bits from byte j+4 (scale low nibble, min high nibble) and its top 2 from the top bits of
     bytes j-4 (scale) and j (min). Codes: 64-element chunk c is qs[32c:32c+32], low nibbles then
-    high. x = d * scale * q - dmin * min."""
+    high. x = d * scale * q - dmin * min. With `fifth_bits` (Q5_K, [n, 176]): qh[32] comes before
+    qs, and bit j of qh[l] is the fifth bit of sub-block j's element l."""
     d = blocks[:, 0:2].copy().view("<f2").astype(np.float64)
     dmin = blocks[:, 2:4].copy().view("<f2").astype(np.float64)
     s = blocks[:, 4:16].astype(np.int64)
     scale = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)], axis=1)
     mins = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], axis=1)
-    qs = blocks[:, 16:].reshape(-1, 4, 32)
-    q = np.stack([qs & 15, qs >> 4], axis=2).reshape(-1, 8, 32).astype(np.float64)
+    qs = blocks[:, 48 if fifth_bits else 16:].reshape(-1, 4, 32)
+    q = np.stack([qs & 15, qs >> 4], axis=2).reshape(-1, 8, 32).astype(np.int64)
+    if fifth_bits:
+        qh = blocks[:, 16:48].astype(np.int64)  # [n, 32]
+        q = q | (np.stack([(qh >> j) & 1 for j in range(8)], axis=1) << 4)
     return (d[:, :, None] * scale[:, :, None] * q - dmin[:, :, None] * mins[:, :, None]).reshape(-1)
 
 
@@ -55,7 +60,9 @@ def _decode(kind, raw, count):
     if kind in _SUPER_BLOCK_BYTES:
         size = _SUPER_BLOCK_BYTES[kind]
         blocks = np.frombuffer(raw, np.uint8, count // 256 * size).reshape(-1, size)
-        return (_decode_q4_k if kind == Q4_K else _decode_q6_k)(blocks)
+        if kind == Q6_K:
+            return _decode_q6_k(blocks)
+        return _decode_q4_k(blocks, fifth_bits=kind == Q5_K)
     blocks = np.frombuffer(raw, np.uint8, count // 32 * _BLOCK_BYTES[kind]).reshape(
         -1, _BLOCK_BYTES[kind])
     d = blocks[:, 0:2].copy().view("<f2").astype(np.float64)  # [blocks, 1]

@@ -18,16 +18,18 @@ TEST(PackedWeightTest, BlockBytesMatchGguf) {
   }
 }
 
-// The layout keeps the GGUF bytes: codes and scales of 16 rows per record, nothing else; Q4_K
-// spends 16 bytes on the 12 of its packed 6-bit scales and mins (37 for every 36).
+// The layout keeps the GGUF bytes: codes and scales of 16 rows per record, nothing else; Q4_K and
+// Q5_K spend 16 bytes on the 12 of their packed 6-bit scales and mins.
 TEST(PackedWeightTest, SameBytesAsTheBlocksForWholeGroups) {
   for (const Format& f : kFormats) {
     const int64_t k = Cols(f, 64);
     const std::vector<uint8_t> blocks = RandomBlocks(f.format, 32, k, 3);
     const PackedWeight w = PackWeight(f.format, blocks.data(), 32, k);
-    EXPECT_EQ(w.data.size() + w.super.size(),
-              f.format == BlockFormat::kQ4_K ? blocks.size() / 36 * 37 : blocks.size())
-        << f.name;
+    // Q4_K: 144 + 4 bytes per 256 elements and row; Q5_K: 176 + 4.
+    const size_t want = f.format == BlockFormat::kQ4_K   ? blocks.size() / 36 * 37
+                        : f.format == BlockFormat::kQ5_K ? blocks.size() / 44 * 45
+                                                         : blocks.size();
+    EXPECT_EQ(w.data.size() + w.super.size(), want) << f.name;
   }
 }
 

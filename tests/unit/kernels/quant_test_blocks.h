@@ -22,11 +22,10 @@ struct Format {
   const char* name;
 };
 
-inline constexpr Format kFormats[] = {{BlockFormat::kQ4_0, GgmlType::kQ4_0, "Q4_0"},
-                                      {BlockFormat::kQ4_1, GgmlType::kQ4_1, "Q4_1"},
-                                      {BlockFormat::kQ8_0, GgmlType::kQ8_0, "Q8_0"},
-                                      {BlockFormat::kQ4_K, GgmlType::kQ4_K, "Q4_K"},
-                                      {BlockFormat::kQ6_K, GgmlType::kQ6_K, "Q6_K"}};
+inline constexpr Format kFormats[] = {
+    {BlockFormat::kQ4_0, GgmlType::kQ4_0, "Q4_0"}, {BlockFormat::kQ4_1, GgmlType::kQ4_1, "Q4_1"},
+    {BlockFormat::kQ8_0, GgmlType::kQ8_0, "Q8_0"}, {BlockFormat::kQ4_K, GgmlType::kQ4_K, "Q4_K"},
+    {BlockFormat::kQ5_K, GgmlType::kQ5_K, "Q5_K"}, {BlockFormat::kQ6_K, GgmlType::kQ6_K, "Q6_K"}};
 
 // `k` columns, or the next multiple of 256 for a K-quant (whose blocks hold 256 elements).
 inline int64_t Cols(const Format& f, int64_t k) {
@@ -52,9 +51,11 @@ inline std::vector<uint8_t> RandomBlocks(BlockFormat format, int64_t n, int64_t 
   std::uniform_int_distribution<int> byte(0, 255);
   const int64_t block_bytes = BlockBytes(format);
   std::vector<uint8_t> blocks(n * k / GgufBlockElements(format) * block_bytes);
-  // Where each format keeps its fp16 factors: d (and Q4_1's m, Q4_K's dmin) first, Q6_K's d last.
+  // Where each format keeps its fp16 factors: d (and Q4_1's m, Q4_K's and Q5_K's dmin) first,
+  // Q6_K's d last.
   const int64_t d_at = format == BlockFormat::kQ6_K ? 208 : 0;
-  const bool second = format == BlockFormat::kQ4_1 || format == BlockFormat::kQ4_K;
+  const bool second =
+      format == BlockFormat::kQ4_1 || format == BlockFormat::kQ4_K || format == BlockFormat::kQ5_K;
   for (size_t at = 0; at < blocks.size(); at += block_bytes) {
     for (int64_t i = 0; i < block_bytes; ++i) blocks[at + i] = static_cast<uint8_t>(byte(rng));
     const uint16_t d = RandomHalf(rng, edge);

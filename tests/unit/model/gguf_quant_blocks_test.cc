@@ -50,6 +50,7 @@ TEST(GgmlTypeTraits, BlockSizesMatchGgml) {
                                          {3, 32, 20},
                                          {8, 32, 34},
                                          {12, 256, 144},
+                                         {13, 256, 176},
                                          {14, 256, 210},
                                          {30, 1, 2}}) {
     const auto traits = GetGgmlTypeTraits(row.type);
@@ -242,6 +243,46 @@ TEST(Dequantize, Q4_K) {
   for (int e = 0; e < 256; ++e) {
     const int s = e / 32;
     EXPECT_EQ(got[e], 0.5f * scale[s] * q(e) - 0.25f * min[s]) << e;
+  }
+}
+
+// Q5_K: Q4_K's d, dmin and 12 scale bytes, then qh[32], then qs[128] as Q4_K's; the fifth bit of
+// sub-block s's element l is bit s of qh[l]. x = d * scale * q - dmin * min, q in 0..31.
+TEST(Dequantize, Q5_K) {
+  const int scale[8] = {3, 62, 1, 40, 17, 9, 63, 25};
+  const int min[8] = {5, 0, 63, 12, 33, 2, 47, 18};
+  const auto q = [](int e) { return (e * 7 + 3) % 32; };
+  uint8_t packed[12] = {};
+  for (int s = 0; s < 8; ++s) {
+    if (s < 4) {
+      packed[s] |= static_cast<uint8_t>(scale[s]);
+      packed[s + 4] |= static_cast<uint8_t>(min[s]);
+    } else {
+      packed[s + 4] = static_cast<uint8_t>((scale[s] & 15) | ((min[s] & 15) << 4));
+      packed[s - 4] |= static_cast<uint8_t>((scale[s] >> 4) << 6);
+      packed[s] |= static_cast<uint8_t>((min[s] >> 4) << 6);
+    }
+  }
+  uint8_t qh[32] = {}, qs[128] = {};
+  for (int e = 0; e < 256; ++e) {
+    const int s = e / 32;
+    qs[32 * (s / 2) + e % 32] |= static_cast<uint8_t>((q(e) & 15) << (s % 2 == 0 ? 0 : 4));
+    qh[e % 32] |= static_cast<uint8_t>((q(e) >> 4) << s);
+  }
+  std::vector<uint8_t> bytes;
+  PutU16(&bytes, kHalfQuarter);  // d = 0.25
+  PutU16(&bytes, kHalfHalf);     // dmin = 0.5
+  bytes.insert(bytes.end(), packed, packed + 12);
+  bytes.insert(bytes.end(), qh, qh + 32);
+  bytes.insert(bytes.end(), qs, qs + 128);
+  ASSERT_EQ(bytes.size(), 176u);
+
+  const std::vector<float> got = Decode(GgmlType::kQ5_K, bytes, 256);
+  EXPECT_EQ(got[0], 0.25f * 3 * 3 - 0.5f * 5);       // s = 0, q = 3
+  EXPECT_EQ(got[255], 0.25f * 25 * 28 - 0.5f * 18);  // s = 7, q = 1788 % 32 = 28 (fifth bit set)
+  for (int e = 0; e < 256; ++e) {
+    const int s = e / 32;
+    EXPECT_EQ(got[e], 0.25f * scale[s] * q(e) - 0.5f * min[s]) << e;
   }
 }
 

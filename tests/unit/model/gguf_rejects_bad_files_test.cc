@@ -221,8 +221,8 @@ TEST(GgufRejects, BadTensorInfo) {
                         ": ggml type 99 (unknown) is not supported"));
   Patch<uint32_t>(&image, q8 + 8 + 4 + 16, 6);  // Q5_0: a ggml type this build does not decode
   EXPECT_THAT(ParseError(image), HasSubstr("ggml type 6 (Q5_0) is not supported"));
-  Patch<uint32_t>(&image, q8 + 8 + 4 + 16, 13);  // Q5_K
-  EXPECT_THAT(ParseError(image), HasSubstr("ggml type 13 (Q5_K) is not supported"));
+  Patch<uint32_t>(&image, q8 + 8 + 4 + 16, 11);  // Q3_K
+  EXPECT_THAT(ParseError(image), HasSubstr("ggml type 11 (Q3_K) is not supported"));
 
   image = valid;
   Patch<uint32_t>(&image, q8 + 8, 5);
