@@ -99,40 +99,17 @@ inline void Q4KScaleMin(int j, const uint8_t* s, int* scale, int* min) {
 }
 
 // Q4_K super-block (144 bytes, 256 elements): fp16 d, fp16 dmin, scales[12], qs[128]. Each
-// 64-element chunk c uses 32 bytes of qs: low nibbles are sub-block 2c, high nibbles 2c + 1;
-// x = (d * scale) * q - (dmin * min).
-void DequantizeQ4_K(const uint8_t* src, float* dst, int64_t num_blocks) {
-  for (int64_t b = 0; b < num_blocks; ++b, src += 144, dst += 256) {
-    const float d = Fp16ToFp32(LoadU16(src));
-    const float dmin = Fp16ToFp32(LoadU16(src + 2));
-    const uint8_t* scales = src + 4;
-    const uint8_t* qs = src + 16;
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      int sc0, m0, sc1, m1;
-      Q4KScaleMin(2 * chunk, scales, &sc0, &m0);
-      Q4KScaleMin(2 * chunk + 1, scales, &sc1, &m1);
-      const float d0 = d * static_cast<float>(sc0);
-      const float min0 = dmin * static_cast<float>(m0);
-      const float d1 = d * static_cast<float>(sc1);
-      const float min1 = dmin * static_cast<float>(m1);
-      const uint8_t* q = qs + 32 * chunk;
-      float* y = dst + 64 * chunk;
-      for (int l = 0; l < 32; ++l) y[l] = d0 * static_cast<float>(q[l] & 0x0F) - min0;
-      for (int l = 0; l < 32; ++l) y[l + 32] = d1 * static_cast<float>(q[l] >> 4) - min1;
-    }
-  }
-}
-
-// Q5_K super-block (176 bytes, 256 elements): fp16 d, fp16 dmin, scales[12] as Q4_K's, qh[32],
-// qs[128]. Sub-block j's element l (l < 32) takes its low 4 bits as Q4_K does and its fifth bit
-// from bit j of qh[l]; x = (d * scale) * q - (dmin * min).
-void DequantizeQ5_K(const uint8_t* src, float* dst, int64_t num_blocks) {
-  for (int64_t b = 0; b < num_blocks; ++b, src += 176, dst += 256) {
+// 64-element chunk c uses 32 bytes of qs: low nibbles are sub-block 2c, high nibbles 2c + 1.
+// Q5_K (176 bytes, `fifth_bit`): the same with qh[32] between scales and qs, bit j of qh[l] being
+// the fifth bit of sub-block j's element l. x = (d * scale) * q - (dmin * min).
+void DequantizeKWithMins(const uint8_t* src, float* dst, int64_t num_blocks, bool fifth_bit) {
+  const int64_t block_bytes = fifth_bit ? 176 : 144;
+  for (int64_t b = 0; b < num_blocks; ++b, src += block_bytes, dst += 256) {
     const float d = Fp16ToFp32(LoadU16(src));
     const float dmin = Fp16ToFp32(LoadU16(src + 2));
     const uint8_t* scales = src + 4;
     const uint8_t* qh = src + 16;
-    const uint8_t* qs = src + 48;
+    const uint8_t* qs = src + (fifth_bit ? 48 : 16);
     for (int j = 0; j < 8; ++j) {
       int sc, m;
       Q4KScaleMin(j, scales, &sc, &m);
@@ -140,8 +117,8 @@ void DequantizeQ5_K(const uint8_t* src, float* dst, int64_t num_blocks) {
       const float min = dmin * static_cast<float>(m);
       const uint8_t* q = qs + 32 * (j / 2);
       for (int l = 0; l < 32; ++l) {
-        const int low = j % 2 == 0 ? q[l] & 0x0F : q[l] >> 4;
-        const int code = low | ((qh[l] >> j) & 1) << 4;
+        int code = j % 2 == 0 ? q[l] & 0x0F : q[l] >> 4;
+        if (fifth_bit) code |= ((qh[l] >> j) & 1) << 4;
         dst[32 * j + l] = scale * static_cast<float>(code) - min;
       }
     }
@@ -235,10 +212,10 @@ absl::Status Dequantize(GgmlType type, absl::Span<const uint8_t> src, absl::Span
       DequantizeQ8_0(s, d, n / 32);
       break;
     case GgmlType::kQ4_K:
-      DequantizeQ4_K(s, d, n / 256);
+      DequantizeKWithMins(s, d, n / 256, /*fifth_bit=*/false);
       break;
     case GgmlType::kQ5_K:
-      DequantizeQ5_K(s, d, n / 256);
+      DequantizeKWithMins(s, d, n / 256, /*fifth_bit=*/true);
       break;
     case GgmlType::kQ6_K:
       DequantizeQ6_K(s, d, n / 256);
