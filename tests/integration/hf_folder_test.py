@@ -27,122 +27,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tpserve_cluster  # noqa: E402
-from gguf_reader import Gguf, unpermute_llama_qk  # noqa: E402
+from gguf_reader import Gguf  # noqa: E402
+from hf_writer import hf_tensors, write_folder  # noqa: E402
 
 TOLERANCE = 1e-4
 PROMPT_LENGTH = 48
 TEXTS = ["Hello, world!", "The capital of France is Paris.", "  spaces\tand\nnewlines  ",
          "digits 1234567 and 3.14159", "<|im_start|>user\nhi<|im_end|>", "naïve café 東京 🚀",
          "def f(x):\n    return x ** 2\n"]
-
-_LAYER_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-                "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
-                "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
-                "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
-_TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
-              "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
-
-
-def hf_name(gguf_name):
-    if gguf_name in _TOP_NAMES:
-        return _TOP_NAMES[gguf_name]
-    _, layer, part, suffix = gguf_name.split(".")
-    return "model.layers.%s.%s.%s" % (layer, _LAYER_NAMES[part], suffix)
-
-
-def hf_tensors(gguf):
-    """The model's tensors under HF names, in HF layout, float32."""
-    m = gguf.metadata
-    heads, kv_heads = m["llama.attention.head_count"], m["llama.attention.head_count_kv"]
-    tensors = {}
-    for name, values in gguf.tensors.items():
-        if ".attn_q." in name:
-            values = unpermute_llama_qk(values, heads)
-        elif ".attn_k." in name:
-            values = unpermute_llama_qk(values, kv_heads)
-        tensors[hf_name(name)] = np.ascontiguousarray(values, dtype=np.float32)
-    return tensors
-
-
-def config_json(gguf):
-    m = gguf.metadata
-    return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": m["llama.embedding_length"],
-        "intermediate_size": m["llama.feed_forward_length"],
-        "num_hidden_layers": m["llama.block_count"],
-        "num_attention_heads": m["llama.attention.head_count"],
-        "num_key_value_heads": m["llama.attention.head_count_kv"],
-        "max_position_embeddings": m["llama.context_length"],
-        "rms_norm_eps": m["llama.attention.layer_norm_rms_epsilon"],
-        "rope_theta": m["llama.rope.freq_base"], "rope_scaling": None,
-        "tie_word_embeddings": "output.weight" not in gguf.tensors,
-        "vocab_size": len(m["tokenizer.ggml.tokens"]), "torch_dtype": "float32",
-        "bos_token_id": m["tokenizer.ggml.bos_token_id"],
-        "eos_token_id": m["tokenizer.ggml.eos_token_id"],
-    }
-
-
-def tokenizer_files(gguf):
-    """tokenizer.json and tokenizer_config.json as HF writes them for SmolLM2: byte-level BPE,
-    digits split one by one before ByteLevel's GPT-2 regex, control tokens as added tokens."""
-    m = gguf.metadata
-    tokens, types = m["tokenizer.ggml.tokens"], m["tokenizer.ggml.token_type"]
-    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True}
-             for i, (t, kind) in enumerate(zip(tokens, types)) if kind == 3]
-    tokenizer = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": None,
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Digits", "individual_digits": True},
-            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-             "use_regex": True}]},
-        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
-                           "use_regex": True},
-        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
-                    "use_regex": True},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None,
-                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
-                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": {t: i for i, t in enumerate(tokens)},
-                  "merges": [merge.split(" ", 1) for merge in m["tokenizer.ggml.merges"]]},
-    }
-    config = {
-        "add_bos_token": m["tokenizer.ggml.add_bos_token"],
-        "bos_token": tokens[m["tokenizer.ggml.bos_token_id"]],
-        "eos_token": tokens[m["tokenizer.ggml.eos_token_id"]],
-        "chat_template": m["tokenizer.chat_template"],
-        "model_max_length": m["llama.context_length"],
-        "tokenizer_class": "GPT2Tokenizer",
-    }
-    return tokenizer, config
-
-
-def write_folder(gguf, tensors, folder, shards):
-    from safetensors.numpy import save_file
-
-    os.makedirs(folder)
-    names = sorted(tensors)
-    if shards == 1:
-        save_file(tensors, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
-    else:
-        weight_map = {}
-        for shard in range(shards):
-            file = "model-%05d-of-%05d.safetensors" % (shard + 1, shards)
-            part = {n: tensors[n] for n in names[shard::shards]}
-            save_file(part, os.path.join(folder, file), metadata={"format": "pt"})
-            weight_map.update({n: file for n in part})
-        total = sum(t.nbytes for t in tensors.values())
-        with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
-            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
-    tokenizer, tokenizer_config = tokenizer_files(gguf)
-    for name, content in [("config.json", config_json(gguf)), ("tokenizer.json", tokenizer),
-                          ("tokenizer_config.json", tokenizer_config),
-                          ("generation_config.json", {"bos_token_id": 1, "eos_token_id": 2})]:
-        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
-            json.dump(content, f, ensure_ascii=False)
-
 
 class HfFolderEqualsGguf(unittest.TestCase):
     @classmethod

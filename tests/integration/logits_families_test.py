@@ -3,7 +3,9 @@
 Random-weight models written by tpserve-mkmodel (fp32): a Llama with Llama-3.1's llama3 RoPE
 scaling, a Qwen2 with q/k/v biases and tied embeddings, a Qwen2 with untied embeddings and linear
 RoPE scaling, and a Mistral-7B-like shape (8 heads over 2 KV heads, theta 1e6, a sliding window).
-Each is served at tp 1 and at a tp > 1 that splits its heads, scored over gRPC (Score: one logits
+Each is served at tp 1 and at a tp > 1 that splits its heads, and as a Hugging Face folder written
+from it by hf_writer.py (HF tensor names and Q/K order, config.json with HF's rope_scaling, which
+tpserve turns into llama3's factors itself) at the tp > 1, scored over gRPC (Score: one logits
 row per prompt token), and compared with hf_reference.py, a NumPy model written from the Hugging
 Face modelling formulas (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM): RMSNorm,
 rotate-half RoPE with the scaling rules of HF's rope_init functions, GQA causal attention, SwiGLU,
@@ -25,6 +27,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tpserve_cluster  # noqa: E402
 from gguf_reader import Gguf  # noqa: E402
+from hf_writer import hf_tensors, write_folder  # noqa: E402
 from hf_reference import (HfConfig, default_inv_freq, linear_inv_freq,  # noqa: E402
                           llama3_inv_freq, reference_logits)
 
@@ -49,6 +52,8 @@ CASES = {
               "--rope-original-context", "64"],
         tp=(1, 2),
         inv_freq=lambda c: llama3_inv_freq(c.theta, c.head_dim, 8.0, 1.0, 4.0, 64),
+        hf_rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
         controls=("unscaled_rope", "other_qk_layout")),
     # Qwen2-0.5B/1.5B: biases, tied embeddings.
     "qwen2_tied": dict(
@@ -56,6 +61,7 @@ CASES = {
               "--tied-embeddings"],
         tp=(1, 4),
         inv_freq=lambda c: default_inv_freq(c.theta, c.head_dim),
+        hf_rope_scaling=None,
         controls=("no_bias", "other_qk_layout")),
     # Qwen2-7B: biases, untied embeddings; with linear RoPE scaling by 4.
     "qwen2_untied_linear_rope": dict(
@@ -63,6 +69,7 @@ CASES = {
               "--rope-scaling-factor", "4"],
         tp=(1, 2),
         inv_freq=lambda c: linear_inv_freq(c.theta, c.head_dim, 4.0),
+        hf_rope_scaling={"rope_type": "linear", "factor": 4.0},
         controls=("no_bias", "unscaled_rope")),
     # Mistral-7B-v0.1's proportions: 8 heads over 2 KV heads, theta 1e6, a sliding window (64 of
     # a 256 context here, 4096 of 32768 there). tpserve serves the window as the context.
@@ -72,6 +79,7 @@ CASES = {
         tp=(1, 4),
         inv_freq=lambda c: default_inv_freq(c.theta, c.head_dim),
         served_context=64,
+        hf_rope_scaling=None,
         controls=("other_qk_layout",)),
 }
 
@@ -133,21 +141,27 @@ class LogitsFamilies(unittest.TestCase):
             # The reference without the feature must be far from the reference with it.
             gap = np.abs(control_logits(control, gguf, tokens, inv_freq) - want).max()
             self.assertGreater(gap, 50 * TOLERANCE, "%s: %s changes nothing" % (name, control))
-        for tp in case["tp"]:
+        # The GGUF file at every tp, then the same model as a Hugging Face folder (config.json
+        # with HF's rope_scaling, HF tensor names and Q/K order) at the tp > 1.
+        folder = os.path.join(self.tmp.name, name + "-hf")
+        write_folder(gguf, hf_tensors(gguf), folder, rope_scaling=case["hf_rope_scaling"])
+        runs = [(path, tp, "gguf") for tp in case["tp"]] + [(folder, case["tp"][-1], "hf")]
+        for model, tp, form in runs:
             start = time.monotonic()
+            label = "%s %s tp=%d" % (name, form, tp)
             window = case.get("served_context")
-            with tpserve_cluster.Cluster(self.args.bin_dir, path, tp=tp) as cluster:
+            with tpserve_cluster.Cluster(self.args.bin_dir, model, tp=tp) as cluster:
                 got, context, refused = self.score(cluster, tokens,
                                                    window + 1 if window else None)
-            self.assertEqual(got.shape, want.shape, "%s tp=%d" % (name, tp))
+            self.assertEqual(got.shape, want.shape, label)
             diff = np.abs(got - want).max()
             top1 = np.mean(got.argmax(axis=1) == want.argmax(axis=1))
-            print("%s tp=%d: max |logit difference| %.2e, top-1 agreement %.0f%%, %.1f s"
-                  % (name, tp, diff, 100 * top1, time.monotonic() - start), flush=True)
-            self.assertLess(diff, TOLERANCE, "%s tp=%d" % (name, tp))
-            self.assertEqual(top1, 1.0, "%s tp=%d" % (name, tp))
+            print("%s: max |logit difference| %.2e, top-1 agreement %.0f%%, %.1f s"
+                  % (label, diff, 100 * top1, time.monotonic() - start), flush=True)
+            self.assertLess(diff, TOLERANCE, label)
+            self.assertEqual(top1, 1.0, label)
             if window:
-                self.assertEqual(context, window, "%s tp=%d" % (name, tp))
+                self.assertEqual(context, window, label)
                 self.assertIsNotNone(refused, "a prompt one past the window was scored")
                 self.assertIn("context length is %d" % window, refused.details())
 
