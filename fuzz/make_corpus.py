@@ -7,8 +7,11 @@ temporary copy of fuzz/corpus/ before each run, so only this generator is in the
 gguf/: a GGUF image written here, independently of model/gguf_writer.cc, with a value of every
 metadata type and a tensor of every supported ggml type; and two tiny models from the build's
 tpserve-mkmodel (its writer, its vocabulary and config keys). step/: StepRequest streams in the
-protobuf delimited format, encoded by protoc from the text protos below.
+protobuf delimited format, encoded by protoc from the text protos below. hf_folder/: a safetensors
+image (first byte 0) and tokenizer.json texts of each recognised form (first byte 1, then the
+vocabulary's rows as a little-endian uint16), written here from the formats' documentation.
 """
+import json
 import os
 import random
 import struct
@@ -153,6 +156,83 @@ STEP_SEEDS = {
 }
 
 
+def gpt2_byte_symbols():
+    """GPT-2's byte-to-character map: printable Latin-1 bytes stand for themselves, the others
+    take the code points from 256 up, in byte order."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) +
+                 list(range(0xAE, 0x100)))
+    symbols, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            symbols[b] = chr(b)
+        else:
+            symbols[b] = chr(256 + extra)
+            extra += 1
+    return [symbols[b] for b in range(256)]
+
+
+def byte_level_tokenizer(pre_tokenizer, ignore_merges=False):
+    vocab = {s: i for i, s in enumerate(gpt2_byte_symbols())}
+    for merged in ("He", "ll", "llo", "\u0120w"):
+        vocab[merged] = len(vocab)
+    merges = [["H", "e"], ["l", "l"], ["ll", "o"], ["\u0120", "w"]]
+    added = [{"id": len(vocab), "content": "<|endoftext|>", "special": True},
+             {"id": len(vocab) + 1, "content": "<tool>", "special": False}]
+    return {"added_tokens": added, "normalizer": None, "pre_tokenizer": pre_tokenizer,
+            "model": {"type": "BPE", "vocab": vocab, "merges": merges,
+                      "ignore_merges": ignore_merges}}
+
+
+def sentencepiece_tokenizer():
+    pieces = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)] + [
+        "\u2581", "a", "b", "\u2581a", "ab", "\u2581ab"]
+    vocab = {p: i for i, p in enumerate(pieces)}
+    merges = [["\u2581", "a"], ["a", "b"], ["\u2581a", "b"]]
+    return {"added_tokens": [{"id": 1, "content": "<s>", "special": True}],
+            "normalizer": {"type": "Sequence", "normalizers": [
+                {"type": "Prepend", "prepend": "\u2581"},
+                {"type": "Replace", "pattern": {"String": " "},
+                 "content": "\u2581"}]},
+            "pre_tokenizer": None,
+            "model": {"type": "BPE", "vocab": vocab, "merges": merges, "byte_fallback": True,
+                      "unk_token": "<unk>"}}
+
+
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def safetensors_image():
+    header = {"__metadata__": {"format": "pt"},
+              "a.weight": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+              "b.bias": {"dtype": "BF16", "shape": [4], "data_offsets": [16, 24]}}
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + bytes(range(24))
+
+
+def hf_folder_seeds():
+    """(name, bytes) of the hf_folder target's seeds."""
+    digits_byte_level = {"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": True},
+        {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}]}
+    llama3 = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": LLAMA3_SPLIT}, "behavior": "Isolated"},
+        {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]}
+    texts = {
+        "smollm": byte_level_tokenizer(digits_byte_level),
+        "gpt2": byte_level_tokenizer({"type": "ByteLevel", "use_regex": True}),
+        "llama3": byte_level_tokenizer(llama3, ignore_merges=True),
+        "sentencepiece": sentencepiece_tokenizer(),
+    }
+    seeds = [("model.safetensors", b"\x00" + safetensors_image())]
+    for name, tokenizer in texts.items():
+        rows = max(t["id"] for t in tokenizer["added_tokens"]) + 1
+        rows = max(rows, len(tokenizer["model"]["vocab"]))
+        seeds.append((name + ".json", b"\x01" + struct.pack("<H", rows - 1) +
+                      json.dumps(tokenizer, ensure_ascii=False).encode()))
+    return seeds
+
+
 def write(path, data):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
@@ -170,6 +250,8 @@ def main():
                         "--layers", "1", "--hidden", str(hidden), "--heads", "2", "--kv-heads",
                         "1", "--ffn", str(hidden), "--vocab", "259", "--context", "64",
                         "--dtype", dtype], check=True)
+    for name, data in hf_folder_seeds():
+        write(os.path.join(corpus, "hf_folder", name), data)
     for name, steps in STEP_SEEDS.items():
         stream = b""
         for text in steps:
