@@ -15,7 +15,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "common/json_depth.h"
 #include "common/status_macros.h"
 #include "model/gguf_writer.h"

@@ -68,14 +68,14 @@ absl::StatusOr<Linear> LoadRows(const GgufFile& file, CpuWeights weights, int64_
   Linear w;
   w.cols = cols;
   w.type = slices.begin()->tensor->type;
+  bool mixed = false;
   bool every_kept = weights == CpuWeights::kPacked;
   for (const RowSlice& slice : slices) {
     w.rows += slice.rows.size;
+    mixed = mixed || slice.tensor->type != w.type;
     every_kept = every_kept && KeepsBlocks(slice.tensor->type);
-    if (slice.tensor->type != w.type) w.type = GgmlType::kF32;
   }
-  if (w.type == GgmlType::kF32 && every_kept) {
-    w.type = slices.begin()->tensor->type;
+  if (mixed && every_kept) {
     // One part per run of slices of one type: fewer, larger products.
     for (size_t begin = 0, end = 0; begin < slices.size(); begin = end) {
       while (end < slices.size() && slices[end].tensor->type == slices[begin].tensor->type) ++end;
@@ -85,7 +85,7 @@ absl::StatusOr<Linear> LoadRows(const GgufFile& file, CpuWeights weights, int64_
     }
     return w;
   }
-  if (!KeepsBlocks(w.type) || weights == CpuWeights::kFp32) w.type = GgmlType::kF32;
+  if (mixed || !every_kept) w.type = GgmlType::kF32;
   if (w.quantized()) {
     ASSIGN_OR_RETURN(const uint64_t row_bytes, GgmlBytesFor(w.type, cols));
     std::vector<uint8_t> blocks;

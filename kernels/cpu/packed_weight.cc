@@ -332,16 +332,18 @@ void DequantizePackedRows(const PackedWeight& w, int64_t first, int64_t count, f
       if (IsKQuant(w.format)) {
         const uint8_t* super = w.super_factors(row / kGroupRows, b);
         const float d = HalfToFloat(LoadU16(super + 2 * r));
-        for (int e = 0; e < kBlockElements; ++e) {
-          const int code = PackedCode(w.format, record, r, e);
-          if (w.format == BlockFormat::kQ4_K || w.format == BlockFormat::kQ5_K) {
-            const float scale = d * static_cast<float>(scales[r]);
-            const float min =
-                HalfToFloat(LoadU16(super + 32 + 2 * r)) * static_cast<float>(scales[16 + r]);
-            dst[e] = scale * static_cast<float>(code) - min;
-          } else {
+        if (w.format == BlockFormat::kQ6_K) {
+          for (int e = 0; e < kBlockElements; ++e) {
             const int8_t s = static_cast<int8_t>(scales[16 * (e / 16) + r]);
-            dst[e] = d * static_cast<float>(s) * static_cast<float>(code - 32);
+            dst[e] = d * static_cast<float>(s) *
+                     static_cast<float>(PackedCode(w.format, record, r, e) - 32);
+          }
+        } else {  // Q4_K, Q5_K: the block's scale and min, once
+          const float scale = d * static_cast<float>(scales[r]);
+          const float min =
+              HalfToFloat(LoadU16(super + 32 + 2 * r)) * static_cast<float>(scales[16 + r]);
+          for (int e = 0; e < kBlockElements; ++e) {
+            dst[e] = scale * static_cast<float>(PackedCode(w.format, record, r, e)) - min;
           }
         }
         continue;
