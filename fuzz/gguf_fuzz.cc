@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "fuzz/require.h"
 #include "model/dequantize.h"
 #include "model/gguf_file.h"
 #include "model/model_config.h"
@@ -21,12 +22,6 @@ namespace {
 // Tensors up to this many elements are decoded: enough for every tensor of a fuzzed image
 // without letting a declared-huge one cost the fuzzer its speed.
 constexpr int64_t kMaxDecodedElements = int64_t{1} << 16;
-
-void Require(bool condition, const char* what) {
-  if (condition) return;
-  std::fprintf(stderr, "gguf_fuzz: accepted file violates: %s\n", what);
-  std::abort();
-}
 
 void ReadMetadata(const GgufFile& file) {
   for (const std::string& key : file.keys()) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/json_depth.h"
+#include "fuzz/require.h"
 #include "model/gguf_file.h"
 #include "model/gguf_writer.h"
 #include "model/hf_tokenizer.h"
@@ -23,12 +24,6 @@
 
 namespace tpserve {
 namespace {
-
-void Require(bool condition, const char* what) {
-  if (condition) return;
-  std::fprintf(stderr, "hf_folder_fuzz: accepted input violates: %s\n", what);
-  std::abort();
-}
 
 void Safetensors(absl::Span<const uint8_t> image) {
   const absl::StatusOr<SafetensorsHeader> header = ParseSafetensors(image, "fuzz.safetensors");

@@ -8,15 +8,10 @@
 
 #include "coordinator/openai_request.h"
 #include "fuzz/bundled_model.h"
+#include "fuzz/require.h"
 
 namespace tpserve {
 namespace {
-
-void Require(bool condition, const char* what) {
-  if (condition) return;
-  std::fprintf(stderr, "openai_request_fuzz: accepted request violates: %s\n", what);
-  std::abort();
-}
 
 void CheckAccepted(const OpenAiRequest& request, const ServedModel& model) {
   const GenerateParams& params = request.params;

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "fuzz/require.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/util/delimited_message_util.h"
 #include "tpserve/v1/worker.pb.h"
@@ -29,12 +30,6 @@ namespace {
 constexpr int64_t kVocab = 300;
 constexpr int64_t kContextLength = 256;
 constexpr int kMaxSteps = 64;
-
-void Require(bool condition, const char* what) {
-  if (condition) return;
-  std::fprintf(stderr, "step_fuzz: violated: %s\n", what);
-  std::abort();
-}
 
 KvCacheShape Pool() {
   KvCacheShape kv;

@@ -17,16 +17,11 @@
 #include <vector>
 
 #include "fuzz/bundled_model.h"
+#include "fuzz/require.h"
 #include "model/detokenizer.h"
 
 namespace tpserve {
 namespace {
-
-void Require(bool condition, const char* what) {
-  if (condition) return;
-  std::fprintf(stderr, "tokenizer_fuzz: violated: %s\n", what);
-  std::abort();
-}
 
 // Written from the Unicode definition (Table 3-7), independently of the tokenizer's own check.
 bool IsUtf8(std::string_view s) {
