@@ -2,6 +2,7 @@
 #include "worker/comm/gloo_communicator.h"
 
 #include <cstdio>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,10 +40,24 @@ absl::StatusOr<std::string> AllReduceRank(int world_size, int rank, Store store)
   return CheckAllReduce(**comm, {1, 1000, int64_t{1} << 20});
 }
 
+// A rank that sends nothing finishes the gather at once; were it to exit then, a peer still
+// connecting its other pairs would read the closed socket and fail. So every rank waits at the
+// store until all have gathered.
 absl::StatusOr<std::string> GatherRank(const std::vector<int64_t>& counts, int rank, Store store) {
-  auto comm = GlooCommunicator::Create(rank, static_cast<int>(counts.size()), store, TestOptions());
+  const int world_size = static_cast<int>(counts.size());
+  auto comm = GlooCommunicator::Create(rank, world_size, store, TestOptions());
   if (!comm.ok()) return comm.status();
-  return CheckGather(**comm, counts);
+  absl::StatusOr<std::string> result = CheckGather(**comm, counts);
+  std::vector<std::string> gathered;
+  for (int r = 0; r < world_size; ++r) gathered.push_back(absl::StrCat("gathered_", r));
+  const std::string mine = gathered[rank];
+  try {
+    store->set(mine, std::vector<char>(mine.begin(), mine.end()));
+    store->wait(gathered);
+  } catch (const std::exception& e) {
+    return absl::DeadlineExceededError(absl::StrCat("waiting for the other ranks: ", e.what()));
+  }
+  return result;
 }
 
 // Joins a world of 3 in which rank `missing` never starts: Create must fail with
@@ -89,12 +104,13 @@ TEST_P(GlooWorldTest, AllReduceSumIsExact) {
 // ranks included, so that a step's results do not depend on its batch.
 TEST_P(GlooWorldTest, EveryRankGetsTheRankOrderSum) {
   const int world_size = GetParam();
-  ExpectAllPassed(RunRanks(
-      AllRanks(world_size), kWorldTimeout, [&](int rank, Store store) -> absl::StatusOr<std::string> {
-        auto comm = GlooCommunicator::Create(rank, world_size, store, TestOptions());
-        if (!comm.ok()) return comm.status();
-        return CheckRankOrderSum(**comm, {1, 2, 999, 200003});
-      }));
+  ExpectAllPassed(RunRanks(AllRanks(world_size), kWorldTimeout,
+                           [&](int rank, Store store) -> absl::StatusOr<std::string> {
+                             auto comm =
+                                 GlooCommunicator::Create(rank, world_size, store, TestOptions());
+                             if (!comm.ok()) return comm.status();
+                             return CheckRankOrderSum(**comm, {1, 2, 999, 200003});
+                           }));
 }
 
 TEST_P(GlooWorldTest, GatherToRootConcatenatesInRankOrder) {
