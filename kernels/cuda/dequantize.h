@@ -16,19 +16,27 @@
 namespace tpserve::cuda {
 
 // The GGUF tensor types decoded on the device, numbered as ggml's `ggml_type` (and
-// model/ggml_type.h's GgmlType). Q4_K and Q6_K are not among them: the CUDA loader decodes
-// those on the host (worker/cuda/device_weights.cc).
+// model/ggml_type.h's GgmlType).
 //   F32, F16, BF16: one element per "block" (4, 2, 2 bytes)
 //   Q4_0: fp16 d, qs[16]           (18 bytes / 32)  w = ((q & 0xF) - 8) * d
 //   Q4_1: fp16 d, fp16 m, qs[16]   (20 bytes / 32)  w = (q & 0xF) * d + m
 //   Q8_0: fp16 d, int8 qs[32]      (34 bytes / 32)  w = q * d
-// In Q4_x, element j < 16 is the low nibble of qs[j] and element j + 16 its high nibble.
+//   Q4_K: fp16 d, fp16 dmin, scales[12], qs[128]            (144 bytes / 256)
+//   Q5_K: fp16 d, fp16 dmin, scales[12], qh[32], qs[128]    (176 bytes / 256)
+//         w = (d * scale) * q - (dmin * min), 6-bit scale and min per 32 elements
+//   Q6_K: ql[128], qh[64], int8 scales[16], fp16 d          (210 bytes / 256)
+//         w = (d * scale) * (q - 32), one scale per 16 elements
+// In Q4_x, element j < 16 is the low nibble of qs[j] and element j + 16 its high nibble; the
+// K-quants' bit layouts are model/dequantize.cc's.
 enum class WeightFormat : uint32_t {
   kF32 = 0,
   kF16 = 1,
   kQ4_0 = 2,
   kQ4_1 = 3,
   kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
   kBF16 = 30,
 };
 
@@ -40,6 +48,9 @@ inline std::optional<WeightFormat> WeightFormatOfGgmlType(uint32_t ggml_type) {
     case 2:
     case 3:
     case 8:
+    case 12:
+    case 13:
+    case 14:
     case 30:
       return static_cast<WeightFormat>(ggml_type);
     default:
@@ -47,7 +58,8 @@ inline std::optional<WeightFormat> WeightFormatOfGgmlType(uint32_t ggml_type) {
   }
 }
 
-// Elements per block (32 for the quantized formats, 1 otherwise) and bytes per block.
+// Elements per block (32 for Q4_0, Q4_1, Q8_0, 256 for the K-quants, 1 otherwise) and bytes
+// per block.
 int64_t BlockElements(WeightFormat format);
 int64_t BlockBytes(WeightFormat format);
 

@@ -429,9 +429,11 @@ static_assert(static_cast<uint32_t>(WeightFormat::kQ4_1) == static_cast<uint32_t
 static_assert(static_cast<uint32_t>(WeightFormat::kQ8_0) == static_cast<uint32_t>(GgmlType::kQ8_0));
 
 constexpr WeightFormat kFormats[] = {WeightFormat::kF32,  WeightFormat::kF16,  WeightFormat::kBF16,
-                                     WeightFormat::kQ4_0, WeightFormat::kQ4_1, WeightFormat::kQ8_0};
+                                     WeightFormat::kQ4_0, WeightFormat::kQ4_1, WeightFormat::kQ8_0,
+                                     WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K};
 
-// Host-only: the block sizes agree with the GGUF reader's, and K-quants are left to the host.
+// Host-only: the block sizes agree with the GGUF reader's, and the types the CPU loader refuses
+// have no device format.
 TEST(DequantizeToBf16Test, FormatsAgreeWithGgmlTypes) {
   for (const WeightFormat format : kFormats) {
     const uint32_t type = static_cast<uint32_t>(format);
@@ -441,8 +443,9 @@ TEST(DequantizeToBf16Test, FormatsAgreeWithGgmlTypes) {
     EXPECT_EQ(BlockBytes(format), traits->block_bytes) << traits->name;
     EXPECT_EQ(WeightFormatOfGgmlType(type), format);
   }
-  EXPECT_EQ(WeightFormatOfGgmlType(static_cast<uint32_t>(GgmlType::kQ4_K)), std::nullopt);
-  EXPECT_EQ(WeightFormatOfGgmlType(static_cast<uint32_t>(GgmlType::kQ6_K)), std::nullopt);
+  for (const uint32_t refused : {10u, 11u, 15u}) {  // Q2_K, Q3_K, Q8_K
+    EXPECT_EQ(WeightFormatOfGgmlType(refused), std::nullopt) << refused;
+  }
 }
 
 // A finite fp16 bit pattern: any sign and mantissa, exponent 0..30 (zeros and subnormals
@@ -489,6 +492,19 @@ std::vector<uint8_t> RandomBlocks(WeightFormat format, int64_t num_elements, std
       case WeightFormat::kQ8_0:
         AppendU16(out, RandomFiniteFp16(rng));
         for (int i = 0; i < 32; ++i) out.push_back(static_cast<uint8_t>(rng()));
+        break;
+      case WeightFormat::kQ4_K:
+      case WeightFormat::kQ5_K:
+        AppendU16(out, RandomFiniteFp16(rng));  // d
+        AppendU16(out, RandomFiniteFp16(rng));  // dmin
+        // Scales and mins (every 6-bit pattern), fifth bits, quants.
+        for (int i = 0; i < (format == WeightFormat::kQ4_K ? 140 : 172); ++i) {
+          out.push_back(static_cast<uint8_t>(rng()));
+        }
+        break;
+      case WeightFormat::kQ6_K:
+        for (int i = 0; i < 208; ++i) out.push_back(static_cast<uint8_t>(rng()));
+        AppendU16(out, RandomFiniteFp16(rng));  // d
         break;
     }
   }

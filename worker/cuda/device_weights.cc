@@ -29,17 +29,24 @@ class Staging {
   DeviceBuffer<uint8_t> buffer_;
 };
 
-// Decodes `count` elements of `type` held in `bytes` into a new bf16 buffer.
-absl::StatusOr<DeviceBuffer<bf16>> Decode(GgmlType type, absl::Span<const uint8_t> bytes,
-                                          int64_t count, Staging& staging, cudaStream_t stream) {
+// Decodes `count` elements of `type` held in `bytes` into dst[0, count).
+absl::Status DecodeInto(GgmlType type, absl::Span<const uint8_t> bytes, int64_t count, bf16* dst,
+                        Staging& staging, cudaStream_t stream) {
   const std::optional<WeightFormat> format = WeightFormatOfGgmlType(static_cast<uint32_t>(type));
-  if (!format.has_value()) {  // UploadLinear decodes every other type on the host.
+  if (!format.has_value()) {  // The CPU loader keeps no other type in blocks.
     return absl::InternalError(
         absl::StrCat("weight type ", static_cast<uint32_t>(type), " reached the device decoder"));
   }
-  ASSIGN_OR_RETURN(DeviceBuffer<bf16> out, DeviceBuffer<bf16>::Allocate(count));
   ASSIGN_OR_RETURN(const uint8_t* src, staging.Upload(bytes, stream));
-  DequantizeToBf16(*format, src, count, out.data(), stream);
+  DequantizeToBf16(*format, src, count, dst, stream);
+  return absl::OkStatus();
+}
+
+// Decodes `count` elements of `type` held in `bytes` into a new bf16 buffer.
+absl::StatusOr<DeviceBuffer<bf16>> Decode(GgmlType type, absl::Span<const uint8_t> bytes,
+                                          int64_t count, Staging& staging, cudaStream_t stream) {
+  ASSIGN_OR_RETURN(DeviceBuffer<bf16> out, DeviceBuffer<bf16>::Allocate(count));
+  RETURN_IF_ERROR(DecodeInto(type, bytes, count, out.data(), staging, stream));
   return out;
 }
 
@@ -68,38 +75,26 @@ absl::StatusOr<DeviceBuffer<T>> UploadExact(std::vector<T>& values, cudaStream_t
   return out;
 }
 
-// Whether the device decodes `w`'s blocks itself: one packed weight of a type it knows (the
-// K-quants and stacks of parts are decoded on the host).
-bool DeviceDecodes(const Linear& w) {
-  return w.quantized() && w.parts.empty() &&
-         WeightFormatOfGgmlType(static_cast<uint32_t>(w.type)).has_value();
-}
-
-// `w`'s packed rows decoded to fp32 on the host, part after part.
-std::vector<float> DecodedOnHost(const Linear& w) {
-  std::vector<float> values(w.rows * w.cols);
-  if (w.parts.empty()) {
-    cpu::DequantizePackedRows(w.packed, 0, w.rows, values.data());
-    return values;
-  }
-  float* dst = values.data();
-  for (const Linear& part : w.parts) {
-    cpu::DequantizePackedRows(part.packed, 0, part.rows, dst);
-    dst += part.rows * part.cols;
-  }
-  return values;
-}
-
 absl::StatusOr<DeviceLinear> UploadLinear(Linear& w, Staging& staging, cudaStream_t stream) {
   DeviceLinear out;
   out.rows = w.rows;
   out.cols = w.cols;
   if (w.rows == 0) return out;
-  if (DeviceDecodes(w)) {
-    const std::vector<uint8_t> blocks = cpu::UnpackWeight(w.packed);
-    ASSIGN_OR_RETURN(out.weight, Decode(w.type, blocks, w.rows * w.cols, staging, stream));
+  if (w.quantized()) {
+    // The GGUF blocks go up and are decoded on the device, part after part for a stack (Q4_K_M's
+    // fused qkv: Q4_K q/k rows over Q6_K v rows), each into its rows.
+    ASSIGN_OR_RETURN(out.weight, DeviceBuffer<bf16>::Allocate(w.rows * w.cols));
+    std::vector<const Linear*> parts;
+    if (w.parts.empty()) parts.push_back(&w);
+    for (const Linear& part : w.parts) parts.push_back(&part);
+    bf16* dst = out.weight.data();
+    for (const Linear* part : parts) {
+      const std::vector<uint8_t> blocks = cpu::UnpackWeight(part->packed);
+      const int64_t count = part->rows * part->cols;
+      RETURN_IF_ERROR(DecodeInto(part->type, blocks, count, dst, staging, stream));
+      dst += count;
+    }
   } else {
-    if (w.quantized()) w.values = DecodedOnHost(w);
     ASSIGN_OR_RETURN(out.weight,
                      Decode(GgmlType::kF32, Bytes(w.values), w.rows * w.cols, staging, stream));
   }
