@@ -43,6 +43,7 @@ void OnSignal(int signal) { g_stop_signal = signal; }
 struct Flags {
   std::string model;
   std::string chat_template;  // passed to the coordinator, and used for --prompt
+  std::string sampling_defaults = "model";
   int tp = 1;
   std::string device = "cpu";
   double gpu_memory_utilization = 0.9;
@@ -164,6 +165,7 @@ absl::Status Serve(const Flags& flags) {
   if (!flags.chat_template.empty()) {
     options.coordinator_args.push_back(absl::StrCat("--chat-template=", flags.chat_template));
   }
+  options.coordinator_args.push_back(absl::StrCat("--sampling-defaults=", flags.sampling_defaults));
   if (flags.http_max_connections > 0) {
     options.coordinator_args.push_back(
         absl::StrCat("--http-max-connections=", flags.http_max_connections));
@@ -225,6 +227,11 @@ int main(int argc, char** argv) {
   app.add_option("--chat-template", flags.chat_template,
                  "Jinja chat template file to use instead of the model's tokenizer.chat_template")
       ->check(CLI::ExistingFile);
+  app.add_option("--sampling-defaults", flags.sampling_defaults,
+                 "what a request's absent sampling fields take: 'model' (the model's recommended "
+                 "sampling) or 'builtin' (temperature 1, every filter off)")
+      ->check(CLI::IsMember({"model", "builtin"}))
+      ->capture_default_str();
   app.add_option("--tp", flags.tp, "tensor-parallel size (number of workers)")
       ->check(CLI::Range(1, 64));
   app.add_option("--device", flags.device, "cpu or cuda (rank r on GPU r)")

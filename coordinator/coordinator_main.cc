@@ -40,6 +40,7 @@
 #include "model/gguf_file.h"
 #include "model/hf_folder.h"
 #include "model/model_config.h"
+#include "model/sampling_defaults.h"
 #include "model/shard_layout.h"
 #include "model/tokenizer.h"
 
@@ -54,6 +55,7 @@ constexpr absl::Duration kRegisterProbeTimeout = absl::Seconds(1);
 struct Flags {
   std::string model;
   std::string chat_template;  // a Jinja file that replaces the model's tokenizer.chat_template
+  std::string sampling_defaults = "model";  // "model": the file's recommended sampling; "builtin"
   int world_size = 0;
   std::string host = "127.0.0.1";
   int port = 0;
@@ -237,6 +239,18 @@ int Run(const Flags& flags) {
     return Fail(absl::StrCat("--world-size ", flags.world_size, ": ", layout.status().message()));
   }
   LogInfo(kLog, "model %s: %s", flags.model, config->DebugString());
+  SamplingParams default_sampling;
+  if (flags.sampling_defaults == "model") {
+    absl::StatusOr<SamplingParams> recommended = ModelSamplingDefaults(**file, default_sampling);
+    if (!recommended.ok()) {
+      return Fail(absl::StrCat("--model: ", recommended.status().message(),
+                               " (--sampling-defaults builtin ignores the model's sampling)"));
+    }
+    default_sampling = *recommended;
+    if (const std::string set = DescribeModelSampling(**file); !set.empty()) {
+      LogInfo(kLog, "requests that do not choose take the model's sampling: %s", set);
+    }
+  }
 
   absl::Notification stop;
   HandleSignals(&stop);
@@ -256,7 +270,7 @@ int Run(const Flags& flags) {
   http_limits.max_body_bytes = static_cast<size_t>(flags.http_max_body_bytes);
   http_limits.header_timeout = absl::Seconds(flags.http_header_timeout_s);
   HttpServer http({served_model_name, config->context_length, tokenizer->get(), chat_template.get(),
-                   &metrics, &*api_keys, http_limits});
+                   default_sampling, &metrics, &*api_keys, http_limits});
   if (flags.http_port >= 0) {
     const std::string http_host = flags.http_host.empty() ? flags.host : flags.http_host;
     absl::StatusOr<int> http_port = http.Start(http_host, flags.http_port);
@@ -274,7 +288,8 @@ int Run(const Flags& flags) {
 
   ClusterServiceImpl cluster(flags.world_size,
                              ClusterServiceImpl::StatusProbe(kRegisterProbeTimeout));
-  InferenceServiceImpl inference(tokenizer->get(), flags.world_size, served_model_name);
+  InferenceServiceImpl inference(tokenizer->get(), flags.world_size, served_model_name,
+                                 default_sampling);
   inference.SetBearerKeys(&*api_keys);
   AdminServiceImpl admin(&cluster, flags.world_size, flags.model);
   admin.SetAdminKeys(&*admin_keys);
@@ -412,6 +427,12 @@ int main(int argc, char** argv) {
   app.add_option("--chat-template", flags.chat_template,
                  "Jinja chat template file to use instead of the model's tokenizer.chat_template")
       ->check(CLI::ExistingFile);
+  app.add_option("--sampling-defaults", flags.sampling_defaults,
+                 "what a request's absent sampling fields take: 'model' (the model's recommended "
+                 "sampling: general.sampling.* or generation_config.json) or 'builtin' "
+                 "(temperature 1, every filter off)")
+      ->check(CLI::IsMember({"model", "builtin"}))
+      ->capture_default_str();
   app.add_option("--world-size", flags.world_size, "number of worker ranks (tensor-parallel size)")
       ->required()
       ->check(CLI::Range(1, 1024));

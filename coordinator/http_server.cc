@@ -8,8 +8,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth_refusal.h"
-#include "common/logging.h"
 #include "common/json_depth.h"
+#include "common/logging.h"
 #include "coordinator/openai_error.h"
 #include "coordinator/openai_response.h"
 #include "coordinator/sample_streams.h"
@@ -33,7 +33,9 @@ HttpReply ErrorReply(const absl::Status& status, int http_status) {
   return reply;
 }
 
-HttpReply ErrorReply(const absl::Status& status) { return ErrorReply(status, HttpStatusOf(status)); }
+HttpReply ErrorReply(const absl::Status& status) {
+  return ErrorReply(status, HttpStatusOf(status));
+}
 
 HttpReply JsonReply(int status, const json& body) { return {status, kJson, {}, Dump(body)}; }
 
@@ -192,8 +194,7 @@ void HttpServer::Dispatch(std::shared_ptr<HttpExchange> exchange, HttpRequest re
   const std::string& path = request.path;
   if (options_.api_keys != nullptr && absl::StartsWith(path, "/v1/") &&
       !options_.api_keys->Accepts(request.authorization)) {
-    LogWarning(kLog, "%s %s from %s refused: no valid API key", request.method, path,
-               request.peer);
+    LogWarning(kLog, "%s %s from %s refused: no valid API key", request.method, path, request.peer);
     options_.metrics->AddAuthFailure(kSurfaceHttp);
     return exchange->Reply(ErrorReply(InvalidApiKey()));
   }
@@ -264,7 +265,7 @@ void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& requ
         absl::StrCat("the request body nests JSON deeper than ", kMaxJsonDepth, " levels"))));
   }
   const ServedModel model{options_.model_name, engine->options().context_length, options_.tokenizer,
-                          options_.chat_template};
+                          options_.chat_template, options_.default_sampling};
   absl::StatusOr<OpenAiRequest> parsed = endpoint == OpenAiEndpoint::kCompletions
                                              ? ParseCompletionRequest(request.body, model)
                                              : ParseChatRequest(request.body, model);
@@ -285,15 +286,14 @@ void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& requ
   OpenAiResponder responder(
       MakeResponseHeader(endpoint, request_id, options_.model_name, absl::Now()),
       options_.tokenizer, with_logprobs);
-  const std::pair<std::string, std::string> id_header{kRequestIdHeader,
-                                                      std::to_string(request_id)};
+  const std::pair<std::string, std::string> id_header{kRequestIdHeader, std::to_string(request_id)};
 
   if (!parsed->stream) {
     SampleStreams samples(*std::move(streams));
     absl::StatusOr<Completed> completed = WaitAll(samples, stopping_, exchange);
-    HttpReply reply = completed.ok() ? JsonReply(200, responder.Response(completed->choices,
-                                                                          completed->usage))
-                                     : ErrorReply(completed.status());
+    HttpReply reply = completed.ok()
+                          ? JsonReply(200, responder.Response(completed->choices, completed->usage))
+                          : ErrorReply(completed.status());
     if (absl::IsCancelled(completed.status())) reply.status = 499;  // nginx's "client closed"
     reply.headers.push_back(id_header);
     reply.request_id = request_id;

@@ -29,8 +29,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "coordinator/engine.h"
 #include "coordinator/bearer_keys.h"
+#include "coordinator/engine.h"
 #include "coordinator/http_exchange.h"
 #include "coordinator/http_listener.h"
 #include "coordinator/http_message.h"
@@ -51,6 +51,7 @@ struct HttpServerOptions {
   // Not owned; must outlive the server. `chat_template` may be null (chat requests get 400).
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;
+  SamplingParams default_sampling;  // what a request's absent sampling fields take
   Metrics* metrics = nullptr;
   // /v1/* need one of these keys (none: open); health and metrics stay open.
   const BearerKeys* api_keys = nullptr;
@@ -77,8 +78,7 @@ class HttpServer {
   // Runs HandleGenerate on a thread of its own, counted in running_.
   void SpawnGenerate(OpenAiEndpoint endpoint, std::shared_ptr<HttpExchange> exchange,
                      HttpRequest request);
-  void HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& request,
-                      HttpExchange& exchange);
+  void HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& request, HttpExchange& exchange);
   HttpReply Models() const;
   HttpReply Health() const;
   HttpReply Ready() const;

@@ -4,11 +4,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/sample_streams.h"
-#include "absl/time/clock.h"
 
 namespace tpserve {
 namespace {
@@ -17,16 +17,15 @@ constexpr char kLog[] = "inference";
 // How often a call waiting on the engine looks at its client's cancellation.
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
 
-// Unset optional fields take SamplingParams' defaults; an unset seed a random one.
-SamplingParams FromProto(const v1::Sampling& s) {
-  SamplingParams p;
+// Unset fields take `defaults`; an unset seed a random one.
+SamplingParams FromProto(const v1::Sampling& s, SamplingParams p) {
   if (s.has_temperature()) p.temperature = s.temperature();
-  p.top_k = s.top_k();
+  if (s.has_top_k()) p.top_k = s.top_k();
   if (s.has_top_p()) p.top_p = s.top_p();
-  p.min_p = s.min_p();
+  if (s.has_min_p()) p.min_p = s.min_p();
   if (s.has_repetition_penalty()) p.repetition_penalty = s.repetition_penalty();
-  p.presence_penalty = s.presence_penalty();
-  p.frequency_penalty = s.frequency_penalty();
+  if (s.has_presence_penalty()) p.presence_penalty = s.presence_penalty();
+  if (s.has_frequency_penalty()) p.frequency_penalty = s.frequency_penalty();
   p.seed = s.has_seed() ? s.seed() : RandomSamplingSeed();
   return p;
 }
@@ -58,8 +57,11 @@ v1::GenerateResponse ToChunk(const StreamUpdate& update, int32_t index) {
 }  // namespace
 
 InferenceServiceImpl::InferenceServiceImpl(const Tokenizer* tokenizer, int world_size,
-                                           std::string model_name)
-    : tokenizer_(tokenizer), world_size_(world_size), model_name_(std::move(model_name)) {}
+                                           std::string model_name, SamplingParams default_sampling)
+    : tokenizer_(tokenizer),
+      world_size_(world_size),
+      model_name_(std::move(model_name)),
+      default_sampling_(default_sampling) {}
 
 absl::StatusOr<Engine*> InferenceServiceImpl::GetEngine() const {
   Engine* engine = engine_.load();
@@ -84,7 +86,7 @@ absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(
       return absl::InvalidArgumentError("the request has no prompt: set text or token_ids");
   }
   params.max_tokens = request.max_tokens();
-  params.sampling = FromProto(request.sampling());
+  params.sampling = FromProto(request.sampling(), default_sampling_);
   params.ignore_eos = request.ignore_eos();
   params.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   params.stop.assign(request.stop().begin(), request.stop().end());

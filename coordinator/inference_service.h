@@ -10,17 +10,20 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/engine.h"
-#include "model/tokenizer.h"
 #include "coordinator/bearer_keys.h"
+#include "coordinator/engine.h"
+#include "kernels/sampling_params.h"
+#include "model/tokenizer.h"
 #include "tpserve/v1/inference.grpc.pb.h"
 
 namespace tpserve {
 
 class InferenceServiceImpl final : public v1::InferenceService::Service {
  public:
-  // `tokenizer` must outlive the service. `model_name` is what ListModels reports.
-  InferenceServiceImpl(const Tokenizer* tokenizer, int world_size, std::string model_name);
+  // `tokenizer` must outlive the service. `model_name` is what ListModels reports;
+  // `default_sampling` what a request's unset Sampling fields take.
+  InferenceServiceImpl(const Tokenizer* tokenizer, int world_size, std::string model_name,
+                       SamplingParams default_sampling = {});
 
   // Until an engine is set, Generate and Score answer UNAVAILABLE "cluster is starting" and
   // Health says STATE_STARTING. `engine` must outlive the server.
@@ -42,7 +45,8 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
 
  private:
   grpc::Status CheckKey(const grpc::ServerContext& context, const char* method) const {
-    return api_keys_ == nullptr ? grpc::Status::OK : api_keys_->Check(context, method, kSurfaceInference);
+    return api_keys_ == nullptr ? grpc::Status::OK
+                                : api_keys_->Check(context, method, kSurfaceInference);
   }
   // The request as the engine takes it: prompt tokenized, sampling defaults filled in.
   absl::StatusOr<GenerateParams> ToParams(const v1::GenerateRequest& request) const;
@@ -55,6 +59,7 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
   const Tokenizer* const tokenizer_;
   const int world_size_;
   const std::string model_name_;
+  const SamplingParams default_sampling_;
   std::atomic<Engine*> engine_{nullptr};
   const BearerKeys* api_keys_ = nullptr;
 };

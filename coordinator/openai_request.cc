@@ -71,7 +71,7 @@ absl::StatusOr<int64_t> GetIntIn(const json& object, absl::string_view name, int
 }
 
 // The float sampling parameters OpenAI (or vLLM) names, each read into its SamplingParams field;
-// absent ones keep SamplingParams' defaults, and SamplingParams::Validate judges the ranges.
+// absent ones keep the served model's defaults, and SamplingParams::Validate judges the ranges.
 struct FloatField {
   const char* name;
   float SamplingParams::*field;
@@ -322,7 +322,8 @@ absl::StatusOr<ordered_json> GetMessages(const json& body, const ordered_json& o
     }
     const json* tool_calls = Find(message, "tool_calls");
     if (tool_calls != nullptr) {
-      if (name != "assistant") return InvalidField(param + ".tool_calls", "is for assistant messages");
+      if (name != "assistant")
+        return InvalidField(param + ".tool_calls", "is for assistant messages");
       RETURN_IF_ERROR(CheckToolCalls(*tool_calls, param + ".tool_calls"));
     }
     for (const char* field : {"tool_call_id", "name"}) {
@@ -370,6 +371,7 @@ absl::Status ParseCommon(const json& body, const ServedModel& model, OpenAiReque
     request->include_usage = include_usage != nullptr && include_usage->get<bool>();
   }
 
+  params.sampling = model.default_sampling;
   RETURN_IF_ERROR(GetSampling(body, &params.sampling));
 
   ASSIGN_OR_RETURN(const int64_t n, GetIntIn(body, "n", 1, 1, kMaxSamples));
@@ -442,9 +444,8 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const Ser
     if (!kwargs->is_object()) return WrongType("chat_template_kwargs", "an object", *kwargs);
     template_variables = ordered_body["chat_template_kwargs"];
   }
-  absl::StatusOr<std::string> text =
-      model.chat_template->Apply(messages, tools, /*add_generation_prompt=*/true,
-                                 template_variables);
+  absl::StatusOr<std::string> text = model.chat_template->Apply(
+      messages, tools, /*add_generation_prompt=*/true, template_variables);
   if (!text.ok()) return InvalidField("messages", text.status().message());
   ASSIGN_OR_RETURN(request.params.prompt, EncodePrompt(*text, "messages", *model.tokenizer));
   // max_completion_tokens replaced max_tokens; 0 (unset) generates up to the context length.

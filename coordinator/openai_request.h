@@ -31,6 +31,7 @@ struct ServedModel {
   int64_t context_length = 0;
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;  // null: chat requests are refused
+  SamplingParams default_sampling;              // what a request's absent sampling fields take
 };
 
 enum class OpenAiEndpoint { kCompletions, kChatCompletions };
@@ -47,16 +48,16 @@ struct OpenAiRequest {
   }
 };
 
-// Defaults: max_tokens 16, temperature 1, top_p 1, n 1. `prompt`: a string, an array of one
-// string, an array of token ids, or an array of one such array.
+// Defaults: max_tokens 16, n 1, sampling model.default_sampling. `prompt`: a string, an array of
+// one string, an array of token ids, or an array of one such array.
 absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
                                                      const ServedModel& model);
-// Defaults: max_completion_tokens (or max_tokens) up to the context length, temperature 1,
-// top_p 1, n 1. `messages`: [{role, content, tool_calls?, tool_call_id?, name?}] with roles
-// system, developer (rendered as system), user, assistant and tool, content a string or an array
-// of {"type": "text", "text": ...} parts (joined with newlines). The prompt is the model's chat
-// template applied with the generation prompt to the messages, `tools` (OpenAI's array, as sent)
-// and the members of `chat_template_kwargs`; what the template refuses is an error naming
+// Defaults: max_completion_tokens (or max_tokens) up to the context length, n 1, sampling
+// model.default_sampling. `messages`: [{role, content, tool_calls?, tool_call_id?, name?}] with
+// roles system, developer (rendered as system), user, assistant and tool, content a string or an
+// array of {"type": "text", "text": ...} parts (joined with newlines). The prompt is the model's
+// chat template applied with the generation prompt to the messages, `tools` (OpenAI's array, as
+// sent) and the members of `chat_template_kwargs`; what the template refuses is an error naming
 // `messages`. Tool calls in the model's output are not parsed.
 absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const ServedModel& model);
 

@@ -23,6 +23,7 @@
 #include "model/mapped_file.h"
 #include "model/rope_frequencies.h"
 #include "model/safetensors_file.h"
+#include "model/sampling_defaults.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve {
@@ -436,6 +437,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
   ASSIGN_OR_RETURN(const json tokenizer_config, ReadOptionalJson(dir, "tokenizer_config.json"));
   ASSIGN_OR_RETURN(const json generation, ReadOptionalJson(dir, "generation_config.json"));
   RETURN_IF_ERROR(AddHfTokenizerKeys(tokenizer, tokenizer_config, generation, vocab, &keys));
+  RETURN_IF_ERROR(AddHfSamplingKeys(generation, &keys));
 
   parts.metadata = keys.metadata();
   return GgufFile::Assemble(std::move(parts));

@@ -273,6 +273,20 @@ absl::Status AddKeys(const json& tokenizer, const json& config, const json& gene
   };
   RETURN_IF_ERROR(set_id("bos_token", "tokenizer.ggml.bos_token_id"));
   RETURN_IF_ERROR(set_id("eos_token", "tokenizer.ggml.eos_token_id"));
+  // Every id generation_config.json lists ends generation, as in transformers and vLLM; the
+  // first alone would miss Llama-3.1's <|eot_id|>.
+  if (generation.is_object() && generation.contains("eos_token_id")) {
+    const json& listed = generation["eos_token_id"];
+    std::vector<int32_t> eos_ids;
+    for (const json& id : listed.is_array() ? listed : json::array({listed})) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_rows) {
+        return Error("generation_config.json",
+                     absl::StrCat("eos_token_id ", Compact(id), " is not an id in the vocabulary"));
+      }
+      eos_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+    keys->SetInt32Array("tpserve.eos_token_ids", eos_ids);
+  }
   if (config.is_object() && config.contains("add_bos_token") &&
       config["add_bos_token"].is_boolean()) {
     keys->SetBool("tokenizer.ggml.add_bos_token", config["add_bos_token"].get<bool>());

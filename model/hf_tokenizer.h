@@ -18,7 +18,8 @@
 namespace tpserve {
 
 // Sets tokenizer.ggml.{model, pre, tokens, token_type, merges | scores, add_space_prefix,
-// bos_token_id, eos_token_id, add_bos_token} and tokenizer.chat_template on `keys`. `config`
+// bos_token_id, eos_token_id, add_bos_token}, tokenizer.chat_template and tpserve.eos_token_ids
+// (every id generation_config.json's eos_token_id lists) on `keys`. `config`
 // and `generation` are the parsed tokenizer_config.json and generation_config.json, or null
 // where the folder has none. The vocabulary is padded with "[PAD<id>]" tokens to `vocab_rows`,
 // the embedding's rows, as llama.cpp's converter does. INVALID_ARGUMENT naming the file and

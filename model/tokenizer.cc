@@ -190,6 +190,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerData data)
           absl::StrCat("tokenizer: ", name, " token id ", id, " is outside the vocabulary of ", n));
     }
   }
+  for (const int32_t id : data.more_eos_ids) {
+    if (id < 0 || id >= static_cast<int64_t>(n)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokenizer: eos token id ", id, " is outside the vocabulary of ", n));
+    }
+  }
   absl::flat_hash_set<absl::string_view> seen;
   for (size_t i = 0; i < n; ++i) {
     if (!seen.insert(data.tokens[i]).second) {
@@ -237,6 +243,7 @@ Tokenizer::Tokenizer(TokenizerData data, PreTokenizer pre_tokenizer)
        {data.eos_id, data.eot_id, data.eom_id, data.fim_pad_id, data.fim_rep_id, data.fim_sep_id}) {
     if (id >= 0) end_of_generation_.insert(id);
   }
+  end_of_generation_.insert(data.more_eos_ids.begin(), data.more_eos_ids.end());
 
   bytes_.reserve(n);
   for (int32_t id = 0; id < n; ++id) {
@@ -342,6 +349,19 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
   RETURN_IF_ERROR(optional_id("tokenizer.ggml.fim_pad_token_id", &data.fim_pad_id));
   RETURN_IF_ERROR(optional_id("tokenizer.ggml.fim_rep_token_id", &data.fim_rep_id));
   RETURN_IF_ERROR(optional_id("tokenizer.ggml.fim_sep_token_id", &data.fim_sep_id));
+  absl::StatusOr<std::vector<int64_t>> more_eos = file.GetIntArray("tpserve.eos_token_ids");
+  if (more_eos.ok()) {
+    for (const int64_t id : *more_eos) {
+      if (id < 0 || id >= static_cast<int64_t>(data.tokens.size())) {
+        return absl::InvalidArgumentError(absl::StrCat("tpserve.eos_token_ids holds ", id,
+                                                       ", outside the vocabulary of ",
+                                                       data.tokens.size()));
+      }
+      data.more_eos_ids.push_back(static_cast<int32_t>(id));
+    }
+  } else if (!absl::IsNotFound(more_eos.status())) {
+    return more_eos.status();
+  }
 
   absl::StatusOr<bool> add_bos = file.GetBool("tokenizer.ggml.add_bos_token");
   if (add_bos.ok()) {

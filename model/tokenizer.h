@@ -74,6 +74,9 @@ struct TokenizerData {
   int32_t fim_pad_id = -1;
   int32_t fim_rep_id = -1;
   int32_t fim_sep_id = -1;
+  // More ids that end generation: generation_config.json's eos_token_id list beyond its first
+  // (Llama-3.1 names <|end_of_text|>, <|eom_id|> and <|eot_id|>), as tpserve.eos_token_ids.
+  std::vector<int32_t> more_eos_ids;
 };
 
 // GPT-2 byte-level form of raw bytes, as vocabularies of byte-level BPE store them: every byte
@@ -113,7 +116,8 @@ class Tokenizer {
   int32_t eos_id() const { return eos_id_; }  // -1 when the model has none
   bool add_bos() const { return add_bos_; }
   // True for the ids llama.cpp stops generation at: eos, the file's eot/eom/FIM pad, repo and
-  // separator ids, and tokens named like <|im_end|>, <|eot_id|>, <|endoftext|>, <|end_of_text|>.
+  // separator ids, and tokens named like <|im_end|>, <|eot_id|>, <|endoftext|>, <|end_of_text|>;
+  // and for the model's further eos ids (TokenizerData::more_eos_ids).
   bool IsEndOfGeneration(int32_t id) const { return end_of_generation_.contains(id); }
   const absl::flat_hash_set<int32_t>& end_of_generation_ids() const { return end_of_generation_; }
   const PreTokenizer& pre_tokenizer() const { return pre_tokenizer_; }

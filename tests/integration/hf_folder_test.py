@@ -12,6 +12,8 @@ renders the same prompt and greedy answer. Broken folders (a missing shard, an u
 dtype, a shape that disagrees with config.json, a truncated file, a shard outside the folder, an
 unknown architecture, an impossible head_dim, untied embeddings without lm_head, JSON nested
 100,000 deep) each stop tpserve-generate with a line naming the file and the tensor or field.
+generation_config.json's sampling is what requests that leave it out get, and every id of its
+eos_token_id list ends generation.
 """
 
 import json
@@ -102,6 +104,66 @@ class HfFolderEqualsGguf(unittest.TestCase):
             self.assertEqual(top1, 1.0, folder)
             self.assertEqual(ids, want_ids, folder)
             self.assertEqual(chat, want_chat, folder)
+
+    def complete(self, cluster, prompt, **fields):
+        body = json.dumps(dict({"prompt": prompt, "max_tokens": 8}, **fields))
+        request = urllib.request.Request(cluster.http_url + "/v1/completions", body.encode(),
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            choice = json.load(response)["choices"][0]
+        return choice["text"], choice["finish_reason"]
+
+    def generate_ids(self, cluster, prompt, sampling):
+        import grpc
+
+        pb = self.protos.inference_pb2
+        with grpc.insecure_channel(cluster.grpc_address) as channel:
+            stub = self.protos.inference_pb2_grpc.InferenceServiceStub(channel)
+            chunks = stub.Generate(pb.GenerateRequest(text=prompt, max_tokens=8,
+                                                      sampling=sampling), timeout=120)
+            return [i for chunk in chunks for i in chunk.token_ids]
+
+    def test_generation_config_sets_sampling_and_eos_ids(self):
+        """generation_config.json's sampling applies to requests that leave it out (top_k 1: the
+        greedy answer whatever the seed), on HTTP and gRPC; --sampling-defaults builtin ignores
+        it; every id of its eos_token_id list ends generation."""
+        pb = self.protos.inference_pb2
+        folder = os.path.join(self.tmp.name, "generation")
+        shutil.copytree(self.folder, folder)
+        config_path = os.path.join(folder, "generation_config.json")
+        with open(config_path, "w") as f:
+            json.dump({"bos_token_id": 1, "eos_token_id": 2, "do_sample": True,
+                       "temperature": 0.9, "top_k": 1, "top_p": 0.95}, f)
+        prompt, stop_prompt = "Once upon a time", "The capital of France is"
+        seeds = [11, 12, 13]
+        with tpserve_cluster.Cluster(self.args.bin_dir, folder) as cluster:
+            greedy = self.complete(cluster, prompt, temperature=0)
+            for seed in seeds:
+                self.assertEqual(self.complete(cluster, prompt, seed=seed), greedy, seed)
+            # A field the request sets wins over the model's.
+            self.assertNotEqual({self.complete(cluster, prompt, seed=s, top_k=0)[0] for s in seeds},
+                                {greedy[0]})
+            greedy_ids = self.generate_ids(cluster, prompt, pb.Sampling(temperature=0))
+            self.assertEqual(self.generate_ids(cluster, prompt, pb.Sampling(seed=5)), greedy_ids)
+            stop_id = self.generate_ids(cluster, stop_prompt, pb.Sampling(temperature=0))[0]
+            self.assertIn("take the model's sampling: temperature 0.9, top_k 1, top_p 0.95",
+                          cluster.log_tail(200))
+
+        with open(config_path, "w") as f:
+            json.dump({"bos_token_id": 1, "eos_token_id": [2, stop_id], "top_k": 1}, f)
+        with tpserve_cluster.Cluster(self.args.bin_dir, folder,
+                                     extra_args=["--sampling-defaults", "builtin"]) as cluster:
+            self.assertNotEqual({self.complete(cluster, prompt, seed=s)[0] for s in seeds},
+                                {greedy[0]})
+            self.assertEqual(self.complete(cluster, stop_prompt, temperature=0), ("", "stop"))
+            self.assertNotIn("take the model's sampling", cluster.log_tail(200))
+
+        with open(config_path, "w") as f:
+            json.dump({"top_p": 0}, f)
+        with self.assertRaises(RuntimeError) as refused:
+            with tpserve_cluster.Cluster(self.args.bin_dir, folder, ready_timeout=60):
+                pass
+        self.assertIn("general.sampling.top_p: top_p = 0 is outside (0, 1]", str(refused.exception))
 
     def generate_error(self, folder):
         """What tpserve-generate says when it cannot serve `folder`."""

@@ -1,9 +1,12 @@
-// Tokenizer::Encode's split of text around special tokens, for vocabularies a file may declare.
+// Tokenizer::Encode's split of text around special tokens, and the ids that end generation, for
+// vocabularies a file may declare.
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "model/gguf_file.h"
+#include "model/gguf_writer.h"
 #include "model/tokenizer.h"
 
 namespace tpserve {
@@ -41,6 +44,39 @@ TEST(TokenizerSpecialTokens, TheLongerOfTwoOverlappingTokensWins) {
             (std::vector<int32_t>{257, 256}));
   EXPECT_EQ(*tokenizer->Encode("<s>x", /*parse_special=*/false),
             (std::vector<int32_t>{'<', 's', '>', 'x'}));
+}
+
+// A byte-level vocabulary of "a".."z" and "[stop]" as a GGUF file names it, with `more_eos` as
+// tpserve.eos_token_ids.
+absl::StatusOr<std::unique_ptr<Tokenizer>> FromGgufWithMoreEos(
+    const std::vector<int32_t>& more_eos) {
+  GgufWriter writer;
+  std::vector<std::string> tokens;
+  for (char c = 'a'; c <= 'z'; ++c) tokens.emplace_back(1, c);
+  tokens.push_back("[stop]");
+  writer.SetString("tokenizer.ggml.model", "gpt2");
+  writer.SetStringArray("tokenizer.ggml.tokens", tokens);
+  writer.SetStringArray("tokenizer.ggml.merges", {});
+  writer.SetUint32("tokenizer.ggml.eos_token_id", 0);
+  writer.SetInt32Array("tpserve.eos_token_ids", more_eos);
+  const std::vector<uint8_t> bytes = writer.Serialize();
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Parse(bytes, "vocab.gguf");
+  if (!file.ok()) return file.status();
+  return Tokenizer::FromGguf(**file);
+}
+
+TEST(TokenizerEndOfGeneration, TheFilesFurtherEosIdsEndGeneration) {
+  const absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = FromGgufWithMoreEos({0, 3, 26});
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ((*tokenizer)->end_of_generation_ids(), (absl::flat_hash_set<int32_t>{0, 3, 26}));
+  EXPECT_FALSE((*tokenizer)->IsEndOfGeneration(4));
+}
+
+TEST(TokenizerEndOfGeneration, AFurtherEosIdOutsideTheVocabularyIsRefused) {
+  const absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = FromGgufWithMoreEos({3, 27});
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_EQ(tokenizer.status().message(),
+            "tpserve.eos_token_ids holds 27, outside the vocabulary of 27");
 }
 
 }  // namespace
