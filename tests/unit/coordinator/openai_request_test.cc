@@ -32,7 +32,7 @@ class OpenAiRequestTest : public ::testing::Test {
     chat_template_ = new ChatTemplate(*chat);
   }
 
-  static ServedModel Model() { return {"smollm2", kContext, tokenizer_, chat_template_}; }
+  static ServedModel Model() { return {"smollm2", kContext, tokenizer_, chat_template_, {}}; }
 
   static const Tokenizer* tokenizer_;
   static const ChatTemplate* chat_template_;
@@ -197,6 +197,23 @@ TEST_F(OpenAiRequestTest, CompletionDefaults) {
   ASSERT_TRUE(expected.ok());
   if (tokenizer_->add_bos()) expected->insert(expected->begin(), tokenizer_->bos_id());
   EXPECT_EQ(p.prompt, *expected);
+}
+
+TEST_F(OpenAiRequestTest, AbsentSamplingFieldsTakeTheModelsDefaults) {
+  ServedModel model = Model();
+  model.default_sampling.temperature = 0.6f;
+  model.default_sampling.top_k = 20;
+  model.default_sampling.top_p = 0.8f;
+  model.default_sampling.repetition_penalty = 1.05f;
+  const auto parsed = ParseChatRequest(
+      R"({"messages": [{"role": "user", "content": "hi"}], "top_p": 0.5, "top_k": -1})", model);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const SamplingParams& s = parsed->params.sampling;
+  EXPECT_FLOAT_EQ(s.temperature, 0.6f);
+  EXPECT_EQ(s.top_k, 0);  // the request's -1: off
+  EXPECT_FLOAT_EQ(s.top_p, 0.5f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty, 1.05f);
+  EXPECT_FLOAT_EQ(s.min_p, 0.0f);
 }
 
 TEST_F(OpenAiRequestTest, UnsetSeedsDiffer) {
