@@ -29,7 +29,8 @@ double StepWork(const ScheduledBatch& batch) {
 
 // How much slower than so far a step may run before it counts as stuck.
 constexpr double kStepDeadlineMargin = 8.0;
-
+// Compiled grammars kept for requests that repeat a schema (xgrammar evicts the least recent).
+constexpr int64_t kGrammarCacheBytes = int64_t{256} << 20;
 
 SchedulerOptions ToSchedulerOptions(const EngineOptions& options, const Tokenizer& tokenizer) {
   SchedulerOptions s;
@@ -37,9 +38,9 @@ SchedulerOptions ToSchedulerOptions(const EngineOptions& options, const Tokenize
   s.max_num_seqs = options.max_num_seqs;
   s.max_num_batched_tokens = options.max_num_batched_tokens;
   s.max_step_attention = options.max_step_attention;
-  s.max_logit_rows = static_cast<int32_t>(std::clamp<int64_t>(
-      kMaxScoreLogitBytes / (std::max<int64_t>(options.vocab_size, 1) * 4), 1,
-      options.max_num_batched_tokens));
+  s.max_logit_rows = static_cast<int32_t>(
+      std::clamp<int64_t>(kMaxScoreLogitBytes / (std::max<int64_t>(options.vocab_size, 1) * 4), 1,
+                          options.max_num_batched_tokens));
   s.context_length = options.context_length;
   s.vocab_size = options.vocab_size;
   s.end_of_generation_ids = tokenizer.end_of_generation_ids();
@@ -109,8 +110,7 @@ bool Engine::TryReform() {
   cache_->EvictAll();
   step_id_ = 0;
   absl::MutexLock lock(&mutex_);
-  LogInfo(kLog, "the collective group is re-formed: serving again (was %s)",
-          degraded_.message());
+  LogInfo(kLog, "the collective group is re-formed: serving again (was %s)", degraded_.message());
   degraded_ = absl::OkStatus();
   return true;
 }
@@ -161,13 +161,12 @@ absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
   }
   if (params.max_tokens > 0 &&
       static_cast<int64_t>(params.prompt.size()) + params.max_tokens > options_.context_length) {
-    return WithParam(
-        absl::InvalidArgumentError(absl::StrCat(
-            "this model's maximum context length is ", options_.context_length,
-            " tokens; the request asks for ", params.prompt.size() + params.max_tokens, " (",
-            params.prompt.size(), " in the prompt, ", params.max_tokens,
-            " in the completion): lower max_tokens or shorten the prompt")),
-        "max_tokens");
+    return WithParam(absl::InvalidArgumentError(absl::StrCat(
+                         "this model's maximum context length is ", options_.context_length,
+                         " tokens; the request asks for ", params.prompt.size() + params.max_tokens,
+                         " (", params.prompt.size(), " in the prompt, ", params.max_tokens,
+                         " in the completion): lower max_tokens or shorten the prompt")),
+                     "max_tokens");
   }
   if (params.n < 1 || params.n > kMaxSamples) {
     return absl::InvalidArgumentError(
@@ -178,8 +177,8 @@ absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
         absl::StrCat("logprobs = ", params.logprobs, " is outside [0, ", kMaxLogprobs, "]"));
   }
   if (params.stop.size() > static_cast<size_t>(kMaxStopStrings)) {
-    return absl::InvalidArgumentError(absl::StrCat("stop has ", params.stop.size(),
-                                                   " strings; at most ", kMaxStopStrings));
+    return absl::InvalidArgumentError(
+        absl::StrCat("stop has ", params.stop.size(), " strings; at most ", kMaxStopStrings));
   }
   for (size_t i = 0; i < params.stop.size(); ++i) {
     if (params.stop[i].empty()) {
@@ -199,9 +198,23 @@ absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
 absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::SubmitGenerate(
     GenerateParams params) {
   RETURN_IF_ERROR(CheckGenerate(params));
+  if (params.constraint.active()) {
+    // On the caller's thread: the engine thread never waits for a compile.
+    GrammarCompiler* compiler;
+    {
+      absl::MutexLock lock(&grammar_mutex_);
+      if (grammar_ == nullptr) {
+        grammar_ = std::make_unique<GrammarCompiler>(*tokenizer_, kGrammarCacheBytes);
+      }
+      compiler = grammar_.get();  // lives as long as the engine; compiles may run side by side
+    }
+    absl::StatusOr<std::shared_ptr<const CompiledConstraint>> compiled =
+        compiler->Compile(params.constraint);
+    if (!compiled.ok()) return WithParam(compiled.status(), params.constraint.param);
+    params.compiled_constraint = *std::move(compiled);
+  }
   std::vector<std::unique_ptr<Sequence>> samples;
-  std::shared_ptr<SampleGroup> group =
-      params.n > 1 ? std::make_shared<SampleGroup>() : nullptr;
+  std::shared_ptr<SampleGroup> group = params.n > 1 ? std::make_shared<SampleGroup>() : nullptr;
   for (int32_t i = 0; i < params.n; ++i) {
     auto seq = std::make_unique<Sequence>();
     seq->kind = Sequence::Kind::kGenerate;
@@ -214,6 +227,9 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::SubmitGenera
     seq->group_leader = group != nullptr && i == 0;
     seq->detokenizer = std::make_unique<IncrementalDetokenizer>(*tokenizer_);
     seq->stop_matcher = std::make_unique<StopStringMatcher>(params.stop);
+    if (params.compiled_constraint != nullptr) {
+      seq->token_matcher = std::make_unique<TokenMatcher>(params.compiled_constraint);
+    }
     samples.push_back(std::move(seq));
   }
   return Enqueue(std::move(samples));
@@ -244,14 +260,15 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::Enqueue(
   if (stopping_) return absl::UnavailableError("coordinator is shutting down");
   if (!degraded_.ok()) return degraded_;
   if (draining_) {
-    return absl::UnavailableError("the server is draining: it finishes the requests it has and "
-                                  "accepts no new ones");
+    return absl::UnavailableError(
+        "the server is draining: it finishes the requests it has and "
+        "accepts no new ones");
   }
   const int64_t waiting = queued + static_cast<int64_t>(submitted_.size());
   if (options_.max_queued_requests > 0 && waiting >= options_.max_queued_requests) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the server has ", waiting, " requests waiting (--max-queued-requests ",
-        options_.max_queued_requests, "); retry in about a second"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the server has ", waiting, " requests waiting (--max-queued-requests ",
+                     options_.max_queued_requests, "); retry in about a second"));
   }
   const uint64_t request_id = next_request_id_++;
   const absl::Time now = absl::Now();

@@ -1,8 +1,8 @@
 // The engine: one thread that owns every request, the block pool, the prefix cache and the
 // Scheduler, and drives the workers in lockstep. Each step is three calls (nano-vllm's loop):
 // Scheduler::Schedule() plans a ScheduledBatch, WorkerPool::Step runs it on every rank,
-// Scheduler::Postprocess() applies rank 0's results and Apply() streams them. Planning and applying stay separate so that step N+1
-// can later be planned while step N runs.
+// Scheduler::Postprocess() applies rank 0's results and Apply() streams them. Planning and applying
+// stay separate so that step N+1 can later be planned while step N runs.
 //
 // Failure model (DESIGN.md): a failed step or heartbeat marks the cluster degraded; every
 // in-flight and waiting request then fails with UNAVAILABLE "cluster degraded: <rank and
@@ -92,8 +92,7 @@ class Engine {
   // [1, kMaxSamples], logprobs outside [-1, kMaxLogprobs], too many or empty stop strings, or
   // impossible sampling parameters; RESOURCE_EXHAUSTED when max_queued_requests are waiting
   // (the message says to retry); UNAVAILABLE when degraded, draining or stopping.
-  absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> SubmitGenerate(
-      GenerateParams params);
+  absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> SubmitGenerate(GenerateParams params);
   // Queues teacher-forced scoring of `prompt`: every position's logits, computed in chunks that
   // keep each step's reply under kMaxScoreLogitBytes. The same prompt checks, plus
   // INVALID_ARGUMENT when all the logits would not fit the client's one reply message.
@@ -164,6 +163,9 @@ class Engine {
   const EngineOptions options_;
   WorkerPool* const pool_;
   const Tokenizer* const tokenizer_;
+  // Made on the first constrained request (building its vocabulary index takes a moment).
+  absl::Mutex grammar_mutex_;
+  std::unique_ptr<GrammarCompiler> grammar_ ABSL_GUARDED_BY(grammar_mutex_);
 
   // Engine thread only. Destroyed in reverse order: the scheduler releases its blocks into the
   // cache and the pool, the cache into the pool.

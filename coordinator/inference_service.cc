@@ -30,6 +30,39 @@ SamplingParams FromProto(const v1::Sampling& s, SamplingParams p) {
   return p;
 }
 
+OutputConstraint FromProto(const v1::OutputConstraint& c) {
+  OutputConstraint out;
+  switch (c.kind_case()) {
+    case v1::OutputConstraint::kJsonObject:
+      if (c.json_object()) out.kind = OutputConstraint::Kind::kJson;
+      out.param = "constraint.json_object";
+      break;
+    case v1::OutputConstraint::kJsonSchema:
+      out.kind = OutputConstraint::Kind::kJsonSchema;
+      out.spec = c.json_schema();
+      out.param = "constraint.json_schema";
+      break;
+    case v1::OutputConstraint::kRegex:
+      out.kind = OutputConstraint::Kind::kRegex;
+      out.spec = c.regex();
+      out.param = "constraint.regex";
+      break;
+    case v1::OutputConstraint::kChoice:
+      out.kind = OutputConstraint::Kind::kChoice;
+      out.choices.assign(c.choice().choices().begin(), c.choice().choices().end());
+      out.param = "constraint.choice";
+      break;
+    case v1::OutputConstraint::kGrammar:
+      out.kind = OutputConstraint::Kind::kGrammar;
+      out.spec = c.grammar();
+      out.param = "constraint.grammar";
+      break;
+    case v1::OutputConstraint::KIND_NOT_SET:
+      break;
+  }
+  return out;
+}
+
 v1::GenerateResponse ToChunk(const StreamUpdate& update, int32_t index) {
   v1::GenerateResponse chunk;
   chunk.set_index(index);
@@ -92,6 +125,7 @@ absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(
   params.stop.assign(request.stop().begin(), request.stop().end());
   params.n = request.n() == 0 ? 1 : request.n();
   params.logprobs = request.has_logprobs() ? request.logprobs() : -1;
+  params.constraint = FromProto(request.constraint());
   if (request.has_logprobs() && request.logprobs() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("logprobs = ", request.logprobs(), " is negative"));

@@ -28,8 +28,7 @@ v1::StepRequest ToStepRequest(const ScheduledBatch& batch, uint64_t step_id, int
       ToProto(seq.params.sampling, added->mutable_sampling());
       added->mutable_prompt_token_ids()->Add(seq.tokens.begin(),
                                              seq.tokens.begin() + seq.prompt_len);
-      added->mutable_output_token_ids()->Add(seq.tokens.begin() + seq.prompt_len,
-                                             seq.tokens.end());
+      added->mutable_output_token_ids()->Add(seq.tokens.begin() + seq.prompt_len, seq.tokens.end());
       if (seq.params.logprobs >= 0) {
         added->set_return_logprobs(true);
         added->set_top_logprobs(seq.params.logprobs);
@@ -44,6 +43,12 @@ v1::StepRequest ToStepRequest(const ScheduledBatch& batch, uint64_t step_id, int
     const bool score = seq.kind == Sequence::Kind::kScore;
     scheduled->set_sample(!score && entry.completes());
     scheduled->set_all_logits(score);
+    if (scheduled->sample() && seq.token_matcher != nullptr) {
+      const int64_t words = seq.token_matcher->bitmask_words();
+      google::protobuf::RepeatedField<uint32_t>* row = scheduled->mutable_token_bitmask();
+      row->Resize(static_cast<int>(words), 0);
+      seq.token_matcher->FillBitmask(absl::MakeSpan(row->mutable_data(), words));
+    }
   }
   request.mutable_finished_seq_ids()->Add(batch.finished_seq_ids.begin(),
                                           batch.finished_seq_ids.end());

@@ -236,8 +236,7 @@ std::vector<SequenceUpdate> Scheduler::Postprocess(const ScheduledBatch& batch,
           absl::StrCat("rank 0 ", update.error.message(), " for step ", response.step_id()));
     }
     // The entries point at the sequences themselves, so taking one out of running_ is safe here.
-    if (!update.error.ok() || seq.finish_reason.has_value() ||
-        seq.kind == Sequence::Kind::kScore) {
+    if (!update.error.ok() || seq.finish_reason.has_value() || seq.kind == Sequence::Kind::kScore) {
       update.finished = Finish(&seq);
     }
     updates.push_back(std::move(update));
@@ -250,12 +249,12 @@ bool Scheduler::PostprocessScore(const ScheduledBatch::Entry& entry,
   Sequence& seq = *entry.seq;
   const int64_t expected = static_cast<int64_t>(entry.num_tokens) * options_.vocab_size;
   if (output == nullptr || output->logits_size() != expected) {
-    update->error = absl::InternalError(absl::StrCat(
-        "returned ", output == nullptr ? 0 : output->logits_size(), " logits, expected ", expected));
+    update->error =
+        absl::InternalError(absl::StrCat("returned ", output == nullptr ? 0 : output->logits_size(),
+                                         " logits, expected ", expected));
     return true;
   }
-  seq.score_logits.insert(seq.score_logits.end(), output->logits().begin(),
-                          output->logits().end());
+  seq.score_logits.insert(seq.score_logits.end(), output->logits().begin(), output->logits().end());
   return seq.num_computed == static_cast<int32_t>(seq.tokens.size());
 }
 
@@ -276,6 +275,16 @@ bool Scheduler::PostprocessGenerate(const v1::SequenceOutput* output, SequenceUp
     const int32_t token = output->token_ids(i);
     std::optional<FinishReason> finish =
         AppendToken(seq, token, options_.end_of_generation_ids.contains(token));
+    if (seq.token_matcher != nullptr) {
+      // Rank 0 sampled under the matcher's mask, so a refusal is the cluster's fault.
+      if (!seq.token_matcher->Accept(token)) {
+        update->error = absl::InternalError(
+            absl::StrCat("returned token ", token, ", which the output constraint does not allow"));
+        return true;
+      }
+      // The constraint ended (its stop token, even with ignore_eos): so does the output.
+      if (seq.token_matcher->terminated()) finish = FinishReason::kStop;
+    }
     ++update->num_sampled;
     if (finish != FinishReason::kStop) {
       // A stop token's text is not part of the output; every other token's is, up to a stop
@@ -338,8 +347,8 @@ std::optional<FinishReason> Scheduler::AppendToken(Sequence& seq, int32_t token,
     return FinishReason::kStop;
   }
   const int64_t n = static_cast<int64_t>(seq.tokens.size());
-  if ((p.max_tokens > 0 && seq.num_generated() >= p.max_tokens) ||
-      n >= options_.context_length || BlocksFor(n) > pool_->num_blocks()) {
+  if ((p.max_tokens > 0 && seq.num_generated() >= p.max_tokens) || n >= options_.context_length ||
+      BlocksFor(n) > pool_->num_blocks()) {
     return FinishReason::kLength;
   }
   return std::nullopt;

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "coordinator/grammar.h"
+#include "coordinator/output_constraint.h"
 #include "coordinator/prefix_cache.h"
 #include "coordinator/request_stream.h"
 #include "coordinator/stop_strings.h"
@@ -25,7 +27,7 @@ inline constexpr int32_t kMaxStopStrings = 16;
 struct GenerateParams {
   std::vector<int32_t> prompt;  // token ids
   int32_t max_tokens = 0;       // 0: until the context length
-  SamplingParams sampling;  // sent to the workers as is; sample i of n uses seed + i
+  SamplingParams sampling;      // sent to the workers as is; sample i of n uses seed + i
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;
   // Generation ends when the text contains one of these (matched across token boundaries); the
@@ -35,6 +37,10 @@ struct GenerateParams {
   // -1: none. k in [0, kMaxLogprobs]: each token's log-probability under the model's raw logits
   // (before temperature and penalties), and the k most likely tokens at that position.
   int32_t logprobs = -1;
+  // Structured output: what the text must match (none by default), and its compiled form, which
+  // Engine::SubmitGenerate fills.
+  OutputConstraint constraint;
+  std::shared_ptr<const CompiledConstraint> compiled_constraint;
 };
 
 // The n samples of one request. Samples after the first wait until the first has computed the
@@ -62,14 +68,16 @@ struct Sequence {
   // Prefix cache: the node this sequence locks (covers block_ids[0, num_cached_blocks)) or null.
   PrefixCache::Node* cache_node = nullptr;
   int32_t num_cached_blocks = 0;
-  int32_t cached_prompt_tokens = -1;  // taken from the cache at first admission; -1 before
-  std::vector<float> score_logits;    // Score: rows received so far, [rows, vocab]
+  int32_t cached_prompt_tokens = -1;   // taken from the cache at first admission; -1 before
+  std::vector<float> score_logits;     // Score: rows received so far, [rows, vocab]
   std::shared_ptr<SampleGroup> group;  // n > 1 only
   bool group_leader = false;           // the sample the others wait for
   std::shared_ptr<RequestStream> stream;
   // Generate: text of the generated tokens, and the stop strings searched in it.
   std::unique_ptr<IncrementalDetokenizer> detokenizer;
   std::unique_ptr<StopStringMatcher> stop_matcher;
+  // Structured output: where the sample stands in its constraint; null when unconstrained.
+  std::unique_ptr<TokenMatcher> token_matcher;
   std::optional<FinishReason> finish_reason;  // set when generation ends, told to the stream last
   absl::Time arrival;
   absl::Time first_scheduled = absl::InfinitePast();  // InfinitePast: not yet

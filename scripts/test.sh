@@ -11,6 +11,7 @@ jobs="$(nproc)"
 scripts/setup.sh
 scripts/fetch-model.sh
 scripts/fetch-llama-cpp-models.sh >/dev/null
+scripts/fetch-xgrammar.sh >/dev/null
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$jobs"
