@@ -143,7 +143,10 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compi
       case OutputConstraint::Kind::kNone:
         return Invalid(c, "no constraint");
       case OutputConstraint::Kind::kJson:
-        return std::make_shared<const CompiledConstraint>(compiler_->CompileBuiltinJSONGrammar());
+        // OpenAI's json_object: an object, with any members (strict mode would allow none).
+        return std::make_shared<const CompiledConstraint>(compiler_->CompileJSONSchema(
+            R"({"type": "object"})", /*any_whitespace=*/false, /*indent=*/std::nullopt,
+            std::make_pair(std::string(","), std::string(":")), /*strict_mode=*/false));
       case OutputConstraint::Kind::kJsonSchema: {
         if (JsonNestingDepth(c.spec) > kMaxSchemaDepth) {
           return Invalid(c, absl::StrCat("the schema nests deeper than ", kMaxSchemaDepth));
