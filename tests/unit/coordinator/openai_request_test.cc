@@ -156,8 +156,8 @@ TEST_F(OpenAiRequestTest, ChatRefusalsNameTheField) {
       {R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})", 400,
        "tools[0].function"},
       {R"({"messages": [{"role": "user", "content": "hi"}],
-           "response_format": {"type": "json_object"}})",
-       400, "response_format"},
+           "response_format": {"type": "xml"}})",
+       400, "response_format.type"},
       {R"({"messages": [{"role": "user", "content": "hi"}], "top_p": 2})", 400, "top_p"},
   };
   for (const BadCase& c : cases) ExpectRefused(ParseChatRequest(c.body, Model()), c);
@@ -214,6 +214,50 @@ TEST_F(OpenAiRequestTest, AbsentSamplingFieldsTakeTheModelsDefaults) {
   EXPECT_FLOAT_EQ(s.top_p, 0.5f);
   EXPECT_FLOAT_EQ(s.repetition_penalty, 1.05f);
   EXPECT_FLOAT_EQ(s.min_p, 0.0f);
+}
+
+TEST_F(OpenAiRequestTest, ConstraintsFromEachField) {
+  struct Case {
+    const char* fields;
+    OutputConstraint::Kind kind;
+    const char* spec;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"("response_format": {"type": "text"})", OutputConstraint::Kind::kNone, "",
+       "response_format"},
+      {R"("response_format": {"type": "json_object"})", OutputConstraint::Kind::kJson, "",
+       "response_format"},
+      // The schema keeps the order its properties were sent in.
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema":
+           {"type": "object", "properties": {"z": {}, "a": {}}}}})",
+       OutputConstraint::Kind::kJsonSchema, R"({"type":"object","properties":{"z":{},"a":{}}})",
+       "response_format.json_schema.schema"},
+      {R"("guided_json": "{\"type\": \"integer\"}")", OutputConstraint::Kind::kJsonSchema,
+       R"({"type": "integer"})", "guided_json"},
+      {R"("guided_regex": "[0-9]+")", OutputConstraint::Kind::kRegex, "[0-9]+", "guided_regex"},
+      {R"("guided_grammar": "root ::= \"a\"")", OutputConstraint::Kind::kGrammar,
+       R"(root ::= "a")", "guided_grammar"},
+      {R"("structured_outputs": {"regex": "x+"})", OutputConstraint::Kind::kRegex, "x+",
+       "structured_outputs.regex"},
+      {R"("structured_outputs": {"json_object": true})", OutputConstraint::Kind::kJson, "",
+       "structured_outputs.json_object"},
+  };
+  for (const Case& c : cases) {
+    const std::string body = absl::StrCat(R"({"prompt": "x", )", c.fields, "}");
+    const auto parsed = ParseCompletionRequest(body, Model());
+    ASSERT_TRUE(parsed.ok()) << body << ": " << parsed.status();
+    const OutputConstraint& got = parsed->params.constraint;
+    EXPECT_EQ(got.kind, c.kind) << body;
+    EXPECT_EQ(got.spec, c.spec) << body;
+    if (got.active()) EXPECT_EQ(got.param, c.param) << body;
+  }
+  const auto choice = ParseChatRequest(
+      R"({"messages": [{"role": "user", "content": "hi"}], "guided_choice": ["a", "b c"]})",
+      Model());
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(choice->params.constraint.kind, OutputConstraint::Kind::kChoice);
+  EXPECT_EQ(choice->params.constraint.choices, (std::vector<std::string>{"a", "b c"}));
 }
 
 TEST_F(OpenAiRequestTest, UnsetSeedsDiffer) {
