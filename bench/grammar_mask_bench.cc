@@ -94,9 +94,9 @@ int main(int argc, char** argv) {
     }
   }
   const tpserve::bench::LatencySummary fill = tpserve::bench::Summarize(fills);
-  std::printf("vocabulary %d: index %.2f s, schema compile %.3f s, %lld tokens; mask fill per "
-              "token p50 %.1f us, p99 %.1f us, mean %.1f us\n",
-              vocab, index_s, compile_s, static_cast<long long>(tokens), fill.p50, fill.p99,
-              fill.mean);
+  std::printf(
+      "vocabulary %d: index %.2f s, schema compile %.3f s, %lld tokens; mask fill per "
+      "token p50 %.1f us, p99 %.1f us, mean %.1f us\n",
+      vocab, index_s, compile_s, static_cast<long long>(tokens), fill.p50, fill.p99, fill.mean);
   return 0;
 }

@@ -71,7 +71,19 @@ struct Flags {
   std::string len_dist = "fixed";
   WorkloadOptions workload;
   std::string json_path;
+  // Structured output: every `constrained_every`-th request (0: none) constrained to this regex.
+  int constrained_every = 0;
+  std::string constraint_regex = "[a-z ,.]+";
 };
+
+// Every --constrained-every-th request gets --constraint-regex.
+std::vector<BenchRequest> Constrain(std::vector<BenchRequest> requests, const Flags& flags) {
+  if (flags.constrained_every <= 0) return requests;
+  for (size_t i = 0; i < requests.size(); i += flags.constrained_every) {
+    requests[i].regex = flags.constraint_regex;
+  }
+  return requests;
+}
 
 std::string BinaryDir() {
   return std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
@@ -135,6 +147,7 @@ class PhaseRunner {
     proto.set_max_tokens(request.max_tokens);
     proto.set_ignore_eos(true);
     proto.mutable_sampling()->set_temperature(0.0f);
+    if (!request.regex.empty()) proto.mutable_constraint()->set_regex(request.regex);
 
     RequestResult& result = results_[index];
     grpc::ClientContext context;
@@ -348,9 +361,10 @@ int Run(Flags flags) {
   LogInfo(kLog, "%s serving; %s", address, DescribeArrivals(flags));
 
   if (flags.warmup > 0) {
-    PhaseRunner warmup(*stub, "warm-up",
-                       MakeRequests(flags.workload, flags.warmup, kWarmupPromptStream),
-                       /*log_progress=*/false);
+    PhaseRunner warmup(
+        *stub, "warm-up",
+        Constrain(MakeRequests(flags.workload, flags.warmup, kWarmupPromptStream), flags),
+        /*log_progress=*/false);
     RunPhase(warmup, flags, flags.warmup, kWarmupArrivalStream);
     if (warmup.failed() > 0) {
       return Fail(absl::StrCat(warmup.failed(), " of ", flags.warmup,
@@ -358,9 +372,10 @@ int Run(Flags flags) {
     }
     LogInfo(kLog, "warm-up: %d requests done", flags.warmup);
   }
-  PhaseRunner measured(*stub, "measured",
-                       MakeRequests(flags.workload, flags.num_requests, kMeasuredPromptStream),
-                       /*log_progress=*/true);
+  PhaseRunner measured(
+      *stub, "measured",
+      Constrain(MakeRequests(flags.workload, flags.num_requests, kMeasuredPromptStream), flags),
+      /*log_progress=*/true);
   RunPhase(measured, flags, flags.num_requests, kMeasuredArrivalStream);
   const ServingReport report =
       MakeServingReport(measured.results(), flags.workload.shared_prefix_len);
@@ -482,6 +497,12 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", w.seed, "seed for prompts, lengths and arrivals")->capture_default_str();
   app.add_option("--json", flags.json_path, "also write the results as JSON to this file");
+  app.add_option("--constrained-every", flags.constrained_every,
+                 "structured output: constrain every K-th request to --constraint-regex (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--constraint-regex", flags.constraint_regex,
+                 "the regex constrained requests' text must match")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace tpserve::bench {
@@ -26,6 +27,7 @@ struct WorkloadOptions {
 struct BenchRequest {
   std::vector<int32_t> prompt;  // the shared prefix (if any), then this request's own tokens
   int max_tokens = 0;
+  std::string regex;  // structured output: the text must match it (empty: unconstrained)
 };
 
 // `count` requests. Each `stream` gives independent draws, the shared prefix included, so the
