@@ -241,14 +241,16 @@ int Run(const Flags& flags) {
   LogInfo(kLog, "model %s: %s", flags.model, config->DebugString());
   SamplingParams default_sampling;
   if (flags.sampling_defaults == "model") {
-    absl::StatusOr<SamplingParams> recommended = ModelSamplingDefaults(**file, default_sampling);
+    std::string taken;
+    absl::StatusOr<SamplingParams> recommended =
+        ModelSamplingDefaults(**file, default_sampling, &taken);
     if (!recommended.ok()) {
       return Fail(absl::StrCat("--model: ", recommended.status().message(),
                                " (--sampling-defaults builtin ignores the model's sampling)"));
     }
     default_sampling = *recommended;
-    if (const std::string set = DescribeModelSampling(**file); !set.empty()) {
-      LogInfo(kLog, "requests that do not choose take the model's sampling: %s", set);
+    if (!taken.empty()) {
+      LogInfo(kLog, "requests that do not choose take the model's sampling: %s", taken);
     }
   }
 

@@ -8,7 +8,6 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "coordinator/output_constraint.h"
 #include "model/tokenizer.h"
@@ -51,8 +50,7 @@ class TokenMatcher {
   // Words of one bitmask row: ceil(vocab / 32).
   int64_t bitmask_words() const { return bitmask_words_; }
   // Sets `row` (bitmask_words() words) to the tokens that may come next: bit t % 32 of word
-  // t / 32.
-  // End-of-generation tokens are allowed only where the constraint may end.
+  // t / 32. End-of-generation tokens are allowed only where the constraint may end.
   void FillBitmask(absl::Span<uint32_t> row);
   // Advances over the sampled token; false when the constraint does not allow it.
   bool Accept(int32_t token);

@@ -322,8 +322,9 @@ absl::StatusOr<ordered_json> GetMessages(const json& body, const ordered_json& o
     }
     const json* tool_calls = Find(message, "tool_calls");
     if (tool_calls != nullptr) {
-      if (name != "assistant")
+      if (name != "assistant") {
         return InvalidField(param + ".tool_calls", "is for assistant messages");
+      }
       RETURN_IF_ERROR(CheckToolCalls(*tool_calls, param + ".tool_calls"));
     }
     for (const char* field : {"tool_call_id", "name"}) {

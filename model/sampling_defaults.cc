@@ -55,7 +55,9 @@ void Put(const Setting& setting, double value, SamplingParams* params) {
 
 }  // namespace
 
-absl::StatusOr<SamplingParams> ModelSamplingDefaults(const GgufFile& file, SamplingParams base) {
+absl::StatusOr<SamplingParams> ModelSamplingDefaults(const GgufFile& file, SamplingParams base,
+                                                     std::string* taken) {
+  std::vector<std::string> parts;
   for (const Setting& setting : kSettings) {
     absl::StatusOr<std::optional<double>> value = Number(file, setting.key);
     if (!value.ok()) return value.status();
@@ -65,19 +67,10 @@ absl::StatusOr<SamplingParams> ModelSamplingDefaults(const GgufFile& file, Sampl
         error.has_value() && std::string(error->field) == setting.field) {
       return absl::InvalidArgumentError(absl::StrCat(setting.key, ": ", error->message));
     }
+    parts.push_back(absl::StrCat(setting.field, " ", **value));
   }
+  if (taken != nullptr) *taken = absl::StrJoin(parts, ", ");
   return base;
-}
-
-std::string DescribeModelSampling(const GgufFile& file) {
-  std::vector<std::string> parts;
-  for (const Setting& setting : kSettings) {
-    absl::StatusOr<std::optional<double>> value = Number(file, setting.key);
-    if (value.ok() && value->has_value()) {
-      parts.push_back(absl::StrCat(setting.field, " ", **value));
-    }
-  }
-  return absl::StrJoin(parts, ", ");
 }
 
 absl::Status AddHfSamplingKeys(const json& generation, GgufWriter* keys) {

@@ -17,12 +17,10 @@ namespace tpserve {
 // `base` with each general.sampling.* key the file holds put in its field: temp → temperature,
 // top_k, top_p, min_p, penalty_repeat → repetition_penalty, penalty_present → presence_penalty,
 // penalty_freq → frequency_penalty. INVALID_ARGUMENT naming the key when a value has another
-// type or lies outside the field's range (SamplingParams::Validate).
-absl::StatusOr<SamplingParams> ModelSamplingDefaults(const GgufFile& file, SamplingParams base);
-
-// The fields ModelSamplingDefaults took from the file, for the start-up log:
-// "temperature 0.6, top_p 0.9", or "" when the file sets none.
-std::string DescribeModelSampling(const GgufFile& file);
+// type or lies outside the field's range (SamplingParams::Validate). `taken`, when given, says
+// what came from the file, for the start-up log: "temperature 0.6, top_p 0.9", or "".
+absl::StatusOr<SamplingParams> ModelSamplingDefaults(const GgufFile& file, SamplingParams base,
+                                                     std::string* taken = nullptr);
 
 // generation_config.json's temperature, top_k, top_p, min_p and repetition_penalty as the
 // general.sampling.* keys. `generation` may be null (no file). INVALID_ARGUMENT naming the field

@@ -250,7 +250,9 @@ TEST_F(OpenAiRequestTest, ConstraintsFromEachField) {
     const OutputConstraint& got = parsed->params.constraint;
     EXPECT_EQ(got.kind, c.kind) << body;
     EXPECT_EQ(got.spec, c.spec) << body;
-    if (got.active()) EXPECT_EQ(got.param, c.param) << body;
+    if (got.active()) {
+      EXPECT_EQ(got.param, c.param) << body;
+    }
   }
   const auto choice = ParseChatRequest(
       R"({"messages": [{"role": "user", "content": "hi"}], "guided_choice": ["a", "b c"]})",

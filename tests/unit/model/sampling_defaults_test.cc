@@ -30,12 +30,13 @@ TEST(SamplingDefaults, AFileWithoutKeysKeepsTheBase) {
   const auto file = Parse(writer, &bytes);
   SamplingParams base;
   base.temperature = 0.25f;
-  const absl::StatusOr<SamplingParams> got = ModelSamplingDefaults(*file, base);
+  std::string taken = "unset";
+  const absl::StatusOr<SamplingParams> got = ModelSamplingDefaults(*file, base, &taken);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->temperature, 0.25f);
   EXPECT_EQ(got->top_k, 0);
   EXPECT_EQ(got->top_p, 1.0f);
-  EXPECT_EQ(DescribeModelSampling(*file), "");
+  EXPECT_EQ(taken, "");
 }
 
 TEST(SamplingDefaults, EveryKeyFillsItsField) {
@@ -49,7 +50,8 @@ TEST(SamplingDefaults, EveryKeyFillsItsField) {
   writer.SetFloat32("general.sampling.penalty_freq", -0.5f);
   std::vector<uint8_t> bytes;
   const auto file = Parse(writer, &bytes);
-  const absl::StatusOr<SamplingParams> got = ModelSamplingDefaults(*file, SamplingParams{});
+  std::string taken;
+  const absl::StatusOr<SamplingParams> got = ModelSamplingDefaults(*file, SamplingParams{}, &taken);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->temperature, 0.6f);
   EXPECT_EQ(got->top_k, 40);
@@ -58,7 +60,7 @@ TEST(SamplingDefaults, EveryKeyFillsItsField) {
   EXPECT_EQ(got->repetition_penalty, 1.1f);
   EXPECT_EQ(got->presence_penalty, 0.5f);
   EXPECT_EQ(got->frequency_penalty, -0.5f);
-  EXPECT_EQ(DescribeModelSampling(*file),
+  EXPECT_EQ(taken,
             "temperature 0.6, top_k 40, top_p 0.9, min_p 0.05, repetition_penalty 1.1, "
             "presence_penalty 0.5, frequency_penalty -0.5");
 }
