@@ -98,7 +98,10 @@ class Server:
         deadline = time.time() + READY_TIMEOUT_S
         while time.time() < deadline:
             if self.process.poll() is not None:
-                raise SystemExit(f"compare: {self.name} exited; see {self.log.name}")
+                how = f"exited with status {self.process.returncode}"
+                if self.process.returncode == -signal.SIGILL:
+                    how = "died of SIGILL: its build uses instructions this CPU lacks"
+                raise SystemExit(f"compare: {self.name} {how}; see {self.log.name}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
                     if r.status == 200:
