@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,16 +72,23 @@ struct Flags {
   std::string len_dist = "fixed";
   WorkloadOptions workload;
   std::string json_path;
-  // Structured output: every `constrained_every`-th request (0: none) constrained to this regex.
+  // Structured output: every `constrained_every`-th request (0: none) constrained to this regex,
+  // or to the JSON schema in `constraint_json_schema_file` when one is named.
   int constrained_every = 0;
   std::string constraint_regex = "[a-z ,.]+";
+  std::string constraint_json_schema_file;
+  std::string constraint_json_schema;  // the file's text, read after parsing
 };
 
-// Every --constrained-every-th request gets --constraint-regex.
+// Every --constrained-every-th request gets the constraint.
 std::vector<BenchRequest> Constrain(std::vector<BenchRequest> requests, const Flags& flags) {
   if (flags.constrained_every <= 0) return requests;
   for (size_t i = 0; i < requests.size(); i += flags.constrained_every) {
-    requests[i].regex = flags.constraint_regex;
+    if (flags.constraint_json_schema.empty()) {
+      requests[i].regex = flags.constraint_regex;
+    } else {
+      requests[i].json_schema = flags.constraint_json_schema;
+    }
   }
   return requests;
 }
@@ -148,6 +156,9 @@ class PhaseRunner {
     proto.set_ignore_eos(true);
     proto.mutable_sampling()->set_temperature(0.0f);
     if (!request.regex.empty()) proto.mutable_constraint()->set_regex(request.regex);
+    if (!request.json_schema.empty()) {
+      proto.mutable_constraint()->set_json_schema(request.json_schema);
+    }
 
     RequestResult& result = results_[index];
     grpc::ClientContext context;
@@ -500,9 +511,13 @@ int main(int argc, char** argv) {
   app.add_option("--constrained-every", flags.constrained_every,
                  "structured output: constrain every K-th request to --constraint-regex (0: none)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--constraint-regex", flags.constraint_regex,
-                 "the regex constrained requests' text must match")
-      ->capture_default_str();
+  CLI::Option* regex = app.add_option("--constraint-regex", flags.constraint_regex,
+                                      "the regex constrained requests' text must match")
+                           ->capture_default_str();
+  app.add_option("--constraint-json-schema", flags.constraint_json_schema_file,
+                 "constrain to the JSON schema in this file instead of --constraint-regex")
+      ->check(CLI::ExistingFile)
+      ->excludes(regex);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -511,6 +526,16 @@ int main(int argc, char** argv) {
   if (std::optional<std::string> error = tpserve::bench::CheckFlagCombinations(app, flags)) {
     std::fprintf(stderr, "tpserve-bench: %s\n", error->c_str());
     return 2;
+  }
+  if (!flags.constraint_json_schema_file.empty()) {
+    std::ifstream file(flags.constraint_json_schema_file);
+    flags.constraint_json_schema.assign(std::istreambuf_iterator<char>(file),
+                                        std::istreambuf_iterator<char>());
+    if (!file.good() && !file.eof()) {
+      std::fprintf(stderr, "tpserve-bench: --constraint-json-schema: cannot read %s\n",
+                   flags.constraint_json_schema_file.c_str());
+      return 2;
+    }
   }
   return tpserve::bench::Run(std::move(flags));
 }

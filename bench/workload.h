@@ -27,7 +27,10 @@ struct WorkloadOptions {
 struct BenchRequest {
   std::vector<int32_t> prompt;  // the shared prefix (if any), then this request's own tokens
   int max_tokens = 0;
-  std::string regex;  // structured output: the text must match it (empty: unconstrained)
+  // Structured output: the text must match `regex` or be JSON that `json_schema` accepts (both
+  // empty: unconstrained).
+  std::string regex;
+  std::string json_schema;
 };
 
 // `count` requests. Each `stream` gives independent draws, the shared prefix included, so the

@@ -70,6 +70,7 @@ struct Flags {
   std::vector<std::string> api_keys;
   std::string admin_key_file;
   bool no_prefix_cache = false;
+  bool no_jump_forward = false;
   int ready_timeout_s = 600;
   std::string prompt;
   int max_tokens = 64;
@@ -162,6 +163,7 @@ absl::Status Serve(const Flags& flags) {
     options.worker_args.push_back(absl::StrCat("--cpu-weights=", flags.cpu_weights));
   }
   if (flags.no_prefix_cache) options.coordinator_args.push_back("--no-prefix-cache");
+  if (flags.no_jump_forward) options.coordinator_args.push_back("--no-jump-forward");
   if (!flags.chat_template.empty()) {
     options.coordinator_args.push_back(absl::StrCat("--chat-template=", flags.chat_template));
   }
@@ -298,6 +300,8 @@ int main(int argc, char** argv) {
                  "file of admin keys for drain, undrain and flush-cache");
   app.add_flag("--no-prefix-cache", flags.no_prefix_cache,
                "turn off the RadixAttention prefix cache");
+  app.add_flag("--no-jump-forward", flags.no_jump_forward,
+               "sample every token of constrained output, also where the constraint forces it");
   app.add_option("--ready-timeout", flags.ready_timeout_s, "seconds to wait for the cluster")
       ->check(CLI::PositiveNumber);
   app.add_option("--prompt", flags.prompt, "answer this chat prompt once the cluster is ready");

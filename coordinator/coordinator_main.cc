@@ -70,6 +70,7 @@ struct Flags {
   int64_t max_step_attention = int64_t{2048} * 2048;
   int max_num_seqs = 256;
   bool no_prefix_cache = false;
+  bool no_jump_forward = false;
   int http_port = 8000;   // -1: no HTTP
   std::string http_host;  // empty: --host
   std::string http_port_file;
@@ -384,6 +385,7 @@ int Run(const Flags& flags) {
   options.max_num_batched_tokens = flags.max_num_batched_tokens;
   options.max_step_attention = flags.max_step_attention;
   options.enable_prefix_cache = !flags.no_prefix_cache;
+  options.jump_forward = !flags.no_jump_forward;
   options.max_queued_requests = flags.max_queued_requests;
   Engine engine(options, &pool, tokenizer->get());
   engine.SetMetrics(&metrics);
@@ -399,10 +401,12 @@ int Run(const Flags& flags) {
     http.SetEngine(&engine);
     LogInfo(kLog,
             "serving: %d ranks, %d KV blocks of %d tokens, context %d, vocab %d, %d weight "
-            "bytes in all; up to %d sequences and %d tokens per step, prefix cache %s",
+            "bytes in all; up to %d sequences and %d tokens per step, prefix cache %s, "
+            "jump-forward %s",
             flags.world_size, options.num_blocks, options.block_size, options.context_length,
             options.vocab_size, loaded->weight_bytes, options.max_num_seqs,
-            options.max_num_batched_tokens, options.enable_prefix_cache ? "on" : "off");
+            options.max_num_batched_tokens, options.enable_prefix_cache ? "on" : "off",
+            options.jump_forward ? "on" : "off");
     if (stop.HasBeenNotified()) LogInfo(kLog, "stop requested during start-up");
     stop.WaitForNotification();
   }
@@ -481,6 +485,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 16));
   app.add_flag("--no-prefix-cache", flags.no_prefix_cache,
                "turn off the RadixAttention prefix cache");
+  app.add_flag("--no-jump-forward", flags.no_jump_forward,
+               "sample every token of constrained output, also where the constraint forces it");
   app.add_option("--block-size", flags.block_size, "tokens per KV block")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));

@@ -32,7 +32,8 @@ constexpr double kStepDeadlineMargin = 8.0;
 // Compiled grammars kept for requests that repeat a schema (xgrammar evicts the least recent).
 constexpr int64_t kGrammarCacheBytes = int64_t{256} << 20;
 
-SchedulerOptions ToSchedulerOptions(const EngineOptions& options, const Tokenizer& tokenizer) {
+SchedulerOptions ToSchedulerOptions(const EngineOptions& options, const Tokenizer& tokenizer,
+                                    const JumpForward* jump_forward) {
   SchedulerOptions s;
   s.block_size = options.block_size;
   s.max_num_seqs = options.max_num_seqs;
@@ -44,6 +45,7 @@ SchedulerOptions ToSchedulerOptions(const EngineOptions& options, const Tokenize
   s.context_length = options.context_length;
   s.vocab_size = options.vocab_size;
   s.end_of_generation_ids = tokenizer.end_of_generation_ids();
+  s.jump_forward = jump_forward;
   return s;
 }
 
@@ -53,12 +55,14 @@ Engine::Engine(EngineOptions options, WorkerPool* pool, const Tokenizer* tokeniz
     : options_(options),
       pool_(pool),
       tokenizer_(tokenizer),
+      jump_forward_(options.jump_forward ? std::make_unique<JumpForward>(*tokenizer) : nullptr),
       blocks_(options.num_blocks),
       cache_(options.enable_prefix_cache
                  ? std::unique_ptr<PrefixCache>(
                        std::make_unique<RadixCache>(options.block_size, &blocks_))
                  : std::make_unique<NoPrefixCache>()),
-      scheduler_(ToSchedulerOptions(options, *tokenizer), &blocks_, cache_.get()) {
+      scheduler_(ToSchedulerOptions(options, *tokenizer, jump_forward_.get()), &blocks_,
+                 cache_.get()) {
   TP_CHECK(options_.block_size > 0 && options_.max_num_seqs > 0);
   TP_CHECK(options_.max_num_batched_tokens > 0);
   TP_CHECK(options_.context_length > 0 && options_.vocab_size > 0);
@@ -408,7 +412,7 @@ void Engine::PublishStats() {
         stats.num_running, stats.num_waiting,
         stats.blocks_total > 0 ? static_cast<double>(stats.blocks_used()) / stats.blocks_total : 0,
         stats.counters.num_preemptions, stats.prefix_cache.query_tokens,
-        stats.prefix_cache.hit_tokens);
+        stats.prefix_cache.hit_tokens, stats.counters.jump_forward_tokens);
   }
   absl::MutexLock lock(&stats_mutex_);
   stats_ = stats;

@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/block_pool.h"
+#include "coordinator/jump_forward.h"
 #include "coordinator/metrics.h"
 #include "coordinator/prefix_cache.h"
 #include "coordinator/request_stream.h"
@@ -49,6 +50,9 @@ struct EngineOptions {
   // short, so they neither hold up decodes nor look like a dead rank.
   int64_t max_step_attention = int64_t{2048} * 2048;
   bool enable_prefix_cache = true;
+  // Constrained samples append the text their constraint forces without sampling it
+  // (JumpForward).
+  bool jump_forward = true;
   // Requests waiting for their first step beyond which new ones are refused with
   // RESOURCE_EXHAUSTED; 0: no limit.
   int32_t max_queued_requests = 0;
@@ -166,6 +170,7 @@ class Engine {
   // Made on the first constrained request (building its vocabulary index takes a moment).
   absl::Mutex grammar_mutex_;
   std::unique_ptr<GrammarCompiler> grammar_ ABSL_GUARDED_BY(grammar_mutex_);
+  const std::unique_ptr<const JumpForward> jump_forward_;  // null with jump_forward off
 
   // Engine thread only. Destroyed in reverse order: the scheduler releases its blocks into the
   // cache and the pool, the cache into the pool.

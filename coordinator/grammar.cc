@@ -222,4 +222,8 @@ bool TokenMatcher::Accept(int32_t token) { return matcher_->AcceptToken(token); 
 
 bool TokenMatcher::terminated() const { return matcher_->IsTerminated(); }
 
+std::string TokenMatcher::ForcedContinuation() { return matcher_->FindJumpForwardString(); }
+
+void TokenMatcher::Rollback(int num_tokens) { matcher_->Rollback(num_tokens); }
+
 }  // namespace tpserve

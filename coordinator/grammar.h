@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -56,6 +57,11 @@ class TokenMatcher {
   bool Accept(int32_t token);
   // An end-of-generation token was accepted: the output is complete.
   bool terminated() const;
+  // The bytes the constraint allows as the only continuation from here (empty when there is a
+  // choice), for jump-forward decoding.
+  std::string ForcedContinuation();
+  // Undoes the last `num_tokens` accepted tokens.
+  void Rollback(int num_tokens);
 
  private:
   std::shared_ptr<const CompiledConstraint> compiled_;

@@ -138,7 +138,7 @@ void Metrics::AddAuthFailure(const std::string& surface) {
 
 void Metrics::SetEngineState(int64_t num_running, int64_t num_waiting, double kv_cache_usage,
                              int64_t num_preemptions, int64_t prefix_cache_query_tokens,
-                             int64_t prefix_cache_hit_tokens) {
+                             int64_t prefix_cache_hit_tokens, int64_t jump_forward_tokens) {
   absl::MutexLock lock(&mutex_);
   num_running_ = num_running;
   num_waiting_ = num_waiting;
@@ -146,6 +146,7 @@ void Metrics::SetEngineState(int64_t num_running, int64_t num_waiting, double kv
   num_preemptions_ = num_preemptions;
   prefix_cache_queries_ = prefix_cache_query_tokens;
   prefix_cache_hits_ = prefix_cache_hit_tokens;
+  jump_forward_tokens_ = jump_forward_tokens;
 }
 
 std::string Metrics::RenderPrometheus() const {
@@ -204,6 +205,9 @@ std::string Metrics::RenderPrometheus() const {
          absl::StrCat(prefix_cache_hits_));
   single("tpserve:num_preemptions_total", "counter", "Number of requests preempted.",
          absl::StrCat(num_preemptions_));
+  single("tpserve:jump_forward_tokens_total", "counter",
+         "Generated tokens that an output constraint forced, appended without sampling.",
+         absl::StrCat(jump_forward_tokens_));
 
   constexpr absl::string_view kSuccess = "tpserve:request_success_total";
   AppendHeader(out, kSuccess, "counter", "Number of finished requests, by finished reason.");
@@ -214,8 +218,8 @@ std::string Metrics::RenderPrometheus() const {
   constexpr absl::string_view kAuthFailures = "tpserve:auth_failures_total";
   AppendHeader(out, kAuthFailures, "counter", "Number of refused credentials, by surface.");
   for (const auto& [surface, count] : auth_failures_) {
-    absl::StrAppend(&out, kAuthFailures, "{", model_label, ",surface=\"",
-                    EscapeLabelValue(surface), "\"} ", count, "\n");
+    absl::StrAppend(&out, kAuthFailures, "{", model_label, ",surface=\"", EscapeLabelValue(surface),
+                    "\"} ", count, "\n");
   }
   return out;
 }

@@ -6,7 +6,8 @@
 //               tpserve:kv_cache_usage_perc (fraction of KV blocks held by requests, 0..1)
 //   counters    tpserve:prompt_tokens_total, tpserve:generation_tokens_total,
 //               tpserve:prefix_cache_queries_total, tpserve:prefix_cache_hits_total (tokens),
-//               tpserve:num_preemptions_total, tpserve:request_success_total{finished_reason},
+//               tpserve:num_preemptions_total, tpserve:jump_forward_tokens_total,
+//               tpserve:request_success_total{finished_reason},
 //               tpserve:auth_failures_total{surface} (refused credentials: http, inference,
 //               admin, cluster; common/auth_refusal.h)
 //
@@ -46,7 +47,7 @@ class Metrics {
   // What the engine counts itself, as of its last step: cumulative values and gauges.
   void SetEngineState(int64_t num_running, int64_t num_waiting, double kv_cache_usage,
                       int64_t num_preemptions, int64_t prefix_cache_query_tokens,
-                      int64_t prefix_cache_hit_tokens);
+                      int64_t prefix_cache_hit_tokens, int64_t jump_forward_tokens);
 
   // The whole exposition, ending in a newline.
   std::string RenderPrometheus() const;
@@ -78,6 +79,7 @@ class Metrics {
   int64_t num_waiting_ ABSL_GUARDED_BY(mutex_) = 0;
   double kv_cache_usage_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t num_preemptions_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t jump_forward_tokens_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t prefix_cache_queries_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t prefix_cache_hits_ ABSL_GUARDED_BY(mutex_) = 0;
 };

@@ -270,11 +270,9 @@ bool Scheduler::PostprocessGenerate(const v1::SequenceOutput* output, SequenceUp
       return true;
     }
   }
-  const int32_t top = std::max(seq.params.logprobs, 0);
   for (int i = 0; i < output->token_ids_size(); ++i) {
     const int32_t token = output->token_ids(i);
-    std::optional<FinishReason> finish =
-        AppendToken(seq, token, options_.end_of_generation_ids.contains(token));
+    std::vector<int32_t> appended = {token};
     if (seq.token_matcher != nullptr) {
       // Rank 0 sampled under the matcher's mask, so a refusal is the cluster's fault.
       if (!seq.token_matcher->Accept(token)) {
@@ -282,28 +280,20 @@ bool Scheduler::PostprocessGenerate(const v1::SequenceOutput* output, SequenceUp
             absl::StrCat("returned token ", token, ", which the output constraint does not allow"));
         return true;
       }
-      // The constraint ended (its stop token, even with ignore_eos): so does the output.
-      if (seq.token_matcher->terminated()) finish = FinishReason::kStop;
-    }
-    ++update->num_sampled;
-    if (finish != FinishReason::kStop) {
-      // A stop token's text is not part of the output; every other token's is, up to a stop
-      // string.
-      StopStringMatcher::Result text = seq.stop_matcher->Add(seq.detokenizer->Add(token));
-      if (text.matched) finish = FinishReason::kStop;
-      SequenceUpdate::Token& out = update->tokens.emplace_back();
-      out.id = token;
-      out.text = std::move(text.text);
-      if (seq.params.logprobs >= 0 && i < output->logprobs_size()) {
-        TokenLogprob& logprob = out.logprob.emplace();
-        logprob.token_id = token;
-        logprob.logprob = output->logprobs(i);
-        for (int j = i * top; j < (i + 1) * top && j < output->top_token_ids_size() &&
-                              j < output->top_logprobs_size();
-             ++j) {
-          logprob.top.emplace_back(output->top_token_ids(j), output->top_logprobs(j));
+      if (options_.jump_forward != nullptr && seq.params.logprobs < 0) {
+        std::vector<int32_t> extended = options_.jump_forward->Extend(*seq.token_matcher, token);
+        if (!extended.empty()) {
+          counters_.jump_forward_tokens += static_cast<int64_t>(extended.size()) - 1;
+          appended = std::move(extended);
         }
       }
+    }
+    std::optional<FinishReason> finish;
+    for (size_t k = 0; k < appended.size(); ++k) {
+      // Only a sampled token has log-probabilities (and a jump replaces no token when they are
+      // asked for).
+      finish = Emit(seq, appended[k], k == 0 && appended[k] == token ? output : nullptr, i, update);
+      if (finish.has_value()) break;
     }
     if (!finish.has_value()) continue;
     if (!seq.stop_matcher->matched()) {
@@ -315,6 +305,37 @@ bool Scheduler::PostprocessGenerate(const v1::SequenceOutput* output, SequenceUp
     break;
   }
   return true;
+}
+
+std::optional<FinishReason> Scheduler::Emit(Sequence& seq, int32_t token,
+                                            const v1::SequenceOutput* output, int row,
+                                            SequenceUpdate* update) {
+  std::optional<FinishReason> finish =
+      AppendToken(seq, token, options_.end_of_generation_ids.contains(token));
+  // The constraint ended (its stop token, even with ignore_eos): so does the output.
+  if (seq.token_matcher != nullptr && seq.token_matcher->terminated()) {
+    finish = FinishReason::kStop;
+  }
+  ++update->num_sampled;
+  if (finish == FinishReason::kStop) return finish;
+  // A stop token's text is not part of the output; every other token's is, up to a stop string.
+  StopStringMatcher::Result text = seq.stop_matcher->Add(seq.detokenizer->Add(token));
+  if (text.matched) finish = FinishReason::kStop;
+  SequenceUpdate::Token& out = update->tokens.emplace_back();
+  out.id = token;
+  out.text = std::move(text.text);
+  if (output != nullptr && seq.params.logprobs >= 0 && row < output->logprobs_size()) {
+    const int32_t top = seq.params.logprobs;
+    TokenLogprob& logprob = out.logprob.emplace();
+    logprob.token_id = token;
+    logprob.logprob = output->logprobs(row);
+    for (int j = row * top;
+         j < (row + 1) * top && j < output->top_token_ids_size() && j < output->top_logprobs_size();
+         ++j) {
+      logprob.top.emplace_back(output->top_token_ids(j), output->top_logprobs(j));
+    }
+  }
+  return finish;
 }
 
 void Scheduler::Commit(const ScheduledBatch& batch) {

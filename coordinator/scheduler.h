@@ -40,6 +40,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "coordinator/block_pool.h"
+#include "coordinator/jump_forward.h"
 #include "coordinator/prefix_cache.h"
 #include "coordinator/request_stream.h"
 #include "coordinator/scheduled_batch.h"
@@ -62,10 +63,14 @@ struct SchedulerOptions {
   int64_t vocab_size = 0;      // tokens from rank 0 outside [0, vocab_size) fail the request
   // Tokens that end generation unless the request ignores EOS (EOS, <|im_end|>, …).
   absl::flat_hash_set<int32_t> end_of_generation_ids;
+  // Constrained samples append what their constraint forces without sampling it (null: they
+  // sample every token). Requests that ask for log-probabilities sample every token.
+  const JumpForward* jump_forward = nullptr;
 };
 
 struct SchedulerCounters {
   int64_t num_preemptions = 0;
+  int64_t jump_forward_tokens = 0;  // appended without sampling
 };
 
 // The attention work of running `num_tokens` tokens from position `start`: the tokens times the
@@ -138,6 +143,10 @@ class Scheduler {
   // Requeues the most recently admitted running sequence for recompute.
   void PreemptLast();
   std::unique_ptr<Sequence> TakeRunning(size_t index);
+  // Appends `token` (AppendToken) and releases its text through the stop strings into
+  // `update`, with its log-probabilities from `output`'s row `row` when `output` is not null.
+  std::optional<FinishReason> Emit(Sequence& seq, int32_t token, const v1::SequenceOutput* output,
+                                   int row, SequenceUpdate* update);
   // Postprocess of one entry: false when it produced nothing to stream.
   bool PostprocessGenerate(const v1::SequenceOutput* output, SequenceUpdate* update);
   bool PostprocessScore(const ScheduledBatch::Entry& entry, const v1::SequenceOutput* output,

@@ -1,10 +1,12 @@
 #include "model/synthetic_model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -201,10 +203,31 @@ class TensorMaker {
   TensorMaker(GgufWriter* writer, uint64_t seed) : writer_(writer), rng_(seed) {}
 
   // A [rows, cols] matrix (ggml dims {cols, rows}) with N(0, 1/cols) entries.
+  // Filled in fixed-size chunks, each from its own stream seeded by the tensor's draw and the
+  // chunk's index, so the values do not depend on how many threads fill them: an 8B-shaped model
+  // holds billions of values, minutes on one thread.
   absl::Status Matrix(const std::string& name, int64_t rows, int64_t cols, GgmlType type) {
-    std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(cols)));
+    const float stddev = 1.0f / std::sqrt(static_cast<float>(cols));
+    const uint64_t tensor_seed = rng_();
     std::vector<float> values(rows * cols);
-    for (float& v : values) v = normal(rng_);
+    constexpr int64_t kChunk = int64_t{1} << 20;
+    const int64_t chunks = (static_cast<int64_t>(values.size()) + kChunk - 1) / kChunk;
+    std::atomic<int64_t> next{0};
+    auto fill = [&] {
+      for (int64_t c = next++; c < chunks; c = next++) {
+        std::seed_seq seq{tensor_seed, static_cast<uint64_t>(c)};
+        std::mt19937_64 rng(seq);
+        std::normal_distribution<float> normal(0.0f, stddev);
+        const int64_t end = std::min<int64_t>((c + 1) * kChunk, values.size());
+        for (int64_t i = c * kChunk; i < end; ++i) values[i] = normal(rng);
+      }
+    };
+    const int64_t threads =
+        std::min<int64_t>(chunks, std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> workers;
+    for (int64_t t = 1; t < threads; ++t) workers.emplace_back(fill);
+    fill();
+    for (std::thread& worker : workers) worker.join();
     return writer_->AddTensor(name, type, {cols, rows}, Encode(values, type));
   }
 

@@ -1,35 +1,87 @@
 #!/usr/bin/env bash
 # The GPU check, run ON the GPU machine from the repository root, with gpu-pkg/ carried there
-# (made here by scripts/package-gpu-build.sh). One command, no package registry, under 8 minutes:
+# (made here by scripts/package-gpu-build.sh). One command, no package registry:
 #   1. nvidia-smi;
 #   2. every GPU test executable in the package, each printed as PASS, SKIP or FAIL;
 #   3. tpserve-bench-cuda (decode-shaped GEMMs and decode attention vs peak HBM bandwidth);
 #   4. T=1 decode tokens/s on SmolLM2-135M and on a Llama-3-8B-shaped random-weight model, through
 #      tpserve-generate --device cuda (decode through the CUDA graph of batch 1).
-# Every part runs under timeout(1), and the parts share a budget (GPU_CHECK_BUDGET_S, default
-# 450 s) so that the whole check ends in time; a part the budget cannot fit is skipped, saying so.
-# Logs go to GPU_CHECK_LOGS (default /tmp/gpu-check; pass GPU_CHECK_LOGS=$OUT to get them back).
+# Each part has a time share (the plan, cheapest and most telling first). A part may also use
+# what earlier parts left unspent, never what later parts' shares need; a part whose share no
+# longer fits the budget (GPU_CHECK_BUDGET_S, default 420 s after unpacking) is reported SKIP
+# with the reason, and a part that outlives its time FAIL. `--dry-run` prints the plan and
+# its total and runs nothing.
+# The report (everything printed) goes to GPU_CHECK_REPORT, by default $OUT/gpu-check.txt where
+# the device tool's OUT is set; each part's log to GPU_CHECK_LOGS (default /tmp/gpu-check), packed
+# as $OUT/gpu-check-logs.tar.gz where OUT is set.
 # Exits 1 if any test or part failed or timed out, 0 otherwise (skips are not failures).
 #
-# GPU_CHECK_LLAMA_LAYERS (default 8 of Llama-3-8B's 32): writing all 32 layers of random weights
-# (16 GB) takes minutes; decode time grows about linearly with the layer count.
+# GPU_CHECK_ONLY: an extended regex; only the parts whose names match it run (reruns of what
+# failed, e.g. GPU_CHECK_ONLY='cuda_gemm_test|cuda_families_test').
+# GPU_CHECK_LLAMA_LAYERS (default 8 of Llama-3-8B's 32): decode time grows about linearly with
+# the layer count, and so does writing the random weights.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 pkg="$root/gpu-pkg"
 logs="${GPU_CHECK_LOGS:-/tmp/gpu-check}"
-budget_s="${GPU_CHECK_BUDGET_S:-450}"
+budget_s="${GPU_CHECK_BUDGET_S:-420}"
 llama_layers="${GPU_CHECK_LLAMA_LAYERS:-8}"
-start_s=$SECONDS
+only="${GPU_CHECK_ONLY:-}"
+report="${GPU_CHECK_REPORT:-${OUT:+$OUT/gpu-check.txt}}"
+dry_run=false
+case "${1:-}" in
+  --dry-run) dry_run=true ;;
+  "") ;;
+  *) echo "usage: scripts/gpu-check.sh [--dry-run]" >&2; exit 2 ;;
+esac
 failed=()
-mkdir -p "$logs"
 
 say() { echo "gpu-check: $*"; }
 
-if [[ ! -f $pkg/MANIFEST ]]; then
+# The GPU tests: the package's, or (for --dry-run on the build machine) tests/gpu's.
+if [[ -f $pkg/MANIFEST ]]; then
+  mapfile -t gpu_tests < <(sed -n 's/^gpu-test: //p' "$pkg/MANIFEST")
+elif $dry_run; then
+  mapfile -t gpu_tests < <(sed -n 's/^add_executable(\([A-Za-z0-9_-]*\)[ )].*/bin\/\1/p' \
+                             tests/gpu/CMakeLists.txt)
+else
   say "no gpu-pkg/MANIFEST: run scripts/package-gpu-build.sh on the build machine and carry gpu-pkg"
   exit 2
+fi
+
+# Seconds each part is planned to take at most: the tests that build and run whole models or
+# clusters get more than the single-kernel ones.
+test_share() {
+  case "$(basename "$1")" in
+    cuda_llama_model_test | cuda_cluster_test) echo 45 ;;
+    cuda_paged_attention_test | cuda_families_test | cuda_model_sampling_test) echo 30 ;;
+    *) echo 12 ;;
+  esac
+}
+plan_names=() plan_shares=()
+plan() { plan_names+=("$1"); plan_shares+=("$2"); }
+for test in "${gpu_tests[@]}"; do plan "$(basename "$test")" "$(test_share "$test")"; done
+plan tpserve-bench-cuda 45
+plan mkmodel-smollm2 10
+plan decode-smollm2 20
+plan mkmodel-llama3-8b 30
+plan decode-llama3-8b 35
+
+planned=0
+for share in "${plan_shares[@]}"; do planned=$(( planned + share )); done
+if $dry_run; then
+  for k in "${!plan_names[@]}"; do printf '%-40s %4d s\n' "${plan_names[$k]}" "${plan_shares[$k]}"; done
+  printf '%-40s %4d s (budget %d s)\n' total "$planned" "$budget_s"
+  (( planned <= budget_s )) || { say "the plan is over the budget"; exit 1; }
+  exit 0
+fi
+
+mkdir -p "$logs"
+if [[ -n $report ]]; then
+  mkdir -p "$(dirname "$report")"
+  exec > >(tee "$report") 2>&1
 fi
 if [[ ! -d $pkg/bin ]]; then
   say "unpacking gpu-pkg/payload.tar.xz"
@@ -40,6 +92,7 @@ if [[ ! -d $pkg/bin ]]; then
       "$pkg/payload.tar.xz" "$pkg"
   fi
 fi
+start_s=$SECONDS
 
 # Libraries too large to carry (MANIFEST "target-lib:"): the target's CUDA toolkit, or the
 # nvidia-* wheels that PyTorch installs.
@@ -66,23 +119,40 @@ done < <(sed -n 's/^target-lib: \([^ ]*\).*/\1/p' "$pkg/MANIFEST")
 export LD_LIBRARY_PATH="$pkg/lib${extra_dirs:+:$extra_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$pkg/bin:$PATH"
 
-# Seconds a part may run: at most `want`, and no more than what is left of the budget.
-time_for() {
-  local want=$1 left=$(( budget_s - (SECONDS - start_s) ))
-  if (( left < want )); then want=$left; fi
-  echo "$want"
+# The plan's shares from part NAME on (NAME's own included).
+shares_from() {
+  local k sum=0 counting=false
+  for k in "${!plan_names[@]}"; do
+    [[ ${plan_names[$k]} == "$1" ]] && counting=true
+    $counting && sum=$(( sum + plan_shares[k] ))
+  done
+  echo "$sum"
+}
+share_of() {
+  local k
+  for k in "${!plan_names[@]}"; do
+    [[ ${plan_names[$k]} == "$1" ]] && { echo "${plan_shares[$k]}"; return; }
+  done
+  echo 0
 }
 
-# run_part NAME WANT_S CMD...: runs CMD under timeout with its output in $logs/NAME.log. Sets
-# part_status (ok, fail, timeout or skip) and part_rc; reports timeouts and skips itself.
+# run_part NAME CMD...: runs CMD under timeout with its output in $logs/NAME.log, allowed its
+# share plus what earlier parts left unspent. Sets part_status (ok, fail, timeout or skip) and
+# part_rc; reports timeouts and skips itself.
 run_part() {
-  local name=$1 want=$2 limit
-  shift 2
-  limit=$(time_for "$want")
+  local name=$1 share left limit
+  shift
+  share=$(share_of "$name")
+  left=$(( budget_s - (SECONDS - start_s) ))
+  limit=$(( left - $(shares_from "$name") + share ))
   part_rc=0
-  if (( limit < 10 )); then
+  if [[ -n $only && ! $name =~ $only ]]; then
     part_status=skip
-    say "SKIP $name (the ${budget_s} s budget is spent)"
+    return 0
+  fi
+  if (( limit < share )); then
+    part_status=skip
+    say "SKIP $name (its ${share} s share no longer fits: ${left} s of the ${budget_s} s budget left)"
     return 0
   fi
   timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1 || part_rc=$?
@@ -108,18 +178,21 @@ gtest_count() {
 echo "== nvidia-smi"
 timeout 30 nvidia-smi || say "nvidia-smi failed (exit $?)"
 grep -E '^(built|commit|build|cuda):' "$pkg/MANIFEST" | sed 's/^/gpu-check: package /' || true
+say "plan: ${#plan_names[@]} parts, ${planned} s of shares, budget ${budget_s} s"
 
 echo "== GPU tests"
-while read -r test; do
+for test in "${gpu_tests[@]}"; do
   name="$(basename "$test")"
-  run_part "$name" 150 "$pkg/$test"
+  part_start=$SECONDS
+  run_part "$name" "$pkg/$test"
   [[ $part_status == skip || $part_status == timeout ]] && continue
   log="$logs/$name.log"
   passed=$(gtest_count PASSED "$log")
   skipped=$(gtest_count SKIPPED "$log")
   failures=$(gtest_count FAILED "$log")
+  took="$(( SECONDS - part_start )) s"
   if [[ $part_status == fail ]]; then
-    say "FAIL $name (exit $part_rc; $passed passed, $skipped skipped, $failures failed)"
+    say "FAIL $name (exit $part_rc, $took; $passed passed, $skipped skipped, $failures failed)"
     { grep -E '^\[  FAILED  \] [A-Za-z]|Failure$' "$log" || true; } | head -n 20 | sed 's/^/  | /'
     tail -n 5 "$log" | sed 's/^/  | /'
     failed+=("$name")
@@ -127,17 +200,17 @@ while read -r test; do
     # The first skip's reason: on a GPU machine only the no-device tests should skip.
     reason=$({ grep -m1 -A1 ': Skipped$' "$log" || true; } | tail -n 1)
     if (( passed == 0 && skipped > 0 )); then
-      say "SKIP $name ($skipped skipped: ${reason:-no reason printed})"
+      say "SKIP $name ($skipped skipped, $took: ${reason:-no reason printed})"
     elif (( skipped > 0 )); then
-      say "PASS $name ($passed passed, $skipped skipped, first: ${reason:-no reason printed})"
+      say "PASS $name ($passed passed, $skipped skipped, $took, first: ${reason:-no reason printed})"
     else
-      say "PASS $name ($passed passed)"
+      say "PASS $name ($passed passed, $took)"
     fi
   fi
-done < <(sed -n 's/^gpu-test: //p' "$pkg/MANIFEST")
+done
 
 echo "== tpserve-bench-cuda"
-run_part tpserve-bench-cuda 180 tpserve-bench-cuda --benchmark_min_time=0.3
+run_part tpserve-bench-cuda tpserve-bench-cuda --benchmark_min_time=0.3
 cat "$logs/tpserve-bench-cuda.log" 2>/dev/null || true
 if [[ $part_status == fail ]]; then
   say "FAIL tpserve-bench-cuda (exit $part_rc)"
@@ -148,7 +221,7 @@ echo "== T=1 decode"
 # decode NAME MODEL: 128 tokens after a short prompt, greedy, EOS ignored; prints the decode line.
 decode() {
   local name=$1 model=$2
-  run_part "$name" 150 tpserve-generate --device cuda --model "$model" \
+  run_part "$name" tpserve-generate --device cuda --model "$model" \
     --prompt "The history of the" --max-tokens 128 --ignore-eos
   case $part_status in
     ok) say "$name: $(grep -E '^decode:' "$logs/$name.log" || echo 'no decode line in its output')" ;;
@@ -163,7 +236,7 @@ decode() {
 mkmodel() {
   local name=$1 path=$2
   shift 2
-  run_part "$name" 200 tpserve-mkmodel --output "$path" --dtype bf16 "$@"
+  run_part "$name" tpserve-mkmodel --output "$path" --dtype bf16 "$@"
   if [[ $part_status == fail ]]; then
     say "FAIL $name (exit $part_rc)"
     tail -n 5 "$logs/$name.log" | sed 's/^/  | /'
@@ -171,8 +244,15 @@ mkmodel() {
   fi
   [[ $part_status == ok ]]
 }
-if ! tpserve-generate --help 2>&1 | grep -q -- '--device'; then
-  say "this package's tpserve-generate has no --device flag: no decode numbers"
+# Read whole before matching: `grep -q` closing the pipe early would fail it under pipefail, and
+# a binary that does not load must say so rather than look like an old one.
+generate_help="$(tpserve-generate --help 2>&1)" || {
+  say "FAIL tpserve-generate --help: $(head -n 3 <<<"$generate_help")"
+  failed+=(tpserve-generate)
+  generate_help=""
+}
+if [[ $generate_help != *--device* ]]; then
+  [[ -z $generate_help ]] || say "this package's tpserve-generate has no --device flag: no decode numbers"
 else
   smollm2="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
   if [[ -f $smollm2 ]]; then
@@ -182,7 +262,7 @@ else
     shape=/tmp/gpu-check-smollm2-shape.gguf
     if mkmodel mkmodel-smollm2 "$shape" --layers 30 --hidden 576 --heads 9 --kv-heads 3 \
          --ffn 1536 --vocab 49152 --context 8192; then
-      decode decode-smollm2-shape "$shape"
+      decode decode-smollm2 "$shape"
     fi
     rm -f "$shape"
   fi
@@ -191,13 +271,16 @@ else
   say "Llama-3-8B shape with $llama_layers of its 32 layers (GPU_CHECK_LLAMA_LAYERS)"
   if mkmodel mkmodel-llama3-8b "$llama" --layers "$llama_layers" --hidden 4096 --heads 32 \
        --kv-heads 8 --ffn 14336 --vocab 128256 --context 8192; then
-    decode decode-llama3-8b-shape "$llama"
+    decode decode-llama3-8b "$llama"
   fi
   rm -f "$llama"
 fi
 
 echo "== summary"
-say "$(( SECONDS - start_s )) s; logs in $logs"
+say "$(( SECONDS - start_s )) s after unpacking; logs in $logs"
+if [[ -n ${OUT:-} ]]; then
+  tar -C "$logs" -czf "$OUT/gpu-check-logs.tar.gz" . && say "logs packed as \$OUT/gpu-check-logs.tar.gz"
+fi
 if (( ${#failed[@]} > 0 )); then
   say "FAILED: ${failed[*]}"
   exit 1

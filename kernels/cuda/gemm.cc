@@ -123,8 +123,8 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes) {
   if (workspace_bytes > 0) {
     if (const cudaError_t error = cudaMalloc(&workspace, workspace_bytes); error != cudaSuccess) {
       cudaGetLastError();
-      return CudaStatus(error, absl::StrCat("cudaMalloc of a ", workspace_bytes,
-                                            "-byte cuBLASLt workspace"));
+      return CudaStatus(
+          error, absl::StrCat("cudaMalloc of a ", workspace_bytes, "-byte cuBLASLt workspace"));
     }
   }
   absl::StatusOr<CublasLtHandle> handle = CublasLtHandle::Create();
@@ -199,6 +199,14 @@ absl::StatusOr<const Gemm::Plan*> Gemm::GetPlan(const PlanKey& key) {
                                    preference.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                    &max_workspace, sizeof(max_workspace)),
                                "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)"));
+  // Split-K partial sums reduced in fp32 or not at all: reduced in place in a bf16 output, each
+  // partial sum would be rounded to bf16 again, in whatever order its atomics land.
+  const uint32_t reduction =
+      CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceSetAttribute(
+                                   preference.get(), CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                   &reduction, sizeof(reduction)),
+                               "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)"));
   // cuBLAS's A and B are our b and a; its C and D are both our c.
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b},

@@ -46,7 +46,9 @@ enum class GemmOutputType { kBf16, kFloat32 };
 
 // c = a · bᵀ            (accumulate == false; c is not read, so it may hold garbage or NaN)
 // c = c + a · bᵀ        (accumulate == true)
-// Products and sums in fp32; c is rounded to its type once, at the end.
+// Products and sums in fp32; c is rounded to its type at the end: once, except that with
+// accumulate into bf16 cuBLASLt rounds a · bᵀ to bf16 before adding c (seen on an H200, where
+// torch.addmm matches (a @ b.T) + c bit for bit too), so twice there.
 struct GemmParams {
   const bf16* a = nullptr;  // [m, k] row-major activations, device
   const bf16* b = nullptr;  // [n, k] row-major weight [out_features, in_features], device

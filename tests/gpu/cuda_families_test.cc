@@ -60,6 +60,7 @@ std::vector<Family> Families() {
   llama3.rope_original_context = 64;
   families.push_back({"llama3_rope", llama3});
   SyntheticModelSpec mistral = base;
+  mistral.hidden = 512;  // head_dim 64: the CUDA attention kernels take 64 and 128
   mistral.heads = 8;
   mistral.kv_heads = 2;
   mistral.rope_theta = 1e6;

@@ -5,7 +5,8 @@ Ten JSON schemas (nested objects, arrays with min/max items, enums, integer rang
 patterns, optional fields, anyOf) sampled at temperature 1.0: every answer parses and validates
 with Python's `jsonschema` (independent of xgrammar and of tpserve). Regexes (ISO dates, phone
 numbers) and choices: every answer matches. An unconstrained greedy request running in the same
-batches as constrained ones gives the same text as alone.
+batches as constrained ones gives the same text as alone. All of it twice: with jump-forward
+decoding (the default; /metrics must count forced tokens) and with --no-jump-forward (none).
 
     structured_output_test.py --bin-dir BUILD/bin --model MODEL.gguf
 
@@ -17,6 +18,7 @@ import json
 import os
 import re
 import unittest
+import urllib.request
 
 import tpserve_cluster
 
@@ -68,13 +70,22 @@ REGEXES = [r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])",
 CHOICES = ["positive", "negative", "neutral"]
 
 
+def jump_forward_tokens(cluster):
+    with urllib.request.urlopen(cluster.http_url + "/metrics", timeout=30) as reply:
+        text = reply.read().decode()
+    return int(re.search(r"^tpserve:jump_forward_tokens_total\{[^}]*\} (\d+)$", text,
+                         re.M).group(1))
+
+
 class StructuredOutput(unittest.TestCase):
+    EXTRA_ARGS = ()
+
     @classmethod
     def setUpClass(cls):
         import openai
 
         tpserve_cluster.set_up_scratch(cls, "tpserve-structured-")
-        cls.cluster = tpserve_cluster.start_class_cluster(cls, tp=3)
+        cls.cluster = tpserve_cluster.start_class_cluster(cls, tp=3, extra_args=cls.EXTRA_ARGS)
         cls.client = openai.OpenAI(base_url=cls.cluster.http_url + "/v1", api_key="unused",
                                    max_retries=0, timeout=300)
 
@@ -146,6 +157,29 @@ class StructuredOutput(unittest.TestCase):
             for future in constrained:
                 future.result()
             self.assertEqual(beside.result(), alone)
+
+    def test_forced_keys_jump_forward(self):
+        # Long fixed keys are what jump-forward appends without sampling.
+        schema = {"type": "object", "properties": {
+            "customer_shipping_address": NAME, "customer_billing_reference": NAME},
+            "required": ["customer_shipping_address", "customer_billing_reference"],
+            "additionalProperties": False}
+        before = jump_forward_tokens(self.cluster)
+        choice = self.chat("Answer in JSON.", temperature=1.0, seed=3, max_tokens=200,
+                           response_format={"type": "json_schema", "json_schema": {
+                               "name": "keys", "schema": schema, "strict": True}}).choices[0]
+        self.assertEqual(choice.finish_reason, "stop", choice.message.content)
+        self.assertEqual(sorted(json.loads(choice.message.content)), sorted(schema["properties"]))
+        forced = jump_forward_tokens(self.cluster) - before
+        if self.EXTRA_ARGS:
+            self.assertEqual(forced, 0)
+        else:
+            # Both keys' text but the last token of each forced run (left to sampling).
+            self.assertGreaterEqual(forced, 6)
+
+
+class StructuredOutputWithoutJumpForward(StructuredOutput):
+    EXTRA_ARGS = ("--no-jump-forward",)
 
 
 if __name__ == "__main__":

@@ -123,9 +123,9 @@ def set_up_scratch(test_class, prefix):
     test_class.protos = tpserve_protos.load(test_class.tmp.name)
 
 
-def start_class_cluster(test_class, tp):
+def start_class_cluster(test_class, tp, extra_args=()):
     """A serving cluster for a TestCase class (call in setUpClass); stopped after its tests."""
-    cluster = Cluster(_TEST_ARGS.bin_dir, _TEST_ARGS.model, tp=tp)
+    cluster = Cluster(_TEST_ARGS.bin_dir, _TEST_ARGS.model, tp=tp, extra_args=extra_args)
     cluster.__enter__()
     test_class.addClassCleanup(cluster.stop)
     return cluster

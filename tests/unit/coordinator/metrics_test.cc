@@ -259,8 +259,8 @@ const std::vector<Scenario>& Scenarios() {
       {"EngineStateIsAbsoluteNotAdded",
        "m",
        [](Metrics& m) {
-         m.SetEngineState(3, 7, 0.25, 5, 1000, 640);
-         m.SetEngineState(2, 0, 0.5, 6, 1200, 700);
+         m.SetEngineState(3, 7, 0.25, 5, 1000, 640, 40);
+         m.SetEngineState(2, 0, 0.5, 6, 1200, 700, 52);
        },
        {
            "tpserve:num_requests_running{model_name=\"m\"} 2",
@@ -269,19 +269,21 @@ const std::vector<Scenario>& Scenarios() {
            "tpserve:num_preemptions_total{model_name=\"m\"} 6",
            "tpserve:prefix_cache_queries_total{model_name=\"m\"} 1200",
            "tpserve:prefix_cache_hits_total{model_name=\"m\"} 700",
+           "tpserve:jump_forward_tokens_total{model_name=\"m\"} 52",
        },
        {
            "tpserve:num_preemptions_total{model_name=\"m\"} 11",
+           "tpserve:jump_forward_tokens_total{model_name=\"m\"} 92",
        }},
       {"KvCacheUsagePrintsShortest",
        "m",
-       [](Metrics& m) { m.SetEngineState(0, 0, 0.1, 0, 0, 0); },
+       [](Metrics& m) { m.SetEngineState(0, 0, 0.1, 0, 0, 0, 0); },
        {"tpserve:kv_cache_usage_perc{model_name=\"m\"} 0.1"},
        {}},
       {"LabelValuesAreEscaped",
        "dir\\name \"q\"\nx",
        [](Metrics& m) {
-         m.SetEngineState(1, 0, 0, 0, 0, 0);
+         m.SetEngineState(1, 0, 0, 0, 0, 0, 0);
          m.AddRequestSuccess("a\"b\\c\nd");
        },
        {
@@ -349,6 +351,7 @@ TEST(MetricsTest, EveryFamilyHasItsSamples) {
       {"tpserve:prefix_cache_queries_total", 1},
       {"tpserve:prefix_cache_hits_total", 1},
       {"tpserve:num_preemptions_total", 1},
+      {"tpserve:jump_forward_tokens_total", 1},
       {"tpserve:request_success_total", 3},
       {"tpserve:auth_failures_total", 4},
   };
@@ -383,7 +386,7 @@ TEST(MetricsTest, ConcurrentRecordingAddsUp) {
         metrics.AddPromptTokens(1);
         metrics.AddGenerationTokens(2);
         metrics.AddRequestSuccess(i % 2 == 0 ? "stop" : "length");
-        metrics.SetEngineState(t, i, 0.5, i, i, i);
+        metrics.SetEngineState(t, i, 0.5, i, i, i, i);
       }
     });
   }
