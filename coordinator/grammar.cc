@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json_depth.h"
 #include "common/status_macros.h"
+#include "coordinator/schema_keywords.h"
 #include "nlohmann/json.hpp"
 #include "xgrammar/xgrammar.h"
 
@@ -32,69 +33,6 @@ absl::Status Invalid(const OutputConstraint& c, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(c.param, ": ", what));
 }
 
-// Keywords xgrammar would parse and then not enforce (it only warns): refused by name, as vLLM
-// does, rather than letting a client believe its output obeys them.
-constexpr const char* kUnenforcedKeywords[] = {
-    "not",
-    "if",
-    "then",
-    "else",
-    "dependentRequired",
-    "dependentSchemas",
-    "uniqueItems",
-    "contains",
-    "minContains",
-    "maxContains",
-    "multipleOf",
-};
-// The string formats xgrammar turns into patterns.
-const absl::flat_hash_set<std::string>& KnownFormats() {
-  static const auto* formats =
-      new absl::flat_hash_set<std::string>{"date",         "date-time",    "duration",
-                                           "email",        "hostname",     "ipv4",
-                                           "ipv6",         "json-pointer", "relative-json-pointer",
-                                           "time",         "uri",          "uri-reference",
-                                           "uri-template", "uuid"};
-  return *formats;
-}
-
-// The first keyword of `schema` (at any depth) that would not be enforced, as "multipleOf at
-// /properties/x", or "" when there is none.
-std::string UnenforcedKeyword(const json& schema, const std::string& path) {
-  if (schema.is_array()) {
-    for (size_t i = 0; i < schema.size(); ++i) {
-      std::string found = UnenforcedKeyword(schema[i], absl::StrCat(path, "/", i));
-      if (!found.empty()) return found;
-    }
-    return "";
-  }
-  if (!schema.is_object()) return "";
-  for (const char* keyword : kUnenforcedKeywords) {
-    if (schema.contains(keyword)) {
-      return absl::StrCat("keyword \"", keyword, "\" at ", path.empty() ? "/" : path);
-    }
-  }
-  if (const auto it = schema.find("format");
-      it != schema.end() && it->is_string() && !KnownFormats().contains(it->get<std::string>())) {
-    return absl::StrCat("format \"", it->get<std::string>(), "\" at ", path.empty() ? "/" : path);
-  }
-  for (const auto& [key, value] : schema.items()) {
-    // Under "properties" and "$defs" the keys are names, not keywords: look one level deeper.
-    const bool names =
-        key == "properties" || key == "$defs" || key == "definitions" || key == "patternProperties";
-    if (names && value.is_object()) {
-      for (const auto& [name, sub] : value.items()) {
-        std::string found = UnenforcedKeyword(sub, absl::StrCat(path, "/", key, "/", name));
-        if (!found.empty()) return found;
-      }
-    } else if (value.is_object() || value.is_array()) {
-      std::string found = UnenforcedKeyword(value, absl::StrCat(path, "/", key));
-      if (!found.empty()) return found;
-    }
-  }
-  return "";
-}
-
 // The choices as an EBNF alternation of string literals (JSON's escapes are the grammar's).
 std::string ChoiceGrammar(const std::vector<std::string>& choices) {
   std::string ebnf = "root ::= ";
@@ -105,14 +43,14 @@ std::string ChoiceGrammar(const std::vector<std::string>& choices) {
   return ebnf;
 }
 
-// Each token's bytes as xgrammar matches them; special tokens (control, user-defined, unknown)
-// as "", which xgrammar never lets a grammar produce: only the stop tokens end the output.
+// Each token's bytes as xgrammar matches them; control and unknown tokens as "", which xgrammar
+// never lets a grammar produce: only the stop tokens end the output. User-defined tokens are
+// text a family added as one token (Qwen's <tool_call>), which a grammar may well ask for.
 std::vector<std::string> GrammarVocabulary(const Tokenizer& tokenizer) {
   std::vector<std::string> vocab(tokenizer.vocab_size());
   for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
     const TokenType type = tokenizer.token_type(id);
-    if (type == TokenType::kControl || type == TokenType::kUserDefined ||
-        type == TokenType::kUnknown) {
+    if (type == TokenType::kControl || type == TokenType::kUnknown) {
       continue;
     }
     vocab[id] = std::string(tokenizer.TokenBytes(id));
@@ -156,7 +94,7 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compi
         if (!schema.is_object() && !schema.is_boolean()) {
           return Invalid(c, "the schema must be a JSON object");
         }
-        if (const std::string found = UnenforcedKeyword(schema, ""); !found.empty()) {
+        if (const std::string found = UnenforcedSchemaKeyword(schema); !found.empty()) {
           return Invalid(c, absl::StrCat("the schema's ", found, " is not supported"));
         }
         return std::make_shared<const CompiledConstraint>(compiler_->CompileJSONSchema(
@@ -181,6 +119,8 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compi
       }
       case OutputConstraint::Kind::kGrammar:
         return std::make_shared<const CompiledConstraint>(compiler_->CompileGrammar(c.spec));
+      case OutputConstraint::Kind::kStructuralTag:
+        return std::make_shared<const CompiledConstraint>(compiler_->CompileStructuralTag(c.spec));
     }
   } catch (const std::exception& e) {
     // xgrammar's messages describe the input (position, rule) after a "[time] file:line: "

@@ -53,9 +53,11 @@ struct Completed {
   Usage usage;
 };
 
-// Waits for every sample. The first failure cancels the others and is returned.
+// Waits for every sample. The first failure cancels the others and is returned. With
+// `tool_syntax`, each reply's tool calls are taken out of its text.
 absl::StatusOr<Completed> WaitAll(SampleStreams& samples, const std::atomic<bool>& stopping,
-                                  const HttpExchange& exchange) {
+                                  const HttpExchange& exchange,
+                                  std::optional<ToolCallSyntax> tool_syntax) {
   Completed result;
   result.choices.resize(samples.size());
   while (!samples.done()) {
@@ -79,6 +81,11 @@ absl::StatusOr<Completed> WaitAll(SampleStreams& samples, const std::atomic<bool
       return update.status;
     }
     choice.finish_reason = update.finish_reason.value_or(FinishReason::kStop);
+    if (tool_syntax.has_value()) {
+      ToolCallDelta parsed = ParseToolCalls(*tool_syntax, choice.text);
+      choice.text = std::move(parsed.content);
+      choice.tool_calls = std::move(parsed.calls);
+    }
     AddUsage(update, news->index, &result.usage);
   }
   return result;
@@ -90,6 +97,7 @@ struct EventStream {
   OpenAiResponder responder;
   bool include_usage = false;
   bool with_logprobs = false;
+  std::optional<ToolCallSyntax> tool_syntax;  // replies' tool calls streamed as tool_calls
 };
 
 // Writes the whole event stream to `exchange`. False when the client went away or the server
@@ -108,6 +116,11 @@ bool WriteEvents(EventStream& events, HttpExchange& exchange, const std::atomic<
     }
   }
   std::vector<int32_t> text_offsets(samples.size(), 0);
+  std::vector<ToolCallStream> tool_streams;
+  std::vector<int32_t> tool_calls(samples.size(), 0);  // calls streamed per sample
+  if (events.tool_syntax.has_value()) {
+    tool_streams.assign(samples.size(), ToolCallStream(*events.tool_syntax));
+  }
   Usage usage;
   while (!samples.done()) {
     if (stopping.load() || exchange.client_gone()) return give_up();
@@ -125,9 +138,37 @@ bool WriteEvents(EventStream& events, HttpExchange& exchange, const std::atomic<
       return true;
     }
     const bool has_logprobs = events.with_logprobs && !update.logprobs.empty();
-    if (update.text.empty() && !has_logprobs && !update.done) continue;
     std::optional<FinishReason> finish;
     if (update.done) finish = update.finish_reason;
+    if (!tool_streams.empty()) {
+      // Content as the parser releases it, each call once whole, the finish after them.
+      ToolCallDelta delta = tool_streams[i].Add(update.text);
+      if (update.done) {
+        ToolCallDelta tail = tool_streams[i].Finish();
+        delta.content += tail.content;
+      }
+      if (!delta.content.empty() || has_logprobs) {
+        if (!write(SseEvent(events.responder.DeltaChunk(i, delta.content, update.logprobs,
+                                                        std::nullopt, &text_offsets[i])))) {
+          return give_up();
+        }
+      }
+      if (!delta.calls.empty()) {
+        if (!write(SseEvent(events.responder.ToolCallsChunk(i, delta.calls, tool_calls[i])))) {
+          return give_up();
+        }
+        tool_calls[i] += static_cast<int32_t>(delta.calls.size());
+      }
+      if (update.done) {
+        if (!write(SseEvent(events.responder.DeltaChunk(i, "", {}, finish, &text_offsets[i],
+                                                        tool_calls[i] > 0)))) {
+          return give_up();
+        }
+        AddUsage(update, i, &usage);
+      }
+      continue;
+    }
+    if (update.text.empty() && !has_logprobs && !update.done) continue;
     const std::string event = SseEvent(
         events.responder.DeltaChunk(i, update.text, update.logprobs, finish, &text_offsets[i]));
     if (!write(event)) return give_up();
@@ -271,6 +312,7 @@ void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& requ
                                              : ParseChatRequest(request.body, model);
   if (!parsed.ok()) return exchange.Reply(ErrorReply(parsed.status()));
   const bool with_logprobs = parsed->params.logprobs >= 0;
+  const std::optional<ToolCallSyntax> tool_syntax = parsed->tool_syntax;
   absl::StatusOr<Streams> streams = engine->SubmitGenerate(std::move(parsed->params));
   if (!streams.ok()) {
     // The request's own fields are checked already: what the engine refuses is the prompt
@@ -290,7 +332,7 @@ void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& requ
 
   if (!parsed->stream) {
     SampleStreams samples(*std::move(streams));
-    absl::StatusOr<Completed> completed = WaitAll(samples, stopping_, exchange);
+    absl::StatusOr<Completed> completed = WaitAll(samples, stopping_, exchange, tool_syntax);
     HttpReply reply = completed.ok()
                           ? JsonReply(200, responder.Response(completed->choices, completed->usage))
                           : ErrorReply(completed.status());
@@ -300,7 +342,7 @@ void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& requ
     return exchange.Reply(std::move(reply));
   }
   EventStream events{SampleStreams(*std::move(streams)), std::move(responder),
-                     parsed->include_usage, with_logprobs};
+                     parsed->include_usage, with_logprobs, tool_syntax};
   HttpReply head{200, "text/event-stream", {{"Cache-Control", "no-cache"}, id_header}, ""};
   head.request_id = request_id;
   if (exchange.StartStream(head)) {

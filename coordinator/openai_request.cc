@@ -1,14 +1,18 @@
 #include "coordinator/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/openai_error.h"
+#include "coordinator/schema_keywords.h"
+#include "coordinator/tool_calls.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve {
@@ -237,35 +241,113 @@ absl::Status CheckToolCalls(const json& calls, const std::string& param) {
   return absl::OkStatus();
 }
 
-// `tools` for the chat template: null when absent, else [{"type": "function", "function":
-// {"name", ...}}] as sent. tool_choice may only leave the choice to the model: tpserve does not
-// force a call.
-absl::StatusOr<ordered_json> GetTools(const json& body, const ordered_json& ordered_body) {
+// What a request's tools are and how they may be called.
+struct RequestTools {
+  ordered_json as_sent;  // OpenAI's array as sent, for the chat template; null when absent
+  std::vector<ToolFunction> functions;
+  ToolChoice choice;
+};
+
+// OpenAI's rule for function names.
+bool IsToolName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+// `tools` ([{"type": "function", "function": {"name", "description"?, "parameters"?}}]),
+// `tool_choice` (none, auto, required, or {"type": "function", "function": {"name"}}; auto when
+// there are tools, else none) and `parallel_tool_calls` (default true).
+absl::StatusOr<RequestTools> GetTools(const json& body, const ordered_json& ordered_body) {
+  RequestTools out;
+  if (const json* tools = Find(body, "tools")) {
+    if (!tools->is_array()) return WrongType("tools", "an array", *tools);
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const std::string param = absl::StrCat("tools[", i, "]");
+      const json& tool = (*tools)[i];
+      if (!tool.is_object()) return WrongType(param, "an object", tool);
+      if (tool.value("type", json()) != "function") {
+        return InvalidField(param + ".type", "must be \"function\"");
+      }
+      const json* function = Find(tool, "function");
+      if (function == nullptr || !function->is_object()) {
+        return InvalidField(param + ".function", "is required and must be an object");
+      }
+      const json* name = Find(*function, "name");
+      if (name == nullptr || !name->is_string()) {
+        return InvalidField(param + ".function.name", "is required and must be a string");
+      }
+      ToolFunction parsed;
+      parsed.name = name->get<std::string>();
+      if (!IsToolName(parsed.name)) {
+        return InvalidField(param + ".function.name",
+                            "must be 1 to 64 letters, digits, underscores or dashes");
+      }
+      for (const ToolFunction& other : out.functions) {
+        if (other.name == parsed.name) {
+          return InvalidField(param + ".function.name", "names a function already offered");
+        }
+      }
+      parsed.parameters = ordered_json{{"type", "object"}};
+      if (const json* parameters = Find(*function, "parameters")) {
+        const std::string parameters_param = param + ".function.parameters";
+        if (!parameters->is_object()) return WrongType(parameters_param, "an object", *parameters);
+        if (const std::string found = UnenforcedSchemaKeyword(*parameters); !found.empty()) {
+          return InvalidField(parameters_param,
+                              absl::StrCat("the schema's ", found, " is not supported"));
+        }
+        parsed.parameters = ordered_body["tools"][i]["function"]["parameters"];
+      }
+      out.functions.push_back(std::move(parsed));
+    }
+    out.as_sent = ordered_body["tools"];
+  }
+  out.choice.mode = out.functions.empty() ? ToolChoiceMode::kNone : ToolChoiceMode::kAuto;
   if (const json* choice = Find(body, "tool_choice")) {
-    if (*choice != "none" && *choice != "auto") {
-      return InvalidField("tool_choice", "only \"none\" and \"auto\" are supported");
+    if (*choice == "none") {
+      out.choice.mode = ToolChoiceMode::kNone;
+    } else if (*choice == "auto") {
+      // Without tools there is nothing to choose from: the model answers in text.
+    } else if (*choice == "required") {
+      out.choice.mode = ToolChoiceMode::kRequired;
+    } else if (choice->is_object() && choice->value("type", json()) == "function") {
+      const json* function = Find(*choice, "function");
+      const json* name =
+          function != nullptr && function->is_object() ? Find(*function, "name") : nullptr;
+      if (name == nullptr || !name->is_string()) {
+        return InvalidField("tool_choice.function.name", "is required and must be a string");
+      }
+      out.choice.mode = ToolChoiceMode::kNamed;
+      out.choice.name = name->get<std::string>();
+      const bool offered =
+          std::any_of(out.functions.begin(), out.functions.end(),
+                      [&](const ToolFunction& f) { return f.name == out.choice.name; });
+      if (!offered) return InvalidField("tool_choice.function.name", "names no function in tools");
+    } else {
+      return InvalidField("tool_choice",
+                          "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                          "\"function\": {\"name\": ...}}");
+    }
+    if (out.functions.empty() && (out.choice.mode == ToolChoiceMode::kRequired ||
+                                  out.choice.mode == ToolChoiceMode::kNamed)) {
+      return InvalidField("tool_choice", "calls a function, but the request has no tools");
     }
   }
-  const json* tools = Find(body, "tools");
-  if (tools == nullptr) return ordered_json();
-  if (!tools->is_array()) return WrongType("tools", "an array", *tools);
-  for (size_t i = 0; i < tools->size(); ++i) {
-    const std::string param = absl::StrCat("tools[", i, "]");
-    const json& tool = (*tools)[i];
-    if (!tool.is_object()) return WrongType(param, "an object", tool);
-    if (tool.value("type", json()) != "function") {
-      return InvalidField(param + ".type", "must be \"function\"");
-    }
-    const json* function = Find(tool, "function");
-    if (function == nullptr || !function->is_object()) {
-      return InvalidField(param + ".function", "is required and must be an object");
-    }
-    const json* name = Find(*function, "name");
-    if (name == nullptr || !name->is_string()) {
-      return InvalidField(param + ".function.name", "is required and must be a string");
-    }
+  ASSIGN_OR_RETURN(const std::optional<bool> parallel, GetBool(body, "parallel_tool_calls"));
+  out.choice.parallel = parallel.value_or(true);
+  return out;
+}
+
+// `messages` with `text` in the system message: appended to the first message's when that is a
+// system message with text, else a system message of its own before them.
+ordered_json WithSystemText(ordered_json messages, const std::string& text) {
+  if (!messages.empty() && messages[0]["role"] == "system" && messages[0]["content"].is_string()) {
+    messages[0]["content"] = absl::StrCat(messages[0]["content"].get<std::string>(), "\n\n", text);
+  } else {
+    messages.insert(messages.begin(), ordered_json{{"role", "system"}, {"content", text}});
   }
-  return ordered_body["tools"];
+  return messages;
 }
 
 // A message's content: a string, or text parts joined by newlines (as vLLM joins them).
@@ -564,12 +646,28 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const Ser
   RETURN_IF_ERROR(ParseCommon(request_body, body, model, &request));
   // Parsed again with key order kept: templates print tools and tool calls as JSON.
   const ordered_json ordered_body = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-  ASSIGN_OR_RETURN(const ordered_json messages, GetMessages(request_body, ordered_body));
-  ASSIGN_OR_RETURN(const ordered_json tools, GetTools(request_body, ordered_body));
+  ASSIGN_OR_RETURN(ordered_json messages, GetMessages(request_body, ordered_body));
+  ASSIGN_OR_RETURN(const RequestTools request_tools, GetTools(request_body, ordered_body));
   if (model.chat_template == nullptr) {
     return InvalidField("messages",
                         "this model has no chat template that tpserve supports; "
                         "use /v1/completions");
+  }
+  ordered_json tools = request_tools.as_sent;
+  const bool may_call = request_tools.choice.mode != ToolChoiceMode::kNone;
+  const ToolCallFormat format = DetectToolCallFormat(model.chat_template->source());
+  if (!format.template_renders_tools) {
+    messages = FallbackToolTurns(std::move(messages));
+    if (may_call) messages = WithSystemText(std::move(messages), FallbackToolPrompt(tools));
+    tools = nullptr;
+  }
+  if (may_call) {
+    if (request.params.constraint.active()) {
+      return InvalidField(request.params.constraint.param, "cannot be combined with tools");
+    }
+    request.params.constraint =
+        ToolCallConstraint(format.syntax, request_tools.functions, request_tools.choice);
+    request.tool_syntax = format.syntax;
   }
   ordered_json template_variables;
   if (const json* kwargs = Find(request_body, "chat_template_kwargs")) {

@@ -3,7 +3,7 @@
 // openai_error.h that names the offending field: `param` "top_p", "messages[1].content",
 // "stop[3]"; unknown models are NOT_FOUND. Unknown fields are ignored (clients send extras such
 // as `user`); fields whose behaviour is not implemented (`echo`, `suffix`, `logit_bias`,
-// `functions`, a forced `tool_choice`) are refused when set to anything but their default,
+// `functions`) are refused when set to anything but their default,
 // rather than silently ignored.
 //
 // Accepted beyond OpenAI's fields, as vLLM accepts them: top_k (-1 or 0: off), min_p,
@@ -15,11 +15,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/sequence.h"
+#include "coordinator/tool_calls.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
 
@@ -41,6 +43,8 @@ struct OpenAiRequest {
   GenerateParams params;  // prompt tokenized (with BOS when the model wants it), defaults set
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a final chunk with usage
+  // Chat with tools the model may call: the syntax its calls are parsed in.
+  std::optional<ToolCallSyntax> tool_syntax;
 
   // The field errors about the prompt name (e.g. the engine's "longer than the context").
   const char* prompt_field() const {
@@ -58,7 +62,9 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
 // array of {"type": "text", "text": ...} parts (joined with newlines). The prompt is the model's
 // chat template applied with the generation prompt to the messages, `tools` (OpenAI's array, as
 // sent) and the members of `chat_template_kwargs`; what the template refuses is an error naming
-// `messages`. Tool calls in the model's output are not parsed.
+// `messages`. With tools and a tool_choice other than none, the output is constrained to the
+// family's call syntax (coordinator/tool_calls.h) and tool_syntax is set; a template that does
+// not render tools gets them described in the system message instead.
 absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const ServedModel& model);
 
 }  // namespace tpserve

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace tpserve {
 namespace {
@@ -34,8 +35,9 @@ json UsageJson(const Usage& usage) {
           {"prompt_tokens_details", {{"cached_tokens", usage.cached_prompt_tokens}}}};
 }
 
-json FinishReasonJson(std::optional<FinishReason> reason) {
+json FinishReasonJson(std::optional<FinishReason> reason, bool called_tools) {
   if (!reason.has_value()) return nullptr;
+  if (called_tools && *reason == FinishReason::kStop) return "tool_calls";
   return FinishReasonName(*reason);
 }
 
@@ -119,11 +121,17 @@ json OpenAiResponder::Response(const std::vector<ChoiceOutput>& choices, const U
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceOutput& c = choices[i];
     int32_t text_offset = 0;
+    const bool called_tools = !c.tool_calls.empty();
     json choice = {{"index", i},
                    {"logprobs", Logprobs(c.logprobs, &text_offset)},
-                   {"finish_reason", FinishReasonName(c.finish_reason)}};
+                   {"finish_reason", FinishReasonJson(c.finish_reason, called_tools)}};
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (called_tools) {
+        if (c.text.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] =
+            ToolCallsJson(static_cast<int32_t>(i), c.tool_calls, 0, /*numbered=*/false);
+      }
     } else {
       choice["text"] = c.text;
     }
@@ -146,12 +154,12 @@ json OpenAiResponder::RoleChunk(int32_t index) const {
 
 json OpenAiResponder::DeltaChunk(int32_t index, const std::string& text,
                                  absl::Span<const TokenLogprob> logprobs,
-                                 std::optional<FinishReason> finish_reason,
-                                 int32_t* text_offset) const {
+                                 std::optional<FinishReason> finish_reason, int32_t* text_offset,
+                                 bool called_tools) const {
   const bool chat = header_.endpoint == OpenAiEndpoint::kChatCompletions;
   json choice = {{"index", index},
                  {"logprobs", Logprobs(logprobs, text_offset)},
-                 {"finish_reason", FinishReasonJson(finish_reason)}};
+                 {"finish_reason", FinishReasonJson(finish_reason, called_tools)}};
   if (chat) {
     // The last chunk may carry no text: its delta is then empty, as OpenAI sends it.
     choice["delta"] = text.empty() ? json::object() : json{{"content", text}};
@@ -161,6 +169,34 @@ json OpenAiResponder::DeltaChunk(int32_t index, const std::string& text,
   json chunk = Object(chat ? "chat.completion.chunk" : "text_completion");
   chunk["choices"] = json::array({std::move(choice)});
   return chunk;
+}
+
+json OpenAiResponder::ToolCallsChunk(int32_t index, absl::Span<const ParsedToolCall> calls,
+                                     int32_t first) const {
+  json choice = {{"index", index},
+                 {"delta", {{"tool_calls", ToolCallsJson(index, calls, first, /*numbered=*/true)}}},
+                 {"logprobs", nullptr},
+                 {"finish_reason", nullptr}};
+  json chunk = Object("chat.completion.chunk");
+  chunk["choices"] = json::array({std::move(choice)});
+  return chunk;
+}
+
+json OpenAiResponder::ToolCallsJson(int32_t index, absl::Span<const ParsedToolCall> calls,
+                                    int32_t first, bool numbered) const {
+  // Unique within the response: the request's id, the sample and the call's place in its reply.
+  const std::string prefix =
+      absl::StrCat("call_", absl::StripPrefix(header_.id, "chatcmpl-"), "_", index, "_");
+  json list = json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const int32_t number = first + static_cast<int32_t>(k);
+    json call = {{"id", absl::StrCat(prefix, number)},
+                 {"type", "function"},
+                 {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
+    if (numbered) call["index"] = number;
+    list.push_back(std::move(call));
+  }
+  return list;
 }
 
 json OpenAiResponder::UsageChunk(const Usage& usage) const {

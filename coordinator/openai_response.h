@@ -2,9 +2,11 @@
 // (Completion, ChatCompletion, ChatCompletionChunk) read them:
 //
 //   text_completion        choices[{index, text, logprobs, finish_reason}], usage
-//   chat.completion        choices[{index, message{role, content}, logprobs, finish_reason}], usage
+//   chat.completion        choices[{index, message{role, content, tool_calls?}, logprobs,
+//                          finish_reason}], usage; content null when a reply is only calls
 //   streaming              text_completion chunks, or chat.completion.chunk with delta {role}
-//                          first, then {content}; finish_reason on a sample's last chunk; with
+//                          first, then {content} and {tool_calls}; finish_reason on a sample's
+//                          last chunk ("tool_calls" when its reply called tools); with
 //                          stream_options.include_usage a final chunk with choices [] and usage;
 //                          then `data: [DONE]`.
 //
@@ -27,6 +29,7 @@
 #include "absl/types/span.h"
 #include "coordinator/openai_request.h"
 #include "coordinator/request_stream.h"
+#include "coordinator/tool_call_parser.h"
 #include "model/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -50,9 +53,10 @@ struct Usage {
 
 // One finished sample, for the non-streaming response.
 struct ChoiceOutput {
-  std::string text;
+  std::string text;                    // with tool calls: the text outside them
   std::vector<TokenLogprob> logprobs;  // one per generated token when the request asked
   FinishReason finish_reason = FinishReason::kStop;
+  std::vector<ParsedToolCall> tool_calls;
 };
 
 // The token strings of logprobs come from `tokenizer`. `with_logprobs`: the request asked for
@@ -71,9 +75,15 @@ class OpenAiResponder {
   nlohmann::json RoleChunk(int32_t index) const;
   // New text and tokens of sample `index`; `finish_reason` on its last chunk. `text_offset`:
   // the sample's text_offset so far (legacy logprobs), advanced past these tokens.
+  // `called_tools`: the sample's reply called tools, so a "stop" is reported as "tool_calls".
   nlohmann::json DeltaChunk(int32_t index, const std::string& text,
                             absl::Span<const TokenLogprob> logprobs,
-                            std::optional<FinishReason> finish_reason, int32_t* text_offset) const;
+                            std::optional<FinishReason> finish_reason, int32_t* text_offset,
+                            bool called_tools = false) const;
+  // Chat only: whole calls of sample `index`, numbered from `first` within its reply, as
+  // delta.tool_calls [{index, id, type, function {name, arguments}}].
+  nlohmann::json ToolCallsChunk(int32_t index, absl::Span<const ParsedToolCall> calls,
+                                int32_t first) const;
   // The stream_options.include_usage chunk: choices [] and the usage of every sample.
   nlohmann::json UsageChunk(const Usage& usage) const;
 
@@ -84,6 +94,10 @@ class OpenAiResponder {
   nlohmann::json ChatLogprobs(absl::Span<const TokenLogprob> logprobs) const;
   std::string TokenString(int32_t id) const;
   nlohmann::json Object(const char* object_type) const;
+  // [{id, type, function}] of sample `index`'s calls numbered from `first`; with `numbered`, each
+  // also has its index (what a streamed delta carries).
+  nlohmann::json ToolCallsJson(int32_t index, absl::Span<const ParsedToolCall> calls, int32_t first,
+                               bool numbered) const;
 
   const ResponseHeader header_;
   const Tokenizer* const tokenizer_;

@@ -9,7 +9,8 @@
 namespace tpserve {
 
 struct OutputConstraint {
-  enum class Kind { kNone, kJson, kJsonSchema, kRegex, kChoice, kGrammar };
+  // kStructuralTag: xgrammar's structural tag (JSON text), which tool calling builds.
+  enum class Kind { kNone, kJson, kJsonSchema, kRegex, kChoice, kGrammar, kStructuralTag };
   Kind kind = Kind::kNone;
   std::string spec;                  // the schema (JSON text), regex or grammar
   std::vector<std::string> choices;  // kChoice

@@ -22,7 +22,8 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source, std::s
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("chat template: ", parsed.status().message()));
   }
-  return ChatTemplate(*std::move(parsed), std::move(bos_token), std::move(eos_token));
+  return ChatTemplate(*std::move(parsed), std::string(source), std::move(bos_token),
+                      std::move(eos_token));
 }
 
 absl::StatusOr<ChatTemplate> ChatTemplate::Load(const GgufFile& file, const Tokenizer& tokenizer,

@@ -41,16 +41,22 @@ class ChatTemplate {
   // One user message and the generation prompt, as the command-line tools send.
   absl::StatusOr<std::string> ApplyUserPrompt(const std::string& prompt) const;
 
+  // The Jinja source, for what it says about the family (coordinator/tool_calls.h).
+  const std::string& source() const { return source_; }
+
   // What strftime_now formats (Llama 3.1's date line); unset: the local time of each call.
   void set_now(const std::tm& now) { options_.now = now; }
 
  private:
-  ChatTemplate(jinja::Template source, std::string bos_token, std::string eos_token)
-      : template_(std::move(source)),
+  ChatTemplate(jinja::Template parsed, std::string source, std::string bos_token,
+               std::string eos_token)
+      : template_(std::move(parsed)),
+        source_(std::move(source)),
         bos_token_(std::move(bos_token)),
         eos_token_(std::move(eos_token)) {}
 
   jinja::Template template_;
+  std::string source_;
   std::string bos_token_;
   std::string eos_token_;
   jinja::RenderOptions options_;

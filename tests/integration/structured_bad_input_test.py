@@ -1,6 +1,7 @@
-"""structured_bad_input: malformed or unsupported constraints are refused with 400 naming the
-field (or the schema keyword) within 5 s, and the server serves a valid constrained request
-right after (real processes on 127.0.0.1, ports chosen at run time).
+"""structured_bad_input: malformed or unsupported constraints, and tool requests (unknown or
+badly named functions, parameters with a keyword that would not be enforced, a forced call
+without tools, tools beside response_format), are refused with 400 naming the field (or the
+schema keyword) within 5 s, and the server serves a valid constrained request right after (real processes on 127.0.0.1, ports chosen at run time).
 
     structured_bad_input_test.py --bin-dir BUILD/bin --model MODEL.gguf
 """
@@ -39,6 +40,27 @@ CASES = [
     ({"structured_outputs": {"json": 5}}, "structured_outputs.json", "schema"),
 ]
 
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+# Tool calling on /v1/chat/completions: (body fields, param, words in the message).
+TOOL_CASES = [
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+     "tool_choice.function.name", "no function"),
+    ({"tool_choice": "required"}, "tool_choice", "no tools"),
+    ({"tools": [WEATHER], "tool_choice": "always"}, "tool_choice", "required"),
+    ({"tools": [{"type": "function", "function": {"name": "get weather!"}}]},
+     "tools[0].function.name", "letters"),
+    ({"tools": [WEATHER, WEATHER]}, "tools[1].function.name", "already"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}}}}]},
+     "tools[0].function.parameters", "multipleOf"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "none"}}]},
+     "tools[0].function.parameters", "object"),
+    ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "response_format",
+     "combined with tools"),
+    ({"tools": [WEATHER], "parallel_tool_calls": "yes"}, "parallel_tool_calls", "boolean"),
+]
+
 
 def post(url, body):
     request = urllib.request.Request(url, json.dumps(body).encode(),
@@ -71,6 +93,22 @@ class StructuredBadInput(unittest.TestCase):
                                       "guided_choice": ["left", "right"]})
             self.assertEqual(status, 200, body)
             self.assertIn(body["choices"][0]["text"], ["left", "right"])
+
+    def test_each_bad_tool_request_is_named_and_the_server_serves_on(self):
+        url = self.cluster.http_url + "/v1/chat/completions"
+        messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+        for fields, param, words in TOOL_CASES:
+            start = time.monotonic()
+            status, body = post(url, dict({"messages": messages, "max_tokens": 4}, **fields))
+            self.assertEqual(status, 400, (fields, body))
+            self.assertEqual(body["error"]["param"], param, (fields, body))
+            self.assertIn(words, body["error"]["message"], fields)
+            self.assertLess(time.monotonic() - start, BOUND_S, fields)
+            status, body = post(url, {"messages": messages, "max_tokens": 40, "tools": [WEATHER],
+                                      "tool_choice": "required"})
+            self.assertEqual(status, 200, body)
+            self.assertEqual(body["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+                             "get_weather")
 
 
 if __name__ == "__main__":

@@ -236,8 +236,8 @@ TEST_F(OpenAiRequestTest, ConstraintsFromEachField) {
       {R"("guided_json": "{\"type\": \"integer\"}")", OutputConstraint::Kind::kJsonSchema,
        R"({"type": "integer"})", "guided_json"},
       {R"("guided_regex": "[0-9]+")", OutputConstraint::Kind::kRegex, "[0-9]+", "guided_regex"},
-      {R"("guided_grammar": "root ::= \"a\"")", OutputConstraint::Kind::kGrammar,
-       R"(root ::= "a")", "guided_grammar"},
+      {R"("guided_grammar": "root ::= \"a\"")", OutputConstraint::Kind::kGrammar, R"(root ::= "a")",
+       "guided_grammar"},
       {R"("structured_outputs": {"regex": "x+"})", OutputConstraint::Kind::kRegex, "x+",
        "structured_outputs.regex"},
       {R"("structured_outputs": {"json_object": true})", OutputConstraint::Kind::kJson, "",
@@ -346,11 +346,13 @@ TEST_F(OpenAiRequestTest, ChatDefaults) {
   EXPECT_EQ(with_logprobs->params.logprobs, 0);
 }
 
-// Tools, tool calls and tool results reach the template as the client sent them, key order
-// kept; what the template refuses is a 400 naming messages.
+// Tools, tool calls and tool results reach a template that renders tools (one that writes
+// <tool_call>, as Qwen's) as the client sent them, key order kept; what the template refuses is
+// a 400 naming messages.
 TEST_F(OpenAiRequestTest, ChatPassesToolsToTheTemplate) {
   auto chat = ChatTemplate::Parse(
-      "{% for t in tools or [] %}{{ t | tojson }}\n{% endfor %}{% for m in messages %}"
+      "{#- calls are written <tool_call> ... -#}{% for t in tools or [] %}{{ t | tojson }}\n{% "
+      "endfor %}{% for m in messages %}"
       "{{ m.role }}:{% if m.tool_calls %}{{ m.tool_calls[0].function | tojson }}{% else %}"
       "{{ m.content }}{% endif %}{% if m.tool_call_id %}@{{ m.tool_call_id }}{% endif %}{{ '\\n' }}"
       "{% endfor %}{% if kind is defined %}{{ kind }}{% endif %}"
@@ -395,6 +397,48 @@ TEST_F(OpenAiRequestTest, ChatPassesToolsToTheTemplate) {
        "chat_template_kwargs"},
   };
   for (const BadCase& c : cases) ExpectRefused(ParseChatRequest(c.body, model), c);
+}
+
+// SmolLM2's template knows nothing of tools: they are described in the system message, earlier
+// calls and results written as text, and tool_choice becomes the constraint of the Hermes syntax.
+TEST_F(OpenAiRequestTest, ToolsForATemplateWithoutThem) {
+  const std::string tools =
+      R"("tools": [{"type": "function", "function": {"name": "get_weather", "parameters":
+          {"type": "object", "properties": {"city": {"type": "string"}}}}}])";
+  const std::string messages = R"("messages": [{"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+       "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "cold"}])";
+  const auto parsed = ParseChatRequest("{" + messages + "," + tools + "}", Model());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const std::string prompt = tokenizer_->Decode(parsed->params.prompt);
+  EXPECT_NE(prompt.find("<|im_start|>system\nYou may call functions"), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find(R"({"type":"function","function":{"name":"get_weather")"),
+            std::string::npos)
+      << prompt;
+  EXPECT_NE(prompt.find("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", "
+                        "\"arguments\": {\"city\":\"Oslo\"}}\n</tool_call>"),
+            std::string::npos)
+      << prompt;
+  EXPECT_NE(prompt.find("<|im_start|>user\n<tool_response>\ncold\n</tool_response>"),
+            std::string::npos)
+      << prompt;
+  ASSERT_TRUE(parsed->tool_syntax.has_value());
+  EXPECT_EQ(*parsed->tool_syntax, ToolCallSyntax::kHermes);
+  EXPECT_EQ(parsed->params.constraint.kind, OutputConstraint::Kind::kStructuralTag);
+  EXPECT_EQ(parsed->params.constraint.param, "tools");  // auto
+
+  const auto required =
+      ParseChatRequest("{" + messages + "," + tools + R"(, "tool_choice": "required"})", Model());
+  ASSERT_TRUE(required.ok()) << required.status();
+  EXPECT_EQ(required->params.constraint.param, "tool_choice");
+  const auto none =
+      ParseChatRequest("{" + messages + "," + tools + R"(, "tool_choice": "none"})", Model());
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->tool_syntax.has_value());
+  EXPECT_FALSE(none->params.constraint.active());
+  EXPECT_EQ(tokenizer_->Decode(none->params.prompt).find("You may call functions"),
+            std::string::npos);
 }
 
 TEST_F(OpenAiRequestTest, ChatWithoutTemplateIsRefused) {
