@@ -71,6 +71,8 @@ struct Flags {
   std::string admin_key_file;
   bool no_prefix_cache = false;
   bool no_jump_forward = false;
+  std::string speculative = "none";
+  int num_speculative_tokens = 4;
   int ready_timeout_s = 600;
   std::string prompt;
   int max_tokens = 64;
@@ -164,6 +166,9 @@ absl::Status Serve(const Flags& flags) {
   }
   if (flags.no_prefix_cache) options.coordinator_args.push_back("--no-prefix-cache");
   if (flags.no_jump_forward) options.coordinator_args.push_back("--no-jump-forward");
+  options.coordinator_args.push_back(absl::StrCat("--speculative=", flags.speculative));
+  options.coordinator_args.push_back(
+      absl::StrCat("--num-speculative-tokens=", flags.num_speculative_tokens));
   if (!flags.chat_template.empty()) {
     options.coordinator_args.push_back(absl::StrCat("--chat-template=", flags.chat_template));
   }
@@ -302,6 +307,14 @@ int main(int argc, char** argv) {
                "turn off the RadixAttention prefix cache");
   app.add_flag("--no-jump-forward", flags.no_jump_forward,
                "sample every token of constrained output, also where the constraint forces it");
+  app.add_option("--speculative", flags.speculative,
+                 "speculative decoding: 'ngram' (prompt lookup, verified losslessly) or 'none'")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "ngram"}));
+  app.add_option("--num-speculative-tokens", flags.num_speculative_tokens,
+                 "most tokens proposed per sequence and step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
   app.add_option("--ready-timeout", flags.ready_timeout_s, "seconds to wait for the cluster")
       ->check(CLI::PositiveNumber);
   app.add_option("--prompt", flags.prompt, "answer this chat prompt once the cluster is ready");

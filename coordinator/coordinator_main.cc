@@ -71,6 +71,11 @@ struct Flags {
   int max_num_seqs = 256;
   bool no_prefix_cache = false;
   bool no_jump_forward = false;
+  std::string speculative = "none";  // "ngram": prompt-lookup proposals
+  int num_speculative_tokens = 4;
+  int spec_disable_batch_size = 8;
+  int ngram_min = 2;
+  int ngram_max = 4;
   int http_port = 8000;   // -1: no HTTP
   std::string http_host;  // empty: --host
   std::string http_port_file;
@@ -386,6 +391,10 @@ int Run(const Flags& flags) {
   options.max_step_attention = flags.max_step_attention;
   options.enable_prefix_cache = !flags.no_prefix_cache;
   options.jump_forward = !flags.no_jump_forward;
+  options.num_speculative_tokens = flags.speculative == "ngram" ? flags.num_speculative_tokens : 0;
+  options.spec_disable_batch_size = flags.spec_disable_batch_size;
+  options.ngram.min_n = flags.ngram_min;
+  options.ngram.max_n = std::max(flags.ngram_min, flags.ngram_max);
   options.max_queued_requests = flags.max_queued_requests;
   Engine engine(options, &pool, tokenizer->get());
   engine.SetMetrics(&metrics);
@@ -402,11 +411,11 @@ int Run(const Flags& flags) {
     LogInfo(kLog,
             "serving: %d ranks, %d KV blocks of %d tokens, context %d, vocab %d, %d weight "
             "bytes in all; up to %d sequences and %d tokens per step, prefix cache %s, "
-            "jump-forward %s",
+            "jump-forward %s, speculative %s",
             flags.world_size, options.num_blocks, options.block_size, options.context_length,
             options.vocab_size, loaded->weight_bytes, options.max_num_seqs,
             options.max_num_batched_tokens, options.enable_prefix_cache ? "on" : "off",
-            options.jump_forward ? "on" : "off");
+            options.jump_forward ? "on" : "off", flags.speculative);
     if (stop.HasBeenNotified()) LogInfo(kLog, "stop requested during start-up");
     stop.WaitForNotification();
   }
@@ -487,6 +496,26 @@ int main(int argc, char** argv) {
                "turn off the RadixAttention prefix cache");
   app.add_flag("--no-jump-forward", flags.no_jump_forward,
                "sample every token of constrained output, also where the constraint forces it");
+  app.add_option("--speculative", flags.speculative,
+                 "speculative decoding: 'ngram' proposes the tokens that followed the latest "
+                 "earlier occurrence of a sequence's last tokens (prompt lookup), verified "
+                 "losslessly by rank 0; 'none' to decode one token per step")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "ngram"}));
+  app.add_option("--num-speculative-tokens", flags.num_speculative_tokens,
+                 "most tokens proposed per sequence and step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
+  app.add_option("--spec-disable-batch-size", flags.spec_disable_batch_size,
+                 "no proposals in steps with more decoding sequences than this")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
+  app.add_option("--ngram-min", flags.ngram_min, "ngram: shortest suffix matched")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--ngram-max", flags.ngram_max, "ngram: longest suffix tried first")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_option("--block-size", flags.block_size, "tokens per KV block")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));

@@ -46,6 +46,9 @@ SchedulerOptions ToSchedulerOptions(const EngineOptions& options, const Tokenize
   s.vocab_size = options.vocab_size;
   s.end_of_generation_ids = tokenizer.end_of_generation_ids();
   s.jump_forward = jump_forward;
+  s.num_speculative_tokens = options.num_speculative_tokens;
+  s.spec_disable_batch_size = options.spec_disable_batch_size;
+  s.ngram = options.ngram;
   return s;
 }
 
@@ -408,11 +411,19 @@ void Engine::PublishStats() {
   stats.num_waiting = scheduler_.num_waiting();
   stats.counters = scheduler_.counters();
   if (Metrics* metrics = metrics_.load(); metrics != nullptr) {
-    metrics->SetEngineState(
-        stats.num_running, stats.num_waiting,
-        stats.blocks_total > 0 ? static_cast<double>(stats.blocks_used()) / stats.blocks_total : 0,
-        stats.counters.num_preemptions, stats.prefix_cache.query_tokens,
-        stats.prefix_cache.hit_tokens, stats.counters.jump_forward_tokens);
+    EngineState state;
+    state.num_running = stats.num_running;
+    state.num_waiting = stats.num_waiting;
+    state.kv_cache_usage =
+        stats.blocks_total > 0 ? static_cast<double>(stats.blocks_used()) / stats.blocks_total : 0;
+    state.num_preemptions = stats.counters.num_preemptions;
+    state.prefix_cache_query_tokens = stats.prefix_cache.query_tokens;
+    state.prefix_cache_hit_tokens = stats.prefix_cache.hit_tokens;
+    state.jump_forward_tokens = stats.counters.jump_forward_tokens;
+    state.spec_drafts = stats.counters.spec_drafts;
+    state.spec_draft_tokens = stats.counters.spec_draft_tokens;
+    state.spec_accepted_tokens = stats.counters.spec_accepted_tokens;
+    metrics->SetEngineState(state);
   }
   absl::MutexLock lock(&stats_mutex_);
   stats_ = stats;

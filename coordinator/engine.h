@@ -53,6 +53,10 @@ struct EngineOptions {
   // Constrained samples append the text their constraint forces without sampling it
   // (JumpForward).
   bool jump_forward = true;
+  // Speculative decoding (SchedulerOptions::num_speculative_tokens): 0 is off.
+  int32_t num_speculative_tokens = 0;
+  int32_t spec_disable_batch_size = 8;
+  NgramOptions ngram;
   // Requests waiting for their first step beyond which new ones are refused with
   // RESOURCE_EXHAUSTED; 0: no limit.
   int32_t max_queued_requests = 0;

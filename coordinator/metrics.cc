@@ -136,17 +136,9 @@ void Metrics::AddAuthFailure(const std::string& surface) {
   ++auth_failures_[surface];
 }
 
-void Metrics::SetEngineState(int64_t num_running, int64_t num_waiting, double kv_cache_usage,
-                             int64_t num_preemptions, int64_t prefix_cache_query_tokens,
-                             int64_t prefix_cache_hit_tokens, int64_t jump_forward_tokens) {
+void Metrics::SetEngineState(const EngineState& state) {
   absl::MutexLock lock(&mutex_);
-  num_running_ = num_running;
-  num_waiting_ = num_waiting;
-  kv_cache_usage_ = kv_cache_usage;
-  num_preemptions_ = num_preemptions;
-  prefix_cache_queries_ = prefix_cache_query_tokens;
-  prefix_cache_hits_ = prefix_cache_hit_tokens;
-  jump_forward_tokens_ = jump_forward_tokens;
+  engine_ = state;
 }
 
 std::string Metrics::RenderPrometheus() const {
@@ -186,12 +178,12 @@ std::string Metrics::RenderPrometheus() const {
             "Histogram of time spent waiting in the queue in seconds.", queue_);
 
   single("tpserve:num_requests_running", "gauge", "Number of requests in the running batch.",
-         absl::StrCat(num_running_));
+         absl::StrCat(engine_.num_running));
   single("tpserve:num_requests_waiting", "gauge", "Number of requests waiting to be scheduled.",
-         absl::StrCat(num_waiting_));
+         absl::StrCat(engine_.num_waiting));
   single("tpserve:kv_cache_usage_perc", "gauge",
          "Fraction of KV cache blocks held by requests (1 means all).",
-         FormatDouble(kv_cache_usage_));
+         FormatDouble(engine_.kv_cache_usage));
 
   single("tpserve:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
          absl::StrCat(prompt_tokens_));
@@ -199,15 +191,23 @@ std::string Metrics::RenderPrometheus() const {
          absl::StrCat(generation_tokens_));
   single("tpserve:prefix_cache_queries_total", "counter",
          "Prefix cache queries, in number of prompt tokens looked up.",
-         absl::StrCat(prefix_cache_queries_));
+         absl::StrCat(engine_.prefix_cache_query_tokens));
   single("tpserve:prefix_cache_hits_total", "counter",
          "Prefix cache hits, in number of prompt tokens found cached.",
-         absl::StrCat(prefix_cache_hits_));
+         absl::StrCat(engine_.prefix_cache_hit_tokens));
   single("tpserve:num_preemptions_total", "counter", "Number of requests preempted.",
-         absl::StrCat(num_preemptions_));
+         absl::StrCat(engine_.num_preemptions));
   single("tpserve:jump_forward_tokens_total", "counter",
          "Generated tokens that an output constraint forced, appended without sampling.",
-         absl::StrCat(jump_forward_tokens_));
+         absl::StrCat(engine_.jump_forward_tokens));
+  single("tpserve:spec_decode_num_drafts_total", "counter",
+         "Speculative decoding: steps in which a request's proposed tokens were verified.",
+         absl::StrCat(engine_.spec_drafts));
+  single("tpserve:spec_decode_num_draft_tokens_total", "counter",
+         "Speculative decoding: tokens proposed.", absl::StrCat(engine_.spec_draft_tokens));
+  single("tpserve:spec_decode_num_accepted_tokens_total", "counter",
+         "Speculative decoding: proposed tokens accepted.",
+         absl::StrCat(engine_.spec_accepted_tokens));
 
   constexpr absl::string_view kSuccess = "tpserve:request_success_total";
   AppendHeader(out, kSuccess, "counter", "Number of finished requests, by finished reason.");

@@ -7,6 +7,8 @@
 //   counters    tpserve:prompt_tokens_total, tpserve:generation_tokens_total,
 //               tpserve:prefix_cache_queries_total, tpserve:prefix_cache_hits_total (tokens),
 //               tpserve:num_preemptions_total, tpserve:jump_forward_tokens_total,
+//               tpserve:spec_decode_num_drafts_total, tpserve:spec_decode_num_draft_tokens_total,
+//               tpserve:spec_decode_num_accepted_tokens_total (speculative decoding),
 //               tpserve:request_success_total{finished_reason},
 //               tpserve:auth_failures_total{surface} (refused credentials: http, inference,
 //               admin, cluster; common/auth_refusal.h)
@@ -28,6 +30,20 @@
 
 namespace tpserve {
 
+// What the engine counts itself: gauges, and totals since start.
+struct EngineState {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  double kv_cache_usage = 0;  // fraction of the KV blocks requests hold
+  int64_t num_preemptions = 0;
+  int64_t prefix_cache_query_tokens = 0;
+  int64_t prefix_cache_hit_tokens = 0;
+  int64_t jump_forward_tokens = 0;
+  int64_t spec_drafts = 0;  // speculative decoding: steps of a sequence with proposals
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
+};
+
 class Metrics {
  public:
   explicit Metrics(std::string model_name);
@@ -45,9 +61,7 @@ class Metrics {
   void AddAuthFailure(const std::string& surface);
 
   // What the engine counts itself, as of its last step: cumulative values and gauges.
-  void SetEngineState(int64_t num_running, int64_t num_waiting, double kv_cache_usage,
-                      int64_t num_preemptions, int64_t prefix_cache_query_tokens,
-                      int64_t prefix_cache_hit_tokens, int64_t jump_forward_tokens);
+  void SetEngineState(const EngineState& state);
 
   // The whole exposition, ending in a newline.
   std::string RenderPrometheus() const;
@@ -75,13 +89,7 @@ class Metrics {
   int64_t generation_tokens_ ABSL_GUARDED_BY(mutex_) = 0;
   std::map<std::string, int64_t> request_success_ ABSL_GUARDED_BY(mutex_);
   std::map<std::string, int64_t> auth_failures_ ABSL_GUARDED_BY(mutex_);
-  int64_t num_running_ ABSL_GUARDED_BY(mutex_) = 0;
-  int64_t num_waiting_ ABSL_GUARDED_BY(mutex_) = 0;
-  double kv_cache_usage_ ABSL_GUARDED_BY(mutex_) = 0;
-  int64_t num_preemptions_ ABSL_GUARDED_BY(mutex_) = 0;
-  int64_t jump_forward_tokens_ ABSL_GUARDED_BY(mutex_) = 0;
-  int64_t prefix_cache_queries_ ABSL_GUARDED_BY(mutex_) = 0;
-  int64_t prefix_cache_hits_ ABSL_GUARDED_BY(mutex_) = 0;
+  EngineState engine_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace tpserve

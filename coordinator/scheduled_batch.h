@@ -17,6 +17,9 @@ struct ScheduledBatch {
     int32_t start = 0;        // position of the first token run (seq->num_computed)
     int32_t num_tokens = 0;   // runs seq->tokens[start, start + num_tokens)
     std::vector<int32_t> new_block_ids;  // appended to the sequence's block table
+    // Speculative decoding: tokens proposed after the last one, run at the next positions and
+    // verified by rank 0 (the block table covers them).
+    std::vector<int32_t> drafts;
 
     // This step reaches the end of the known tokens: a Generate entry samples the next one.
     bool completes() const {
@@ -29,7 +32,7 @@ struct ScheduledBatch {
   bool empty() const { return entries.empty(); }
   int32_t num_tokens() const {
     int32_t n = 0;
-    for (const Entry& e : entries) n += e.num_tokens;
+    for (const Entry& e : entries) n += e.num_tokens + static_cast<int32_t>(e.drafts.size());
     return n;
   }
 };

@@ -147,6 +147,10 @@ ScheduledBatch Scheduler::Schedule() {
     decode_attention += StepAttention(seq->num_computed, 1);
   }
 
+  // Speculation pays where the batch leaves the products short of rows.
+  const bool speculate =
+      options_.num_speculative_tokens > 0 && decode_tokens <= options_.spec_disable_batch_size;
+
   // Running sequences first: decodes and the next chunks of prefills.
   bool preempted = false;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
@@ -161,8 +165,11 @@ ScheduledBatch Scheduler::Schedule() {
                     !prefill_taken);
     }
     if (n <= 0) continue;
+    std::vector<int32_t> drafts;
+    if (speculate && Decoding(seq)) drafts = Proposals(seq, budget - n);
+    const int32_t k = static_cast<int32_t>(drafts.size());
     const int32_t needed =
-        BlocksFor(seq.num_computed + n) - static_cast<int32_t>(seq.block_ids.size());
+        BlocksFor(seq.num_computed + n + k) - static_cast<int32_t>(seq.block_ids.size());
     std::optional<std::vector<int32_t>> ids;
     bool self_preempted = false;
     while (!(ids = AllocateBlocks(needed))) {
@@ -173,8 +180,10 @@ ScheduledBatch Scheduler::Schedule() {
     }
     if (self_preempted) break;
     seq.block_ids.insert(seq.block_ids.end(), ids->begin(), ids->end());
-    batch.entries.push_back({&seq, false, seq.num_computed, n, std::move(*ids)});
+    batch.entries.push_back({&seq, false, seq.num_computed, n, std::move(*ids), drafts});
     take(seq, n);
+    budget -= k;
+    attention -= StepAttention(seq.num_computed, n + k) - StepAttention(seq.num_computed, n);
   }
 
   // Then waiting sequences, FCFS. Not in a step that had to preempt: the pool is full and
@@ -202,7 +211,7 @@ ScheduledBatch Scheduler::Schedule() {
     seq.seq_id = next_seq_id_++;
     seq.known_to_workers = true;
     // A new sequence's table on the workers starts empty: send all of it, cached prefix too.
-    batch.entries.push_back({&seq, true, seq.num_computed, n, seq.block_ids});
+    batch.entries.push_back({&seq, true, seq.num_computed, n, seq.block_ids, {}});
     take(seq, n);
     running_.push_back(std::move(*it));
     it = waiting_.erase(it);
@@ -229,7 +238,7 @@ std::vector<SequenceUpdate> Scheduler::Postprocess(const ScheduledBatch& batch,
     update.seq = &seq;
     const bool produced = seq.kind == Sequence::Kind::kScore
                               ? PostprocessScore(entry, output, &update)
-                              : entry.completes() && PostprocessGenerate(output, &update);
+                              : entry.completes() && PostprocessGenerate(entry, output, &update);
     if (!produced) continue;
     if (!update.error.ok()) {
       update.error = absl::InternalError(
@@ -258,7 +267,21 @@ bool Scheduler::PostprocessScore(const ScheduledBatch::Entry& entry,
   return seq.num_computed == static_cast<int32_t>(seq.tokens.size());
 }
 
-bool Scheduler::PostprocessGenerate(const v1::SequenceOutput* output, SequenceUpdate* update) {
+std::vector<int32_t> Scheduler::Proposals(const Sequence& seq, int32_t budget) const {
+  if (seq.kind != Sequence::Kind::kGenerate || seq.token_matcher != nullptr) return {};
+  // Every accepted proposal and the token after them are generated: they must fit max_tokens
+  // and the context.
+  int64_t k = std::min(options_.num_speculative_tokens, budget);
+  if (seq.params.max_tokens > 0) {
+    k = std::min<int64_t>(k, seq.params.max_tokens - seq.num_generated() - 1);
+  }
+  k = std::min<int64_t>(k, options_.context_length - static_cast<int64_t>(seq.tokens.size()) - 1);
+  if (k <= 0) return {};
+  return ProposeNgram(seq.tokens, options_.ngram, static_cast<int32_t>(k));
+}
+
+bool Scheduler::PostprocessGenerate(const ScheduledBatch::Entry& entry,
+                                    const v1::SequenceOutput* output, SequenceUpdate* update) {
   Sequence& seq = *update->seq;
   if (output == nullptr || output->token_ids().empty()) {
     update->error = absl::InternalError("returned no token");
@@ -270,6 +293,24 @@ bool Scheduler::PostprocessGenerate(const v1::SequenceOutput* output, SequenceUp
       return true;
     }
   }
+  // Rank 0 returns the proposals it accepted, in order, then the token after them; the accepted
+  // ones are computed (their K/V written at their positions), the rejected ones' positions are
+  // written again by the next step.
+  const int32_t accepted = output->token_ids_size() - 1;
+  if (accepted > static_cast<int32_t>(entry.drafts.size()) ||
+      !std::equal(entry.drafts.begin(), entry.drafts.begin() + accepted,
+                  output->token_ids().begin())) {
+    update->error = absl::InternalError(absl::StrCat(
+        "returned ", output->token_ids_size(), " tokens that are not the accepted prefix of ",
+        entry.drafts.size(), " proposals and one more"));
+    return true;
+  }
+  if (!entry.drafts.empty()) {
+    ++counters_.spec_drafts;
+    counters_.spec_draft_tokens += static_cast<int64_t>(entry.drafts.size());
+    counters_.spec_accepted_tokens += accepted;
+  }
+  seq.num_computed += accepted;
   for (int i = 0; i < output->token_ids_size(); ++i) {
     const int32_t token = output->token_ids(i);
     std::vector<int32_t> appended = {token};

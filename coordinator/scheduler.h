@@ -41,6 +41,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "coordinator/block_pool.h"
 #include "coordinator/jump_forward.h"
+#include "coordinator/ngram_proposer.h"
 #include "coordinator/prefix_cache.h"
 #include "coordinator/request_stream.h"
 #include "coordinator/scheduled_batch.h"
@@ -66,11 +67,21 @@ struct SchedulerOptions {
   // Constrained samples append what their constraint forces without sampling it (null: they
   // sample every token). Requests that ask for log-probabilities sample every token.
   const JumpForward* jump_forward = nullptr;
+  // Speculative decoding by n-gram proposals (0: off): a decoding sequence runs its last token
+  // and up to this many proposed tokens, which rank 0 verifies in the same step. Not for
+  // constrained samples, nor in steps with more decoding sequences than spec_disable_batch_size,
+  // where the batch already fills the products.
+  int32_t num_speculative_tokens = 0;
+  int32_t spec_disable_batch_size = 8;
+  NgramOptions ngram;
 };
 
 struct SchedulerCounters {
   int64_t num_preemptions = 0;
-  int64_t jump_forward_tokens = 0;  // appended without sampling
+  int64_t jump_forward_tokens = 0;   // appended without sampling
+  int64_t spec_drafts = 0;           // steps of a sequence that carried proposals
+  int64_t spec_draft_tokens = 0;     // tokens proposed
+  int64_t spec_accepted_tokens = 0;  // of those, accepted
 };
 
 // The attention work of running `num_tokens` tokens from position `start`: the tokens times the
@@ -147,8 +158,11 @@ class Scheduler {
   // `update`, with its log-probabilities from `output`'s row `row` when `output` is not null.
   std::optional<FinishReason> Emit(Sequence& seq, int32_t token, const v1::SequenceOutput* output,
                                    int row, SequenceUpdate* update);
+  // Proposed tokens for a decoding sequence this step (empty: none), at most `budget`.
+  std::vector<int32_t> Proposals(const Sequence& seq, int32_t budget) const;
   // Postprocess of one entry: false when it produced nothing to stream.
-  bool PostprocessGenerate(const v1::SequenceOutput* output, SequenceUpdate* update);
+  bool PostprocessGenerate(const ScheduledBatch::Entry& entry, const v1::SequenceOutput* output,
+                           SequenceUpdate* update);
   bool PostprocessScore(const ScheduledBatch::Entry& entry, const v1::SequenceOutput* output,
                         SequenceUpdate* update);
 

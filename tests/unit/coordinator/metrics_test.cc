@@ -259,8 +259,8 @@ const std::vector<Scenario>& Scenarios() {
       {"EngineStateIsAbsoluteNotAdded",
        "m",
        [](Metrics& m) {
-         m.SetEngineState(3, 7, 0.25, 5, 1000, 640, 40);
-         m.SetEngineState(2, 0, 0.5, 6, 1200, 700, 52);
+         m.SetEngineState({3, 7, 0.25, 5, 1000, 640, 40, 9, 30, 21});
+         m.SetEngineState({2, 0, 0.5, 6, 1200, 700, 52, 10, 34, 22});
        },
        {
            "tpserve:num_requests_running{model_name=\"m\"} 2",
@@ -270,6 +270,9 @@ const std::vector<Scenario>& Scenarios() {
            "tpserve:prefix_cache_queries_total{model_name=\"m\"} 1200",
            "tpserve:prefix_cache_hits_total{model_name=\"m\"} 700",
            "tpserve:jump_forward_tokens_total{model_name=\"m\"} 52",
+           "tpserve:spec_decode_num_drafts_total{model_name=\"m\"} 10",
+           "tpserve:spec_decode_num_draft_tokens_total{model_name=\"m\"} 34",
+           "tpserve:spec_decode_num_accepted_tokens_total{model_name=\"m\"} 22",
        },
        {
            "tpserve:num_preemptions_total{model_name=\"m\"} 11",
@@ -277,13 +280,15 @@ const std::vector<Scenario>& Scenarios() {
        }},
       {"KvCacheUsagePrintsShortest",
        "m",
-       [](Metrics& m) { m.SetEngineState(0, 0, 0.1, 0, 0, 0, 0); },
+       [](Metrics& m) {
+         m.SetEngineState({0, 0, 0.1});
+       },
        {"tpserve:kv_cache_usage_perc{model_name=\"m\"} 0.1"},
        {}},
       {"LabelValuesAreEscaped",
        "dir\\name \"q\"\nx",
        [](Metrics& m) {
-         m.SetEngineState(1, 0, 0, 0, 0, 0, 0);
+         m.SetEngineState({1});
          m.AddRequestSuccess("a\"b\\c\nd");
        },
        {
@@ -352,6 +357,9 @@ TEST(MetricsTest, EveryFamilyHasItsSamples) {
       {"tpserve:prefix_cache_hits_total", 1},
       {"tpserve:num_preemptions_total", 1},
       {"tpserve:jump_forward_tokens_total", 1},
+      {"tpserve:spec_decode_num_drafts_total", 1},
+      {"tpserve:spec_decode_num_draft_tokens_total", 1},
+      {"tpserve:spec_decode_num_accepted_tokens_total", 1},
       {"tpserve:request_success_total", 3},
       {"tpserve:auth_failures_total", 4},
   };
@@ -386,7 +394,7 @@ TEST(MetricsTest, ConcurrentRecordingAddsUp) {
         metrics.AddPromptTokens(1);
         metrics.AddGenerationTokens(2);
         metrics.AddRequestSuccess(i % 2 == 0 ? "stop" : "length");
-        metrics.SetEngineState(t, i, 0.5, i, i, i, i);
+        metrics.SetEngineState({t, i, 0.5, i, i, i, i, i, i, i});
       }
     });
   }

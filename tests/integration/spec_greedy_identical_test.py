@@ -1,0 +1,111 @@
+"""spec_greedy_identical: speculative decoding (n-gram proposals, --speculative ngram) is
+lossless at temperature 0: 20 prompts give the same tokens as without speculation, at tp 1 and
+tp 3, with the prefix cache on, n = 2, stop strings, and under preemption (a 20-block pool, so
+that concurrent requests preempt each other). The proposals must have been verified and
+mostly accepted somewhere (the server's spec_decode counters), or the test would prove nothing.
+Real processes on 127.0.0.1, ports chosen at run time.
+
+    spec_greedy_identical_test.py --bin-dir BUILD/bin --model MODEL.gguf
+"""
+
+import concurrent.futures
+import json
+import re
+import unittest
+import urllib.request
+
+import tpserve_cluster
+
+ARGS = tpserve_cluster.parsed_args
+
+PASSAGE = ("The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins "
+           "with a single step. All that glitters is not gold. Fortune favours the bold.")
+CODE = "def add(a, b):\n    total = a + b\n    return total\n\nprint(add(2, 3))\n"
+PROMPTS = (
+    ["Repeat this text exactly: " + PASSAGE,
+     "Copy the following sentence twice: " + PASSAGE[:80],
+     "Rewrite the function with type hints:\n" + CODE,
+     "Fix the typo and repeat the rest unchanged: The quick brwn fox jumps over the lazy dog.",
+     "List the words of this sentence, one per line: " + PASSAGE[:60],
+     "Quote the second sentence of: " + PASSAGE,
+     "Translate to French, then repeat the English: A journey of a thousand miles.",
+     "Echo: 1 2 3 4 5 6 7 8 9 10 11 12",
+     "Write the alphabet in capitals, separated by commas.",
+     "Count from one to twenty in words."]
+    + ["Tell me about %s." % topic for topic in
+       ["the moon", "bread", "rivers", "chess", "the ocean", "trains", "music", "winter",
+        "volcanoes", "libraries"]])
+
+
+def metrics(cluster):
+    with urllib.request.urlopen(cluster.http_url + "/metrics", timeout=30) as reply:
+        text = reply.read().decode()
+    return {name: int(value) for name, value in
+            re.findall(r"^tpserve:(spec_decode_\w+|num_preemptions)_total\{[^}]*\} (\d+)$",
+                       text, re.M)}
+
+
+def complete(cluster, prompt, **fields):
+    body = dict({"messages": [{"role": "user", "content": prompt}], "temperature": 0,
+                 "max_tokens": 96}, **fields)
+    request = urllib.request.Request(cluster.http_url + "/v1/chat/completions",
+                                     json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as reply:
+        answer = json.load(reply)
+    return [(c["message"]["content"], c["finish_reason"]) for c in answer["choices"]]
+
+
+def run_all(cluster):
+    """Each prompt's choices: alone, with n = 2, with a stop string, and all 20 at once."""
+    out = {}
+    for i, prompt in enumerate(PROMPTS):
+        out[("alone", i)] = complete(cluster, prompt)
+        if i % 4 == 0:
+            out[("n2", i)] = complete(cluster, prompt, n=2)
+        if i % 4 == 1:
+            out[("stop", i)] = complete(cluster, prompt, stop=[" the", "."])
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(PROMPTS)) as pool:
+        together = list(pool.map(lambda p: complete(cluster, p), PROMPTS))
+    for i, choices in enumerate(together):
+        out[("together", i)] = choices
+    return out
+
+
+class SpecGreedyIdentical(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        tpserve_cluster.set_up_scratch(cls, "tpserve-spec-")
+
+    def outputs(self, tp, speculative, extra=()):
+        args = list(extra) + (["--speculative", "ngram"] if speculative else [])
+        with tpserve_cluster.Cluster(ARGS().bin_dir, ARGS().model, tp=tp,
+                                     extra_args=args) as cluster:
+            out = run_all(cluster)
+            return out, metrics(cluster)
+
+    def check(self, tp, extra=()):
+        plain, _ = self.outputs(tp, False, extra)
+        speculated, counters = self.outputs(tp, True, extra)
+        for key in plain:
+            self.assertEqual(speculated[key], plain[key], key)
+        self.assertGreater(counters["spec_decode_num_drafts"], 0)
+        self.assertGreater(counters["spec_decode_num_accepted_tokens"], 0)
+        return counters
+
+    def test_tp1(self):
+        counters = self.check(1)
+        # Input-grounded prompts: most proposals are the text being copied.
+        self.assertGreater(counters["spec_decode_num_accepted_tokens"],
+                           counters["spec_decode_num_draft_tokens"] // 4)
+
+    def test_tp3(self):
+        self.check(3)
+
+    def test_under_preemption(self):
+        counters = self.check(1, ["--kv-cache-blocks", "20"])
+        self.assertGreater(counters["num_preemptions"], 0)
+
+
+if __name__ == "__main__":
+    tpserve_cluster.run_tests()
