@@ -73,6 +73,7 @@ struct Flags {
   bool no_jump_forward = false;
   std::string speculative = "none";
   int num_speculative_tokens = 4;
+  int spec_disable_batch_size = 8;
   int ready_timeout_s = 600;
   std::string prompt;
   int max_tokens = 64;
@@ -169,6 +170,8 @@ absl::Status Serve(const Flags& flags) {
   options.coordinator_args.push_back(absl::StrCat("--speculative=", flags.speculative));
   options.coordinator_args.push_back(
       absl::StrCat("--num-speculative-tokens=", flags.num_speculative_tokens));
+  options.coordinator_args.push_back(
+      absl::StrCat("--spec-disable-batch-size=", flags.spec_disable_batch_size));
   if (!flags.chat_template.empty()) {
     options.coordinator_args.push_back(absl::StrCat("--chat-template=", flags.chat_template));
   }
@@ -315,6 +318,10 @@ int main(int argc, char** argv) {
                  "most tokens proposed per sequence and step")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
+  app.add_option("--spec-disable-batch-size", flags.spec_disable_batch_size,
+                 "no proposals in steps with more decoding sequences than this")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
   app.add_option("--ready-timeout", flags.ready_timeout_s, "seconds to wait for the cluster")
       ->check(CLI::PositiveNumber);
   app.add_option("--prompt", flags.prompt, "answer this chat prompt once the cluster is ready");

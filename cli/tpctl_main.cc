@@ -70,10 +70,10 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
 }
 
 void PrintStatus(const v1::ClusterStatusResponse& r) {
-  std::string head = absl::StrCat("cluster ", StateName(r.state()), ": ", r.world_size(),
-                                  " ranks, model ", r.model_path(), ", KV ", r.kv_blocks_used(),
-                                  "/", r.kv_blocks_total(), " blocks of ", r.kv_block_size(),
-                                  " tokens");
+  std::string head =
+      absl::StrCat("cluster ", StateName(r.state()), ": ", r.world_size(), " ranks, model ",
+                   r.model_path(), ", KV ", r.kv_blocks_used(), "/", r.kv_blocks_total(),
+                   " blocks of ", r.kv_block_size(), " tokens");
   if (!r.message().empty()) absl::StrAppend(&head, " (", r.message(), ")");
   std::printf("%s\n", head.c_str());
   const double hit_rate = r.prefix_cache_query_tokens() > 0
@@ -87,6 +87,12 @@ void PrintStatus(const v1::ClusterStatusResponse& r) {
       static_cast<long long>(r.num_preemptions()), static_cast<long long>(r.kv_blocks_cached()),
       static_cast<long long>(r.prefix_cache_hit_tokens()),
       static_cast<long long>(r.prefix_cache_query_tokens()), hit_rate);
+  if (r.spec_draft_tokens() > 0) {
+    std::printf("speculative decoding: %lld of %lld proposed tokens accepted (%.1f%%)\n",
+                static_cast<long long>(r.spec_accepted_tokens()),
+                static_cast<long long>(r.spec_draft_tokens()),
+                100.0 * r.spec_accepted_tokens() / r.spec_draft_tokens());
+  }
   std::vector<std::vector<std::string>> rows = {{"RANK", "ADDRESS", "HOST", "DEVICE", "STATE",
                                                  "WEIGHTS (MiB)", "KV USED/TOTAL", "HEARTBEAT",
                                                  "STEP P50", "LAST ERROR"}};

@@ -1,6 +1,7 @@
-// How deeply a JSON text nests arrays and objects, found in one pass without parsing it, so
-// that a body nested thousands deep is refused before a parser builds (and later tears down,
-// recursively) a tree that deep.
+// JSON's bracket structure found in one pass without parsing: how deeply a text nests arrays and
+// objects, so that a body nested thousands deep is refused before a parser builds (and later
+// tears down, recursively) a tree that deep; and where a value that opens with a bracket closes,
+// so that a JSON object can be cut out of text around it (tool calls in a model's reply).
 #pragma once
 
 #include <cstddef>
@@ -11,5 +12,9 @@ namespace tpserve {
 // The deepest nesting of '[' and '{' outside strings (0 for a scalar). Counts only: a text
 // that is not JSON gets a number too, and the parser says what is wrong with it.
 size_t JsonNestingDepth(std::string_view text);
+
+// The index just after the bracket that closes the one at text[start] ('{' or '['), outside
+// strings; npos when it does not close within `text`.
+size_t JsonValueEnd(std::string_view text, size_t start);
 
 }  // namespace tpserve

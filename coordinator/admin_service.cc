@@ -71,6 +71,8 @@ grpc::Status AdminServiceImpl::ClusterStatus(grpc::ServerContext* context,
   response->set_num_preemptions(stats.counters.num_preemptions);
   response->set_prefix_cache_query_tokens(stats.prefix_cache.query_tokens);
   response->set_prefix_cache_hit_tokens(stats.prefix_cache.hit_tokens);
+  response->set_spec_draft_tokens(stats.counters.spec_draft_tokens);
+  response->set_spec_accepted_tokens(stats.counters.spec_accepted_tokens);
 
   const absl::Time now = absl::Now();
   for (const RankReport& report : pool->Reports()) {

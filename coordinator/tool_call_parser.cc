@@ -3,39 +3,13 @@
 #include <algorithm>
 
 #include "absl/strings/ascii.h"
+#include "common/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve {
 namespace {
 
 using nlohmann::json;
-
-// The index after the JSON object that starts at text[start] ('{'), or npos if it does not end
-// within `text`.
-size_t ObjectEnd(std::string_view text, size_t start) {
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (size_t i = start; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      ++depth;
-    } else if (c == '}' || c == ']') {
-      if (--depth == 0) return i + 1;
-    }
-  }
-  return std::string_view::npos;
-}
 
 size_t SkipSpace(std::string_view text, size_t i) {
   while (i < text.size() && absl::ascii_isspace(static_cast<unsigned char>(text[i]))) ++i;
@@ -55,7 +29,7 @@ size_t ToolCallStream::ParseCall(ParsedToolCall* call) const {
     if (start == text.size()) return 0;
   }
   if (text[start] != '{') return std::string::npos;
-  const size_t object_end = ObjectEnd(text, start);
+  const size_t object_end = JsonValueEnd(text, start);
   if (object_end == std::string_view::npos) return 0;
   size_t end = object_end;
   if (syntax_ == ToolCallSyntax::kHermes) {

@@ -2,7 +2,8 @@
 lossless at temperature 0: 20 prompts give the same tokens as without speculation, at tp 1 and
 tp 3, with the prefix cache on, n = 2, stop strings, and under preemption (a 20-block pool, so
 that concurrent requests preempt each other). The proposals must have been verified and
-mostly accepted somewhere (the server's spec_decode counters), or the test would prove nothing.
+accepted somewhere (the server's spec_decode counters, which `tpctl status` shows too), or the
+test would prove nothing.
 Real processes on 127.0.0.1, ports chosen at run time.
 
     spec_greedy_identical_test.py --bin-dir BUILD/bin --model MODEL.gguf
@@ -10,7 +11,9 @@ Real processes on 127.0.0.1, ports chosen at run time.
 
 import concurrent.futures
 import json
+import os
 import re
+import subprocess
 import unittest
 import urllib.request
 
@@ -82,7 +85,18 @@ class SpecGreedyIdentical(unittest.TestCase):
         with tpserve_cluster.Cluster(ARGS().bin_dir, ARGS().model, tp=tp,
                                      extra_args=args) as cluster:
             out = run_all(cluster)
-            return out, metrics(cluster)
+            counters = metrics(cluster)
+            status = subprocess.run([os.path.join(ARGS().bin_dir, "tpctl"), "--coordinator",
+                                     cluster.admin_address, "status"], capture_output=True,
+                                    text=True, timeout=30, check=True).stdout
+            if speculative:
+                # tpctl shows the acceptance the metrics count.
+                self.assertIn("speculative decoding: %d of %d proposed tokens accepted" % (
+                    counters["spec_decode_num_accepted_tokens"],
+                    counters["spec_decode_num_draft_tokens"]), status)
+            else:
+                self.assertNotIn("speculative", status)
+            return out, counters
 
     def check(self, tp, extra=()):
         plain, _ = self.outputs(tp, False, extra)

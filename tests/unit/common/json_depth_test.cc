@@ -1,5 +1,6 @@
 // JsonNestingDepth against nlohmann::json's parser, which reports the depth of every value it
 // reads: hand-picked texts (brackets inside strings, escapes) and random nested documents.
+// JsonValueEnd: what it cuts out of text around a value parses as that value.
 #include "common/json_depth.h"
 
 #include <algorithm>
@@ -76,6 +77,23 @@ TEST(JsonNestingDepthTest, AgreesWithTheParserOnRandomDocuments) {
 TEST(JsonNestingDepthTest, DeepBodiesAreMeasuredWithoutRecursion) {
   const std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
   EXPECT_EQ(JsonNestingDepth(deep), 1'000'000u);
+}
+
+TEST(JsonValueEndTest, CutsOutTheValueAndNothingElse) {
+  for (const std::string value : {
+           R"({})",
+           R"({"a": "}"})",
+           R"({"a": "\"}", "b": [1, {"c": "]"}]})",
+           R"([{"x": 1}, [2]])",
+       }) {
+    const std::string text = "text before " + value + " and } after";
+    const size_t start = text.find(value);
+    const size_t end = JsonValueEnd(text, start);
+    ASSERT_NE(end, std::string::npos) << value;
+    EXPECT_EQ(json::parse(text.substr(start, end - start)), json::parse(value)) << value;
+  }
+  EXPECT_EQ(JsonValueEnd(R"({"a": [1, 2})", 0), std::string::npos);
+  EXPECT_EQ(JsonValueEnd(R"({"a": "}")", 0), std::string::npos);
 }
 
 }  // namespace

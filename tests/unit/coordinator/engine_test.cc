@@ -16,7 +16,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "model/detokenizer.h"
-#include "model/gguf_file.h"
+#include "tests/unit/coordinator/bundled_model.h"
 #include "tests/unit/coordinator/fake_worker.h"
 
 namespace tpserve::testing {
@@ -46,11 +46,8 @@ std::vector<int32_t> Expected(std::vector<int32_t> context, int n) {
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto file = GgufFile::Open(TPSERVE_MODEL_PATH);
-    ASSERT_TRUE(file.ok()) << file.status();
-    auto tokenizer = Tokenizer::FromGguf(**file);
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-    tokenizer_ = tokenizer->release();
+    tokenizer_ = BundledTokenizer();
+    ASSERT_NE(tokenizer_, nullptr);
   }
 
   // Starts fakes (one per entry), the pool, the engine and the service.
@@ -235,8 +232,8 @@ TEST_F(EngineTest, StopStringEndsGenerationAndIsNotReturned) {
   EXPECT_EQ(out.text, full.text.substr(0, at)) << "stop string '" << stop << "'";
   EXPECT_EQ(out.finish_reason, "stop");
   EXPECT_LT(out.tokens.size(), full.tokens.size());
-  EXPECT_EQ(out.tokens, std::vector<int32_t>(full.tokens.begin(),
-                                             full.tokens.begin() + out.tokens.size()));
+  EXPECT_EQ(out.tokens,
+            std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + out.tokens.size()));
 }
 
 TEST_F(EngineTest, NSamplesStreamUnderTheirIndexAndShareThePrompt) {
@@ -441,13 +438,12 @@ TEST_F(EngineTest, HeartbeatReportsAFailedRank) {
   absl::Notification reported;
   std::string message;
   {
-    HeartbeatMonitor monitor(pool_.get(), absl::Milliseconds(50),
-                             [&](const absl::Status& s) {
-                               if (!reported.HasBeenNotified()) {
-                                 message = std::string(s.message());
-                                 reported.Notify();
-                               }
-                             });
+    HeartbeatMonitor monitor(pool_.get(), absl::Milliseconds(50), [&](const absl::Status& s) {
+      if (!reported.HasBeenNotified()) {
+        message = std::string(s.message());
+        reported.Notify();
+      }
+    });
     ASSERT_TRUE(reported.WaitForNotificationWithTimeout(absl::Seconds(5)));
   }
   EXPECT_THAT(message, HasSubstr("rank 1"));

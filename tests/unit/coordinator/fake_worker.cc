@@ -115,8 +115,8 @@ grpc::Status FakeWorker::Step(grpc::ServerContext*, const v1::StepRequest* reque
         }
       }
     } else if (start != seq.num_computed) {
-      Error(absl::StrCat("sequence ", s.seq_id(), " starts at ", start, " after ",
-                         seq.num_computed, " computed positions"));
+      Error(absl::StrCat("sequence ", s.seq_id(), " starts at ", start, " after ", seq.num_computed,
+                         " computed positions"));
     }
     Write(s.seq_id(), seq, start, s.token_ids());
     seq.tokens.resize(start);

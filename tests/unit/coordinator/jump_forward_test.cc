@@ -10,7 +10,7 @@
 
 #include "coordinator/grammar.h"
 #include "gtest/gtest.h"
-#include "model/gguf_file.h"
+#include "tests/unit/coordinator/bundled_model.h"
 
 namespace tpserve {
 namespace {
@@ -18,11 +18,8 @@ namespace {
 class JumpForwardTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto file = GgufFile::Open(TPSERVE_MODEL_PATH);
-    ASSERT_TRUE(file.ok()) << file.status() << " (run scripts/fetch-model.sh)";
-    auto tokenizer = Tokenizer::FromGguf(**file);
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-    tokenizer_ = tokenizer->release();
+    tokenizer_ = BundledTokenizer();
+    ASSERT_NE(tokenizer_, nullptr);
     compiler_ = new GrammarCompiler(*tokenizer_, int64_t{64} << 20);
     jump_ = new JumpForward(*tokenizer_);
   }

@@ -9,8 +9,8 @@
 
 #include "coordinator/openai_error.h"
 #include "gtest/gtest.h"
-#include "model/gguf_file.h"
 #include "nlohmann/json.hpp"
+#include "tests/unit/coordinator/bundled_model.h"
 
 namespace tpserve {
 namespace {
@@ -22,12 +22,9 @@ constexpr int64_t kContext = 8192;
 class OpenAiRequestTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto file = GgufFile::Open(TPSERVE_MODEL_PATH);
-    ASSERT_TRUE(file.ok()) << file.status() << " (run scripts/fetch-model.sh)";
-    auto tokenizer = Tokenizer::FromGguf(**file);
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-    tokenizer_ = tokenizer->release();
-    auto chat = ChatTemplate::Load(**file, *tokenizer_, /*override_path=*/"");
+    tokenizer_ = BundledTokenizer();
+    ASSERT_NE(tokenizer_, nullptr);
+    auto chat = ChatTemplate::Load(*BundledModel(), *tokenizer_, /*override_path=*/"");
     ASSERT_TRUE(chat.ok()) << chat.status();
     chat_template_ = new ChatTemplate(*chat);
   }

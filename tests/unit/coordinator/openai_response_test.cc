@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/gguf_file.h"
 #include "nlohmann/json.hpp"
+#include "tests/unit/coordinator/bundled_model.h"
 
 namespace tpserve {
 namespace {
@@ -18,11 +18,8 @@ using nlohmann::json;
 class OpenAiResponseTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto file = GgufFile::Open(TPSERVE_MODEL_PATH);
-    ASSERT_TRUE(file.ok()) << file.status() << " (run scripts/fetch-model.sh)";
-    auto tokenizer = Tokenizer::FromGguf(**file);
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-    tokenizer_ = tokenizer->release();
+    tokenizer_ = BundledTokenizer();
+    ASSERT_NE(tokenizer_, nullptr);
   }
 
   static OpenAiResponder Responder(OpenAiEndpoint endpoint, bool with_logprobs) {
@@ -43,10 +40,10 @@ class OpenAiResponseTest : public ::testing::Test {
 const Tokenizer* OpenAiResponseTest::tokenizer_ = nullptr;
 
 TEST_F(OpenAiResponseTest, TextCompletion) {
-  const json response =
-      Responder(OpenAiEndpoint::kCompletions, false)
-          .Response({{"Paris", {}, FinishReason::kLength}, {"Lyon.", {}, FinishReason::kStop}},
-                    {5, 3, 2});
+  const json response = Responder(OpenAiEndpoint::kCompletions, false)
+                            .Response({{"Paris", {}, FinishReason::kLength, {}},
+                                       {"Lyon.", {}, FinishReason::kStop, {}}},
+                                      {5, 3, 2});
   EXPECT_EQ(response, json::parse(R"({
       "id": "cmpl-42", "object": "text_completion", "created": 7, "model": "smollm2",
       "choices": [
@@ -58,13 +55,43 @@ TEST_F(OpenAiResponseTest, TextCompletion) {
 
 TEST_F(OpenAiResponseTest, ChatCompletion) {
   const json response = Responder(OpenAiEndpoint::kChatCompletions, false)
-                            .Response({{"Hello!", {}, FinishReason::kStop}}, {9, 2, 0});
+                            .Response({{"Hello!", {}, FinishReason::kStop, {}}}, {9, 2, 0});
   EXPECT_EQ(response, json::parse(R"({
       "id": "chatcmpl-42", "object": "chat.completion", "created": 7, "model": "smollm2",
       "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello!"},
                    "logprobs": null, "finish_reason": "stop"}],
       "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11,
                 "prompt_tokens_details": {"cached_tokens": 0}}})"));
+}
+
+TEST_F(OpenAiResponseTest, ChatCompletionWithToolCalls) {
+  const OpenAiResponder responder = Responder(OpenAiEndpoint::kChatCompletions, false);
+  const std::vector<ParsedToolCall> calls = {{"get_weather", R"({"city":"Paris"})"},
+                                             {"get_time", R"({"timezone":"CET"})"}};
+  const json response = responder.Response({{"", {}, FinishReason::kStop, calls},
+                                            {"Let me see.", {}, FinishReason::kLength, {calls[1]}}},
+                                           {9, 20, 0});
+  EXPECT_EQ(response["choices"], json::parse(R"([
+      {"index": 0, "logprobs": null, "finish_reason": "tool_calls",
+       "message": {"role": "assistant", "content": null, "tool_calls": [
+         {"id": "call_42_0_0", "type": "function",
+          "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}},
+         {"id": "call_42_0_1", "type": "function",
+          "function": {"name": "get_time", "arguments": "{\"timezone\":\"CET\"}"}}]}},
+      {"index": 1, "logprobs": null, "finish_reason": "length",
+       "message": {"role": "assistant", "content": "Let me see.", "tool_calls": [
+         {"id": "call_42_1_0", "type": "function",
+          "function": {"name": "get_time", "arguments": "{\"timezone\":\"CET\"}"}}]}}])"));
+  // Streamed: the second call of sample 0 is numbered 1 and has the id the whole reply gives it.
+  const json chunk = responder.ToolCallsChunk(0, {calls[1]}, 1);
+  EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+  EXPECT_EQ(chunk["choices"][0]["delta"], json::parse(R"({"tool_calls": [
+      {"index": 1, "id": "call_42_0_1", "type": "function",
+       "function": {"name": "get_time", "arguments": "{\"timezone\":\"CET\"}"}}]})"));
+  int32_t offset = 0;
+  EXPECT_EQ(responder.DeltaChunk(0, "", {}, FinishReason::kStop, &offset,
+                                 /*called_tools=*/true)["choices"][0]["finish_reason"],
+            "tool_calls");
 }
 
 TEST_F(OpenAiResponseTest, LegacyLogprobs) {
@@ -75,7 +102,7 @@ TEST_F(OpenAiResponseTest, LegacyLogprobs) {
       {world, -std::numeric_limits<float>::infinity(), {{hello, -0.25f}}},
   };
   const json response = Responder(OpenAiEndpoint::kCompletions, true)
-                            .Response({{"Hello world", logprobs, FinishReason::kLength}}, {});
+                            .Response({{"Hello world", logprobs, FinishReason::kLength, {}}}, {});
   EXPECT_EQ(response["choices"][0]["logprobs"], json::parse(R"({
       "tokens": ["Hello", " world"],
       "token_logprobs": [-0.5, -9999.0],
@@ -87,7 +114,7 @@ TEST_F(OpenAiResponseTest, ChatLogprobs) {
   const int32_t hi = Id("Hi");
   const std::vector<TokenLogprob> logprobs = {{hi, -0.125f, {{hi, -0.125f}}}};
   const json response = Responder(OpenAiEndpoint::kChatCompletions, true)
-                            .Response({{"Hi", logprobs, FinishReason::kStop}}, {});
+                            .Response({{"Hi", logprobs, FinishReason::kStop, {}}}, {});
   EXPECT_EQ(response["choices"][0]["logprobs"], json::parse(R"({"content": [
       {"token": "Hi", "logprob": -0.125, "bytes": [72, 105],
        "top_logprobs": [{"token": "Hi", "logprob": -0.125, "bytes": [72, 105]}]}]})"));
@@ -97,7 +124,7 @@ TEST_F(OpenAiResponseTest, TokenThatIsPartOfACharacter) {
   const std::optional<int32_t> byte = tokenizer_->ByteToken(0xE2);
   ASSERT_TRUE(byte.has_value());
   const json response = Responder(OpenAiEndpoint::kChatCompletions, true)
-                            .Response({{"", {{*byte, -1.0f, {}}}, FinishReason::kStop}}, {});
+                            .Response({{"", {{*byte, -1.0f, {}}}, FinishReason::kStop, {}}}, {});
   const json reparsed = json::parse(Dump(response));
   const json& token = reparsed["choices"][0]["logprobs"]["content"][0];
   EXPECT_EQ(token["token"], "\xEF\xBF\xBD");  // U+FFFD

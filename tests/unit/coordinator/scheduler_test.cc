@@ -3,13 +3,17 @@
 // exactly as before), the way the engine does with rank 0's outputs.
 #include "coordinator/scheduler.h"
 
+#include <map>
 #include <memory>
 #include <numeric>
 #include <vector>
 
 #include "coordinator/radix_cache.h"
+#include "coordinator/stop_strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/detokenizer.h"
+#include "tests/unit/coordinator/bundled_model.h"
 
 namespace tpserve {
 namespace {
@@ -232,7 +236,8 @@ TEST_F(SchedulerTest, DecodesRunEveryStepWhileALongPromptIsChunkedWithinTheAtten
   EXPECT_GT(steps, 200 / 16) << "the attention budget, not the token budget, sets the chunks";
   EXPECT_EQ(Output(*Done(long_seq->request_id)), Expected(long_prompt, 1));
   RunToCompletion();
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(Output(*Done(i + 1)), Expected(Prompt(2, 100 * (i + 1)), 60));
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(Output(*Done(i + 1)), Expected(Prompt(2, 100 * (i + 1)), 60));
 }
 
 TEST_F(SchedulerTest, FirstPrefillChunkGetsABlockWhenDecodesTakeTheWholeAttentionBudget) {
@@ -460,6 +465,114 @@ TEST_F(SchedulerTest, TakeAllReleasesEveryBlock) {
   EXPECT_EQ(scheduler_->TakeAll().size(), 3u);
   ExpectNothingHeld();
   EXPECT_THAT(scheduler_->Schedule().finished_seq_ids, IsEmpty());
+}
+
+// Speculative decoding through Postprocess, with a fake rank 0 that verifies greedily against
+// CycleToken (accepting proposals while they equal the true next token, then adding that token)
+// and a shadow of the KV pool: what each step writes at each block slot, proposals included.
+class SpeculativeSchedulerTest : public SchedulerTest {
+ protected:
+  // Mostly the token three back, so that n-gram proposals come and are often right; a quarter
+  // of the time (by a hash of the context) another token, so that many are rejected.
+  static int32_t CycleToken(const std::vector<int32_t>& context) {
+    const int32_t hashed = NextToken(context);
+    if (context.size() < 3 || hashed % 4 == 0) return hashed;
+    return context[context.size() - 3];
+  }
+  static std::vector<int32_t> ExpectedCycle(std::vector<int32_t> context, int n) {
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; ++i) {
+      out.push_back(CycleToken(context));
+      context.push_back(out.back());
+    }
+    return out;
+  }
+
+  void Step() {
+    ScheduledBatch batch = scheduler_->Schedule();
+    v1::StepResponse response;
+    for (const auto& e : batch.entries) {
+      Sequence& seq = *e.seq;
+      std::vector<int32_t> run(seq.tokens.begin() + e.start,
+                               seq.tokens.begin() + e.start + e.num_tokens);
+      run.insert(run.end(), e.drafts.begin(), e.drafts.end());
+      for (size_t i = 0; i < run.size(); ++i) {
+        const int32_t position = e.start + static_cast<int32_t>(i);
+        const int32_t block = seq.block_ids[position / kBlock];
+        shadow_[block].resize(kBlock, -1);
+        shadow_[block][position % kBlock] = run[i];
+      }
+      if (!e.completes()) continue;
+      v1::SequenceOutput* out = response.add_outputs();
+      out->set_seq_id(seq.seq_id);
+      std::vector<int32_t> context = seq.tokens;
+      for (int32_t draft : e.drafts) {
+        if (draft != CycleToken(context)) break;
+        out->add_token_ids(draft);
+        context.push_back(draft);
+      }
+      out->add_token_ids(CycleToken(context));
+      proposed_ += static_cast<int64_t>(e.drafts.size());
+    }
+    for (SequenceUpdate& update : scheduler_->Postprocess(batch, response)) {
+      EXPECT_TRUE(update.error.ok()) << update.error;
+      if (update.finished != nullptr) done_.push_back(std::move(update.finished));
+    }
+  }
+
+  // The cached blocks of `tokens` hold exactly those tokens' K/V: none holds a rejected one.
+  void ExpectCacheHolds(const std::vector<int32_t>& tokens) {
+    const PrefixCache::MatchResult match = cache_->Match(tokens);
+    for (size_t b = 0; b < match.block_ids.size(); ++b) {
+      for (int32_t slot = 0; slot < kBlock; ++slot) {
+        EXPECT_EQ(shadow_[match.block_ids[b]][slot], tokens[b * kBlock + slot])
+            << "block " << match.block_ids[b] << " slot " << slot;
+      }
+    }
+  }
+
+  static constexpr int32_t kBlock = 4;
+  std::map<int32_t, std::vector<int32_t>> shadow_;
+  int64_t proposed_ = 0;
+};
+
+TEST_F(SpeculativeSchedulerTest, RejectedProposalsAreRolledBackAndNeverCached) {
+  SchedulerOptions options;
+  options.num_speculative_tokens = 3;
+  options.ngram = {1, 3};
+  options.vocab_size = 1000;
+  Make(64, options);
+  // Prompts that repeat themselves, continued mostly (not always) in their cycle.
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> prompt;
+    for (int r = 0; r < 4; ++r) {
+      for (int t = 0; t < 3; ++t) prompt.push_back(200 + 10 * i + t);
+    }
+    prompts.push_back(prompt);
+    Sequence* seq = Add(prompt, 24);
+    seq->detokenizer = std::make_unique<IncrementalDetokenizer>(*BundledTokenizer());
+    seq->stop_matcher = std::make_unique<StopStringMatcher>(std::vector<std::string>());
+  }
+  for (int steps = 0; !scheduler_->idle(); ++steps) {
+    ASSERT_LT(steps, 1000);
+    Step();
+  }
+  EXPECT_GT(proposed_, 20);
+  const SchedulerCounters& counters = scheduler_->counters();
+  EXPECT_EQ(counters.spec_draft_tokens, proposed_);
+  EXPECT_GT(counters.spec_accepted_tokens, 0);
+  EXPECT_LT(counters.spec_accepted_tokens, counters.spec_draft_tokens);
+  for (int i = 0; i < 4; ++i) {
+    // Lossless: the output is what decoding one token at a time gives.
+    const std::vector<int32_t> expected = ExpectedCycle(prompts[i], 24);
+    ASSERT_NE(Done(i + 1), nullptr);
+    EXPECT_EQ(Output(*Done(i + 1)), expected) << "request " << i + 1;
+    std::vector<int32_t> all = prompts[i];
+    all.insert(all.end(), expected.begin(), expected.end());
+    ExpectCacheHolds(all);
+  }
+  ExpectNothingHeld();
 }
 
 }  // namespace

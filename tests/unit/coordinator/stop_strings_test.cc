@@ -28,15 +28,15 @@ TEST(StopStrings, ScenarioTable) {
   };
   const std::vector<Case> cases = {
       {{}, {"a", "b"}, "ab"},
-      {{"\n\n"}, {"Hello", "\n", "\n", "World"}, "Hello|"},                // across tokens
-      {{"END"}, {"the E", "N", "D and more"}, "the |"},                   // split three ways
+      {{"\n\n"}, {"Hello", "\n", "\n", "World"}, "Hello|"},  // across tokens
+      {{"END"}, {"the E", "N", "D and more"}, "the |"},      // split three ways
       {{"END"}, {"the E", "ND"}, "the |"},
-      {{"END"}, {"EN", "X"}, "ENX"},                                      // a false start
-      {{"END"}, {"E", "E", "N", "D"}, "E|"},                              // restarts inside
-      {{"stop", "op"}, {"xsto", "p"}, "x|"},                             // earliest wins
-      {{"abc"}, {"xab"}, "xab"},                                          // held, then flushed
-      {{"abc"}, {"abc"}, "|"},                                            // at the very start
-      {{"é!"}, {"caf", "é", "!"}, "caf|"},                                // multi-byte
+      {{"END"}, {"EN", "X"}, "ENX"},          // a false start
+      {{"END"}, {"E", "E", "N", "D"}, "E|"},  // restarts inside
+      {{"stop", "op"}, {"xsto", "p"}, "x|"},  // earliest wins
+      {{"abc"}, {"xab"}, "xab"},              // held, then flushed
+      {{"abc"}, {"abc"}, "|"},                // at the very start
+      {{"é!"}, {"caf", "é", "!"}, "caf|"},    // multi-byte
   };
   for (const Case& c : cases) {
     std::string joined;

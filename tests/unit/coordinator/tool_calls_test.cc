@@ -12,7 +12,7 @@
 #include "coordinator/grammar.h"
 #include "coordinator/tool_call_parser.h"
 #include "gtest/gtest.h"
-#include "model/gguf_file.h"
+#include "tests/unit/coordinator/bundled_model.h"
 
 namespace tpserve {
 namespace {
@@ -58,10 +58,10 @@ TEST(ParseToolCalls, SplitsContentFromHermesCalls) {
 }
 
 TEST(ParseToolCalls, LeavesWhatIsNotACallAsText) {
-  for (const std::string text : {std::string("<tool_call> not a call"),
-                                 std::string("<tool_call>\n{\"name\": \"f\"}\n</tool_call>"),
-                                 std::string("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}"),
-                                 std::string("a <tool_ b")}) {
+  for (const std::string& text : {std::string("<tool_call> not a call"),
+                                  std::string("<tool_call>\n{\"name\": \"f\"}\n</tool_call>"),
+                                  std::string("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}"),
+                                  std::string("a <tool_ b")}) {
     const ToolCallDelta parsed = ParseToolCalls(ToolCallSyntax::kHermes, text);
     EXPECT_TRUE(parsed.calls.empty()) << text;
     EXPECT_EQ(parsed.content, text);
@@ -121,11 +121,8 @@ TEST(FallbackToolTurns, WritesEarlierCallsAndResultsAsText) {
 class ToolCallConstraintTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto file = GgufFile::Open(TPSERVE_MODEL_PATH);
-    ASSERT_TRUE(file.ok()) << file.status() << " (run scripts/fetch-model.sh)";
-    auto tokenizer = Tokenizer::FromGguf(**file);
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-    tokenizer_ = tokenizer->release();
+    tokenizer_ = BundledTokenizer();
+    ASSERT_NE(tokenizer_, nullptr);
     compiler_ = new GrammarCompiler(*tokenizer_, int64_t{64} << 20);
   }
 
