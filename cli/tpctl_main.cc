@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cli/tpctl_plan.h"
 #include "common/grpc_tls.h"
 #include "common/tls_flags.h"
 #include "google/protobuf/util/json_util.h"
@@ -212,7 +213,7 @@ int RunCommand(const Flags& flags, Command command) {
 
 int main(int argc, char** argv) {
   tpserve::Flags flags;
-  CLI::App app{"tpctl: operate a running tpserve cluster through the coordinator"};
+  CLI::App app{"tpctl: operate a running tpserve cluster through the coordinator, or plan one"};
   app.require_subcommand(1);
   // The top-level options also after the command: `tpctl status --json`.
   app.fallthrough();
@@ -232,12 +233,15 @@ int main(int argc, char** argv) {
   CLI::App* undrain = app.add_subcommand("undrain", "admit requests again after a drain");
   CLI::App* flush = app.add_subcommand(
       "flush-cache", "evict every prefix-cache block that no running request uses");
+  tpserve::PlanFlags plan_flags;
+  CLI::App* plan = tpserve::AddPlanCommand(app, &plan_flags);
   tpserve::AddTlsFlags(app, &flags.tls);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 1;
   }
+  if (plan->parsed()) return tpserve::RunPlan(*plan, plan_flags, flags.json);
   if (absl::Status s = tpserve::LoadProcessTls(flags.tls); !s.ok()) {
     std::fprintf(stderr, "tpctl: %s\n", std::string(s.message()).c_str());
     return 1;
