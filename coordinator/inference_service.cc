@@ -121,6 +121,7 @@ absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(
   params.max_tokens = request.max_tokens();
   params.sampling = FromProto(request.sampling(), default_sampling_);
   params.ignore_eos = request.ignore_eos();
+  params.speculate = !request.no_speculation();
   params.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   params.stop.assign(request.stop().begin(), request.stop().end());
   params.n = request.n() == 0 ? 1 : request.n();

@@ -595,6 +595,8 @@ absl::Status ParseCommon(const json& body, absl::string_view text, const ServedM
   }
   ASSIGN_OR_RETURN(std::optional<bool> ignore_eos, GetBool(body, "ignore_eos"));
   params.ignore_eos = ignore_eos.value_or(false);
+  ASSIGN_OR_RETURN(std::optional<bool> speculate, GetBool(body, "speculative_decoding"));
+  params.speculate = speculate.value_or(true);
   ASSIGN_OR_RETURN(params.constraint, GetConstraint(body, text));
   return RejectUnlessDefault(body, "logit_bias", IsEmpty);
 }

@@ -7,7 +7,8 @@
 // rather than silently ignored.
 //
 // Accepted beyond OpenAI's fields, as vLLM accepts them: top_k (-1 or 0: off), min_p,
-// repetition_penalty, ignore_eos, stop_token_ids. `logprobs` of /v1/completions goes up to
+// repetition_penalty, ignore_eos, stop_token_ids; and speculative_decoding (false: this request
+// decodes one token per step where the server speculates). `logprobs` of /v1/completions goes up to
 // kMaxLogprobs (OpenAI: 5). A missing `model` means the served one. An unset `seed` gets a random
 // one, so that a request is reproducible from the engine's log.
 //

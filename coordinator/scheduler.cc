@@ -268,7 +268,10 @@ bool Scheduler::PostprocessScore(const ScheduledBatch::Entry& entry,
 }
 
 std::vector<int32_t> Scheduler::Proposals(const Sequence& seq, int32_t budget) const {
-  if (seq.kind != Sequence::Kind::kGenerate || seq.token_matcher != nullptr) return {};
+  if (seq.kind != Sequence::Kind::kGenerate || seq.token_matcher != nullptr ||
+      !seq.params.speculate) {
+    return {};
+  }
   // Every accepted proposal and the token after them are generated: they must fit max_tokens
   // and the context.
   int64_t k = std::min(options_.num_speculative_tokens, budget);

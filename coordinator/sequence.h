@@ -29,6 +29,7 @@ struct GenerateParams {
   int32_t max_tokens = 0;       // 0: until the context length
   SamplingParams sampling;      // sent to the workers as is; sample i of n uses seed + i
   bool ignore_eos = false;
+  bool speculate = true;  // false: no proposals for this request (Scheduler::Proposals)
   std::vector<int32_t> stop_token_ids;
   // Generation ends when the text contains one of these (matched across token boundaries); the
   // stop string and what follows it are not returned.

@@ -109,6 +109,7 @@ TEST_F(OpenAiRequestTest, CompletionRefusalsNameTheField) {
       {R"({"prompt": "hi", "stop_token_ids": [1, 99999999]})", 400, "stop_token_ids[1]"},
       {R"({"prompt": "hi", "stop_token_ids": 2})", 400, "stop_token_ids"},
       {R"({"prompt": "hi", "ignore_eos": 1})", 400, "ignore_eos"},
+      {R"({"prompt": "hi", "speculative_decoding": "no"})", 400, "speculative_decoding"},
       {R"({"prompt": "hi", "seed": "x"})", 400, "seed"},
       {R"({"prompt": "hi", "seed": 1.5})", 400, "seed"},
       {R"({"prompt": "hi", "logprobs": 21})", 400, "logprobs"},
@@ -273,7 +274,7 @@ TEST_F(OpenAiRequestTest, CompletionEveryField) {
       "presence_penalty": -1, "frequency_penalty": 0.5, "seed": -1, "n": 3, "best_of": 3,
       "stream": true, "stream_options": {"include_usage": true}, "logprobs": 5,
       "stop": "\n", "stop_token_ids": [2], "ignore_eos": true, "echo": false, "user": "u",
-      "logit_bias": {}, "suffix": null})",
+      "logit_bias": {}, "suffix": null, "speculative_decoding": false})",
                                              Model());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const GenerateParams& p = parsed->params;
@@ -294,6 +295,7 @@ TEST_F(OpenAiRequestTest, CompletionEveryField) {
   EXPECT_EQ(p.stop, (std::vector<std::string>{"\n"}));
   EXPECT_EQ(p.stop_token_ids, (std::vector<int32_t>{2}));
   EXPECT_TRUE(p.ignore_eos);
+  EXPECT_FALSE(p.speculate);
 }
 
 TEST_F(OpenAiRequestTest, NullMeansDefault) {

@@ -102,10 +102,12 @@ class SchedulerTest : public ::testing::Test {
     return steps;
   }
 
-  static std::vector<int32_t> Expected(std::vector<int32_t> context, int n) {
+  // What decoding one token at a time gives: `next` of the context, appended, n times.
+  static std::vector<int32_t> Expected(std::vector<int32_t> context, int n,
+                                       int32_t (*next)(const std::vector<int32_t>&) = NextToken) {
     std::vector<int32_t> out;
     for (int i = 0; i < n; ++i) {
-      out.push_back(NextToken(context));
+      out.push_back(next(context));
       context.push_back(out.back());
     }
     return out;
@@ -479,14 +481,6 @@ class SpeculativeSchedulerTest : public SchedulerTest {
     if (context.size() < 3 || hashed % 4 == 0) return hashed;
     return context[context.size() - 3];
   }
-  static std::vector<int32_t> ExpectedCycle(std::vector<int32_t> context, int n) {
-    std::vector<int32_t> out;
-    for (int i = 0; i < n; ++i) {
-      out.push_back(CycleToken(context));
-      context.push_back(out.back());
-    }
-    return out;
-  }
 
   void Step() {
     ScheduledBatch batch = scheduler_->Schedule();
@@ -565,7 +559,7 @@ TEST_F(SpeculativeSchedulerTest, RejectedProposalsAreRolledBackAndNeverCached) {
   EXPECT_LT(counters.spec_accepted_tokens, counters.spec_draft_tokens);
   for (int i = 0; i < 4; ++i) {
     // Lossless: the output is what decoding one token at a time gives.
-    const std::vector<int32_t> expected = ExpectedCycle(prompts[i], 24);
+    const std::vector<int32_t> expected = Expected(prompts[i], 24, CycleToken);
     ASSERT_NE(Done(i + 1), nullptr);
     EXPECT_EQ(Output(*Done(i + 1)), expected) << "request " << i + 1;
     std::vector<int32_t> all = prompts[i];
@@ -573,6 +567,22 @@ TEST_F(SpeculativeSchedulerTest, RejectedProposalsAreRolledBackAndNeverCached) {
     ExpectCacheHolds(all);
   }
   ExpectNothingHeld();
+}
+
+TEST_F(SpeculativeSchedulerTest, ARequestMayDecline) {
+  SchedulerOptions options;
+  options.num_speculative_tokens = 3;
+  options.ngram = {1, 3};
+  options.vocab_size = 1000;
+  Make(64, options);
+  Sequence* seq = Add({7, 8, 9, 7, 8, 9, 7, 8}, 8);
+  seq->params.speculate = false;
+  seq->detokenizer = std::make_unique<IncrementalDetokenizer>(*BundledTokenizer());
+  seq->stop_matcher = std::make_unique<StopStringMatcher>(std::vector<std::string>());
+  while (!scheduler_->idle()) Step();
+  EXPECT_EQ(proposed_, 0);
+  ASSERT_NE(Done(1), nullptr);
+  EXPECT_EQ(Output(*Done(1)), Expected({7, 8, 9, 7, 8, 9, 7, 8}, 8, CycleToken));
 }
 
 }  // namespace
