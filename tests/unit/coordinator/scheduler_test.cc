@@ -525,17 +525,29 @@ class SpeculativeSchedulerTest : public SchedulerTest {
     }
   }
 
+  // Up to 3 proposals from suffixes of 1 to 3 tokens, in a 64-block pool.
+  void SetUp() override {
+    SchedulerOptions options;
+    options.num_speculative_tokens = 3;
+    options.ngram = {1, 3};
+    options.vocab_size = 1000;
+    Make(64, options);
+  }
+
+  // A Generate request with the text machinery Postprocess needs.
+  Sequence* AddGenerate(std::vector<int32_t> prompt, int32_t max_tokens) {
+    Sequence* seq = Add(std::move(prompt), max_tokens);
+    seq->detokenizer = std::make_unique<IncrementalDetokenizer>(*BundledTokenizer());
+    seq->stop_matcher = std::make_unique<StopStringMatcher>(std::vector<std::string>());
+    return seq;
+  }
+
   static constexpr int32_t kBlock = 4;
   std::map<int32_t, std::vector<int32_t>> shadow_;
   int64_t proposed_ = 0;
 };
 
 TEST_F(SpeculativeSchedulerTest, RejectedProposalsAreRolledBackAndNeverCached) {
-  SchedulerOptions options;
-  options.num_speculative_tokens = 3;
-  options.ngram = {1, 3};
-  options.vocab_size = 1000;
-  Make(64, options);
   // Prompts that repeat themselves, continued mostly (not always) in their cycle.
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 4; ++i) {
@@ -544,9 +556,7 @@ TEST_F(SpeculativeSchedulerTest, RejectedProposalsAreRolledBackAndNeverCached) {
       for (int t = 0; t < 3; ++t) prompt.push_back(200 + 10 * i + t);
     }
     prompts.push_back(prompt);
-    Sequence* seq = Add(prompt, 24);
-    seq->detokenizer = std::make_unique<IncrementalDetokenizer>(*BundledTokenizer());
-    seq->stop_matcher = std::make_unique<StopStringMatcher>(std::vector<std::string>());
+    AddGenerate(prompt, 24);
   }
   for (int steps = 0; !scheduler_->idle(); ++steps) {
     ASSERT_LT(steps, 1000);
@@ -570,15 +580,7 @@ TEST_F(SpeculativeSchedulerTest, RejectedProposalsAreRolledBackAndNeverCached) {
 }
 
 TEST_F(SpeculativeSchedulerTest, ARequestMayDecline) {
-  SchedulerOptions options;
-  options.num_speculative_tokens = 3;
-  options.ngram = {1, 3};
-  options.vocab_size = 1000;
-  Make(64, options);
-  Sequence* seq = Add({7, 8, 9, 7, 8, 9, 7, 8}, 8);
-  seq->params.speculate = false;
-  seq->detokenizer = std::make_unique<IncrementalDetokenizer>(*BundledTokenizer());
-  seq->stop_matcher = std::make_unique<StopStringMatcher>(std::vector<std::string>());
+  AddGenerate({7, 8, 9, 7, 8, 9, 7, 8}, 8)->params.speculate = false;
   while (!scheduler_->idle()) Step();
   EXPECT_EQ(proposed_, 0);
   ASSERT_NE(Done(1), nullptr);
