@@ -7,6 +7,13 @@
 
 namespace tpserve {
 
+size_t PartialMatchLength(std::string_view text, std::string_view pattern) {
+  for (size_t n = std::min(pattern.size() - 1, text.size()); n > 0; --n) {
+    if (text.substr(text.size() - n) == pattern.substr(0, n)) return n;
+  }
+  return 0;
+}
+
 StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
   for (const std::string& stop : stops_) TP_CHECK(!stop.empty());
 }
@@ -32,14 +39,7 @@ StopStringMatcher::Result StopStringMatcher::Add(std::string_view piece) {
   }
   // Hold back the longest suffix that is a proper prefix of a stop string.
   size_t keep = 0;
-  for (const std::string& stop : stops_) {
-    for (size_t n = std::min(stop.size() - 1, text.size()); n > keep; --n) {
-      if (std::string_view(text).substr(text.size() - n) == std::string_view(stop).substr(0, n)) {
-        keep = n;
-        break;
-      }
-    }
-  }
+  for (const std::string& stop : stops_) keep = std::max(keep, PartialMatchLength(text, stop));
   held_ = text.substr(text.size() - keep);
   text.resize(text.size() - keep);
   result.text = std::move(text);

@@ -13,6 +13,10 @@
 
 namespace tpserve {
 
+// The length of the longest suffix of `text` that is a proper prefix of `pattern`: text that must
+// be held back, since the next piece may complete `pattern` (also ToolCallStream's call openings).
+size_t PartialMatchLength(std::string_view text, std::string_view pattern);
+
 class StopStringMatcher {
  public:
   // Empty strings are not allowed (the engine rejects them).

@@ -1,9 +1,7 @@
 #include "coordinator/tool_call_parser.h"
-
-#include <algorithm>
-
 #include "absl/strings/ascii.h"
 #include "common/json_depth.h"
+#include "coordinator/stop_strings.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve {
@@ -81,16 +79,7 @@ ToolCallDelta ToolCallStream::Add(std::string_view text) {
     const size_t at = buffer_.find(trigger_);
     if (at != 0) {
       // Text up to a call, or up to what may yet begin one.
-      size_t keep = 0;
-      if (at == std::string::npos) {
-        for (size_t n = std::min(buffer_.size(), trigger_.size() - 1); n > 0; --n) {
-          if (std::string_view(buffer_).substr(buffer_.size() - n) ==
-              std::string_view(trigger_).substr(0, n)) {
-            keep = n;
-            break;
-          }
-        }
-      }
+      const size_t keep = at == std::string::npos ? PartialMatchLength(buffer_, trigger_) : 0;
       const size_t release = at == std::string::npos ? buffer_.size() - keep : at;
       Release(std::string_view(buffer_).substr(0, release), &out);
       buffer_.erase(0, release);
