@@ -1,4 +1,5 @@
 #include "coordinator/tool_call_parser.h"
+
 #include "absl/strings/ascii.h"
 #include "common/json_depth.h"
 #include "coordinator/stop_strings.h"
