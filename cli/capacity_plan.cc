@@ -3,7 +3,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "model/shard_layout.h"
-#include "nlohmann/json.hpp"
 
 namespace tpserve {
 namespace {
@@ -75,43 +74,6 @@ absl::StatusOr<PlanResult> PlanCapacity(const ModelConfig& c, PlanDtype weights,
     r.allreduce_ms = 2.0 * static_cast<double>(c.num_layers) * each * 1e3;
   }
   return r;
-}
-
-absl::StatusOr<ModelConfig> ModelConfigFromHfJson(const std::string& text) {
-  const nlohmann::json config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!config.is_object()) return absl::InvalidArgumentError("config.json: not a JSON object");
-  auto get = [&config](const char* key, int64_t fallback) -> absl::StatusOr<int64_t> {
-    const auto it = config.find(key);
-    if (it == config.end() || it->is_null()) {
-      if (fallback > 0) return fallback;
-      return absl::InvalidArgumentError(absl::StrCat("config.json: ", key, " is required"));
-    }
-    if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: ", key, " must be a positive integer"));
-    }
-    return it->get<int64_t>();
-  };
-  ModelConfig c;
-  c.architecture = "llama";
-  ASSIGN_OR_RETURN(c.num_layers, get("num_hidden_layers", 0));
-  ASSIGN_OR_RETURN(c.hidden_size, get("hidden_size", 0));
-  ASSIGN_OR_RETURN(c.intermediate_size, get("intermediate_size", 0));
-  ASSIGN_OR_RETURN(c.num_heads, get("num_attention_heads", 0));
-  ASSIGN_OR_RETURN(c.num_kv_heads, get("num_key_value_heads", c.num_heads));
-  ASSIGN_OR_RETURN(c.vocab_size, get("vocab_size", 0));
-  if (c.hidden_size % c.num_heads != 0) {
-    return absl::InvalidArgumentError("config.json: num_attention_heads must divide hidden_size");
-  }
-  ASSIGN_OR_RETURN(c.head_dim, get("head_dim", c.hidden_size / c.num_heads));
-  if (c.num_heads % c.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(
-        "config.json: num_key_value_heads must divide num_attention_heads");
-  }
-  ASSIGN_OR_RETURN(c.context_length, get("max_position_embeddings", 4096));
-  const auto tied = config.find("tie_word_embeddings");
-  c.tie_word_embeddings = tied != config.end() && tied->is_boolean() && tied->get<bool>();
-  return c;
 }
 
 }  // namespace tpserve

@@ -56,9 +56,4 @@ absl::StatusOr<PlanResult> PlanCapacity(const ModelConfig& config, PlanDtype wei
                                         PlanDtype kv_cache, const PlanHardware& hardware,
                                         int64_t context);
 
-// A Hugging Face config.json's shape (num_hidden_layers, hidden_size, intermediate_size,
-// num_attention_heads, num_key_value_heads, vocab_size, tie_word_embeddings, head_dim,
-// max_position_embeddings); INVALID_ARGUMENT naming a missing or bad key.
-absl::StatusOr<ModelConfig> ModelConfigFromHfJson(const std::string& text);
-
 }  // namespace tpserve

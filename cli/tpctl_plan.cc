@@ -2,13 +2,12 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <memory>
 
 #include "absl/strings/str_format.h"
 #include "model/gguf_file.h"
+#include "model/hf_folder.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve {
@@ -25,22 +24,11 @@ const std::map<std::string, GpuPreset>& GpuPresets() {
   return *presets;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("--model: cannot read ", path.string()));
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// A config.json, a folder holding one, or a GGUF file.
+// A GGUF file, or a Hugging Face folder's config.json.
 absl::StatusOr<ModelConfig> LoadShape(const std::string& model) {
-  std::filesystem::path path(model);
-  if (std::filesystem::is_directory(path)) path /= "config.json";
-  if (path.extension() == ".json") {
-    absl::StatusOr<std::string> text = ReadFile(path);
-    if (!text.ok()) return text.status();
-    return ModelConfigFromHfJson(*text);
-  }
-  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path.string());
+  std::error_code ec;
+  if (std::filesystem::is_directory(model, ec)) return HfFolderShape(model);
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(model);
   if (!file.ok()) return file.status();
   return ModelConfig::FromGguf(**file);
 }
@@ -55,7 +43,7 @@ CLI::App* AddPlanCommand(CLI::App& app, PlanFlags* f) {
       "weights and KV cache per rank, sequences that fit and decode time, for a model on "
       "given GPUs (no cluster needed)");
   PlanHardware& hw = f->hardware;
-  plan->add_option("--model", f->model, "GGUF file, Hugging Face folder or config.json")
+  plan->add_option("--model", f->model, "GGUF file, or Hugging Face folder (its config.json)")
       ->required();
   plan->add_option("--gpu", f->gpu, "memory and bandwidth preset: a100-80g, h100, h200")
       ->capture_default_str()
@@ -92,7 +80,8 @@ CLI::App* AddPlanCommand(CLI::App& app, PlanFlags* f) {
 int RunPlan(const CLI::App& command, const PlanFlags& f, bool json) {
   absl::StatusOr<ModelConfig> config = LoadShape(f.model);
   if (!config.ok()) {
-    std::fprintf(stderr, "tpctl plan: %s\n", std::string(config.status().message()).c_str());
+    std::fprintf(stderr, "tpctl plan: --model: %s\n",
+                 std::string(config.status().message()).c_str());
     return 1;
   }
   PlanHardware hw = f.hardware;

@@ -1,5 +1,5 @@
-// `tpctl plan`: the capacity plan (cli/capacity_plan.h) for a model file, a Hugging Face folder
-// or config.json, printed as text or JSON. Needs no running cluster.
+// `tpctl plan`: the capacity plan (cli/capacity_plan.h) for a GGUF file or a Hugging Face folder
+// (its config.json is enough), printed as text or JSON. Needs no running cluster.
 #pragma once
 
 #include <string>

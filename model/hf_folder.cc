@@ -310,6 +310,23 @@ absl::StatusOr<std::map<std::string, std::vector<std::string>>> WeightFiles(
   return files;
 }
 
+// llama3 scaling's divisors as the rope_freqs.weight tensor llama.cpp's converter writes (none
+// when `factors` is empty), in a section of their own.
+void AddRopeFactors(const std::vector<float>& factors, GgufParts* parts) {
+  if (factors.empty()) return;
+  GgufTensorInfo info;
+  info.name = "rope_freqs.weight";
+  info.dims = {static_cast<int64_t>(factors.size())};
+  info.type = GgmlType::kF32;
+  info.offset = 0;
+  info.num_bytes = factors.size() * sizeof(float);
+  info.section = static_cast<uint32_t>(parts->sections.size() + parts->owned.size());
+  std::vector<uint8_t> bytes(info.num_bytes);
+  std::memcpy(bytes.data(), factors.data(), info.num_bytes);
+  parts->owned.push_back(std::move(bytes));
+  parts->tensors.push_back(std::move(info));
+}
+
 absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir) {
   ASSIGN_OR_RETURN(const std::optional<std::string> config_text, ReadText(dir, "config.json"));
   if (!config_text.has_value()) return Error(dir.string(), "holds no config.json");
@@ -415,19 +432,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
       }
     }
   }
-  if (!rope_factors.empty()) {
-    GgufTensorInfo info;
-    info.name = "rope_freqs.weight";
-    info.dims = {static_cast<int64_t>(rope_factors.size())};
-    info.type = GgmlType::kF32;
-    info.offset = 0;
-    info.num_bytes = rope_factors.size() * sizeof(float);
-    info.section = static_cast<uint32_t>(parts.sections.size() + parts.owned.size());
-    std::vector<uint8_t> bytes(info.num_bytes);
-    std::memcpy(bytes.data(), rope_factors.data(), info.num_bytes);
-    parts.owned.push_back(std::move(bytes));
-    parts.tensors.push_back(std::move(info));
-  }
+  AddRopeFactors(rope_factors, &parts);
 
   // The tokenizer.
   ASSIGN_OR_RETURN(const std::optional<std::string> tokenizer_text,
@@ -443,19 +448,52 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
   return GgufFile::Assemble(std::move(parts));
 }
 
-}  // namespace
+absl::StatusOr<ModelConfig> ConfigShape(const std::filesystem::path& dir) {
+  ASSIGN_OR_RETURN(const std::optional<std::string> config_text, ReadText(dir, "config.json"));
+  if (!config_text.has_value()) return Error(dir.string(), "holds no config.json");
+  ASSIGN_OR_RETURN(const json config_json, ParseJson(dir, "config.json", *config_text));
+  const Config config(config_json);
+  ASSIGN_OR_RETURN(const std::string arch, Architecture(config_json));
+  GgufParts parts;
+  parts.display_name = dir.string();
+  parts.identity = *config_text;
+  GgufWriter keys;
+  std::vector<float> rope_factors;
+  RETURN_IF_ERROR(AddModelKeys(config, arch, &keys, &rope_factors));
+  // Without the embedding, the vocabulary is config.json's word.
+  ASSIGN_OR_RETURN(const int64_t vocab, config.Int("vocab_size"));
+  keys.SetUint64(arch + ".vocab_size", vocab);
+  AddRopeFactors(rope_factors, &parts);
+  parts.metadata = keys.metadata();
+  ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> view, GgufFile::Assemble(std::move(parts)));
+  ASSIGN_OR_RETURN(ModelConfig shape, ModelConfig::FromGguf(*view));
+  // Without an lm_head tensor to miss, config.json says whether the embedding serves as one.
+  shape.tie_word_embeddings = config_json.value("tie_word_embeddings", false);
+  return shape;
+}
 
-absl::StatusOr<std::unique_ptr<GgufFile>> OpenHfFolder(const std::string& dir) {
-  // json::value() throws when a field holds another type than its default: such a folder is
-  // refused like any other malformed one.
+// `open` of the folder `dir` names. json::value() throws when a field holds another type than
+// its default: such a folder is refused like any other malformed one.
+template <typename F>
+auto InFolder(const std::string& dir, F open) -> decltype(open(std::filesystem::path())) {
   try {
     std::filesystem::path path = std::filesystem::path(dir).lexically_normal();
     if (!path.has_filename()) path = path.parent_path();  // "dir/"
-    return Open(path);
+    return open(path);
   } catch (const std::exception& e) {
     return Error(dir,
                  absl::StrCat("config.json has a field of an unexpected type (", e.what(), ")"));
   }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GgufFile>> OpenHfFolder(const std::string& dir) {
+  return InFolder(dir, Open);
+}
+
+absl::StatusOr<ModelConfig> HfFolderShape(const std::string& dir) {
+  return InFolder(dir, ConfigShape);
 }
 
 absl::StatusOr<std::unique_ptr<GgufFile>> OpenModel(const std::string& path) {

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/gguf_file.h"
+#include "model/model_config.h"
 
 namespace tpserve {
 
@@ -25,6 +26,11 @@ namespace tpserve {
 // lies outside the folder, a tensor whose shape disagrees with config.json, a layer tensor
 // missing, or a truncated file.
 absl::StatusOr<std::unique_ptr<GgufFile>> OpenHfFolder(const std::string& dir);
+
+// The model's shape from the folder's config.json alone, read as OpenHfFolder reads it (no
+// weights or tokenizer needed: tpctl plan sizes models not downloaded yet). vocab_size and
+// tie_word_embeddings come from config.json, where the view would take them from the tensors.
+absl::StatusOr<ModelConfig> HfFolderShape(const std::string& dir);
 
 // A GGUF file, or a Hugging Face folder when `path` is a directory.
 absl::StatusOr<std::unique_ptr<GgufFile>> OpenModel(const std::string& path);

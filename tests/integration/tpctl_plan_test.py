@@ -1,4 +1,4 @@
-"""tpctl plan end to end: from a Hugging Face config.json (Llama-3-70B's published shape, the
+"""tpctl plan end to end: from a Hugging Face folder's config.json (Llama-3-70B's shape, the
 figures of tests/unit/cli/capacity_plan_test.cc, worked out by hand) and from the bundled GGUF,
 whose parameter count must equal the sum of its tensors' sizes as an independent GGUF reader
 (gguf_reader.py) finds them. Bad input is an error naming the flag, exit status 1.
@@ -15,9 +15,10 @@ import unittest
 import gguf_reader
 import tpserve_cluster
 
-LLAMA3_70B = {"num_hidden_layers": 80, "hidden_size": 8192, "intermediate_size": 28672,
-              "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256,
-              "max_position_embeddings": 131072, "tie_word_embeddings": False}
+LLAMA3_70B = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 80,
+              "hidden_size": 8192, "intermediate_size": 28672, "num_attention_heads": 64,
+              "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+              "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False}
 
 
 def plan(*args):

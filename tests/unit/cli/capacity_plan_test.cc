@@ -14,7 +14,14 @@
 // all-reduces of 16,384 B, each 10 µs + 1.75·16,384 / 450e9 s: 1.6102 ms.
 #include "cli/capacity_plan.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "model/hf_folder.h"
 
 namespace tpserve {
 namespace {
@@ -124,17 +131,28 @@ TEST(PlanCapacity, SaysWhatDoesNotFit) {
   EXPECT_NE(bad.status().message().find("--tp"), std::string::npos) << bad.status();
 }
 
-TEST(ModelConfigFromHfJson, ReadsTheShape) {
-  auto c = ModelConfigFromHfJson(R"({"num_hidden_layers": 32, "hidden_size": 4096,
-      "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
-      "vocab_size": 128256, "max_position_embeddings": 131072, "tie_word_embeddings": false})");
+// The planner reads a folder's config.json as the folder loader does (model/hf_folder.h).
+TEST(HfFolderShape, ReadsTheShapeFromConfigJsonAlone) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("tpserve-plan-shape-", getpid());
+  std::filesystem::create_directories(dir);
+  auto write = [&dir](const std::string& text) { std::ofstream(dir / "config.json") << text; };
+  write(R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32,
+      "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+      "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": false})");
+  auto c = HfFolderShape(dir.string());
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->head_dim, 128);
   EXPECT_EQ(c->num_kv_heads, 8);
   EXPECT_EQ(c->context_length, 131072);
-  auto missing = ModelConfigFromHfJson(R"({"hidden_size": 4096})");
+  EXPECT_EQ(c->vocab_size, 128256);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  write(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096})");
+  auto missing = HfFolderShape(dir.string());
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("num_hidden_layers"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
