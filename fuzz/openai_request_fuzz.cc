@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tpserve;
   const BundledModel& bundled = GetBundledModel();
   const ServedModel model{"smollm2", bundled.config.context_length, bundled.tokenizer.get(),
-                          bundled.chat_template.get()};
+                          bundled.chat_template.get(), SamplingParams()};
   const absl::string_view body(reinterpret_cast<const char*>(data), size);
   // The first byte picks the endpoint, so one corpus feeds both parsers.
   if (size == 0) return 0;
