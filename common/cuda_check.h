@@ -1,13 +1,13 @@
-// CUDA and NCCL error handling, for sources built only when CUDA is on (TPSERVE_CUDA).
+// CUDA error handling, for sources built only when CUDA is on (TPSERVE_CUDA). NCCL's is in
+// worker/comm/nccl_library.h.
 //
-// CUDA_CHECK / NCCL_CHECK: for calls whose failure is a bug in tpserve (a broken invariant): print
+// CUDA_CHECK: for calls whose failure is a bug in tpserve (a broken invariant): print
 // file:line, the expression and the error, then abort. Failures that can happen in a correct
 // program (no device, out of memory, a peer that vanished, a bad device id in a request) go
-// through CudaStatus / NcclStatus and are returned as absl::Status.
+// through CudaStatus and are returned as absl::Status.
 #pragma once
 
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -23,16 +23,6 @@
     if (tp_cuda_error_ != cudaSuccess) {                                                         \
       std::fprintf(stderr, "%s:%d: CUDA_CHECK failed: %s: %s (%s)\n", __FILE__, __LINE__, #expr, \
                    cudaGetErrorString(tp_cuda_error_), cudaGetErrorName(tp_cuda_error_));        \
-      std::abort();                                                                              \
-    }                                                                                            \
-  } while (0)
-
-#define NCCL_CHECK(expr)                                                                         \
-  do {                                                                                           \
-    const ncclResult_t tp_nccl_result_ = (expr);                                                 \
-    if (tp_nccl_result_ != ncclSuccess) {                                                        \
-      std::fprintf(stderr, "%s:%d: NCCL_CHECK failed: %s: %s (%s)\n", __FILE__, __LINE__, #expr, \
-                   ncclGetErrorString(tp_nccl_result_), ncclGetLastError(nullptr));              \
       std::abort();                                                                              \
     }                                                                                            \
   } while (0)
@@ -64,31 +54,6 @@ inline absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
   }
   return absl::Status(code, absl::StrCat(what, ": ", cudaGetErrorString(error), " (",
                                          cudaGetErrorName(error), ")"));
-}
-
-// OK for ncclSuccess; otherwise "<what>: <error string>[: <NCCL's last error text>]" with
-// UNAVAILABLE for system and remote (peer) errors, INVALID_ARGUMENT for misuse, INTERNAL for the
-// rest (an unhandled CUDA error, an internal NCCL error).
-inline absl::Status NcclStatus(ncclResult_t result, absl::string_view what) {
-  if (result == ncclSuccess) return absl::OkStatus();
-  absl::StatusCode code = absl::StatusCode::kInternal;
-  switch (result) {
-    case ncclSystemError:
-    case ncclRemoteError:
-    case ncclInProgress:
-      code = absl::StatusCode::kUnavailable;
-      break;
-    case ncclInvalidArgument:
-    case ncclInvalidUsage:
-      code = absl::StatusCode::kInvalidArgument;
-      break;
-    default:
-      break;
-  }
-  std::string message = absl::StrCat(what, ": ", ncclGetErrorString(result));
-  const char* last = ncclGetLastError(nullptr);
-  if (last != nullptr && last[0] != '\0') absl::StrAppend(&message, ": ", last);
-  return absl::Status(code, message);
 }
 
 }  // namespace tpserve

@@ -95,6 +95,18 @@ for file in "$staging"/bin/*; do
   done < <(ldd "$file")
 done
 
+# cuBLASLt and NCCL are opened at first use (common/shared_library.h), so ldd does not list them:
+# their sonames come from the headers the build compiled against, as the loaders build them.
+nccl_include="$(sed -n 's/^NCCL_INCLUDE_DIR:[A-Z]*=//p' "$build_dir/CMakeCache.txt")"
+cublas_major="$(sed -n 's/^#define CUBLAS_VER_MAJOR \([0-9]*\).*/\1/p' "$cuda_root/include/cublas_api.h")"
+nccl_major="$(sed -n 's/^#define NCCL_MAJOR \([0-9]*\).*/\1/p' "$nccl_include/nccl.h")"
+for name in "libcublasLt.so.$cublas_major" "libnccl.so.$nccl_major"; do
+  real="$(ldconfig -p | sed -n "s|^[[:space:]]*$name (.*) => ||p" | head -1)"
+  [[ -z $real ]] && real="$(ls "$cuda_root"/lib*/"$name" 2>/dev/null | head -1)"
+  [[ -n $real ]] || { echo "package-gpu-build: $name is not on this machine" >&2; exit 1; }
+  from_target[$name]=$(( $(stat -L -c %s "$real") >> 20 ))
+done
+
 echo "package-gpu-build: compressing $(du -sm "$staging" | cut -f1) MiB (xz)"
 # -9: a 64 MiB dictionary, so that the many binaries' shared code compresses once.
 tar -C "$staging" -cf - bin lib | xz -T"$jobs" -9 >"$pkg/payload.tar.xz"

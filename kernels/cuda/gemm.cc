@@ -23,9 +23,11 @@ std::string ShapeText(int64_t m, int64_t n, int64_t k) {
   return absl::StrCat("m=", m, " n=", n, " k=", k);
 }
 
-}  // namespace
-
-absl::Status CublasStatus(cublasStatus_t status, const char* what) {
+// OK for CUBLAS_STATUS_SUCCESS; otherwise "<what>: <cuBLAS's status string>" with
+// FAILED_PRECONDITION for a library that could not initialize (no device or driver),
+// RESOURCE_EXHAUSTED for allocation failures, INVALID_ARGUMENT for bad values, UNIMPLEMENTED for
+// unsupported configurations and INTERNAL for the rest.
+absl::Status CublasStatus(const CublasLtLibrary& lt, cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   absl::StatusCode code = absl::StatusCode::kInternal;
   switch (status) {
@@ -45,30 +47,10 @@ absl::Status CublasStatus(cublasStatus_t status, const char* what) {
     default:
       break;
   }
-  return absl::Status(code, absl::StrCat(what, ": ", cublasLtGetStatusString(status)));
+  return absl::Status(code, absl::StrCat(what, ": ", lt.cublasLtGetStatusString(status)));
 }
 
-absl::StatusOr<CublasLtHandle> CublasLtHandle::Create() {
-  cublasLtHandle_t handle = nullptr;
-  RETURN_IF_ERROR(CublasStatus(cublasLtCreate(&handle), "cublasLtCreate"));
-  return CublasLtHandle(handle);
-}
-
-CublasLtHandle::CublasLtHandle(CublasLtHandle&& other) noexcept
-    : handle_(std::exchange(other.handle_, nullptr)) {}
-
-CublasLtHandle& CublasLtHandle::operator=(CublasLtHandle&& other) noexcept {
-  if (this != &other) {
-    if (handle_ != nullptr) cublasLtDestroy(handle_);
-    handle_ = std::exchange(other.handle_, nullptr);
-  }
-  return *this;
-}
-
-CublasLtHandle::~CublasLtHandle() {
-  // A failure here can only be a context already torn down at exit; nothing is left to free.
-  if (handle_ != nullptr) cublasLtDestroy(handle_);
-}
+}  // namespace
 
 // cuBLASLt is column-major. Row-major c[m, n] is column-major cᵀ[n, m], and
 //   cᵀ = b · aᵀ,  with row-major b[n, k] = column-major [k, n] (ld k) taken transposed,
@@ -80,15 +62,16 @@ struct Gemm::Plan {
   cublasLtMatrixLayout_t activation_layout = nullptr;  // cuBLAS's B: our a
   cublasLtMatrixLayout_t output_layout = nullptr;      // cuBLAS's C and D: our c
   cublasLtMatmulAlgo_t algo{};
+  const CublasLtLibrary& lt;
 
-  Plan() = default;
+  explicit Plan(const CublasLtLibrary& lt) : lt(lt) {}
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
   ~Plan() {
-    if (output_layout != nullptr) cublasLtMatrixLayoutDestroy(output_layout);
-    if (activation_layout != nullptr) cublasLtMatrixLayoutDestroy(activation_layout);
-    if (weight_layout != nullptr) cublasLtMatrixLayoutDestroy(weight_layout);
-    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    if (output_layout != nullptr) lt.cublasLtMatrixLayoutDestroy(output_layout);
+    if (activation_layout != nullptr) lt.cublasLtMatrixLayoutDestroy(activation_layout);
+    if (weight_layout != nullptr) lt.cublasLtMatrixLayoutDestroy(weight_layout);
+    if (desc != nullptr) lt.cublasLtMatmulDescDestroy(desc);
   }
 };
 
@@ -97,22 +80,24 @@ namespace {
 // Owns a heuristic preference for the length of GetPlan.
 class Preference {
  public:
-  Preference() = default;
+  explicit Preference(const CublasLtLibrary& lt) : lt_(lt) {}
   Preference(const Preference&) = delete;
   Preference& operator=(const Preference&) = delete;
   ~Preference() {
-    if (pref_ != nullptr) cublasLtMatmulPreferenceDestroy(pref_);
+    if (pref_ != nullptr) lt_.cublasLtMatmulPreferenceDestroy(pref_);
   }
   cublasLtMatmulPreference_t* out() { return &pref_; }
   cublasLtMatmulPreference_t get() const { return pref_; }
 
  private:
+  const CublasLtLibrary& lt_;
   cublasLtMatmulPreference_t pref_ = nullptr;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes) {
+  ASSIGN_OR_RETURN(const CublasLtLibrary* lt, LoadCublasLt());
   // Creating the primary context first turns "no device" and "no driver" into a CUDA error with a
   // clear name, rather than a cuBLAS NOT_INITIALIZED.
   if (const cudaError_t error = cudaFree(nullptr); error != cudaSuccess) {
@@ -127,19 +112,23 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes) {
           error, absl::StrCat("cudaMalloc of a ", workspace_bytes, "-byte cuBLASLt workspace"));
     }
   }
-  absl::StatusOr<CublasLtHandle> handle = CublasLtHandle::Create();
-  if (!handle.ok()) {
+  cublasLtHandle_t handle = nullptr;
+  const absl::Status created = CublasStatus(*lt, lt->cublasLtCreate(&handle), "cublasLtCreate");
+  if (!created.ok()) {
     if (workspace != nullptr) cudaFree(workspace);
-    return handle.status();
+    return created;
   }
-  return std::unique_ptr<Gemm>(new Gemm(*std::move(handle), workspace, workspace_bytes));
+  return std::unique_ptr<Gemm>(new Gemm(*lt, handle, workspace, workspace_bytes));
 }
 
-Gemm::Gemm(CublasLtHandle handle, void* workspace, size_t workspace_bytes)
-    : handle_(std::move(handle)), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
+Gemm::Gemm(const CublasLtLibrary& lt, cublasLtHandle_t handle, void* workspace,
+           size_t workspace_bytes)
+    : lt_(lt), handle_(handle), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
 
 Gemm::~Gemm() {
   plans_.clear();  // descriptors before the handle they were made for
+  // A failure here can only be a context already torn down at exit; nothing is left to free.
+  lt_.cublasLtDestroy(handle_);
   if (workspace_ != nullptr) cudaFree(workspace_);
 }
 
@@ -166,36 +155,40 @@ absl::StatusOr<const Gemm::Plan*> Gemm::GetPlan(const PlanKey& key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
 
-  auto plan = std::make_unique<Plan>();
+  auto plan = std::make_unique<Plan>(lt_);
   const cudaDataType_t c_type = key.c_type == GemmOutputType::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
   RETURN_IF_ERROR(
-      CublasStatus(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+      CublasStatus(lt_, lt_.cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                    "cublasLtMatmulDescCreate"));
   const cublasOperation_t transpose = CUBLAS_OP_T;
   const cublasOperation_t no_transpose = CUBLAS_OP_N;
   RETURN_IF_ERROR(
-      CublasStatus(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                  &transpose, sizeof(transpose)),
+      CublasStatus(lt_,
+                   lt_.cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                      &transpose, sizeof(transpose)),
                    "cublasLtMatmulDescSetAttribute(TRANSA)"));
   RETURN_IF_ERROR(
-      CublasStatus(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                  &no_transpose, sizeof(no_transpose)),
+      CublasStatus(lt_,
+                   lt_.cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                      &no_transpose, sizeof(no_transpose)),
                    "cublasLtMatmulDescSetAttribute(TRANSB)"));
   RETURN_IF_ERROR(CublasStatus(
-      cublasLtMatrixLayoutCreate(&plan->weight_layout, CUDA_R_16BF, key.k, key.n, key.k),
+      lt_, lt_.cublasLtMatrixLayoutCreate(&plan->weight_layout, CUDA_R_16BF, key.k, key.n, key.k),
       "cublasLtMatrixLayoutCreate(b)"));
   RETURN_IF_ERROR(CublasStatus(
-      cublasLtMatrixLayoutCreate(&plan->activation_layout, CUDA_R_16BF, key.k, key.m, key.k),
+      lt_,
+      lt_.cublasLtMatrixLayoutCreate(&plan->activation_layout, CUDA_R_16BF, key.k, key.m, key.k),
       "cublasLtMatrixLayoutCreate(a)"));
-  RETURN_IF_ERROR(
-      CublasStatus(cublasLtMatrixLayoutCreate(&plan->output_layout, c_type, key.n, key.m, key.n),
-                   "cublasLtMatrixLayoutCreate(c)"));
+  RETURN_IF_ERROR(CublasStatus(
+      lt_, lt_.cublasLtMatrixLayoutCreate(&plan->output_layout, c_type, key.n, key.m, key.n),
+      "cublasLtMatrixLayoutCreate(c)"));
 
-  Preference preference;
-  RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceCreate(preference.out()),
+  Preference preference(lt_);
+  RETURN_IF_ERROR(CublasStatus(lt_, lt_.cublasLtMatmulPreferenceCreate(preference.out()),
                                "cublasLtMatmulPreferenceCreate"));
   const uint64_t max_workspace = workspace_bytes_;
-  RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceSetAttribute(
+  RETURN_IF_ERROR(CublasStatus(lt_,
+                               lt_.cublasLtMatmulPreferenceSetAttribute(
                                    preference.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                    &max_workspace, sizeof(max_workspace)),
                                "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)"));
@@ -203,7 +196,8 @@ absl::StatusOr<const Gemm::Plan*> Gemm::GetPlan(const PlanKey& key) {
   // partial sum would be rounded to bf16 again, in whatever order its atomics land.
   const uint32_t reduction =
       CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-  RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceSetAttribute(
+  RETURN_IF_ERROR(CublasStatus(lt_,
+                               lt_.cublasLtMatmulPreferenceSetAttribute(
                                    preference.get(), CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                    &reduction, sizeof(reduction)),
                                "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)"));
@@ -215,18 +209,19 @@ absl::StatusOr<const Gemm::Plan*> Gemm::GetPlan(const PlanKey& key) {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c},
   };
   for (const auto& [attribute, bytes] : alignments) {
-    RETURN_IF_ERROR(CublasStatus(
-        cublasLtMatmulPreferenceSetAttribute(preference.get(), attribute, &bytes, sizeof(bytes)),
-        "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)"));
+    RETURN_IF_ERROR(CublasStatus(lt_,
+                                 lt_.cublasLtMatmulPreferenceSetAttribute(
+                                     preference.get(), attribute, &bytes, sizeof(bytes)),
+                                 "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)"));
   }
 
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
-  const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(
-      handle_.get(), plan->desc, plan->weight_layout, plan->activation_layout, plan->output_layout,
+  const cublasStatus_t heuristic = lt_.cublasLtMatmulAlgoGetHeuristic(
+      handle_, plan->desc, plan->weight_layout, plan->activation_layout, plan->output_layout,
       plan->output_layout, preference.get(), 1, &result, &returned);
   if (heuristic != CUBLAS_STATUS_SUCCESS && heuristic != CUBLAS_STATUS_NOT_SUPPORTED) {
-    return CublasStatus(heuristic, "cublasLtMatmulAlgoGetHeuristic");
+    return CublasStatus(lt_, heuristic, "cublasLtMatmulAlgoGetHeuristic");
   }
   if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED || returned == 0 ||
       result.state != CUBLAS_STATUS_SUCCESS) {
@@ -256,9 +251,10 @@ absl::Status Gemm::Run(const GemmParams& p, cudaStream_t stream) {
   const float alpha = 1.0f;
   const float beta = p.accumulate ? 1.0f : 0.0f;
   return CublasStatus(
-      cublasLtMatmul(handle_.get(), plan->desc, &alpha, p.b, plan->weight_layout, p.a,
-                     plan->activation_layout, &beta, p.c, plan->output_layout, p.c,
-                     plan->output_layout, &plan->algo, workspace_, workspace_bytes_, stream),
+      lt_,
+      lt_.cublasLtMatmul(handle_, plan->desc, &alpha, p.b, plan->weight_layout, p.a,
+                         plan->activation_layout, &beta, p.c, plan->output_layout, p.c,
+                         plan->output_layout, &plan->algo, workspace_, workspace_bytes_, stream),
       "cublasLtMatmul");
 }
 

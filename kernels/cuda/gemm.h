@@ -14,33 +14,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/cuda/bf16.h"
+#include "kernels/cuda/cublaslt_library.h"
 
 namespace tpserve::cuda {
-
-// OK for CUBLAS_STATUS_SUCCESS; otherwise "<what>: <cuBLAS's status string>" with
-// FAILED_PRECONDITION for a library that could not initialize (no device or driver),
-// RESOURCE_EXHAUSTED for allocation failures, INVALID_ARGUMENT for bad values, UNIMPLEMENTED for
-// unsupported configurations and INTERNAL for the rest.
-absl::Status CublasStatus(cublasStatus_t status, const char* what);
-
-// Owns one cuBLASLt handle. A handle is tied to the device current at Create.
-class CublasLtHandle {
- public:
-  static absl::StatusOr<CublasLtHandle> Create();
-
-  CublasLtHandle(CublasLtHandle&& other) noexcept;
-  CublasLtHandle& operator=(CublasLtHandle&& other) noexcept;
-  CublasLtHandle(const CublasLtHandle&) = delete;
-  CublasLtHandle& operator=(const CublasLtHandle&) = delete;
-  ~CublasLtHandle();
-
-  cublasLtHandle_t get() const { return handle_; }
-
- private:
-  explicit CublasLtHandle(cublasLtHandle_t handle) : handle_(handle) {}
-
-  cublasLtHandle_t handle_ = nullptr;
-};
 
 enum class GemmOutputType { kBf16, kFloat32 };
 
@@ -74,8 +50,9 @@ class Gemm {
   // cuBLASLt's guidance for Hopper: 32 MiB lets split-K and stream-K kernels run.
   static constexpr size_t kDefaultWorkspaceBytes = size_t{32} << 20;
 
-  // A handle and a workspace on the current device. FAILED_PRECONDITION without a usable device,
-  // RESOURCE_EXHAUSTED when the workspace does not fit.
+  // A handle and a workspace on the current device. NOT_FOUND when cuBLASLt cannot be loaded,
+  // FAILED_PRECONDITION without a usable device, RESOURCE_EXHAUSTED when the workspace does not
+  // fit.
   static absl::StatusOr<std::unique_ptr<Gemm>> Create(
       size_t workspace_bytes = kDefaultWorkspaceBytes);
   ~Gemm();
@@ -119,12 +96,13 @@ class Gemm {
   };
   struct Plan;
 
-  Gemm(CublasLtHandle handle, void* workspace, size_t workspace_bytes);
+  Gemm(const CublasLtLibrary& lt, cublasLtHandle_t handle, void* workspace, size_t workspace_bytes);
   absl::StatusOr<const Plan*> GetPlan(const PlanKey& key);
 
   // Constant after construction.
-  CublasLtHandle handle_;
-  void* workspace_ = nullptr;  // device, owned
+  const CublasLtLibrary& lt_;
+  cublasLtHandle_t handle_ = nullptr;  // owned; tied to the device current at Create
+  void* workspace_ = nullptr;          // device, owned
   size_t workspace_bytes_ = 0;
 
   absl::flat_hash_map<PlanKey, std::unique_ptr<Plan>> plans_;

@@ -3,7 +3,7 @@
 // compared by (as llama.cpp's test-backend-ops does). Host code only; needs the CUDA runtime headers and gtest.
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include <cuda_runtime.h>  // cuda_runtime_api.h and the typed cudaMalloc overload
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -10,10 +10,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "common/cuda_check.h"
 #include "common/logging.h"
+#include "worker/comm/nccl_library.h"
 
 namespace tpserve {
 namespace {
@@ -37,12 +38,14 @@ absl::Status StoreError(int rank, absl::string_view op, const std::exception& e)
 }
 
 // Rank 0 creates the id and publishes it; the others wait for it.
-absl::StatusOr<ncclUniqueId> ExchangeUniqueId(int rank, gloo::rendezvous::Store& store,
+absl::StatusOr<ncclUniqueId> ExchangeUniqueId(const NcclLibrary& nccl, int rank,
+                                              gloo::rendezvous::Store& store,
                                               absl::Duration timeout) {
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
   if (rank == 0) {
-    absl::Status status = NcclStatus(ncclGetUniqueId(&id), "NCCL rank 0: ncclGetUniqueId");
+    absl::Status status =
+        NcclStatus(nccl, nccl.ncclGetUniqueId(&id), "NCCL rank 0: ncclGetUniqueId");
     if (!status.ok()) return status;
     const char* bytes = reinterpret_cast<const char*>(&id);
     try {
@@ -81,6 +84,12 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   if (store == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("NCCL rank ", rank, ": no rendezvous store"));
   }
+  absl::StatusOr<const NcclLibrary*> library = LoadNccl();
+  if (!library.ok()) {
+    return absl::Status(library.status().code(),
+                        absl::StrCat("NCCL rank ", rank, ": ", library.status().message()));
+  }
+  const NcclLibrary& nccl = **library;
   // Any error here (no driver, driver too old, no GPU) means "no device".
   int device_count = 0;
   const cudaError_t count_error = cudaGetDeviceCount(&device_count);
@@ -98,7 +107,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
       cudaSetDevice(device), absl::StrCat("NCCL rank ", rank, ": cudaSetDevice(", device, ")"));
   if (!status.ok()) return status;
 
-  absl::StatusOr<ncclUniqueId> id = ExchangeUniqueId(rank, *store, timeout);
+  absl::StatusOr<ncclUniqueId> id = ExchangeUniqueId(nccl, rank, *store, timeout);
   if (!id.ok()) return id.status();
 
   cudaStream_t stream = nullptr;
@@ -106,18 +115,19 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
                       absl::StrCat("NCCL rank ", rank, ": cudaStreamCreate"));
   if (!status.ok()) return status;
   // From here the object owns the stream, and the comm once it exists.
-  std::unique_ptr<NcclCommunicator> comm(new NcclCommunicator(rank, world_size, device, stream));
+  std::unique_ptr<NcclCommunicator> comm(
+      new NcclCommunicator(nccl, rank, world_size, device, stream));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // Abort's ncclCommAbort from another thread needs it
-  ncclComm_t nccl = nullptr;
-  const ncclResult_t init = ncclCommInitRankConfig(&nccl, world_size, *id, rank, &config);
-  if (nccl == nullptr) {
-    return NcclStatus(init == ncclSuccess ? ncclInternalError : init,
+  ncclComm_t handle = nullptr;
+  const ncclResult_t init = nccl.ncclCommInitRankConfig(&handle, world_size, *id, rank, &config);
+  if (handle == nullptr) {
+    return NcclStatus(nccl, init == ncclSuccess ? ncclInternalError : init,
                       absl::StrCat("NCCL rank ", rank, " of ", world_size, ": ncclCommInitRank"));
   }
   {
     absl::MutexLock lock(&comm->abort_mutex_);
-    comm->comm_ = nccl;
+    comm->comm_ = handle;
   }
   status = comm->Issue(
       absl::StrCat("NCCL rank ", rank, " of ", world_size, ": ncclCommInitRank"),
@@ -126,8 +136,9 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   return comm;
 }
 
-NcclCommunicator::NcclCommunicator(int rank, int world_size, int device, cudaStream_t stream)
-    : rank_(rank), world_size_(world_size), device_(device), stream_(stream) {}
+NcclCommunicator::NcclCommunicator(const NcclLibrary& nccl, int rank, int world_size, int device,
+                                   cudaStream_t stream)
+    : nccl_(nccl), rank_(rank), world_size_(world_size), device_(device), stream_(stream) {}
 
 NcclCommunicator::~NcclCommunicator() {
   // Teardown failures (a sticky CUDA error after a device fault) are logged, not fatal: the
@@ -136,7 +147,7 @@ NcclCommunicator::~NcclCommunicator() {
   if (error_.ok()) {
     // A healthy non-blocking communicator finishes its work before it is destroyed.
     const absl::Status finalized = Issue(absl::StrCat("NCCL rank ", rank_, ": ncclCommFinalize"),
-                                         ncclCommFinalize, absl::Now() + kFinalizeTimeout);
+                                         nccl_.ncclCommFinalize, absl::Now() + kFinalizeTimeout);
     if (!finalized.ok()) {
       LogWarning("nccl", "%s", finalized.message());
       error_ = finalized;
@@ -145,10 +156,11 @@ NcclCommunicator::~NcclCommunicator() {
   {
     absl::MutexLock lock(&abort_mutex_);
     if (comm_ != nullptr) {
-      const ncclResult_t result = error_.ok() ? ncclCommDestroy(comm_) : ncclCommAbort(comm_);
+      const ncclResult_t result =
+          error_.ok() ? nccl_.ncclCommDestroy(comm_) : nccl_.ncclCommAbort(comm_);
       if (result != ncclSuccess) {
         LogWarning("nccl", "rank %d: releasing the NCCL communicator failed: %s", rank_,
-                   ncclGetErrorString(result));
+                   nccl_.ncclGetErrorString(result));
       }
       comm_ = nullptr;
     }
@@ -164,16 +176,16 @@ void NcclCommunicator::Abort(absl::string_view reason) {
   if (comm_ == nullptr) return;
   abort_reason_ = reason.empty() ? "aborted" : std::string(reason);
   cudaSetDevice(device_);
-  const ncclResult_t result = ncclCommAbort(comm_);
+  const ncclResult_t result = nccl_.ncclCommAbort(comm_);
   if (result != ncclSuccess) {
-    LogWarning("nccl", "rank %d: ncclCommAbort failed: %s", rank_, ncclGetErrorString(result));
+    LogWarning("nccl", "rank %d: ncclCommAbort failed: %s", rank_,
+               nccl_.ncclGetErrorString(result));
   }
   comm_ = nullptr;
 }
 
 template <typename Call>
-absl::Status NcclCommunicator::Issue(const std::string& context, Call&& call,
-                                     absl::Time deadline) {
+absl::Status NcclCommunicator::Issue(const std::string& context, Call&& call, absl::Time deadline) {
   ncclResult_t result;
   for (bool first = true;; first = false) {
     {
@@ -183,7 +195,7 @@ absl::Status NcclCommunicator::Issue(const std::string& context, Call&& call,
       }
       if (first) {
         result = call(comm_);
-      } else if (ncclCommGetAsyncError(comm_, &result) != ncclSuccess) {
+      } else if (nccl_.ncclCommGetAsyncError(comm_, &result) != ncclSuccess) {
         result = ncclInternalError;
       }
     }
@@ -193,7 +205,7 @@ absl::Status NcclCommunicator::Issue(const std::string& context, Call&& call,
     }
     absl::SleepFor(kProgressPoll);
   }
-  return NcclStatus(result, context);
+  return NcclStatus(nccl_, result, context);
 }
 
 absl::Status NcclCommunicator::Fail(absl::Status status) {
@@ -240,7 +252,8 @@ absl::Status NcclCommunicator::EnqueueAllReduce(void* data, int64_t count, ncclD
   absl::Status status = CudaStatus(cudaSetDevice(device_), context);
   if (status.ok()) {
     status = Issue(context, [&](ncclComm_t comm) {
-      return ncclAllReduce(data, data, static_cast<size_t>(count), type, ncclSum, comm, stream);
+      return nccl_.ncclAllReduce(data, data, static_cast<size_t>(count), type, ncclSum, comm,
+                                 stream);
     });
   }
   return status.ok() ? status : Fail(std::move(status));
@@ -273,22 +286,22 @@ absl::Status NcclCommunicator::EnqueueGatherToRoot(const float* send,
   }
   // One NCCL group under one Issue: Abort cannot free the communicator in the middle of it.
   status = Issue(context, [&](ncclComm_t comm) {
-    ncclResult_t result = ncclGroupStart();
+    ncclResult_t result = nccl_.ncclGroupStart();
     if (result != ncclSuccess) return result;
     if (rank_ == 0) {
       int64_t offset = counts[0];
       for (int r = 1; r < world_size_ && result == ncclSuccess; ++r) {
         if (counts[r] > 0) {
-          result =
-              ncclRecv(recv + offset, static_cast<size_t>(counts[r]), ncclFloat, r, comm, stream);
+          result = nccl_.ncclRecv(recv + offset, static_cast<size_t>(counts[r]), ncclFloat, r, comm,
+                                  stream);
         }
         offset += counts[r];
       }
     } else if (counts[rank_] > 0) {
-      result = ncclSend(send, static_cast<size_t>(counts[rank_]), ncclFloat, 0, comm, stream);
+      result = nccl_.ncclSend(send, static_cast<size_t>(counts[rank_]), ncclFloat, 0, comm, stream);
     }
     // The group must be closed even when a call inside it failed.
-    const ncclResult_t end = ncclGroupEnd();
+    const ncclResult_t end = nccl_.ncclGroupEnd();
     return result == ncclSuccess ? end : result;
   });
   return status.ok() ? status : Fail(std::move(status));

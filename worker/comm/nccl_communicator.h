@@ -12,6 +12,9 @@
 // pointers (memory on this rank's `device`), not host pointers. The CUDA model uses the
 // DeviceCommunicator side, which runs on its compute stream without waiting.
 //
+// NCCL itself is opened at the first Create (worker/comm/nccl_library.h): NOT_FOUND naming it when
+// the machine has none.
+//
 // Errors are returned as absl::Status naming the rank, never aborts: FAILED_PRECONDITION when the
 // machine has no usable CUDA device, INVALID_ARGUMENT for a bad rank or device id,
 // DEADLINE_EXCEEDED when the unique id did not appear in the store in time, UNAVAILABLE for other
@@ -32,7 +35,6 @@
 
 #include <cuda_runtime_api.h>
 #include <gloo/rendezvous/store.h>
-#include <nccl.h>
 
 #include <cstdint>
 #include <memory>
@@ -47,6 +49,7 @@
 #include "kernels/cuda/bf16.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/device_communicator.h"
+#include "worker/comm/nccl_library.h"
 
 namespace tpserve {
 
@@ -93,7 +96,8 @@ class NcclCommunicator : public Communicator, public DeviceCommunicator {
   void Abort(absl::string_view reason) override;
 
  private:
-  NcclCommunicator(int rank, int world_size, int device, cudaStream_t stream);
+  NcclCommunicator(const NcclLibrary& nccl, int rank, int world_size, int device,
+                   cudaStream_t stream);
 
   // The all-reduce of both sides: `data` is [count] elements of `type` (ncclFloat, ncclBfloat16),
   // enqueued on `stream`.
@@ -109,6 +113,7 @@ class NcclCommunicator : public Communicator, public DeviceCommunicator {
                      absl::Time deadline = absl::InfiniteFuture());
 
   // Constant after construction.
+  const NcclLibrary& nccl_;
   const int rank_;
   const int world_size_;
   const int device_;

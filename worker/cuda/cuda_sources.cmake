@@ -7,6 +7,7 @@
 # Code that includes these headers links tp_nccl, tp_kernels_cuda and tp_cuda_sampling itself.
 target_sources(tp_worker PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/comm/nccl_communicator.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/comm/nccl_library.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/comm/single_rank_device_communicator.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_llama_model.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_logits_processor.cc
