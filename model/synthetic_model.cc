@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "model/gguf_file.h"
 #include "model/gguf_writer.h"
+#include "model/quantize.h"
 #include "model/rope_frequencies.h"
 #include "model/tokenizer.h"
 
@@ -24,179 +25,6 @@ constexpr char kChatMlTemplate[] =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\\n' }}{% endif %}";
-
-uint16_t ToBits(_Float16 h) {
-  uint16_t bits;
-  std::memcpy(&bits, &h, sizeof(bits));
-  return bits;
-}
-
-uint16_t Fp32ToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  return static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);  // round to even
-}
-
-void AppendU16(uint16_t v, std::vector<uint8_t>* out) {
-  out->push_back(static_cast<uint8_t>(v));
-  out->push_back(static_cast<uint8_t>(v >> 8));
-}
-
-// Round-to-nearest block encoders: valid blocks near the values, not llama.cpp's searched scales
-// (what the tests need is files of these types, not the best quantization).
-float Fp16Rounded(float v) { return static_cast<float>(static_cast<_Float16>(v)); }
-
-// One Q4_0 block: d = max|x| / 7, q = round(x / d) + 8 in [0, 15].
-void EncodeQ4_0(const float* x, std::vector<uint8_t>* out) {
-  float amax = 0;
-  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-  const float d = Fp16Rounded(amax / 7.0f);
-  AppendU16(ToBits(static_cast<_Float16>(d)), out);
-  uint8_t q[32];
-  for (int i = 0; i < 32; ++i) {
-    q[i] = static_cast<uint8_t>(d == 0 ? 8 : std::clamp(std::lround(x[i] / d) + 8, 0L, 15L));
-  }
-  for (int j = 0; j < 16; ++j) out->push_back(static_cast<uint8_t>(q[j] | q[j + 16] << 4));
-}
-
-// One Q4_K (`bits` 4) or Q5_K (5) super-block: per 32 elements a range [lo, hi] with lo <= 0,
-// scale (hi - lo) / (2^bits - 1) and min -lo, both as 6-bit multiples of the super-block's d and
-// dmin; Q5_K's fifth bits go to qh[32] before the nibbles.
-void EncodeKWithMins(const float* x, int bits, std::vector<uint8_t>* out) {
-  const int top = (1 << bits) - 1;
-  float scale[8], min[8], max_scale = 0, max_min = 0;
-  for (int j = 0; j < 8; ++j) {
-    float lo = 0, hi = 0;
-    for (int i = 0; i < 32; ++i) {
-      lo = std::min(lo, x[32 * j + i]);
-      hi = std::max(hi, x[32 * j + i]);
-    }
-    scale[j] = (hi - lo) / static_cast<float>(top);
-    min[j] = -lo;
-    max_scale = std::max(max_scale, scale[j]);
-    max_min = std::max(max_min, min[j]);
-  }
-  const float d = Fp16Rounded(max_scale / 63.0f), dmin = Fp16Rounded(max_min / 63.0f);
-  int sc[8], m[8];
-  for (int j = 0; j < 8; ++j) {
-    sc[j] = d == 0 ? 0 : std::min(63, static_cast<int>(std::lround(scale[j] / d)));
-    m[j] = dmin == 0 ? 0 : std::min(63, static_cast<int>(std::lround(min[j] / dmin)));
-  }
-  AppendU16(ToBits(static_cast<_Float16>(d)), out);
-  AppendU16(ToBits(static_cast<_Float16>(dmin)), out);
-  // The 12 scale bytes, as model/dequantize.cc's Q4KScaleMin reads them.
-  uint8_t bytes[12] = {};
-  for (int j = 0; j < 8; ++j) {
-    if (j < 4) {
-      bytes[j] |= static_cast<uint8_t>(sc[j]);
-      bytes[j + 4] |= static_cast<uint8_t>(m[j]);
-    } else {
-      bytes[j + 4] = static_cast<uint8_t>((sc[j] & 0x0F) | (m[j] & 0x0F) << 4);
-      bytes[j - 4] |= static_cast<uint8_t>(sc[j] >> 4 << 6);
-      bytes[j] |= static_cast<uint8_t>(m[j] >> 4 << 6);
-    }
-  }
-  out->insert(out->end(), bytes, bytes + 12);
-  uint8_t q[256];
-  for (int n = 0; n < 256; ++n) {
-    const float step = d * static_cast<float>(sc[n / 32]);
-    const float offset = dmin * static_cast<float>(m[n / 32]);
-    q[n] = static_cast<uint8_t>(
-        step == 0 ? 0 : std::clamp(std::lround((x[n] + offset) / step), 0L, long{top}));
-  }
-  if (bits == 5) {
-    uint8_t qh[32] = {};
-    for (int n = 0; n < 256; ++n) qh[n % 32] |= static_cast<uint8_t>((q[n] >> 4) << (n / 32));
-    out->insert(out->end(), qh, qh + 32);
-    for (uint8_t& code : q) code &= 0x0F;
-  }
-  for (int c = 0; c < 4; ++c) {
-    for (int l = 0; l < 32; ++l) {
-      out->push_back(static_cast<uint8_t>(q[64 * c + l] | q[64 * c + 32 + l] << 4));
-    }
-  }
-}
-
-// One Q6_K super-block: per 16 elements a scale max|x| / 31 as an int8 multiple of d, codes
-// round(x / (d * scale)) + 32 in [0, 63].
-void EncodeQ6_K(const float* x, std::vector<uint8_t>* out) {
-  float scale[16], max_scale = 0;
-  for (int j = 0; j < 16; ++j) {
-    float amax = 0;
-    for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(x[16 * j + i]));
-    scale[j] = amax / 31.0f;
-    max_scale = std::max(max_scale, scale[j]);
-  }
-  const float d = Fp16Rounded(max_scale / 127.0f);
-  int8_t sc[16];
-  uint8_t q[256];
-  for (int j = 0; j < 16; ++j) {
-    sc[j] = static_cast<int8_t>(d == 0 ? 0 : std::min(127L, std::lround(scale[j] / d)));
-  }
-  for (int n = 0; n < 256; ++n) {
-    const float step = d * static_cast<float>(sc[n / 16]);
-    q[n] =
-        static_cast<uint8_t>(step == 0 ? 32 : std::clamp(std::lround(x[n] / step) + 32, 0L, 63L));
-  }
-  // ql, qh as model/dequantize.cc's DequantizeQ6_K reads them: per 128 elements, element l, l+32,
-  // l+64, l+96 in the low nibble of ql[l], ql[l+32], high nibble of ql[l], ql[l+32], and top bits
-  // in bit pairs 0, 2, 4, 6 of qh[l].
-  uint8_t ql[128] = {}, qh[64] = {};
-  for (int half = 0; half < 2; ++half) {
-    const uint8_t* y = q + 128 * half;
-    for (int l = 0; l < 32; ++l) {
-      ql[64 * half + l] = static_cast<uint8_t>((y[l] & 0x0F) | (y[l + 64] & 0x0F) << 4);
-      ql[64 * half + l + 32] = static_cast<uint8_t>((y[l + 32] & 0x0F) | (y[l + 96] & 0x0F) << 4);
-      qh[32 * half + l] = static_cast<uint8_t>(y[l] >> 4 | (y[l + 32] >> 4) << 2 |
-                                               (y[l + 64] >> 4) << 4 | (y[l + 96] >> 4) << 6);
-    }
-  }
-  out->insert(out->end(), ql, ql + 128);
-  out->insert(out->end(), qh, qh + 64);
-  for (const int8_t s : sc) out->push_back(static_cast<uint8_t>(s));
-  AppendU16(ToBits(static_cast<_Float16>(d)), out);
-}
-
-// ggml's block encodings of `values` (whole blocks for the quantized types).
-std::vector<uint8_t> Encode(const std::vector<float>& values, GgmlType type) {
-  std::vector<uint8_t> out;
-  switch (type) {
-    case GgmlType::kF16:
-      for (float v : values) AppendU16(ToBits(static_cast<_Float16>(v)), &out);
-      break;
-    case GgmlType::kBF16:
-      for (float v : values) AppendU16(Fp32ToBf16(v), &out);
-      break;
-    case GgmlType::kQ8_0:
-      for (size_t b = 0; b < values.size(); b += 32) {
-        float amax = 0;
-        for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(values[i]));
-        const float d = amax / 127.0f;
-        AppendU16(ToBits(static_cast<_Float16>(d)), &out);
-        for (size_t i = b; i < b + 32; ++i) {
-          out.push_back(
-              static_cast<uint8_t>(static_cast<int8_t>(d == 0 ? 0 : std::lround(values[i] / d))));
-        }
-      }
-      break;
-    case GgmlType::kQ4_0:
-      for (size_t b = 0; b < values.size(); b += 32) EncodeQ4_0(&values[b], &out);
-      break;
-    case GgmlType::kQ4_K:
-      for (size_t b = 0; b < values.size(); b += 256) EncodeKWithMins(&values[b], 4, &out);
-      break;
-    case GgmlType::kQ5_K:
-      for (size_t b = 0; b < values.size(); b += 256) EncodeKWithMins(&values[b], 5, &out);
-      break;
-    case GgmlType::kQ6_K:
-      for (size_t b = 0; b < values.size(); b += 256) EncodeQ6_K(&values[b], &out);
-      break;
-    default:
-      out.resize(values.size() * sizeof(float));
-      std::memcpy(out.data(), values.data(), out.size());
-  }
-  return out;
-}
 
 class TensorMaker {
  public:
@@ -228,7 +56,7 @@ class TensorMaker {
     for (int64_t t = 1; t < threads; ++t) workers.emplace_back(fill);
     fill();
     for (std::thread& worker : workers) worker.join();
-    return writer_->AddTensor(name, type, {cols, rows}, Encode(values, type));
+    return writer_->AddTensor(name, type, {cols, rows}, EncodeBlocks(values, type));
   }
 
   // A [size] vector with N(0, stddev²) entries, fp32 (biases).
@@ -236,14 +64,14 @@ class TensorMaker {
     std::normal_distribution<float> normal(0.0f, stddev);
     std::vector<float> values(size);
     for (float& v : values) v = normal(rng_);
-    return writer_->AddTensor(name, GgmlType::kF32, {size}, Encode(values, GgmlType::kF32));
+    return writer_->AddTensor(name, GgmlType::kF32, {size}, EncodeBlocks(values, GgmlType::kF32));
   }
 
   absl::Status NormWeight(const std::string& name, int64_t size) {
     std::uniform_real_distribution<float> uniform(0.8f, 1.2f);
     std::vector<float> values(size);
     for (float& v : values) v = uniform(rng_);
-    return writer_->AddTensor(name, GgmlType::kF32, {size}, Encode(values, GgmlType::kF32));
+    return writer_->AddTensor(name, GgmlType::kF32, {size}, EncodeBlocks(values, GgmlType::kF32));
   }
 
  private:
@@ -381,11 +209,11 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& original, const std::
   if (spec.rope_scaling == "llama3") {
     RETURN_IF_ERROR(writer.AddTensor(
         "rope_freqs.weight", GgmlType::kF32, {head_dim / 2},
-        Encode(Llama3FrequencyDivisors(
-                   spec.rope_theta, head_dim,
-                   {spec.rope_scaling_factor, spec.rope_low_freq_factor, spec.rope_high_freq_factor,
-                    static_cast<double>(spec.rope_original_context)}),
-               GgmlType::kF32)));
+        EncodeBlocks(Llama3FrequencyDivisors(spec.rope_theta, head_dim,
+                                             {spec.rope_scaling_factor, spec.rope_low_freq_factor,
+                                              spec.rope_high_freq_factor,
+                                              static_cast<double>(spec.rope_original_context)}),
+                     GgmlType::kF32)));
   }
   const bool bias = arch == "qwen2";
   for (int64_t layer = 0; layer < spec.layers; ++layer) {
