@@ -72,6 +72,7 @@ struct Flags {
   bool no_prefix_cache = false;
   bool no_jump_forward = false;
   std::string speculative = "none";
+  std::string draft_model;
   int num_speculative_tokens = 4;
   int spec_disable_batch_size = 8;
   int ready_timeout_s = 600;
@@ -168,6 +169,10 @@ absl::Status Serve(const Flags& flags) {
   if (flags.no_prefix_cache) options.coordinator_args.push_back("--no-prefix-cache");
   if (flags.no_jump_forward) options.coordinator_args.push_back("--no-jump-forward");
   options.coordinator_args.push_back(absl::StrCat("--speculative=", flags.speculative));
+  if (!flags.draft_model.empty()) {
+    options.coordinator_args.push_back(absl::StrCat("--draft-model=", flags.draft_model));
+    options.worker_args.push_back(absl::StrCat("--draft-model=", flags.draft_model));
+  }
   options.coordinator_args.push_back(
       absl::StrCat("--num-speculative-tokens=", flags.num_speculative_tokens));
   options.coordinator_args.push_back(
@@ -311,9 +316,14 @@ int main(int argc, char** argv) {
   app.add_flag("--no-jump-forward", flags.no_jump_forward,
                "sample every token of constrained output, also where the constraint forces it");
   app.add_option("--speculative", flags.speculative,
-                 "speculative decoding: 'ngram' (prompt lookup, verified losslessly) or 'none'")
+                 "speculative decoding: 'ngram' (prompt lookup) or 'draft' (--draft-model on rank "
+                 "0), verified losslessly, or 'none'")
       ->capture_default_str()
-      ->check(CLI::IsMember({"none", "ngram"}));
+      ->check(CLI::IsMember({"none", "ngram", "draft"}));
+  app.add_option("--draft-model", flags.draft_model,
+                 "--speculative draft: a smaller model with the same tokenizer (GGUF file or "
+                 "Hugging Face folder)")
+      ->check(CLI::ExistingPath);
   app.add_option("--num-speculative-tokens", flags.num_speculative_tokens,
                  "most tokens proposed per sequence and step")
       ->capture_default_str()

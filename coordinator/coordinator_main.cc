@@ -16,6 +16,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -71,7 +72,8 @@ struct Flags {
   int max_num_seqs = 256;
   bool no_prefix_cache = false;
   bool no_jump_forward = false;
-  std::string speculative = "none";  // "ngram": prompt-lookup proposals
+  std::string speculative = "none";  // "ngram": prompt-lookup proposals; "draft": a draft model
+  std::string draft_model;
   int num_speculative_tokens = 4;
   int spec_disable_batch_size = 8;
   int ngram_min = 2;
@@ -157,6 +159,27 @@ std::string ServedModelName(const Flags& flags) {
 // The model's chat template (--chat-template overrides the file's), or null when the file has
 // none or the interpreter cannot run it: chat requests are then refused, and the log names the
 // construct. A --chat-template that cannot be used stops the start.
+// A draft's proposals are token ids the target verifies: both must mean the same text by them.
+absl::Status CheckDraftTokenizer(const std::string& path, const Tokenizer& target) {
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = OpenModel(path);
+  if (!file.ok()) return file.status();
+  absl::StatusOr<std::unique_ptr<Tokenizer>> draft = Tokenizer::FromGguf(**file);
+  if (!draft.ok()) return draft.status();
+  if ((*draft)->vocab_size() != target.vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("its tokenizer has ", (*draft)->vocab_size(),
+                                                   " tokens, the model's ", target.vocab_size(),
+                                                   ": a draft must share the model's tokenizer"));
+  }
+  for (int32_t id = 0; id < target.vocab_size(); ++id) {
+    if ((*draft)->TokenText(id) != target.TokenText(id)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "its token ", id, " is '", absl::CEscape((*draft)->TokenText(id)), "', the model's '",
+          absl::CEscape(target.TokenText(id)), "': a draft must share the model's tokenizer"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const GgufFile& file,
                                                                const Tokenizer& tokenizer,
                                                                const std::string& override_path) {
@@ -245,6 +268,12 @@ int Run(const Flags& flags) {
     return Fail(absl::StrCat("--world-size ", flags.world_size, ": ", layout.status().message()));
   }
   LogInfo(kLog, "model %s: %s", flags.model, config->DebugString());
+  if (flags.speculative == "draft") {
+    if (flags.draft_model.empty()) return Fail("--speculative draft needs --draft-model");
+    if (absl::Status same = CheckDraftTokenizer(flags.draft_model, **tokenizer); !same.ok()) {
+      return Fail(absl::StrCat("--draft-model: ", same.message()));
+    }
+  }
   SamplingParams default_sampling;
   if (flags.sampling_defaults == "model") {
     std::string taken;
@@ -355,6 +384,7 @@ int Run(const Flags& flags) {
   init.max_num_seqs = flags.max_num_seqs;
   init.max_num_batched_tokens = flags.max_num_batched_tokens;
   init.enforce_eager = flags.enforce_eager;
+  if (flags.speculative == "draft") init.draft_model_path = flags.draft_model;
   LogInfo(kLog, "all %d ranks registered; Init with group %s", flags.world_size, init.group_id);
   if (absl::Status s = pool.Init(init, absl::Seconds(flags.startup_timeout_s)); !s.ok()) {
     pool.Shutdown(kShutdownTimeout);
@@ -391,7 +421,8 @@ int Run(const Flags& flags) {
   options.max_step_attention = flags.max_step_attention;
   options.enable_prefix_cache = !flags.no_prefix_cache;
   options.jump_forward = !flags.no_jump_forward;
-  options.num_speculative_tokens = flags.speculative == "ngram" ? flags.num_speculative_tokens : 0;
+  options.num_speculative_tokens = flags.speculative != "none" ? flags.num_speculative_tokens : 0;
+  options.draft_model = flags.speculative == "draft";
   options.spec_disable_batch_size = flags.spec_disable_batch_size;
   options.ngram.min_n = flags.ngram_min;
   options.ngram.max_n = std::max(flags.ngram_min, flags.ngram_max);
@@ -499,9 +530,13 @@ int main(int argc, char** argv) {
   app.add_option("--speculative", flags.speculative,
                  "speculative decoding: 'ngram' proposes the tokens that followed the latest "
                  "earlier occurrence of a sequence's last tokens (prompt lookup), verified "
-                 "losslessly by rank 0; 'none' to decode one token per step")
+                 "losslessly by rank 0; 'draft' has rank 0 run --draft-model, a smaller model "
+                 "with the same tokenizer, to propose them; 'none' to decode one token per step")
       ->capture_default_str()
-      ->check(CLI::IsMember({"none", "ngram"}));
+      ->check(CLI::IsMember({"none", "ngram", "draft"}));
+  app.add_option("--draft-model", flags.draft_model,
+                 "--speculative draft: the draft model (GGUF file or Hugging Face folder), which "
+                 "every worker must be started with too (tpserve-worker --draft-model)");
   app.add_option("--num-speculative-tokens", flags.num_speculative_tokens,
                  "most tokens proposed per sequence and step")
       ->capture_default_str()

@@ -49,6 +49,7 @@ SchedulerOptions ToSchedulerOptions(const EngineOptions& options, const Tokenize
   s.num_speculative_tokens = options.num_speculative_tokens;
   s.spec_disable_batch_size = options.spec_disable_batch_size;
   s.ngram = options.ngram;
+  s.draft_model = options.draft_model;
   return s;
 }
 

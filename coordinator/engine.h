@@ -57,6 +57,7 @@ struct EngineOptions {
   int32_t num_speculative_tokens = 0;
   int32_t spec_disable_batch_size = 8;
   NgramOptions ngram;
+  bool draft_model = false;  // proposals from rank 0's draft model instead of n-grams
   // Requests waiting for their first step beyond which new ones are refused with
   // RESOURCE_EXHAUSTED; 0: no limit.
   int32_t max_queued_requests = 0;

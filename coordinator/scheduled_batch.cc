@@ -44,6 +44,7 @@ v1::StepRequest ToStepRequest(const ScheduledBatch& batch, uint64_t step_id, int
     scheduled->set_sample(!score && entry.completes());
     scheduled->set_all_logits(score);
     scheduled->mutable_draft_token_ids()->Add(entry.drafts.begin(), entry.drafts.end());
+    scheduled->set_num_proposals(entry.num_proposals);
     if (scheduled->sample() && seq.token_matcher != nullptr) {
       const int64_t words = seq.token_matcher->bitmask_words();
       google::protobuf::RepeatedField<uint32_t>* row = scheduled->mutable_token_bitmask();

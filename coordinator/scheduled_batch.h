@@ -20,6 +20,9 @@ struct ScheduledBatch {
     // Speculative decoding: tokens proposed after the last one, run at the next positions and
     // verified by rank 0 (the block table covers them).
     std::vector<int32_t> drafts;
+    // Draft model: proposals rank 0 makes after this step (the block table covers the positions
+    // its draft writes).
+    int32_t num_proposals = 0;
 
     // This step reaches the end of the known tokens: a Generate entry samples the next one.
     bool completes() const {

@@ -120,6 +120,7 @@ std::unique_ptr<Sequence> Scheduler::TakeRunning(size_t index) {
 void Scheduler::PreemptLast() {
   std::unique_ptr<Sequence> seq = TakeRunning(running_.size() - 1);
   seq->score_logits.clear();
+  seq->proposals.clear();
   ++counters_.num_preemptions;
   LogInfo(kLog, "request %d: preempted for lack of KV blocks; %d tokens to recompute",
           seq->request_id, seq->tokens.size());
@@ -168,8 +169,9 @@ ScheduledBatch Scheduler::Schedule() {
     std::vector<int32_t> drafts;
     if (speculate && Decoding(seq)) drafts = Proposals(seq, budget - n);
     const int32_t k = static_cast<int32_t>(drafts.size());
-    const int32_t needed =
-        BlocksFor(seq.num_computed + n + k) - static_cast<int32_t>(seq.block_ids.size());
+    const int32_t num_proposals = ProposalsAsked(seq, n, speculate);
+    const int32_t needed = BlocksFor(seq.num_computed + n + k + num_proposals) -
+                           static_cast<int32_t>(seq.block_ids.size());
     std::optional<std::vector<int32_t>> ids;
     bool self_preempted = false;
     while (!(ids = AllocateBlocks(needed))) {
@@ -180,7 +182,8 @@ ScheduledBatch Scheduler::Schedule() {
     }
     if (self_preempted) break;
     seq.block_ids.insert(seq.block_ids.end(), ids->begin(), ids->end());
-    batch.entries.push_back({&seq, false, seq.num_computed, n, std::move(*ids), drafts});
+    batch.entries.push_back(
+        {&seq, false, seq.num_computed, n, std::move(*ids), drafts, num_proposals});
     take(seq, n);
     budget -= k;
     attention -= StepAttention(seq.num_computed, n + k) - StepAttention(seq.num_computed, n);
@@ -197,8 +200,9 @@ ScheduledBatch Scheduler::Schedule() {
     }
     TakeCachedPrefix(seq);
     const int32_t n = ChunkSize(seq, budget, attention, logit_rows, !prefill_taken);
-    const int32_t needed =
-        BlocksFor(seq.num_computed + n) - static_cast<int32_t>(seq.block_ids.size());
+    const int32_t num_proposals = n > 0 ? ProposalsAsked(seq, n, speculate) : 0;
+    const int32_t needed = BlocksFor(seq.num_computed + n + num_proposals) -
+                           static_cast<int32_t>(seq.block_ids.size());
     std::optional<std::vector<int32_t>> ids;
     if (n <= 0 || !(ids = AllocateBlocks(needed))) {
       ReleaseBlocks(seq);
@@ -211,7 +215,7 @@ ScheduledBatch Scheduler::Schedule() {
     seq.seq_id = next_seq_id_++;
     seq.known_to_workers = true;
     // A new sequence's table on the workers starts empty: send all of it, cached prefix too.
-    batch.entries.push_back({&seq, true, seq.num_computed, n, seq.block_ids, {}});
+    batch.entries.push_back({&seq, true, seq.num_computed, n, seq.block_ids, {}, num_proposals});
     take(seq, n);
     running_.push_back(std::move(*it));
     it = waiting_.erase(it);
@@ -267,20 +271,35 @@ bool Scheduler::PostprocessScore(const ScheduledBatch::Entry& entry,
   return seq.num_computed == static_cast<int32_t>(seq.tokens.size());
 }
 
-std::vector<int32_t> Scheduler::Proposals(const Sequence& seq, int32_t budget) const {
+int32_t Scheduler::ProposalLimit(const Sequence& seq, int64_t run) const {
   if (seq.kind != Sequence::Kind::kGenerate || seq.token_matcher != nullptr ||
       !seq.params.speculate) {
-    return {};
+    return 0;
   }
-  // Every accepted proposal and the token after them are generated: they must fit max_tokens
-  // and the context.
-  int64_t k = std::min(options_.num_speculative_tokens, budget);
+  const int64_t after = static_cast<int64_t>(seq.tokens.size()) + run;
+  int64_t k = options_.num_speculative_tokens;
   if (seq.params.max_tokens > 0) {
-    k = std::min<int64_t>(k, seq.params.max_tokens - seq.num_generated() - 1);
+    k = std::min<int64_t>(k, seq.params.max_tokens - (after - seq.prompt_len) - 1);
   }
-  k = std::min<int64_t>(k, options_.context_length - static_cast<int64_t>(seq.tokens.size()) - 1);
+  k = std::min<int64_t>(k, options_.context_length - after - 1);
+  return static_cast<int32_t>(std::max<int64_t>(k, 0));
+}
+
+int32_t Scheduler::ProposalsAsked(const Sequence& seq, int32_t n, bool speculate) const {
+  if (!options_.draft_model || !speculate ||
+      seq.num_computed + n != static_cast<int32_t>(seq.tokens.size())) {
+    return 0;
+  }
+  // At least the sampled token follows; more accepted drafts only lower the next step's cap.
+  return ProposalLimit(seq, 1);
+}
+
+std::vector<int32_t> Scheduler::Proposals(const Sequence& seq, int32_t budget) const {
+  const int32_t k = std::min(ProposalLimit(seq, 0), budget);
   if (k <= 0) return {};
-  return ProposeNgram(seq.tokens, options_.ngram, static_cast<int32_t>(k));
+  if (!options_.draft_model) return ProposeNgram(seq.tokens, options_.ngram, k);
+  return std::vector<int32_t>(seq.proposals.begin(),
+                              seq.proposals.begin() + std::min<size_t>(k, seq.proposals.size()));
 }
 
 bool Scheduler::PostprocessGenerate(const ScheduledBatch::Entry& entry,
@@ -308,6 +327,19 @@ bool Scheduler::PostprocessGenerate(const ScheduledBatch::Entry& entry,
         entry.drafts.size(), " proposals and one more"));
     return true;
   }
+  if (output->proposal_token_ids_size() > entry.num_proposals) {
+    update->error =
+        absl::InternalError(absl::StrCat("returned ", output->proposal_token_ids_size(),
+                                         " proposals, asked for ", entry.num_proposals));
+    return true;
+  }
+  for (int32_t token : output->proposal_token_ids()) {
+    if (token < 0 || token >= options_.vocab_size) {
+      update->error = absl::InternalError(absl::StrCat("proposed token ", token));
+      return true;
+    }
+  }
+  seq.proposals.assign(output->proposal_token_ids().begin(), output->proposal_token_ids().end());
   if (!entry.drafts.empty()) {
     ++counters_.spec_drafts;
     counters_.spec_draft_tokens += static_cast<int64_t>(entry.drafts.size());

@@ -74,6 +74,9 @@ struct SchedulerOptions {
   int32_t num_speculative_tokens = 0;
   int32_t spec_disable_batch_size = 8;
   NgramOptions ngram;
+  // The proposals come from rank 0's draft model (worker/draft_runner.h) instead of n-grams: each
+  // sampling step asks for the next step's, and the block table covers what the draft writes.
+  bool draft_model = false;
 };
 
 struct SchedulerCounters {
@@ -160,6 +163,13 @@ class Scheduler {
                                    int row, SequenceUpdate* update);
   // Proposed tokens for a decoding sequence this step (empty: none), at most `budget`.
   std::vector<int32_t> Proposals(const Sequence& seq, int32_t budget) const;
+  // The most tokens `seq` may have proposed after its next `run` tokens (0 where it does not
+  // speculate): every accepted proposal and the token after them must fit max_tokens and the
+  // context.
+  int32_t ProposalLimit(const Sequence& seq, int64_t run) const;
+  // Draft model: the proposals rank 0 is asked to make after `seq` runs `n` tokens this step; 0
+  // without a draft model, in a step that does not speculate, or when the step does not sample.
+  int32_t ProposalsAsked(const Sequence& seq, int32_t n, bool speculate) const;
   // Postprocess of one entry: false when it produced nothing to stream.
   bool PostprocessGenerate(const ScheduledBatch::Entry& entry, const v1::SequenceOutput* output,
                            SequenceUpdate* update);

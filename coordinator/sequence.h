@@ -79,6 +79,9 @@ struct Sequence {
   std::unique_ptr<StopStringMatcher> stop_matcher;
   // Structured output: where the sample stands in its constraint; null when unconstrained.
   std::unique_ptr<TokenMatcher> token_matcher;
+  // Speculative decoding with a draft model: what rank 0's draft proposed after the last step, to
+  // be verified in the next (cleared by a preemption: the workers forget the draft's state).
+  std::vector<int32_t> proposals;
   std::optional<FinishReason> finish_reason;  // set when generation ends, told to the stream last
   absl::Time arrival;
   absl::Time first_scheduled = absl::InfinitePast();  // InfinitePast: not yet

@@ -211,6 +211,7 @@ absl::Status WorkerPool::Init(const WorkerInitOptions& options, absl::Duration t
     r.set_max_num_seqs(options.max_num_seqs);
     r.set_max_num_batched_tokens(options.max_num_batched_tokens);
     r.set_enforce_eager(options.enforce_eager);
+    r.set_draft_model_path(options.draft_model_path);
   }
   auto statuses = CallAll(timeout, /*cancel_on_failure=*/true,
                           [&](int rank, auto* stub, auto* context, auto done) {
@@ -257,9 +258,9 @@ absl::StatusOr<LoadedModel> WorkerPool::LoadShard(absl::Duration timeout) {
   }
   if (!differing.empty()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("ranks loaded different model files: rank 0 (", Address(0),
-                     ") loaded ", first.model_file_size(), " bytes, fingerprint ",
-                     first.model_fingerprint(), "; ", absl::StrJoin(differing, "; ")));
+        absl::StrCat("ranks loaded different model files: rank 0 (", Address(0), ") loaded ",
+                     first.model_file_size(), " bytes, fingerprint ", first.model_fingerprint(),
+                     "; ", absl::StrJoin(differing, "; ")));
   }
   {
     absl::MutexLock lock(&reports_mutex_);
@@ -305,9 +306,8 @@ absl::StatusOr<v1::StepResponse> WorkerPool::Step(const v1::StepRequest& request
         absl::StrCat("step ", request.step_id(), ": ", ExplainStepFailure(statuses, timeout)));
   }
   if (responses[0].step_id() != request.step_id()) {
-    return absl::UnavailableError(absl::StrCat("step ", request.step_id(), ": rank 0 (",
-                                               Address(0), ") answered step ",
-                                               responses[0].step_id()));
+    return absl::UnavailableError(absl::StrCat("step ", request.step_id(), ": rank 0 (", Address(0),
+                                               ") answered step ", responses[0].step_id()));
   }
   return std::move(responses[0]);
 }

@@ -33,9 +33,10 @@ struct WorkerInitOptions {
   int64_t block_size = 16;
   int64_t kv_cache_blocks = 0;  // 0: each worker sizes its pool from kv_cache_bytes
   int64_t kv_cache_bytes = 0;   // per rank; 0: the worker's default budget
-  int64_t max_num_seqs = 0;            // the scheduler's limits, for the workers' step buffers
+  int64_t max_num_seqs = 0;     // the scheduler's limits, for the workers' step buffers
   int64_t max_num_batched_tokens = 0;
-  bool enforce_eager = false;  // CUDA: no decode graphs on any rank
+  bool enforce_eager = false;    // CUDA: no decode graphs on any rank
+  std::string draft_model_path;  // speculative decoding's draft, loaded by rank 0; empty: none
 };
 
 // What the ranks agreed on after LoadShard.

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/logging.h"
 #include "common/status_macros.h"
 
 namespace tpserve {
@@ -10,11 +11,19 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunn
                                                                  Communicator* comm,
                                                                  DeviceCommunicator* device_comm) {
   ASSIGN_OR_RETURN(std::unique_ptr<RankModel> loaded, LoadRankModel(options, comm, device_comm));
-  return std::unique_ptr<ModelRunner>(new ModelRunner(std::move(loaded), comm->rank()));
+  std::unique_ptr<DraftRunner> draft;
+  if (comm->rank() == 0 && !options.draft_model_path.empty()) {
+    ASSIGN_OR_RETURN(draft, DraftRunner::Create(options, options.draft_model_path,
+                                                loaded->kv_shape(), loaded->config().vocab_size));
+  }
+  return std::unique_ptr<ModelRunner>(
+      new ModelRunner(std::move(loaded), std::move(draft), comm->rank()));
 }
 
-ModelRunner::ModelRunner(std::unique_ptr<RankModel> loaded, int rank)
+ModelRunner::ModelRunner(std::unique_ptr<RankModel> loaded, std::unique_ptr<DraftRunner> draft,
+                         int rank)
     : loaded_(std::move(loaded)),
+      draft_(std::move(draft)),
       rank_(rank),
       planner_(loaded_->config().vocab_size, loaded_->config().context_length, loaded_->kv_shape(),
                rank) {}
@@ -23,6 +32,14 @@ absl::StatusOr<v1::StepResponse> ModelRunner::Step(const v1::StepRequest& reques
   ASSIGN_OR_RETURN(StepPlanner::Plan plan, planner_.Begin(request));
   v1::StepResponse response;
   if (request.sequences().empty()) return response;
+  if (draft_ != nullptr) {
+    // Drafts this rank proposed are verified against the draft's q, which never left it.
+    for (int i = 0; i < request.sequences_size(); ++i) {
+      LogitsRequest& logits = plan.logits[i];
+      if (logits.drafts.empty() || !logits.draft_probs.empty()) continue;
+      logits.draft_probs = draft_->ProposalProbs(request.sequences(i).seq_id(), logits.drafts);
+    }
+  }
 
   const absl::Status status =
       loaded_->model().ForwardAndProcess(plan.batch, plan.logits, &results_);
@@ -32,6 +49,16 @@ absl::StatusOr<v1::StepResponse> ModelRunner::Step(const v1::StepRequest& reques
   }
   planner_.Commit(request, plan);
   if (rank_ == 0) WriteOutputs(request, results_, &response);
+  if (draft_ != nullptr) {
+    // The step itself is done on every rank: a draft that fails costs only its proposals.
+    const absl::Status drafted = draft_->Propose(request, planner_, results_, &response);
+    if (!drafted.ok()) {
+      LogWarning("runner", "step %llu: no proposals: %s",
+                 static_cast<unsigned long long>(request.step_id()), drafted.message());
+      draft_->Clear();
+      for (v1::SequenceOutput& out : *response.mutable_outputs()) out.clear_proposal_token_ids();
+    }
+  }
   return response;
 }
 

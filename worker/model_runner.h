@@ -3,7 +3,7 @@
 // protocol"; the field semantics are in worker.proto):
 //   drop finished → add new → plan the forward batch and the logits requests (StepPlanner) →
 //   forward and process the logits (StepModel::ForwardAndProcess) → commit → write rank 0's
-//   outputs.
+//   outputs → (rank 0, with a draft model) the next step's proposals (DraftRunner).
 //
 // Finished sequences are dropped whatever happens next; the rest is all or nothing: a refused
 // step (INVALID_ARGUMENT naming the sequence and field) adds no sequence and changes no state.
@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "tpserve/v1/worker.pb.h"
+#include "worker/draft_runner.h"
 #include "worker/model_loader.h"
 #include "worker/step_planner.h"
 
@@ -35,19 +36,23 @@ class ModelRunner {
   absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request);
 
   // Forgets every sequence (a re-formed group starts from none).
-  void DropSequences() { planner_.Clear(); }
+  void DropSequences() {
+    planner_.Clear();
+    if (draft_ != nullptr) draft_->Clear();
+  }
 
   RankModel& loaded() { return *loaded_; }
   int rank() const { return rank_; }
   size_t num_sequences() const { return planner_.num_sequences(); }
 
  private:
-  ModelRunner(std::unique_ptr<RankModel> loaded, int rank);
+  ModelRunner(std::unique_ptr<RankModel> loaded, std::unique_ptr<DraftRunner> draft, int rank);
 
   static void WriteOutputs(const v1::StepRequest& request, std::vector<LogitsResult>& results,
                            v1::StepResponse* response);
 
   const std::unique_ptr<RankModel> loaded_;
+  const std::unique_ptr<DraftRunner> draft_;  // rank 0 with a draft model only
   const int rank_;
   StepPlanner planner_;
   std::vector<LogitsResult> results_;  // reused between steps

@@ -41,6 +41,9 @@ struct ModelRunnerOptions {
   bool kv_cache_holds_context = false;
   CpuWeights cpu_weights = CpuWeights::kPacked;
   CudaRunnerOptions cuda;
+  // Speculative decoding's draft model (worker/draft_runner.h), loaded by rank 0 on its CPU;
+  // empty for none.
+  std::string draft_model_path;
 };
 
 }  // namespace tpserve

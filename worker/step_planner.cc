@@ -151,6 +151,12 @@ absl::Status StepPlanner::CheckScheduled(const v1::ScheduledSequence& s, const S
   if (s.draft_token_ids_size() > 0 && (!s.sample() || s.all_logits())) {
     return Invalid(id, "draft_token_ids need `sample` and no `all_logits`");
   }
+  if (s.num_proposals() < 0) {
+    return Invalid(id, absl::StrCat("num_proposals ", s.num_proposals(), " is negative"));
+  }
+  if (s.num_proposals() > 0 && (!s.sample() || s.all_logits())) {
+    return Invalid(id, "num_proposals needs `sample` and no `all_logits`");
+  }
   return absl::OkStatus();
 }
 

@@ -52,6 +52,12 @@ class StepPlanner {
   // Forgets every sequence (a re-formed group starts from none).
   void Clear() { sequences_.clear(); }
   size_t num_sequences() const { return sequences_.size(); }
+  // A running sequence's state; null for an unknown id.
+  const SequenceState* Find(uint64_t seq_id) const {
+    const auto it = sequences_.find(seq_id);
+    return it == sequences_.end() ? nullptr : &it->second;
+  }
+  int64_t context_length() const { return context_length_; }
 
  private:
   // Validates `s` and builds its state. INVALID_ARGUMENT naming the seq id and the field.

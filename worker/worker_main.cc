@@ -38,6 +38,7 @@ struct Flags {
   std::string cpu_weights = "packed";
   std::string cluster_token_file;
   std::string model_dir;
+  std::string draft_model;
   int coordinator_timeout_s = 30;
   std::string cpu_comm = "auto";
   TlsFiles tls;
@@ -107,6 +108,7 @@ int Run(const Flags& flags) {
   options.cuda_device = flags.local_rank;
   options.gpu_memory_utilization = flags.gpu_memory_utilization;
   options.model_dir = flags.model_dir;
+  options.draft_model_path = flags.draft_model;
   options.cpu_weights = flags.cpu_weights == "fp32" ? CpuWeights::kFp32 : CpuWeights::kPacked;
   options.cpu_transport = *ParseCpuTransport(flags.cpu_comm);  // the flag admits only valid names
   auto server = WorkerServer::Start(options);
@@ -201,6 +203,10 @@ int main(int argc, char** argv) {
                  "or fail; gloo = Gloo, and the whole group with it")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "shm", "gloo"}));
+  app.add_option(
+      "--draft-model", flags.draft_model,
+      "the draft model (GGUF file or Hugging Face folder) the coordinator may ask rank 0 "
+      "to load for speculative decoding (--speculative draft)");
   app.add_option("--model-dir", flags.model_dir,
                  "a directory whose models the coordinator may ask this worker to load instead of "
                  "--model (default: none, only --model)");

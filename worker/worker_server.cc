@@ -13,11 +13,11 @@
 #include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "model/shard_layout.h"
 #include "worker/comm/coordinator_store.h"
 #include "worker/comm/cpu_group.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/cuda_backend.h"
-#include "model/shard_layout.h"
 
 namespace tpserve {
 namespace {
@@ -184,16 +184,18 @@ grpc::Status WorkerServer::Step(grpc::ServerContext* context, const v1::StepRequ
   const CoordinatorCall call(this);
   absl::Status status;
   bool abandoned = false;
-  exec_.Run([&] { status = DoStep(*request, response); }, kCancelPoll, [&] {
-    if (abandoned || !context->IsCancelled()) return;
-    // The coordinator gave the step up (a rank missed its heartbeat or failed, or the deadline
-    // passed): the peers this rank waits for in a collective may never come, and the group
-    // re-forms only once this rank's execution thread is free for Init.
-    abandoned = true;
-    LogWarning("worker", "rank %d: the coordinator abandoned step %llu: leaving its collectives",
-               options_.rank, static_cast<unsigned long long>(request->step_id()));
-    comm_->Abort(absl::StrCat("the coordinator abandoned step ", request->step_id()));
-  });
+  exec_.Run([&] { status = DoStep(*request, response); }, kCancelPoll,
+            [&] {
+              if (abandoned || !context->IsCancelled()) return;
+              // The coordinator gave the step up (a rank missed its heartbeat or failed, or the
+              // deadline passed): the peers this rank waits for in a collective may never come, and
+              // the group re-forms only once this rank's execution thread is free for Init.
+              abandoned = true;
+              LogWarning("worker",
+                         "rank %d: the coordinator abandoned step %llu: leaving its collectives",
+                         options_.rank, static_cast<unsigned long long>(request->step_id()));
+              comm_->Abort(absl::StrCat("the coordinator abandoned step ", request->step_id()));
+            });
   return ToGrpc(status);
 }
 
@@ -228,6 +230,10 @@ grpc::Status WorkerServer::Shutdown(grpc::ServerContext* context, const v1::Shut
 
 // ---- Execution thread ------------------------------------------------------------------------
 
+bool WorkerServer::MayLoadDraft(const std::string& path) const {
+  return path == options_.draft_model_path || (path != options_.model_path && MayLoad(path));
+}
+
 bool WorkerServer::MayLoad(const std::string& path) const {
   if (path == options_.model_path) return true;
   if (options_.model_dir.empty()) return false;
@@ -252,11 +258,11 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   }
   if (request.block_size() < 0 || request.kv_cache_blocks() < 0 || request.kv_cache_bytes() < 0 ||
       request.max_num_seqs() < 0 || request.max_num_batched_tokens() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Init: block_size (", request.block_size(), "), kv_cache_blocks (",
-        request.kv_cache_blocks(), "), kv_cache_bytes (", request.kv_cache_bytes(),
-        "), max_num_seqs (", request.max_num_seqs(), ") and max_num_batched_tokens (",
-        request.max_num_batched_tokens(), ") must not be negative"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Init: block_size (", request.block_size(), "), kv_cache_blocks (",
+                     request.kv_cache_blocks(), "), kv_cache_bytes (", request.kv_cache_bytes(),
+                     "), max_num_seqs (", request.max_num_seqs(), ") and max_num_batched_tokens (",
+                     request.max_num_batched_tokens(), ") must not be negative"));
   }
   const bool cuda = request.device() == v1::DEVICE_CUDA;
   std::string device_name = "cpu";
@@ -317,11 +323,22 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   if (group.block_size() == 0) group.set_block_size(kDefaultBlockSize);
   if (!request.model_path().empty() && !MayLoad(request.model_path())) {
     // The path is not opened, and not echoed back beyond what the caller sent.
+    return absl::PermissionDeniedError(
+        absl::StrCat("Init: this worker loads only the model it was started with (--model ",
+                     options_.model_path, ")",
+                     options_.model_dir.empty()
+                         ? ""
+                         : absl::StrCat(" or one under --model-dir ", options_.model_dir)));
+  }
+  if (!request.draft_model_path().empty() && !MayLoadDraft(request.draft_model_path())) {
+    // Not opened, and not echoed back beyond what the caller sent.
     return absl::PermissionDeniedError(absl::StrCat(
-        "Init: this worker loads only the model it was started with (--model ",
-        options_.model_path, ")",
-        options_.model_dir.empty() ? "" : absl::StrCat(" or one under --model-dir ",
-                                                       options_.model_dir)));
+        "Init: this worker loads as a draft only the model it was started with (--draft-model",
+        options_.draft_model_path.empty() ? ": none" : absl::StrCat(" ", options_.draft_model_path),
+        ")",
+        options_.model_dir.empty()
+            ? ""
+            : absl::StrCat(" or one under --model-dir ", options_.model_dir)));
   }
   const std::string model_path =
       request.model_path().empty() ? options_.model_path : request.model_path();
@@ -334,7 +351,8 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
                           group.device() == group_.device() && (!cuda || world == 1) &&
                           group.max_num_seqs() == group_.max_num_seqs() &&
                           group.max_num_batched_tokens() == group_.max_num_batched_tokens() &&
-                          group.enforce_eager() == group_.enforce_eager();
+                          group.enforce_eager() == group_.enforce_eager() &&
+                          group.draft_model_path() == group_.draft_model_path();
   // Before the communicators it points to change. A kept CUDA shard is a world of one, whose
   // device communicator lives for the whole process.
   if (!keep_shard) runner_.reset();
@@ -371,6 +389,7 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
   options.kv_cache_blocks = group_.kv_cache_blocks();
   options.kv_cache_bytes = group_.kv_cache_bytes();
   options.cpu_weights = options_.cpu_weights;
+  options.draft_model_path = group_.draft_model_path();
   if (group_.device() == v1::DEVICE_CUDA) {
     options.device = Device::kCuda;
     options.cuda.device = cuda_device_;

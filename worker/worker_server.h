@@ -38,15 +38,18 @@ enum class WorkerState { kStarting, kInitialized, kLoaded, kServing, kFailed };
 const char* WorkerStateName(WorkerState state);  // "starting", …, "failed"
 
 struct WorkerServerOptions {
-  int rank = 0;                    // the rank this worker registers as; Init must agree
+  int rank = 0;  // the rank this worker registers as; Init must agree
   // The model this worker serves. InitRequest.model_path may name another only under
   // `model_dir` (empty: none); anything else is refused unopened.
   std::string model_path;
   std::string model_dir;
+  // The draft model (speculative decoding) InitRequest.draft_model_path may name, besides those
+  // under `model_dir`; empty: none.
+  std::string draft_model_path;
   std::string host = "127.0.0.1";  // bound and advertised, for gRPC and for Gloo
   // How the ranks of a CPU group all-reduce: shared memory when all can map it, else Gloo.
   CpuTransport cpu_transport = CpuTransport::kAuto;
-  int port = 0;                    // 0: any free port
+  int port = 0;  // 0: any free port
   // CPU: the KV budget when Init gives neither blocks nor bytes, grown to one full context if it
   // holds less (CUDA then fills the device up to gpu_memory_utilization).
   int64_t default_kv_cache_bytes = int64_t{256} << 20;
@@ -111,6 +114,7 @@ class WorkerServer final : public v1::WorkerService::Service {
   // Execution thread only.
   // Whether Init may load `path`: the --model file, or one under --model-dir.
   bool MayLoad(const std::string& path) const;
+  bool MayLoadDraft(const std::string& path) const;
   absl::Status DoInit(const v1::InitRequest& request);
   absl::Status DoLoadShard(v1::LoadShardResponse* response);
   absl::Status DoStep(const v1::StepRequest& request, v1::StepResponse* response);
