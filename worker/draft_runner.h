@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/sampling_params.h"
@@ -85,7 +85,8 @@ class DraftRunner {
 
   std::unique_ptr<SingleRankCommunicator> comm_;  // a world of one
   std::unique_ptr<RankModel> loaded_;
-  absl::flat_hash_map<uint64_t, Sequence> sequences_;
+  // Node-based: a pass holds pointers to its sequences while others are added.
+  absl::node_hash_map<uint64_t, Sequence> sequences_;
   std::vector<float> logits_;  // reused between passes
 };
 

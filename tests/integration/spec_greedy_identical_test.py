@@ -1,7 +1,8 @@
-"""spec_greedy_identical: speculative decoding (n-gram proposals, --speculative ngram) is
-lossless at temperature 0: 20 prompts give the same tokens as without speculation, at tp 1 and
-tp 3, with the prefix cache on, n = 2, stop strings, and under preemption (a 20-block pool, so
-that concurrent requests preempt each other). The proposals must have been verified and
+"""spec_greedy_identical: speculative decoding is lossless at temperature 0, with n-gram
+proposals (--speculative ngram) and with a draft model (--speculative draft: the model at Q4_0,
+written by tpserve-quantize): 20 prompts give the same tokens as without speculation, at tp 1
+and tp 3, with the prefix cache on, n = 2, stop strings, and under preemption (a 20-block pool,
+so that concurrent requests preempt each other). The proposals must have been verified and
 accepted somewhere (the server's spec_decode counters, which `tpctl status` shows too), or the
 test would prove nothing.
 Real processes on 127.0.0.1, ports chosen at run time.
@@ -79,9 +80,12 @@ class SpecGreedyIdentical(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         tpserve_cluster.set_up_scratch(cls, "tpserve-spec-")
+        cls.ngram = ["--speculative", "ngram"]
+        cls.draft = tpserve_cluster.make_draft_model(cls)
+        cls.plain = {}  # (tp, extra) -> outputs without speculation, run once for both methods
 
     def outputs(self, tp, speculative, extra=()):
-        args = list(extra) + (["--speculative", "ngram"] if speculative else [])
+        args = list(extra) + speculative
         with tpserve_cluster.Cluster(ARGS().bin_dir, ARGS().model, tp=tp,
                                      extra_args=args) as cluster:
             out = run_all(cluster)
@@ -98,26 +102,45 @@ class SpecGreedyIdentical(unittest.TestCase):
                 self.assertNotIn("speculative", status)
             return out, counters
 
-    def check(self, tp, extra=()):
-        plain, _ = self.outputs(tp, False, extra)
-        speculated, counters = self.outputs(tp, True, extra)
+    def check(self, tp, speculative, extra=()):
+        key = (tp, tuple(extra))
+        if key not in self.plain:
+            self.plain[key] = self.outputs(tp, [], extra)[0]
+        plain = self.plain[key]
+        speculated, counters = self.outputs(tp, speculative, extra)
         for key in plain:
             self.assertEqual(speculated[key], plain[key], key)
         self.assertGreater(counters["spec_decode_num_drafts"], 0)
         self.assertGreater(counters["spec_decode_num_accepted_tokens"], 0)
         return counters
 
-    def test_tp1(self):
-        counters = self.check(1)
+    def test_ngram_tp1(self):
+        counters = self.check(1, self.ngram)
         # Input-grounded prompts: most proposals are the text being copied.
         self.assertGreater(counters["spec_decode_num_accepted_tokens"],
                            counters["spec_decode_num_draft_tokens"] // 4)
 
-    def test_tp3(self):
-        self.check(3)
+    def test_ngram_tp3(self):
+        self.check(3, self.ngram)
 
-    def test_under_preemption(self):
-        counters = self.check(1, ["--kv-cache-blocks", "20"])
+    def test_ngram_under_preemption(self):
+        counters = self.check(1, self.ngram, ["--kv-cache-blocks", "20"])
+        self.assertGreater(counters["num_preemptions"], 0)
+
+    def test_draft_tp1(self):
+        counters = self.check(1, self.draft)
+        # The draft is the model more coarsely rounded: it often agrees (42% of its proposals
+        # accepted when written), but not always.
+        self.assertGreater(counters["spec_decode_num_accepted_tokens"],
+                           counters["spec_decode_num_draft_tokens"] // 4)
+        self.assertLess(counters["spec_decode_num_accepted_tokens"],
+                        counters["spec_decode_num_draft_tokens"])
+
+    def test_draft_tp3(self):
+        self.check(3, self.draft)
+
+    def test_draft_under_preemption(self):
+        counters = self.check(1, self.draft, ["--kv-cache-blocks", "20"])
         self.assertGreater(counters["num_preemptions"], 0)
 
 

@@ -123,6 +123,17 @@ def set_up_scratch(test_class, prefix):
     test_class.protos = tpserve_protos.load(test_class.tmp.name)
 
 
+def make_draft_model(test_class):
+    """A draft for --speculative draft in test_class.tmp (set_up_scratch): the model's matrices
+    written at Q4_0 by tpserve-quantize, so that it shares the tokenizer and mostly, not always,
+    proposes what the model picks. Returns the launcher flags that use it."""
+    path = os.path.join(test_class.tmp.name, "draft.q4_0.gguf")
+    subprocess.run([os.path.join(test_class.args.bin_dir, "tpserve-quantize"),
+                    test_class.args.model, path, "--type", "q4_0"], check=True,
+                   stderr=subprocess.DEVNULL)
+    return ["--speculative", "draft", "--draft-model", path]
+
+
 def start_class_cluster(test_class, tp, extra_args=()):
     """A serving cluster for a TestCase class (call in setUpClass); stopped after its tests."""
     cluster = Cluster(_TEST_ARGS.bin_dir, _TEST_ARGS.model, tp=tp, extra_args=extra_args)
