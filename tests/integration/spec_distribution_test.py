@@ -1,8 +1,9 @@
-"""spec_distribution: n-gram speculative decoding keeps the target's sampling distribution.
-At temperature 0.8 with fixed seeds, the first three generated tokens of a prompt that repeats
-itself (so that proposals come and are often accepted, and often not) are drawn
-TPSERVE_SPEC_SAMPLES times (default 2000; the issue's full form is 5000) with
---speculative ngram and without; a chi-square test of homogeneity over the three-token texts
+"""spec_distribution: speculative decoding keeps the target's sampling distribution, with n-gram
+proposals (point masses) and with a draft model (proposals drawn from its own distribution q, the
+model at Q4_0 by tpserve-quantize). At temperature 0.8 with fixed seeds, the first three generated
+tokens of a prompt that repeats itself (so that proposals come and are often accepted, and often
+not) are drawn TPSERVE_SPEC_SAMPLES times (default 2000; the issue's full form is 5000) with
+--speculative ngram, with --speculative draft and without; a chi-square test of homogeneity over the three-token texts
 (rare ones pooled) must not tell the two apart (p > 0.01). Real processes on 127.0.0.1, ports
 chosen at run time.
 
@@ -102,6 +103,12 @@ class SpecDistribution(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         tpserve_cluster.set_up_scratch(cls, "tpserve-spec-dist-")
+        cls.plain = None  # drawn once, for both methods
+
+    def plain_texts(self):
+        if self.plain is None:
+            type(self).plain = self.sample([])[0]
+        return self.plain
 
     def sample(self, extra_args):
         args = tpserve_cluster.parsed_args()
@@ -112,20 +119,26 @@ class SpecDistribution(unittest.TestCase):
                 texts = collections.Counter(t for batch in batches for t in batch)
             return texts, counters(cluster)
 
-    def test_ngram_keeps_the_distribution(self):
-        plain, _ = self.sample([])
+    def check(self, method, speculative):
+        plain = self.plain_texts()
         # Every one of the 16 samples decodes at once: let them all propose.
-        speculated, spec = self.sample(["--speculative", "ngram", "--spec-disable-batch-size",
-                                        "64"])
+        speculated, spec = self.sample(speculative + ["--spec-disable-batch-size", "64"])
         self.assertGreater(spec["spec_decode_num_accepted_tokens"], SAMPLES // 10)
         self.assertLess(spec["spec_decode_num_accepted_tokens"],
                         spec["spec_decode_num_draft_tokens"])
         p, categories = homogeneity_p(plain, speculated)
-        print("spec_distribution: %d samples each, %d categories, p = %.3f; %d of %d proposed "
-              "tokens accepted" % (SAMPLES, categories, p, spec["spec_decode_num_accepted_tokens"],
+        print("spec_distribution %s: %d samples each, %d categories, p = %.3f; %d of %d proposed "
+              "tokens accepted" % (method, SAMPLES, categories, p,
+                                   spec["spec_decode_num_accepted_tokens"],
                                    spec["spec_decode_num_draft_tokens"]), file=sys.stderr)
         self.assertGreaterEqual(categories, 5)
         self.assertGreater(p, 0.01, (plain.most_common(10), speculated.most_common(10)))
+
+    def test_ngram_keeps_the_distribution(self):
+        self.check("ngram", ["--speculative", "ngram"])
+
+    def test_draft_keeps_the_distribution(self):
+        self.check("draft", tpserve_cluster.make_draft_model(self))
 
     def test_the_test_tells_different_distributions_apart(self):
         # The same machinery on a shifted distribution must fail, or it proves nothing.
