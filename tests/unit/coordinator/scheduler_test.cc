@@ -506,7 +506,19 @@ class SpeculativeSchedulerTest : public SchedulerTest {
         context.push_back(draft);
       }
       out->add_token_ids(CycleToken(context));
+      context.push_back(out->token_ids(out->token_ids_size() - 1));
       proposed_ += static_cast<int64_t>(e.drafts.size());
+      // A draft model's proposals (the pure cycle, which CycleToken leaves a quarter of the
+      // time), at positions the block table must cover.
+      const int32_t run_end = e.start + static_cast<int32_t>(run.size());
+      EXPECT_GE(static_cast<int32_t>(seq.block_ids.size()) * kBlock, run_end + e.num_proposals);
+      EXPECT_LE(e.num_proposals, 3);
+      for (int32_t k = 0; k < e.num_proposals; ++k) {
+        const int32_t proposal = context[context.size() - 3];
+        out->add_proposal_token_ids(proposal);
+        context.push_back(proposal);
+      }
+      asked_ += e.num_proposals;
     }
     for (SequenceUpdate& update : scheduler_->Postprocess(batch, response)) {
       EXPECT_TRUE(update.error.ok()) << update.error;
@@ -545,6 +557,7 @@ class SpeculativeSchedulerTest : public SchedulerTest {
   static constexpr int32_t kBlock = 4;
   std::map<int32_t, std::vector<int32_t>> shadow_;
   int64_t proposed_ = 0;
+  int64_t asked_ = 0;  // proposals a draft model was asked for
 };
 
 TEST_F(SpeculativeSchedulerTest, RejectedProposalsAreRolledBackAndNeverCached) {
@@ -570,6 +583,39 @@ TEST_F(SpeculativeSchedulerTest, RejectedProposalsAreRolledBackAndNeverCached) {
   for (int i = 0; i < 4; ++i) {
     // Lossless: the output is what decoding one token at a time gives.
     const std::vector<int32_t> expected = Expected(prompts[i], 24, CycleToken);
+    ASSERT_NE(Done(i + 1), nullptr);
+    EXPECT_EQ(Output(*Done(i + 1)), expected) << "request " << i + 1;
+    std::vector<int32_t> all = prompts[i];
+    all.insert(all.end(), expected.begin(), expected.end());
+    ExpectCacheHolds(all);
+  }
+  ExpectNothingHeld();
+}
+
+TEST_F(SpeculativeSchedulerTest, DraftModelProposalsAreVerifiedNextStep) {
+  SchedulerOptions options;
+  options.num_speculative_tokens = 3;
+  options.draft_model = true;
+  options.vocab_size = 1000;
+  Make(64, options);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) {
+    prompts.push_back({300 + i, 310 + i, 320 + i, 300 + i, 310 + i});
+    AddGenerate(prompts.back(), 20);
+  }
+  for (int steps = 0; !scheduler_->idle(); ++steps) {
+    ASSERT_LT(steps, 1000);
+    Step();
+  }
+  // Every sampling step asked for proposals, and each was sent back to be verified.
+  EXPECT_GT(asked_, 20);
+  EXPECT_GT(proposed_, 20);
+  EXPECT_LE(proposed_, asked_);
+  const SchedulerCounters& counters = scheduler_->counters();
+  EXPECT_GT(counters.spec_accepted_tokens, 0);
+  EXPECT_LT(counters.spec_accepted_tokens, counters.spec_draft_tokens);
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<int32_t> expected = Expected(prompts[i], 20, CycleToken);
     ASSERT_NE(Done(i + 1), nullptr);
     EXPECT_EQ(Output(*Done(i + 1)), expected) << "request " << i + 1;
     std::vector<int32_t> all = prompts[i];
