@@ -79,7 +79,10 @@ absl::Status DraftRunner::Propose(const v1::StepRequest& request, const StepPlan
     // The draft's KV holds its own tokens; it stays valid as far as they agree with the known ones.
     const auto [mismatch, _] =
         std::mismatch(seq.tokens.begin(), seq.tokens.end(), known.begin(), known.end());
-    seq.computed = std::min<int64_t>(seq.computed, mismatch - seq.tokens.begin());
+    // The last known token runs again even when its KV is there: its logits draw the first
+    // proposal (the draft may have run it already as an earlier proposal that the target chose).
+    seq.computed = std::min<int64_t>(
+        {seq.computed, mismatch - seq.tokens.begin(), static_cast<int64_t>(known.size()) - 1});
     seq.tokens = known;
     seq.proposals.clear();
     seq.probs.clear();

@@ -136,6 +136,13 @@ class SpecGreedyIdentical(unittest.TestCase):
         self.assertLess(counters["spec_decode_num_accepted_tokens"],
                         counters["spec_decode_num_draft_tokens"])
 
+    def test_draft_that_is_the_model(self):
+        # Its own draft: every proposal is accepted, including where the step verifies fewer
+        # than were proposed (max_tokens near) and the token after them is the next proposal.
+        counters = self.check(1, ["--speculative", "draft", "--draft-model", ARGS().model])
+        self.assertEqual(counters["spec_decode_num_accepted_tokens"],
+                         counters["spec_decode_num_draft_tokens"])
+
     def test_draft_tp3(self):
         self.check(3, self.draft)
 
