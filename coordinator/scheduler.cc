@@ -121,6 +121,7 @@ void Scheduler::PreemptLast() {
   std::unique_ptr<Sequence> seq = TakeRunning(running_.size() - 1);
   seq->score_logits.clear();
   seq->proposals.clear();
+  seq->draft_behind = false;
   ++counters_.num_preemptions;
   LogInfo(kLog, "request %d: preempted for lack of KV blocks; %d tokens to recompute",
           seq->request_id, seq->tokens.size());
@@ -184,6 +185,7 @@ ScheduledBatch Scheduler::Schedule() {
     seq.block_ids.insert(seq.block_ids.end(), ids->begin(), ids->end());
     batch.entries.push_back(
         {&seq, false, seq.num_computed, n, std::move(*ids), drafts, num_proposals});
+    NoteProposalsAsked(seq, n, num_proposals);
     take(seq, n);
     budget -= k;
     attention -= StepAttention(seq.num_computed, n + k) - StepAttention(seq.num_computed, n);
@@ -216,6 +218,7 @@ ScheduledBatch Scheduler::Schedule() {
     seq.known_to_workers = true;
     // A new sequence's table on the workers starts empty: send all of it, cached prefix too.
     batch.entries.push_back({&seq, true, seq.num_computed, n, seq.block_ids, {}, num_proposals});
+    NoteProposalsAsked(seq, n, num_proposals);
     take(seq, n);
     running_.push_back(std::move(*it));
     it = waiting_.erase(it);
@@ -286,12 +289,22 @@ int32_t Scheduler::ProposalLimit(const Sequence& seq, int64_t run) const {
 }
 
 int32_t Scheduler::ProposalsAsked(const Sequence& seq, int32_t n, bool speculate) const {
-  if (!options_.draft_model || !speculate ||
+  // Every sequence running or waiting now decodes in the next step, or waits behind them.
+  const size_t next_decodes = running_.size() + waiting_.size();
+  if (!options_.draft_model || !speculate || seq.draft_behind ||
+      next_decodes > static_cast<size_t>(options_.spec_disable_batch_size) ||
       seq.num_computed + n != static_cast<int32_t>(seq.tokens.size())) {
     return 0;
   }
   // At least the sampled token follows; more accepted drafts only lower the next step's cap.
   return ProposalLimit(seq, 1);
+}
+
+void Scheduler::NoteProposalsAsked(Sequence& seq, int32_t n, int32_t num_proposals) {
+  if (options_.draft_model && num_proposals == 0 &&
+      seq.num_computed + n == static_cast<int32_t>(seq.tokens.size())) {
+    seq.draft_behind = true;
+  }
 }
 
 std::vector<int32_t> Scheduler::Proposals(const Sequence& seq, int32_t budget) const {

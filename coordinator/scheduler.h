@@ -168,8 +168,11 @@ class Scheduler {
   // context.
   int32_t ProposalLimit(const Sequence& seq, int64_t run) const;
   // Draft model: the proposals rank 0 is asked to make after `seq` runs `n` tokens this step; 0
-  // without a draft model, in a step that does not speculate, or when the step does not sample.
+  // without a draft model, in a step that does not speculate, when the step does not sample, when
+  // the next step will hold more sequences than speculate, or once the draft is behind.
   int32_t ProposalsAsked(const Sequence& seq, int32_t n, bool speculate) const;
+  // A scheduled sampling step that asked no proposals leaves the draft behind.
+  void NoteProposalsAsked(Sequence& seq, int32_t n, int32_t num_proposals);
   // Postprocess of one entry: false when it produced nothing to stream.
   bool PostprocessGenerate(const ScheduledBatch::Entry& entry, const v1::SequenceOutput* output,
                            SequenceUpdate* update);

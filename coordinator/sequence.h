@@ -82,6 +82,10 @@ struct Sequence {
   // Speculative decoding with a draft model: what rank 0's draft proposed after the last step, to
   // be verified in the next (cleared by a preemption: the workers forget the draft's state).
   std::vector<int32_t> proposals;
+  // The draft did not run this sequence's last sampling step: following it again would run its
+  // whole context through the draft, so it proposes no more until it is admitted again (a fresh
+  // seq_id, a fresh draft state).
+  bool draft_behind = false;
   std::optional<FinishReason> finish_reason;  // set when generation ends, told to the stream last
   absl::Time arrival;
   absl::Time first_scheduled = absl::InfinitePast();  // InfinitePast: not yet

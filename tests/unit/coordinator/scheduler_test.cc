@@ -625,6 +625,30 @@ TEST_F(SpeculativeSchedulerTest, DraftModelProposalsAreVerifiedNextStep) {
   ExpectNothingHeld();
 }
 
+TEST_F(SpeculativeSchedulerTest, DraftModelIsNotAskedToCatchUp) {
+  SchedulerOptions options;
+  options.num_speculative_tokens = 3;
+  options.spec_disable_batch_size = 2;
+  options.draft_model = true;
+  options.vocab_size = 1000;
+  Make(64, options);
+  // Four at once is more than speculate: no proposals, and the long one, once alone, is not
+  // asked either, since its draft would have to run its whole context first.
+  for (int i = 0; i < 3; ++i) AddGenerate({300 + i, 310 + i, 320 + i}, 4);
+  AddGenerate({400, 410, 420}, 30);
+  while (!scheduler_->idle()) Step();
+  EXPECT_EQ(asked_, 0);
+  ASSERT_NE(Done(4), nullptr);
+  EXPECT_EQ(Output(*Done(4)), Expected({400, 410, 420}, 30, CycleToken));
+  // A request that arrives alone is followed by the draft from its first sample.
+  AddGenerate({500, 510, 520}, 20);
+  while (!scheduler_->idle()) Step();
+  EXPECT_GT(asked_, 10);  // about 3 in every step but the last few
+  ASSERT_NE(Done(5), nullptr);
+  EXPECT_EQ(Output(*Done(5)), Expected({500, 510, 520}, 20, CycleToken));
+  ExpectNothingHeld();
+}
+
 TEST_F(SpeculativeSchedulerTest, ARequestMayDecline) {
   AddGenerate({7, 8, 9, 7, 8, 9, 7, 8}, 8)->params.speculate = false;
   while (!scheduler_->idle()) Step();
