@@ -9,9 +9,11 @@ from /metrics) and mean acceptance length (accepted tokens per verified proposal
 --method ngram (the default) serves the bundled model with --speculative ngram. --method draft
 serves the bundled model rewritten at F32 (tpserve-quantize, into build/bench-models/ the first
 time) with --speculative draft and the bundled Q4_1 file as the draft: the same weights, the
-draft 4x fewer bytes to read per token.
+draft 4x fewer bytes to read per token. --method self serves the bundled model with
+--speculative self, its own first --self-spec-layers layers as the draft.
 
-    bench/compare_speculative.py [--method ngram|draft] [--concurrency C] [--rounds R] [--tp T]
+    bench/compare_speculative.py [--method ngram|draft|self] [--self-spec-layers L]
+                                 [--concurrency C] [--rounds R] [--tp T]
                                  [--num-speculative-tokens K] [--free-form]
 
 At --concurrency 32 the speculating server stops proposing above --spec-disable-batch-size
@@ -76,12 +78,14 @@ def f32_target():
     return path
 
 
-def run(mode, model, prompts, concurrency, tp, k):
+def run(mode, model, prompts, concurrency, tp, k, self_spec_layers):
     port = free_port()
     argv = [os.path.join(ROOT, "build", "bin", "tpserve"), "--model", model, "--tp", str(tp),
             "--http-port", str(port), "--speculative", mode, "--num-speculative-tokens", str(k)]
     if mode == "draft":
         argv += ["--draft-model", MODEL]
+    if mode == "self":
+        argv += ["--self-spec-layers", str(self_spec_layers)]
     server = Server(f"tpserve-{mode}", argv, port)
     try:
         server.wait_ready("/health/ready")
@@ -98,7 +102,9 @@ def run(mode, model, prompts, concurrency, tp, k):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--method", choices=("ngram", "draft"), default="ngram")
+    parser.add_argument("--method", choices=("ngram", "draft", "self"), default="ngram")
+    parser.add_argument("--self-spec-layers", type=int, default=0,
+                        help="--method self: the draft's layers (0: the server's default)")
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tp", type=int, default=1)
@@ -113,7 +119,7 @@ def main():
     for r in range(1, args.rounds + 1):
         for mode in (args.method, "none"):
             rate, counters = run(mode, model, prompts, args.concurrency, args.tp,
-                                 args.num_speculative_tokens)
+                                 args.num_speculative_tokens, args.self_spec_layers)
             rates[mode].append(rate)
             proposed += counters.get("spec_decode_num_draft_tokens", 0)
             accepted += counters.get("spec_decode_num_accepted_tokens", 0)

@@ -73,6 +73,7 @@ struct Flags {
   bool no_jump_forward = false;
   std::string speculative = "none";
   std::string draft_model;
+  int self_spec_layers = 0;
   int num_speculative_tokens = 4;
   int spec_disable_batch_size = 8;
   int ready_timeout_s = 600;
@@ -173,6 +174,7 @@ absl::Status Serve(const Flags& flags) {
     options.coordinator_args.push_back(absl::StrCat("--draft-model=", flags.draft_model));
     options.worker_args.push_back(absl::StrCat("--draft-model=", flags.draft_model));
   }
+  options.coordinator_args.push_back(absl::StrCat("--self-spec-layers=", flags.self_spec_layers));
   options.coordinator_args.push_back(
       absl::StrCat("--num-speculative-tokens=", flags.num_speculative_tokens));
   options.coordinator_args.push_back(
@@ -316,14 +318,19 @@ int main(int argc, char** argv) {
   app.add_flag("--no-jump-forward", flags.no_jump_forward,
                "sample every token of constrained output, also where the constraint forces it");
   app.add_option("--speculative", flags.speculative,
-                 "speculative decoding: 'ngram' (prompt lookup) or 'draft' (--draft-model on rank "
-                 "0), verified losslessly, or 'none'")
+                 "speculative decoding: 'ngram' (prompt lookup), 'draft' (--draft-model on rank "
+                 "0) or 'self' (the model's first --self-spec-layers layers on rank 0), verified "
+                 "losslessly, or 'none'")
       ->capture_default_str()
-      ->check(CLI::IsMember({"none", "ngram", "draft"}));
+      ->check(CLI::IsMember({"none", "ngram", "draft", "self"}));
   app.add_option("--draft-model", flags.draft_model,
                  "--speculative draft: a smaller model with the same tokenizer (GGUF file or "
                  "Hugging Face folder)")
       ->check(CLI::ExistingPath);
+  app.add_option("--self-spec-layers", flags.self_spec_layers,
+                 "--speculative self: the draft's layers (0: a quarter of the model's)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--num-speculative-tokens", flags.num_speculative_tokens,
                  "most tokens proposed per sequence and step")
       ->capture_default_str()

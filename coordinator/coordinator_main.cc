@@ -72,8 +72,10 @@ struct Flags {
   int max_num_seqs = 256;
   bool no_prefix_cache = false;
   bool no_jump_forward = false;
-  std::string speculative = "none";  // "ngram": prompt-lookup proposals; "draft": a draft model
+  // "ngram": prompt-lookup proposals; "draft": a draft model; "self": the model's first layers
+  std::string speculative = "none";
   std::string draft_model;
+  int self_spec_layers = 0;  // 0: a quarter of the model's layers
   int num_speculative_tokens = 4;
   int spec_disable_batch_size = 8;
   int ngram_min = 2;
@@ -274,6 +276,19 @@ int Run(const Flags& flags) {
       return Fail(absl::StrCat("--draft-model: ", same.message()));
     }
   }
+  int self_spec_layers = 0;
+  if (flags.speculative == "self") {
+    self_spec_layers = flags.self_spec_layers > 0
+                           ? flags.self_spec_layers
+                           : static_cast<int>(std::max<int64_t>(1, config->num_layers / 4));
+    if (self_spec_layers >= config->num_layers) {
+      return Fail(absl::StrCat("--self-spec-layers ", self_spec_layers,
+                               ": the draft must be fewer layers than the model's ",
+                               config->num_layers));
+    }
+    LogInfo(kLog, "self-speculative: the draft is the model's first %d of %d layers",
+            self_spec_layers, config->num_layers);
+  }
   SamplingParams default_sampling;
   if (flags.sampling_defaults == "model") {
     std::string taken;
@@ -385,6 +400,7 @@ int Run(const Flags& flags) {
   init.max_num_batched_tokens = flags.max_num_batched_tokens;
   init.enforce_eager = flags.enforce_eager;
   if (flags.speculative == "draft") init.draft_model_path = flags.draft_model;
+  init.self_spec_layers = self_spec_layers;
   LogInfo(kLog, "all %d ranks registered; Init with group %s", flags.world_size, init.group_id);
   if (absl::Status s = pool.Init(init, absl::Seconds(flags.startup_timeout_s)); !s.ok()) {
     pool.Shutdown(kShutdownTimeout);
@@ -422,7 +438,7 @@ int Run(const Flags& flags) {
   options.enable_prefix_cache = !flags.no_prefix_cache;
   options.jump_forward = !flags.no_jump_forward;
   options.num_speculative_tokens = flags.speculative != "none" ? flags.num_speculative_tokens : 0;
-  options.draft_model = flags.speculative == "draft";
+  options.draft_model = flags.speculative == "draft" || flags.speculative == "self";
   options.spec_disable_batch_size = flags.spec_disable_batch_size;
   options.ngram.min_n = flags.ngram_min;
   options.ngram.max_n = std::max(flags.ngram_min, flags.ngram_max);
@@ -531,12 +547,18 @@ int main(int argc, char** argv) {
                  "speculative decoding: 'ngram' proposes the tokens that followed the latest "
                  "earlier occurrence of a sequence's last tokens (prompt lookup), verified "
                  "losslessly by rank 0; 'draft' has rank 0 run --draft-model, a smaller model "
-                 "with the same tokenizer, to propose them; 'none' to decode one token per step")
+                 "with the same tokenizer, to propose them; 'self' has it run the model's own "
+                 "first --self-spec-layers layers; 'none' to decode one token per step")
       ->capture_default_str()
-      ->check(CLI::IsMember({"none", "ngram", "draft"}));
+      ->check(CLI::IsMember({"none", "ngram", "draft", "self"}));
   app.add_option("--draft-model", flags.draft_model,
                  "--speculative draft: the draft model (GGUF file or Hugging Face folder), which "
                  "every worker must be started with too (tpserve-worker --draft-model)");
+  app.add_option("--self-spec-layers", flags.self_spec_layers,
+                 "--speculative self: the draft is the model's first this many layers, then its "
+                 "final norm and output head (0: a quarter of its layers)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--num-speculative-tokens", flags.num_speculative_tokens,
                  "most tokens proposed per sequence and step")
       ->capture_default_str()

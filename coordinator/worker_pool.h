@@ -37,6 +37,7 @@ struct WorkerInitOptions {
   int64_t max_num_batched_tokens = 0;
   bool enforce_eager = false;    // CUDA: no decode graphs on any rank
   std::string draft_model_path;  // speculative decoding's draft, loaded by rank 0; empty: none
+  int32_t self_spec_layers = 0;  // or the target's first this many layers as the draft; 0: none
 };
 
 // What the ranks agreed on after LoadShard.

@@ -19,11 +19,12 @@ constexpr uint64_t kDraftStreamSalt = 0x6472616674ULL;  // "draft"
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DraftRunner>> DraftRunner::Create(const ModelRunnerOptions& target,
-                                                                 const std::string& path,
                                                                  const KvCacheShape& target_kv,
                                                                  int64_t target_vocab) {
+  const std::string& path = target.draft_model_path;
   ModelRunnerOptions options;
   options.model_path = path;
+  options.num_layers = target.draft_num_layers;
   options.device = Device::kCpu;
   options.block_size = target_kv.block_size;
   options.kv_cache_blocks = target_kv.num_blocks;

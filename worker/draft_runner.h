@@ -1,6 +1,7 @@
 // DraftRunner: the draft model of speculative decoding (--speculative draft), on rank 0.
 //
-// The draft is a second, smaller model with the target's tokenizer. Rank 0 holds all of it
+// The draft is a second, smaller model with the target's tokenizer, or (self-speculation) the
+// target's own first layers with its final norm and output head. Rank 0 holds all of it
 // (replicated, not sharded): a draft step is a few small products that all-reduces across ranks
 // would only slow, and only rank 0 needs its tokens, since proposals reach the other ranks as the
 // next step's draft_token_ids. Its KV pool has the target's number of blocks under the same block
@@ -38,10 +39,10 @@ namespace tpserve {
 
 class DraftRunner {
  public:
-  // Loads `path` on the CPU with a pool of `target_kv`'s blocks. INVALID_ARGUMENT naming the file
+  // Loads `target`'s draft (draft_model_path, its first draft_num_layers layers when that is
+  // positive) on the CPU with a pool of `target_kv`'s blocks. INVALID_ARGUMENT naming the file
   // when its vocabulary size differs from the target's (`target_vocab`).
   static absl::StatusOr<std::unique_ptr<DraftRunner>> Create(const ModelRunnerOptions& target,
-                                                             const std::string& path,
                                                              const KvCacheShape& target_kv,
                                                              int64_t target_vocab);
 

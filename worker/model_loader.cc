@@ -75,6 +75,14 @@ absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOption
   std::unique_ptr<RankModel> runner(new RankModel());
   ASSIGN_OR_RETURN(runner->file_, OpenModel(options.model_path));
   ASSIGN_OR_RETURN(runner->config_, ModelConfig::FromGguf(*runner->file_));
+  if (options.num_layers > 0) {
+    if (options.num_layers > runner->config_.num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("asked for the first ", options.num_layers,
+                                                     " layers of a model of ",
+                                                     runner->config_.num_layers));
+    }
+    runner->config_.num_layers = options.num_layers;
+  }
   ASSIGN_OR_RETURN(const ShardLayout layout,
                    ShardLayout::Make(runner->config_, comm->rank(), comm->world_size()));
   LogInfo("runner", "rank %d/%d: loading %s (%s)", comm->rank(), comm->world_size(),

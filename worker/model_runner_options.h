@@ -42,8 +42,12 @@ struct ModelRunnerOptions {
   CpuWeights cpu_weights = CpuWeights::kPacked;
   CudaRunnerOptions cuda;
   // Speculative decoding's draft model (worker/draft_runner.h), loaded by rank 0 on its CPU;
-  // empty for none.
+  // empty for none. With `draft_num_layers` > 0, only its first that many layers (the final norm
+  // and output head after them): self-speculation names the target itself.
   std::string draft_model_path;
+  int64_t draft_num_layers = 0;
+  // Load only the model's first this many layers, then its final norm and output head; 0: all.
+  int64_t num_layers = 0;
 };
 
 }  // namespace tpserve

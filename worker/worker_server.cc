@@ -256,6 +256,12 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
     return absl::InvalidArgumentError(
         absl::StrCat("Init: rank ", rank, " is not in a world of ", world));
   }
+  if (request.self_spec_layers() < 0 ||
+      (request.self_spec_layers() > 0 && !request.draft_model_path().empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Init: self_spec_layers (", request.self_spec_layers(),
+        ") must not be negative, and not positive together with a draft_model_path"));
+  }
   if (request.block_size() < 0 || request.kv_cache_blocks() < 0 || request.kv_cache_bytes() < 0 ||
       request.max_num_seqs() < 0 || request.max_num_batched_tokens() < 0) {
     return absl::InvalidArgumentError(
@@ -352,7 +358,8 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
                           group.max_num_seqs() == group_.max_num_seqs() &&
                           group.max_num_batched_tokens() == group_.max_num_batched_tokens() &&
                           group.enforce_eager() == group_.enforce_eager() &&
-                          group.draft_model_path() == group_.draft_model_path();
+                          group.draft_model_path() == group_.draft_model_path() &&
+                          group.self_spec_layers() == group_.self_spec_layers();
   // Before the communicators it points to change. A kept CUDA shard is a world of one, whose
   // device communicator lives for the whole process.
   if (!keep_shard) runner_.reset();
@@ -390,6 +397,10 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
   options.kv_cache_bytes = group_.kv_cache_bytes();
   options.cpu_weights = options_.cpu_weights;
   options.draft_model_path = group_.draft_model_path();
+  if (group_.self_spec_layers() > 0) {  // The target itself, which Init allowed.
+    options.draft_model_path = model_path_;
+    options.draft_num_layers = group_.self_spec_layers();
+  }
   if (group_.device() == v1::DEVICE_CUDA) {
     options.device = Device::kCuda;
     options.cuda.device = cuda_device_;

@@ -1,8 +1,9 @@
 """spec_greedy_identical: speculative decoding is lossless at temperature 0, with n-gram
-proposals (--speculative ngram) and with a draft model (--speculative draft: the model at Q4_0,
-written by tpserve-quantize): 20 prompts give the same tokens as without speculation, at tp 1
-and tp 3, with the prefix cache on, n = 2, stop strings, and under preemption (a 20-block pool,
-so that concurrent requests preempt each other). The proposals must have been verified and
+proposals (--speculative ngram), with a draft model (--speculative draft: the model at Q4_0,
+written by tpserve-quantize) and self-speculative (--speculative self: the model's first layers):
+20 prompts give the same tokens as without speculation, at tp 1 and tp 3, with the prefix cache
+on, n = 2, stop strings, and under preemption (a 20-block pool, so that concurrent requests
+preempt each other). The proposals must have been verified and
 accepted somewhere (the server's spec_decode counters, which `tpctl status` shows too), or the
 test would prove nothing.
 Real processes on 127.0.0.1, ports chosen at run time.
@@ -84,9 +85,9 @@ class SpecGreedyIdentical(unittest.TestCase):
         cls.draft = tpserve_cluster.make_draft_model(cls)
         cls.plain = {}  # (tp, extra) -> outputs without speculation, run once for both methods
 
-    def outputs(self, tp, speculative, extra=()):
+    def outputs(self, tp, speculative, extra=(), model=None):
         args = list(extra) + speculative
-        with tpserve_cluster.Cluster(ARGS().bin_dir, ARGS().model, tp=tp,
+        with tpserve_cluster.Cluster(ARGS().bin_dir, model or ARGS().model, tp=tp,
                                      extra_args=args) as cluster:
             out = run_all(cluster)
             counters = metrics(cluster)
@@ -102,12 +103,12 @@ class SpecGreedyIdentical(unittest.TestCase):
                 self.assertNotIn("speculative", status)
             return out, counters
 
-    def check(self, tp, speculative, extra=()):
-        key = (tp, tuple(extra))
+    def check(self, tp, speculative, extra=(), model=None):
+        key = (tp, tuple(extra), model)
         if key not in self.plain:
-            self.plain[key] = self.outputs(tp, [], extra)[0]
+            self.plain[key] = self.outputs(tp, [], extra, model)[0]
         plain = self.plain[key]
-        speculated, counters = self.outputs(tp, speculative, extra)
+        speculated, counters = self.outputs(tp, speculative, extra, model)
         for key in plain:
             self.assertEqual(speculated[key], plain[key], key)
         self.assertGreater(counters["spec_decode_num_drafts"], 0)
@@ -149,6 +150,52 @@ class SpecGreedyIdentical(unittest.TestCase):
     def test_draft_under_preemption(self):
         counters = self.check(1, self.draft, ["--kv-cache-blocks", "20"])
         self.assertGreater(counters["num_preemptions"], 0)
+
+    def test_self_tp1(self):
+        # The default draft: the first 7 of the model's 30 layers.
+        self.check(1, ["--speculative", "self"])
+
+    def test_self_tp3(self):
+        self.check(3, ["--speculative", "self", "--self-spec-layers", "10"])
+
+    def test_self_under_preemption(self):
+        counters = self.check(1, ["--speculative", "self"], ["--kv-cache-blocks", "20"])
+        self.assertGreater(counters["num_preemptions"], 0)
+
+    def test_self_draft_is_the_first_layers(self):
+        # A model whose last two of four layers add nothing (o_proj and down_proj zero): its first
+        # two layers, final norm and head compute its logits exactly, so a draft of two layers
+        # proposes what it picks, every time; a draft of one layer does not.
+        folder = self.model_with_idle_layers(layers=4, idle_from=2)
+        counters = self.check(1, ["--speculative", "self", "--self-spec-layers", "2"],
+                              model=folder)
+        self.assertEqual(counters["spec_decode_num_accepted_tokens"],
+                         counters["spec_decode_num_draft_tokens"])
+        counters = self.check(1, ["--speculative", "self", "--self-spec-layers", "1"],
+                              model=folder)
+        self.assertLess(counters["spec_decode_num_accepted_tokens"],
+                        counters["spec_decode_num_draft_tokens"])
+
+    def model_with_idle_layers(self, layers, idle_from):
+        """A small random model with the bundled tokenizer (tpserve-mkmodel, fp32) as a Hugging Face
+        folder (hf_writer) in which the layers from `idle_from` on write nothing to the residual."""
+        from gguf_reader import Gguf
+        from hf_writer import hf_tensors, write_folder
+
+        path = os.path.join(self.tmp.name, "small.gguf")
+        subprocess.run([os.path.join(ARGS().bin_dir, "tpserve-mkmodel"), "--output", path,
+                        "--layers", str(layers), "--hidden", "64", "--heads", "4", "--kv-heads",
+                        "2", "--ffn", "128", "--vocab-from", ARGS().model, "--dtype", "f32",
+                        "--seed", "11"], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        gguf = Gguf(path)
+        tensors = hf_tensors(gguf)
+        for layer in range(idle_from, layers):
+            for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
+                tensors["model.layers.%d.%s" % (layer, name)][:] = 0
+        folder = os.path.join(self.tmp.name, "idle-layers")
+        write_folder(gguf, tensors, folder)
+        return folder
 
 
 if __name__ == "__main__":
