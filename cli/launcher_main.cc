@@ -76,6 +76,7 @@ struct Flags {
   int self_spec_layers = 0;
   int num_speculative_tokens = 4;
   int spec_disable_batch_size = 8;
+  double spec_min_acceptance = 0.2;
   int ready_timeout_s = 600;
   std::string prompt;
   int max_tokens = 64;
@@ -179,6 +180,8 @@ absl::Status Serve(const Flags& flags) {
       absl::StrCat("--num-speculative-tokens=", flags.num_speculative_tokens));
   options.coordinator_args.push_back(
       absl::StrCat("--spec-disable-batch-size=", flags.spec_disable_batch_size));
+  options.coordinator_args.push_back(
+      absl::StrCat("--spec-min-acceptance=", flags.spec_min_acceptance));
   if (!flags.chat_template.empty()) {
     options.coordinator_args.push_back(absl::StrCat("--chat-template=", flags.chat_template));
   }
@@ -335,6 +338,10 @@ int main(int argc, char** argv) {
                  "most tokens proposed per sequence and step")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
+  app.add_option("--spec-min-acceptance", flags.spec_min_acceptance,
+                 "a request accepting fewer of its proposals than this stops speculating")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--spec-disable-batch-size", flags.spec_disable_batch_size,
                  "no proposals in steps with more decoding sequences than this")
       ->capture_default_str()

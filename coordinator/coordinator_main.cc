@@ -78,6 +78,7 @@ struct Flags {
   int self_spec_layers = 0;  // 0: a quarter of the model's layers
   int num_speculative_tokens = 4;
   int spec_disable_batch_size = 8;
+  double spec_min_acceptance = 0.2;
   int ngram_min = 2;
   int ngram_max = 4;
   int http_port = 8000;   // -1: no HTTP
@@ -440,6 +441,7 @@ int Run(const Flags& flags) {
   options.num_speculative_tokens = flags.speculative != "none" ? flags.num_speculative_tokens : 0;
   options.draft_model = flags.speculative == "draft" || flags.speculative == "self";
   options.spec_disable_batch_size = flags.spec_disable_batch_size;
+  options.spec_min_acceptance = flags.spec_min_acceptance;
   options.ngram.min_n = flags.ngram_min;
   options.ngram.max_n = std::max(flags.ngram_min, flags.ngram_max);
   options.max_queued_requests = flags.max_queued_requests;
@@ -563,6 +565,11 @@ int main(int argc, char** argv) {
                  "most tokens proposed per sequence and step")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
+  app.add_option("--spec-min-acceptance", flags.spec_min_acceptance,
+                 "a request whose share of accepted proposals falls below this, once it has "
+                 "proposed 16 tokens, speculates no more (0: never switched off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--spec-disable-batch-size", flags.spec_disable_batch_size,
                  "no proposals in steps with more decoding sequences than this")
       ->capture_default_str()

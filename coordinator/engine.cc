@@ -48,6 +48,7 @@ SchedulerOptions ToSchedulerOptions(const EngineOptions& options, const Tokenize
   s.jump_forward = jump_forward;
   s.num_speculative_tokens = options.num_speculative_tokens;
   s.spec_disable_batch_size = options.spec_disable_batch_size;
+  s.spec_min_acceptance = options.spec_min_acceptance;
   s.ngram = options.ngram;
   s.draft_model = options.draft_model;
   return s;

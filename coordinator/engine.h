@@ -56,6 +56,7 @@ struct EngineOptions {
   // Speculative decoding (SchedulerOptions::num_speculative_tokens): 0 is off.
   int32_t num_speculative_tokens = 0;
   int32_t spec_disable_batch_size = 8;
+  double spec_min_acceptance = 0.2;  // SchedulerOptions::spec_min_acceptance
   NgramOptions ngram;
   bool draft_model = false;  // proposals from rank 0's draft model instead of n-grams
   // Requests waiting for their first step beyond which new ones are refused with

@@ -280,7 +280,7 @@ int32_t Scheduler::ProposalLimit(const Sequence& seq, int64_t run) const {
     return 0;
   }
   const int64_t after = static_cast<int64_t>(seq.tokens.size()) + run;
-  int64_t k = options_.num_speculative_tokens;
+  int64_t k = seq.spec_k >= 0 ? seq.spec_k : options_.num_speculative_tokens;
   if (seq.params.max_tokens > 0) {
     k = std::min<int64_t>(k, seq.params.max_tokens - (after - seq.prompt_len) - 1);
   }
@@ -304,6 +304,20 @@ void Scheduler::NoteProposalsAsked(Sequence& seq, int32_t n, int32_t num_proposa
   if (options_.draft_model && num_proposals == 0 &&
       seq.num_computed + n == static_cast<int32_t>(seq.tokens.size())) {
     seq.draft_behind = true;
+  }
+}
+
+void Scheduler::AdaptSpeculation(Sequence& seq, int32_t proposed, int32_t accepted) {
+  seq.spec_proposed += proposed;
+  seq.spec_accepted += accepted;
+  const int32_t k = seq.spec_k >= 0 ? seq.spec_k : options_.num_speculative_tokens;
+  seq.spec_k =
+      accepted == proposed ? std::min(k + 1, options_.num_speculative_tokens) : std::max(k - 1, 1);
+  if (seq.spec_proposed >= kSpecJudgedAfter &&
+      seq.spec_accepted < options_.spec_min_acceptance * seq.spec_proposed) {
+    seq.spec_k = 0;
+    LogInfo(kLog, "request %d: speculation off, %d of %d proposed tokens accepted", seq.request_id,
+            seq.spec_accepted, seq.spec_proposed);
   }
 }
 
@@ -357,6 +371,7 @@ bool Scheduler::PostprocessGenerate(const ScheduledBatch::Entry& entry,
     ++counters_.spec_drafts;
     counters_.spec_draft_tokens += static_cast<int64_t>(entry.drafts.size());
     counters_.spec_accepted_tokens += accepted;
+    AdaptSpeculation(seq, static_cast<int32_t>(entry.drafts.size()), accepted);
   }
   seq.num_computed += accepted;
   for (int i = 0; i < output->token_ids_size(); ++i) {

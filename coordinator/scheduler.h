@@ -73,11 +73,17 @@ struct SchedulerOptions {
   // where the batch already fills the products.
   int32_t num_speculative_tokens = 0;
   int32_t spec_disable_batch_size = 8;
+  // A request whose accepted share of proposed tokens falls below this, once it has proposed
+  // kSpecJudgedAfter tokens, speculates no more (0: always speculates).
+  double spec_min_acceptance = 0.2;
   NgramOptions ngram;
   // The proposals come from rank 0's draft model (worker/draft_runner.h) instead of n-grams: each
   // sampling step asks for the next step's, and the block table covers what the draft writes.
   bool draft_model = false;
 };
+
+// Proposed tokens after which a request's acceptance is judged (spec_min_acceptance).
+inline constexpr int64_t kSpecJudgedAfter = 16;
 
 struct SchedulerCounters {
   int64_t num_preemptions = 0;
@@ -167,6 +173,8 @@ class Scheduler {
   // speculate): every accepted proposal and the token after them must fit max_tokens and the
   // context.
   int32_t ProposalLimit(const Sequence& seq, int64_t run) const;
+  // After a step verified `proposed` of `seq`'s proposals and accepted `accepted`: its next k.
+  void AdaptSpeculation(Sequence& seq, int32_t proposed, int32_t accepted);
   // Draft model: the proposals rank 0 is asked to make after `seq` runs `n` tokens this step; 0
   // without a draft model, in a step that does not speculate, when the step does not sample, when
   // the next step will hold more sequences than speculate, or once the draft is behind.

@@ -86,6 +86,13 @@ struct Sequence {
   // whole context through the draft, so it proposes no more until it is admitted again (a fresh
   // seq_id, a fresh draft state).
   bool draft_behind = false;
+  // Speculation adapts per request: the proposals a step may carry (one more after a step that
+  // accepted all it verified, one fewer after one that did not; 0 for good once the acceptance
+  // fell below SchedulerOptions::spec_min_acceptance; -1: num_speculative_tokens, not yet
+  // adapted), and the tokens proposed and accepted so far.
+  int32_t spec_k = -1;
+  int64_t spec_proposed = 0;
+  int64_t spec_accepted = 0;
   std::optional<FinishReason> finish_reason;  // set when generation ends, told to the stream last
   absl::Time arrival;
   absl::Time first_scheduled = absl::InfinitePast();  // InfinitePast: not yet

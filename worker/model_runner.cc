@@ -13,8 +13,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunn
   ASSIGN_OR_RETURN(std::unique_ptr<RankModel> loaded, LoadRankModel(options, comm, device_comm));
   std::unique_ptr<DraftRunner> draft;
   if (comm->rank() == 0 && !options.draft_model_path.empty()) {
-    ASSIGN_OR_RETURN(draft, DraftRunner::Create(options, loaded->kv_shape(),
-                                                loaded->config().vocab_size));
+    ASSIGN_OR_RETURN(draft,
+                     DraftRunner::Create(options, loaded->kv_shape(), loaded->config().vocab_size));
   }
   return std::unique_ptr<ModelRunner>(
       new ModelRunner(std::move(loaded), std::move(draft), comm->rank()));

@@ -258,9 +258,9 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   }
   if (request.self_spec_layers() < 0 ||
       (request.self_spec_layers() > 0 && !request.draft_model_path().empty())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Init: self_spec_layers (", request.self_spec_layers(),
-        ") must not be negative, and not positive together with a draft_model_path"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Init: self_spec_layers (", request.self_spec_layers(),
+                     ") must not be negative, and not positive together with a draft_model_path"));
   }
   if (request.block_size() < 0 || request.kv_cache_blocks() < 0 || request.kv_cache_bytes() < 0 ||
       request.max_num_seqs() < 0 || request.max_num_batched_tokens() < 0) {

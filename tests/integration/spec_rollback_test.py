@@ -76,20 +76,22 @@ class SpecRollback(unittest.TestCase):
         cls.reference = Server(cls, ["--no-prefix-cache"])
 
     def check(self, speculative):
-        server = Server(type(self), speculative)
+        # Requests keep speculating however much is rejected.
+        server = Server(type(self), speculative + ["--spec-min-acceptance", "0"])
         sampling = self.protos.inference_pb2.Sampling
 
         def sampled(i):
-            prompt = server.tokenize(PROMPTS[i])
+            prompt = server.tokenize(PROMPTS[i % len(PROMPTS)])
             ids, _, _ = server.generate(
                 token_ids=self.protos.inference_pb2.TokenIds(ids=prompt), max_tokens=MAX_TOKENS,
                 ignore_eos=True, sampling=sampling(temperature=1.0, seed=1000 + i))
             self.assertEqual(len(ids), MAX_TOKENS)
             return prompt, ids
 
-        # At most --spec-disable-batch-size (8) at once, so that every step speculates.
+        # At most --spec-disable-batch-size (8) at once, so that every step speculates; each
+        # prompt twice, with other seeds.
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(PROMPTS)) as pool:
-            runs = list(pool.map(sampled, range(len(PROMPTS))))
+            runs = list(pool.map(sampled, range(2 * len(PROMPTS))))
 
         status = server.status()
         rejected = status.spec_draft_tokens - status.spec_accepted_tokens

@@ -508,13 +508,14 @@ class SpeculativeSchedulerTest : public SchedulerTest {
       out->add_token_ids(CycleToken(context));
       context.push_back(out->token_ids(out->token_ids_size() - 1));
       proposed_ += static_cast<int64_t>(e.drafts.size());
+      if (!e.drafts.empty()) verified_runs_.push_back(static_cast<int32_t>(e.drafts.size()));
       // A draft model's proposals (the pure cycle, which CycleToken leaves a quarter of the
       // time), at positions the block table must cover.
       const int32_t run_end = e.start + static_cast<int32_t>(run.size());
       EXPECT_GE(static_cast<int32_t>(seq.block_ids.size()) * kBlock, run_end + e.num_proposals);
       EXPECT_LE(e.num_proposals, 3);
       for (int32_t k = 0; k < e.num_proposals; ++k) {
-        const int32_t proposal = context[context.size() - 3];
+        const int32_t proposal = context[context.size() - 3] + (wrong_proposals_ ? 1 : 0);
         out->add_proposal_token_ids(proposal);
         context.push_back(proposal);
       }
@@ -558,6 +559,8 @@ class SpeculativeSchedulerTest : public SchedulerTest {
   std::map<int32_t, std::vector<int32_t>> shadow_;
   int64_t proposed_ = 0;
   int64_t asked_ = 0;  // proposals a draft model was asked for
+  std::vector<int32_t> verified_runs_;  // proposals verified, per sequence and step
+  bool wrong_proposals_ = false;        // the draft proposes what CycleToken seldom picks
 };
 
 TEST_F(SpeculativeSchedulerTest, RejectedProposalsAreRolledBackAndNeverCached) {
@@ -647,6 +650,44 @@ TEST_F(SpeculativeSchedulerTest, DraftModelIsNotAskedToCatchUp) {
   ASSERT_NE(Done(5), nullptr);
   EXPECT_EQ(Output(*Done(5)), Expected({500, 510, 520}, 20, CycleToken));
   ExpectNothingHeld();
+}
+
+TEST_F(SpeculativeSchedulerTest, RejectedProposalsShrinkKThenStopIt) {
+  SchedulerOptions options;
+  options.num_speculative_tokens = 3;
+  options.draft_model = true;
+  options.spec_min_acceptance = 0.2;
+  options.vocab_size = 1000;
+  Make(64, options);
+  wrong_proposals_ = true;
+  AddGenerate({300, 310, 320}, 60);
+  while (!scheduler_->idle()) Step();
+  ASSERT_GE(verified_runs_.size(), 4u);
+  EXPECT_EQ(std::vector<int32_t>(verified_runs_.begin(), verified_runs_.begin() + 4),
+            (std::vector<int32_t>{3, 2, 1, 1}));
+  // Judged after 16 proposed tokens, then no more proposals.
+  EXPECT_GE(proposed_, kSpecJudgedAfter);
+  EXPECT_LT(proposed_, kSpecJudgedAfter + 3);
+  ASSERT_NE(Done(1), nullptr);
+  EXPECT_EQ(Output(*Done(1)), Expected({300, 310, 320}, 60, CycleToken));
+  ExpectNothingHeld();
+}
+
+TEST_F(SpeculativeSchedulerTest, AcceptedProposalsKeepKAtItsMost) {
+  SchedulerOptions options;
+  options.num_speculative_tokens = 3;
+  options.draft_model = true;
+  options.vocab_size = 1000;
+  Make(64, options);
+  AddGenerate({300, 310, 320}, 40);
+  while (!scheduler_->idle()) Step();
+  // A rejection takes one off; the next run accepted in full puts it back.
+  for (size_t i = 1; i < verified_runs_.size(); ++i) {
+    EXPECT_LE(verified_runs_[i], std::min(verified_runs_[i - 1] + 1, 3)) << i;
+  }
+  EXPECT_GT(std::count(verified_runs_.begin(), verified_runs_.end(), 3), 2);
+  ASSERT_NE(Done(1), nullptr);
+  EXPECT_EQ(Output(*Done(1)), Expected({300, 310, 320}, 40, CycleToken));
 }
 
 TEST_F(SpeculativeSchedulerTest, ARequestMayDecline) {
