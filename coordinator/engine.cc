@@ -425,6 +425,7 @@ void Engine::PublishStats() {
     state.spec_drafts = stats.counters.spec_drafts;
     state.spec_draft_tokens = stats.counters.spec_draft_tokens;
     state.spec_accepted_tokens = stats.counters.spec_accepted_tokens;
+    state.spec_acceptance_lengths = stats.counters.spec_acceptance_lengths;
     metrics->SetEngineState(state);
   }
   absl::MutexLock lock(&stats_mutex_);

@@ -208,6 +208,27 @@ std::string Metrics::RenderPrometheus() const {
   single("tpserve:spec_decode_num_accepted_tokens_total", "counter",
          "Speculative decoding: proposed tokens accepted.",
          absl::StrCat(engine_.spec_accepted_tokens));
+  if (const std::vector<int64_t>& lengths = engine_.spec_acceptance_lengths; !lengths.empty()) {
+    Histogram accepted(std::vector<double>(lengths.size() - 1));
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      if (i + 1 < lengths.size()) accepted.bounds[i] = static_cast<double>(i);
+      accepted.counts[i] = lengths[i];
+      accepted.sum += static_cast<double>(i * lengths[i]);
+      accepted.count += lengths[i];
+    }
+    histogram("tpserve:spec_decode_acceptance_length",
+              "Speculative decoding: proposed tokens accepted per verified run of proposals.",
+              accepted);
+    constexpr absl::string_view kPerPos = "tpserve:spec_decode_num_accepted_tokens_per_pos_total";
+    AppendHeader(out, kPerPos, "counter",
+                 "Speculative decoding: proposals accepted at each position of their run.");
+    for (size_t position = 0; position + 1 < lengths.size(); ++position) {
+      int64_t reached = 0;  // runs that accepted more than `position` tokens
+      for (size_t n = position + 1; n < lengths.size(); ++n) reached += lengths[n];
+      absl::StrAppend(&out, kPerPos, "{", model_label, ",position=\"", position, "\"} ", reached,
+                      "\n");
+    }
+  }
 
   constexpr absl::string_view kSuccess = "tpserve:request_success_total";
   AppendHeader(out, kSuccess, "counter", "Number of finished requests, by finished reason.");

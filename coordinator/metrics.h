@@ -42,6 +42,7 @@ struct EngineState {
   int64_t spec_drafts = 0;  // speculative decoding: steps of a sequence with proposals
   int64_t spec_draft_tokens = 0;
   int64_t spec_accepted_tokens = 0;
+  std::vector<int64_t> spec_acceptance_lengths;  // SchedulerCounters'; empty: no speculation
 };
 
 class Metrics {

@@ -41,6 +41,9 @@ Scheduler::Scheduler(SchedulerOptions options, BlockPool* pool, PrefixCache* cac
   TP_CHECK(options_.max_step_attention > 0);
   TP_CHECK(options_.context_length > 0);
   TP_CHECK(cache_ != nullptr);
+  if (options_.num_speculative_tokens > 0) {
+    counters_.spec_acceptance_lengths.assign(options_.num_speculative_tokens + 1, 0);
+  }
 }
 
 Scheduler::~Scheduler() { TakeAll(); }
@@ -371,6 +374,7 @@ bool Scheduler::PostprocessGenerate(const ScheduledBatch::Entry& entry,
     ++counters_.spec_drafts;
     counters_.spec_draft_tokens += static_cast<int64_t>(entry.drafts.size());
     counters_.spec_accepted_tokens += accepted;
+    ++counters_.spec_acceptance_lengths[accepted];
     AdaptSpeculation(seq, static_cast<int32_t>(entry.drafts.size()), accepted);
   }
   seq.num_computed += accepted;

@@ -91,6 +91,9 @@ struct SchedulerCounters {
   int64_t spec_drafts = 0;           // steps of a sequence that carried proposals
   int64_t spec_draft_tokens = 0;     // tokens proposed
   int64_t spec_accepted_tokens = 0;  // of those, accepted
+  // Verified runs of proposals by how many were accepted: [num_speculative_tokens + 1] when
+  // speculation is on, else empty.
+  std::vector<int64_t> spec_acceptance_lengths;
 };
 
 // The attention work of running `num_tokens` tokens from position `start`: the tokens times the

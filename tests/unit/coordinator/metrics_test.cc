@@ -259,8 +259,8 @@ const std::vector<Scenario>& Scenarios() {
       {"EngineStateIsAbsoluteNotAdded",
        "m",
        [](Metrics& m) {
-         m.SetEngineState({3, 7, 0.25, 5, 1000, 640, 40, 9, 30, 21});
-         m.SetEngineState({2, 0, 0.5, 6, 1200, 700, 52, 10, 34, 22});
+         m.SetEngineState({3, 7, 0.25, 5, 1000, 640, 40, 9, 30, 21, {}});
+         m.SetEngineState({2, 0, 0.5, 6, 1200, 700, 52, 10, 34, 22, {}});
        },
        {
            "tpserve:num_requests_running{model_name=\"m\"} 2",
@@ -278,17 +278,49 @@ const std::vector<Scenario>& Scenarios() {
            "tpserve:num_preemptions_total{model_name=\"m\"} 11",
            "tpserve:jump_forward_tokens_total{model_name=\"m\"} 92",
        }},
+      {"AcceptanceLengthsAsHistogramAndPerPosition",
+       "m",
+       [](Metrics& m) {
+         // K = 3: three runs accepted none, one accepted 1, two accepted all 3.
+         m.SetEngineState({0, 0, 0, 0, 0, 0, 0, 6, 18, 7, {3, 1, 0, 2}});
+       },
+       {
+           "tpserve:spec_decode_acceptance_length_bucket{model_name=\"m\",le=\"0\"} 3",
+           "tpserve:spec_decode_acceptance_length_bucket{model_name=\"m\",le=\"1\"} 4",
+           "tpserve:spec_decode_acceptance_length_bucket{model_name=\"m\",le=\"2\"} 4",
+           "tpserve:spec_decode_acceptance_length_bucket{model_name=\"m\",le=\"+Inf\"} 6",
+           "tpserve:spec_decode_acceptance_length_sum{model_name=\"m\"} 7",
+           "tpserve:spec_decode_acceptance_length_count{model_name=\"m\"} 6",
+           "tpserve:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"0\"} "
+           "3",
+           "tpserve:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"1\"} "
+           "2",
+           "tpserve:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"2\"} "
+           "2",
+       },
+       {
+           "tpserve:spec_decode_acceptance_length_bucket{model_name=\"m\",le=\"3\"} 6",
+           "tpserve:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"3\"} "
+           "0",
+       }},
+      {"NoSpeculationNoAcceptanceMetrics",
+       "m",
+       [](Metrics& m) {
+         m.SetEngineState({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, {}});
+       },
+       {"tpserve:spec_decode_num_drafts_total{model_name=\"m\"} 0"},
+       {"# TYPE tpserve:spec_decode_acceptance_length histogram"}},
       {"KvCacheUsagePrintsShortest",
        "m",
        [](Metrics& m) {
-         m.SetEngineState({0, 0, 0.1});
+         m.SetEngineState({0, 0, 0.1, 0, 0, 0, 0, 0, 0, 0, {}});
        },
        {"tpserve:kv_cache_usage_perc{model_name=\"m\"} 0.1"},
        {}},
       {"LabelValuesAreEscaped",
        "dir\\name \"q\"\nx",
        [](Metrics& m) {
-         m.SetEngineState({1});
+         m.SetEngineState({1, 0, 0, 0, 0, 0, 0, 0, 0, 0, {}});
          m.AddRequestSuccess("a\"b\\c\nd");
        },
        {
@@ -394,7 +426,7 @@ TEST(MetricsTest, ConcurrentRecordingAddsUp) {
         metrics.AddPromptTokens(1);
         metrics.AddGenerationTokens(2);
         metrics.AddRequestSuccess(i % 2 == 0 ? "stop" : "length");
-        metrics.SetEngineState({t, i, 0.5, i, i, i, i, i, i, i});
+        metrics.SetEngineState({t, i, 0.5, i, i, i, i, i, i, i, {}});
       }
     });
   }
