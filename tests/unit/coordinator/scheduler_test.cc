@@ -527,6 +527,21 @@ class SpeculativeSchedulerTest : public SchedulerTest {
     }
   }
 
+  // Requests 1.. were `prompts` (in order) for `max_tokens` each: each output is what decoding
+  // one token at a time gives, the cache holds exactly what was computed, and nothing is held.
+  void ExpectLosslessAndCached(const std::vector<std::vector<int32_t>>& prompts,
+                               int32_t max_tokens) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const std::vector<int32_t> expected = Expected(prompts[i], max_tokens, CycleToken);
+      ASSERT_NE(Done(i + 1), nullptr);
+      EXPECT_EQ(Output(*Done(i + 1)), expected) << "request " << i + 1;
+      std::vector<int32_t> all = prompts[i];
+      all.insert(all.end(), expected.begin(), expected.end());
+      ExpectCacheHolds(all);
+    }
+    ExpectNothingHeld();
+  }
+
   // The cached blocks of `tokens` hold exactly those tokens' K/V: none holds a rejected one.
   void ExpectCacheHolds(const std::vector<int32_t>& tokens) {
     const PrefixCache::MatchResult match = cache_->Match(tokens);
@@ -583,16 +598,7 @@ TEST_F(SpeculativeSchedulerTest, RejectedProposalsAreRolledBackAndNeverCached) {
   EXPECT_EQ(counters.spec_draft_tokens, proposed_);
   EXPECT_GT(counters.spec_accepted_tokens, 0);
   EXPECT_LT(counters.spec_accepted_tokens, counters.spec_draft_tokens);
-  for (int i = 0; i < 4; ++i) {
-    // Lossless: the output is what decoding one token at a time gives.
-    const std::vector<int32_t> expected = Expected(prompts[i], 24, CycleToken);
-    ASSERT_NE(Done(i + 1), nullptr);
-    EXPECT_EQ(Output(*Done(i + 1)), expected) << "request " << i + 1;
-    std::vector<int32_t> all = prompts[i];
-    all.insert(all.end(), expected.begin(), expected.end());
-    ExpectCacheHolds(all);
-  }
-  ExpectNothingHeld();
+  ExpectLosslessAndCached(prompts, 24);
 }
 
 TEST_F(SpeculativeSchedulerTest, DraftModelProposalsAreVerifiedNextStep) {
@@ -617,15 +623,7 @@ TEST_F(SpeculativeSchedulerTest, DraftModelProposalsAreVerifiedNextStep) {
   const SchedulerCounters& counters = scheduler_->counters();
   EXPECT_GT(counters.spec_accepted_tokens, 0);
   EXPECT_LT(counters.spec_accepted_tokens, counters.spec_draft_tokens);
-  for (int i = 0; i < 3; ++i) {
-    const std::vector<int32_t> expected = Expected(prompts[i], 20, CycleToken);
-    ASSERT_NE(Done(i + 1), nullptr);
-    EXPECT_EQ(Output(*Done(i + 1)), expected) << "request " << i + 1;
-    std::vector<int32_t> all = prompts[i];
-    all.insert(all.end(), expected.begin(), expected.end());
-    ExpectCacheHolds(all);
-  }
-  ExpectNothingHeld();
+  ExpectLosslessAndCached(prompts, 20);
 }
 
 TEST_F(SpeculativeSchedulerTest, DraftModelIsNotAskedToCatchUp) {
