@@ -496,6 +496,30 @@ TEST_F(WorkerServerTest, CudaInitWithoutADeviceIsRefusedAndCpuStillServes) {
   EXPECT_EQ(step.outputs_size(), 1);
 }
 
+TEST_F(WorkerServerTest, SelfSpeculationLayersAreChecked) {
+  v1::InitResponse response;
+  v1::InitRequest negative = InitRequest();
+  negative.set_self_spec_layers(-1);
+  grpc::Status status = Call(&v1::WorkerService::Stub::Init, negative, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("self_spec_layers (-1)"), std::string::npos)
+      << status.error_message();
+  v1::InitRequest both = InitRequest();
+  both.set_self_spec_layers(1);
+  both.set_draft_model_path("draft.gguf");
+  status = Call(&v1::WorkerService::Stub::Init, both, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // More layers than the model has: refused when the shard loads, naming both counts.
+  v1::InitRequest too_many = InitRequest();
+  too_many.set_self_spec_layers(1000);
+  ASSERT_TRUE(Call(&v1::WorkerService::Stub::Init, too_many, &response).ok());
+  v1::LoadShardResponse load;
+  status = Call(&v1::WorkerService::Stub::LoadShard, v1::LoadShardRequest(), &load);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.error_message().find("first 1000 layers of a model of"), std::string::npos)
+      << status.error_message();
+}
+
 TEST_F(WorkerServerTest, KvPoolIsSizedFromTheByteBudgetWhenNoBlockCountIsGiven) {
   const KvCacheShape& shape = reference_->kv_shape();
   v1::InitRequest init = InitRequest();
