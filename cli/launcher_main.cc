@@ -66,6 +66,7 @@ struct Flags {
   int max_num_seqs = 256;
   double step_timeout_s = 30;
   double heartbeat_interval_s = 1;
+  double recovery_grace_s = 60;
   int64_t max_step_attention = int64_t{2048} * 2048;
   std::vector<std::string> api_keys;
   std::string admin_key_file;
@@ -146,6 +147,7 @@ absl::Status Serve(const Flags& flags) {
       absl::StrCat("--max-queued-requests=", flags.max_queued_requests),
       absl::StrCat("--step-timeout=", flags.step_timeout_s),
       absl::StrCat("--heartbeat-interval=", flags.heartbeat_interval_s),
+      absl::StrCat("--recovery-grace=", flags.recovery_grace_s),
       absl::StrCat("--max-step-attention=", flags.max_step_attention),
       absl::StrCat("--device=", flags.device)};
   if (!flags.api_keys.empty()) {
@@ -307,6 +309,10 @@ int main(int argc, char** argv) {
                  "seconds between heartbeats; a rank silent for half of one fails the step in "
                  "flight")
       ->check(CLI::Range(0.05, 60.0));
+  app.add_option("--recovery-grace", flags.recovery_grace_s,
+                 "seconds requests in flight are held after a worker is lost, waiting for it to "
+                 "come back, before they fail; 0 = they fail at once")
+      ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--max-step-attention", flags.max_step_attention,
                  "attention work per step (tokens times their context): long prompts run as "
                  "more, shorter steps")

@@ -88,6 +88,11 @@ void PrintStatus(const v1::ClusterStatusResponse& r) {
       static_cast<long long>(r.num_preemptions()), static_cast<long long>(r.kv_blocks_cached()),
       static_cast<long long>(r.prefix_cache_hit_tokens()),
       static_cast<long long>(r.prefix_cache_query_tokens()), hit_rate);
+  if (!r.waiting_for().empty()) {
+    std::printf("paused: %d requests held for %.0f s more, waiting for %s\n",
+                r.num_requests_held(), r.recovery_grace_left_ms() / 1000.0,
+                r.waiting_for().c_str());
+  }
   if (r.spec_draft_tokens() > 0) {
     std::printf("speculative decoding: %lld of %lld proposed tokens accepted (%.1f%%)\n",
                 static_cast<long long>(r.spec_accepted_tokens()),

@@ -1,5 +1,6 @@
 #include "coordinator/admin_service.h"
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -73,6 +74,12 @@ grpc::Status AdminServiceImpl::ClusterStatus(grpc::ServerContext* context,
   response->set_prefix_cache_hit_tokens(stats.prefix_cache.hit_tokens);
   response->set_spec_draft_tokens(stats.counters.spec_draft_tokens);
   response->set_spec_accepted_tokens(stats.counters.spec_accepted_tokens);
+  response->set_recoveries(stats.recovery.recoveries);
+  if (const std::optional<Engine::Pause> pause = engine->pause(); pause.has_value()) {
+    response->set_num_requests_held(stats.num_held);
+    response->set_waiting_for(pause->waiting_for);
+    response->set_recovery_grace_left_ms(absl::ToInt64Milliseconds(pause->grace_left));
+  }
 
   const absl::Time now = absl::Now();
   for (const RankReport& report : pool->Reports()) {

@@ -64,6 +64,7 @@ struct Flags {
   double startup_timeout_s = 60;
   double step_timeout_s = 30;
   double heartbeat_interval_s = 1;
+  double recovery_grace_s = 60;
   int64_t kv_cache_blocks = 0;
   int64_t kv_cache_memory_mib = 0;
   int block_size = 16;
@@ -445,6 +446,7 @@ int Run(const Flags& flags) {
   options.ngram.min_n = flags.ngram_min;
   options.ngram.max_n = std::max(flags.ngram_min, flags.ngram_max);
   options.max_queued_requests = flags.max_queued_requests;
+  options.recovery_grace = absl::Seconds(flags.recovery_grace_s);
   Engine engine(options, &pool, tokenizer->get());
   engine.SetMetrics(&metrics);
   GroupReformer reformer(&cluster, &pool, init, *loaded, absl::Seconds(flags.startup_timeout_s),
@@ -515,6 +517,13 @@ int main(int argc, char** argv) {
                  "heartbeats)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--recovery-grace", flags.recovery_grace_s,
+                 "seconds requests in flight are held after a rank is lost, waiting for the group "
+                 "to re-form, before they fail; they then recompute and go on streaming where they "
+                 "stopped. New requests meanwhile queue up to --max-queued-requests (refused with "
+                 "503 when it is 0). 0 = requests in flight fail at once")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--heartbeat-interval", flags.heartbeat_interval_s,
                  "seconds between heartbeats to every rank; a rank that does not answer within "
                  "half of it has missed one, which fails the step in flight and degrades the "

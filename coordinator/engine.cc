@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -96,6 +97,8 @@ void Engine::MarkDegraded(const absl::Status& cause) {
     absl::MutexLock lock(&mutex_);
     if (!degraded_.ok()) return;
     degraded_ = absl::UnavailableError(absl::StrCat("cluster degraded: ", cause.message()));
+    degraded_since_ = absl::Now();
+    waiting_for_ = absl::StrCat("the group to re-form after ", cause.message());
     LogError(kLog, "%s", degraded_.message());
     degraded = degraded_;
   }
@@ -111,6 +114,8 @@ bool Engine::TryReform() {
     if (status.ToString() != last_reform_error_) {
       LogWarning(kLog, "the collective group is not re-formed yet: %s", status.ToString());
       last_reform_error_ = status.ToString();
+      absl::MutexLock lock(&mutex_);
+      waiting_for_ = std::string(absl::StripPrefix(status.message(), "waiting for "));
     }
     return false;
   }
@@ -118,16 +123,49 @@ bool Engine::TryReform() {
   // A restarted rank lost its KV pool, and the step ids restart with the group.
   cache_->EvictAll();
   step_id_ = 0;
-  absl::MutexLock lock(&mutex_);
-  LogInfo(kLog, "the collective group is re-formed: serving again (was %s)", degraded_.message());
-  degraded_ = absl::OkStatus();
+  const absl::Time now = absl::Now();
+  absl::Duration degraded_for;
+  {
+    absl::MutexLock lock(&mutex_);
+    degraded_for = now - degraded_since_;
+    LogInfo(kLog, "the collective group is re-formed after %.2f s: serving again (was %s)",
+            absl::ToDoubleSeconds(degraded_for), degraded_.message());
+    degraded_ = absl::OkStatus();
+    waiting_for_.clear();
+  }
+  ++recovery_.recoveries;
+  if (Metrics* metrics = metrics_.load(); metrics != nullptr) {
+    metrics->ObserveRecoveryTime(absl::ToDoubleSeconds(degraded_for));
+  }
+  ResumeHeld(now);
   return true;
+}
+
+bool Engine::WithinGrace(absl::Time now) const {
+  return !degraded_.ok() && now - degraded_since_ < options_.recovery_grace;
 }
 
 absl::Status Engine::health() const {
   absl::MutexLock lock(&mutex_);
+  return HealthLocked();
+}
+
+absl::Status Engine::HealthLocked() const {
   if (stopping_) return absl::UnavailableError("coordinator is shutting down");
-  return degraded_;
+  const absl::Time now = absl::Now();
+  if (!WithinGrace(now)) return degraded_;
+  return absl::UnavailableError(
+      absl::StrCat(degraded_.message(), "; requests in flight are held for ",
+                   absl::FormatDuration(absl::Trunc(
+                       options_.recovery_grace - (now - degraded_since_), absl::Milliseconds(100))),
+                   " more, waiting for ", waiting_for_));
+}
+
+std::optional<Engine::Pause> Engine::pause() const {
+  absl::MutexLock lock(&mutex_);
+  const absl::Time now = absl::Now();
+  if (stopping_ || !WithinGrace(now)) return std::nullopt;
+  return Pause{waiting_for_, options_.recovery_grace - (now - degraded_since_)};
 }
 
 absl::Duration Engine::StepTimeout(double work) const {
@@ -267,7 +305,11 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::Enqueue(
   const int32_t queued = stats().num_waiting;
   absl::MutexLock lock(&mutex_);
   if (stopping_) return absl::UnavailableError("coordinator is shutting down");
-  if (!degraded_.ok()) return degraded_;
+  // While requests are held for a lost rank, new ones may queue behind them, but only up to a
+  // limit: without one they are refused.
+  if (!degraded_.ok() && (options_.max_queued_requests == 0 || !WithinGrace(absl::Now()))) {
+    return HealthLocked();
+  }
   if (draining_) {
     return absl::UnavailableError(
         "the server is draining: it finishes the requests it has and "
@@ -364,7 +406,20 @@ void Engine::Run() {
       health = degraded_;
     }
     if (!health.ok()) {
-      FailAll(health);
+      bool hold;
+      {
+        absl::MutexLock lock(&mutex_);
+        hold = WithinGrace(absl::Now());
+      }
+      if (hold) {
+        HoldAll();
+      } else if (options_.recovery_grace == absl::ZeroDuration()) {
+        FailAll(health);
+      } else {
+        FailAll(absl::UnavailableError(absl::StrCat(
+            health.message(), "; the group did not re-form within the recovery grace of ",
+            absl::FormatDuration(options_.recovery_grace))));
+      }
       ran = false;
       if (reform_ != nullptr && !TryReform()) {
         absl::MutexLock lock(&mutex_);
@@ -411,7 +466,9 @@ void Engine::PublishStats() {
   stats.prefix_cache = cache_->stats();
   stats.num_running = scheduler_.num_running();
   stats.num_waiting = scheduler_.num_waiting();
+  stats.num_held = holding_ ? stats.num_waiting : 0;
   stats.counters = scheduler_.counters();
+  stats.recovery = recovery_;
   if (Metrics* metrics = metrics_.load(); metrics != nullptr) {
     EngineState state;
     state.num_running = stats.num_running;
@@ -426,6 +483,10 @@ void Engine::PublishStats() {
     state.spec_draft_tokens = stats.counters.spec_draft_tokens;
     state.spec_accepted_tokens = stats.counters.spec_accepted_tokens;
     state.spec_acceptance_lengths = stats.counters.spec_acceptance_lengths;
+    state.num_held = stats.num_held;
+    state.requests_held = recovery_.requests_held;
+    state.requests_resumed = recovery_.requests_resumed;
+    state.recoveries = recovery_.recoveries;
     metrics->SetEngineState(state);
   }
   absl::MutexLock lock(&stats_mutex_);
@@ -534,7 +595,34 @@ void Engine::RecordQueueTimes(const ScheduledBatch& batch) {
   }
 }
 
+void Engine::HoldAll() {
+  DropCancelled();
+  scheduler_.RequeueAll();
+  holding_ = true;
+  const absl::Time now = absl::Now();
+  for (const std::unique_ptr<Sequence>& seq : scheduler_.waiting()) {
+    if (seq->held_since != absl::InfinitePast()) continue;
+    seq->held_since = now;
+    ++recovery_.requests_held;
+    LogInfo(kLog, "request %d: sample %d held until the group re-forms, %d tokens to recompute",
+            seq->request_id, seq->stream->index(), seq->tokens.size());
+  }
+}
+
+void Engine::ResumeHeld(absl::Time now) {
+  for (const std::unique_ptr<Sequence>& seq : scheduler_.waiting()) {
+    if (seq->held_since == absl::InfinitePast()) continue;
+    ++recovery_.requests_resumed;
+    LogInfo(kLog, "request %d: sample %d resumed after %.2f s held, %d tokens to recompute",
+            seq->request_id, seq->stream->index(), absl::ToDoubleSeconds(now - seq->held_since),
+            seq->tokens.size());
+    seq->held_since = absl::InfinitePast();
+  }
+  holding_ = false;
+}
+
 void Engine::FailAll(const absl::Status& status) {
+  holding_ = false;
   {
     absl::MutexLock lock(&mutex_);
     for (auto& seq : submitted_) scheduler_.Add(std::move(seq));

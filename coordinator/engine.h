@@ -4,11 +4,17 @@
 // Scheduler::Postprocess() applies rank 0's results and Apply() streams them. Planning and applying
 // stay separate so that step N+1 can later be planned while step N runs.
 //
-// Failure model (DESIGN.md): a failed step or heartbeat marks the cluster degraded; every
-// in-flight and waiting request then fails with UNAVAILABLE "cluster degraded: <rank and
-// cause>", new requests are refused with the same status, and the process keeps serving
-// Health. When every rank answers again, a GroupReformer (SetGroupReformer) re-forms the group and
-// the engine serves again.
+// Failure model (DESIGN.md): a failed step or heartbeat marks the cluster degraded. For up to
+// the recovery grace every request in flight is held: its blocks are released (a re-formed
+// group's KV pools hold nothing of it), it keeps the tokens it has streamed, and it waits at the
+// front of the queue; new requests queue up to max_queued_requests, or are refused with
+// UNAVAILABLE when that is 0. When every rank answers again, a GroupReformer (SetGroupReformer)
+// re-forms the group and the held requests recompute prompt and streamed tokens (as after a
+// preemption) and go on streaming where they stopped; the workers' sampler draws by (seed,
+// output position), so a seeded request samples what it would have without the failure. Past the
+// grace, or with a grace of 0, every request fails with UNAVAILABLE "cluster degraded: <rank and
+// cause>", new ones are refused with the same status until the group re-forms, and the process
+// keeps serving Health throughout.
 //
 // Thread-safe API: front-end threads call Submit*/health/stats, any thread MarkDegraded.
 #pragma once
@@ -66,6 +72,16 @@ struct EngineOptions {
   // proportionally longer (Engine::StepTimeout): that a rank is alive the heartbeats say, so a
   // long prefill is not taken for a dead rank.
   absl::Duration step_timeout = absl::Seconds(30);
+  // How long requests are held for a lost rank to return (see the failure model above); zero:
+  // they fail at once. The coordinator's --recovery-grace, 60 s unless set.
+  absl::Duration recovery_grace = absl::ZeroDuration();
+};
+
+// Requests held for lost ranks since start.
+struct RecoveryCounters {
+  int64_t requests_held = 0;     // samples held when a rank was lost
+  int64_t requests_resumed = 0;  // of those, resumed after the group re-formed
+  int64_t recoveries = 0;        // times the group re-formed after a loss
 };
 
 // What the engine thread last published, for the admin view and metrics.
@@ -76,7 +92,9 @@ struct EngineStats {
   int32_t blocks_evictable = 0;  // cached and used by no request
   int32_t num_running = 0;
   int32_t num_waiting = 0;
+  int32_t num_held = 0;  // samples held while the cluster re-forms (counted in num_waiting too)
   SchedulerCounters counters;
+  RecoveryCounters recovery;
   PrefixCache::Stats prefix_cache;
   // Blocks that requests hold now.
   int32_t blocks_used() const { return blocks_total - blocks_free - blocks_evictable; }
@@ -115,9 +133,18 @@ class Engine {
   // KV pool is empty), restarts step ids and serves again. Call before Start(). Without it a
   // degraded engine stays degraded.
   void SetGroupReformer(std::function<absl::Status()> reform);
-  // OK while serving; otherwise UNAVAILABLE saying why (degraded or stopping). Draining does not
-  // count: the process is healthy while it finishes its requests.
+  // OK while serving; otherwise UNAVAILABLE saying why (degraded or stopping; while requests
+  // are held, what the cluster waits for). Draining does not count: the process is healthy while
+  // it finishes its requests.
   absl::Status health() const;
+
+  // While requests are held for a lost rank: what the cluster waits for (the rank and what its
+  // last re-formation attempt said) and how much of the recovery grace is left.
+  struct Pause {
+    std::string waiting_for;
+    absl::Duration grace_left;
+  };
+  std::optional<Pause> pause() const;
 
   // Stops admitting requests (UNAVAILABLE "draining"); those already accepted run to the end.
   // Returns how many were in flight.
@@ -152,6 +179,14 @@ class Engine {
   void FlushIfRequested();
   // Fails every request the engine holds with `status`.
   void FailAll(const absl::Status& status);
+  // Within the recovery grace: requeues every running request for recompute and marks the new
+  // ones held (a log line each).
+  void HoldAll();
+  // After the group re-formed: the held requests go on (a log line each).
+  void ResumeHeld(absl::Time now);
+  // Degraded and still within the recovery grace at `now`.
+  bool WithinGrace(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::Status HealthLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // One re-formation attempt while degraded (engine thread); true when serving again.
   bool TryReform();
   // Stores what stats() returns (engine thread).
@@ -189,6 +224,8 @@ class Engine {
   double seconds_per_work_ = 1e-3;
   std::function<absl::Status()> reform_;  // set before Start
   std::string last_reform_error_;
+  bool holding_ = false;  // requests are held for the group to re-form
+  RecoveryCounters recovery_;
 
   mutable absl::Mutex stats_mutex_;
   EngineStats stats_ ABSL_GUARDED_BY(stats_mutex_);
@@ -197,6 +234,9 @@ class Engine {
   mutable absl::Mutex mutex_;
   std::vector<std::unique_ptr<Sequence>> submitted_ ABSL_GUARDED_BY(mutex_);
   absl::Status degraded_ ABSL_GUARDED_BY(mutex_);  // OK while serving
+  absl::Time degraded_since_ ABSL_GUARDED_BY(mutex_);
+  // While degraded: the cause, then what the last re-formation attempt waits for.
+  std::string waiting_for_ ABSL_GUARDED_BY(mutex_);
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
   bool draining_ ABSL_GUARDED_BY(mutex_) = false;
   uint64_t next_request_id_ ABSL_GUARDED_BY(mutex_) = 1;

@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
@@ -20,9 +21,9 @@ std::string NewGroupId() {
   return absl::StrFormat("%08x%08x", random(), random());
 }
 
-GroupReformer::GroupReformer(ClusterServiceImpl* cluster, WorkerPool* pool,
-                             WorkerInitOptions init, LoadedModel serving,
-                             absl::Duration init_timeout, absl::Duration load_timeout)
+GroupReformer::GroupReformer(ClusterServiceImpl* cluster, WorkerPool* pool, WorkerInitOptions init,
+                             LoadedModel serving, absl::Duration init_timeout,
+                             absl::Duration load_timeout)
     : cluster_(cluster),
       pool_(pool),
       init_(std::move(init)),
@@ -33,16 +34,17 @@ GroupReformer::GroupReformer(ClusterServiceImpl* cluster, WorkerPool* pool,
 absl::Status GroupReformer::Reform() {
   const std::vector<RegisteredWorker> workers = cluster_->Registered();
   if (static_cast<int>(workers.size()) != pool_->world_size()) {
-    return absl::UnavailableError(
-        absl::StrCat("waiting for ranks ", cluster_->MissingRanks(), " to register"));
+    const std::string missing = cluster_->MissingRanks();
+    return absl::UnavailableError(absl::StrCat(
+        "waiting for rank", absl::StrContains(missing, ",") ? "s " : " ", missing, " to register"));
   }
   pool_->UpdateWorkers(workers);
   // A dead rank would leave the others waiting in the rendezvous until it times out. The
   // survivors report "failed" (their communicator broke with the step): Init is the repair.
   if (absl::Status alive = pool_->Heartbeat(kProbeTimeout, WorkerPool::RankCheck::kAnswers);
       !alive.ok()) {
-    return absl::UnavailableError(absl::StrCat("waiting for every rank to answer: ",
-                                               alive.message()));
+    return absl::UnavailableError(
+        absl::StrCat("waiting for every rank to answer: ", alive.message()));
   }
   cluster_->ClearGroup(init_.group_id);  // the ended incarnation's rendezvous
   init_.group_id = NewGroupId();

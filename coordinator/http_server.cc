@@ -26,6 +26,19 @@ constexpr char kLog[] = "http";
 constexpr absl::Duration kPoll = absl::Milliseconds(50);
 constexpr char kJson[] = "application/json";
 constexpr char kRequestIdHeader[] = "X-Request-Id";
+// While requests are held for a lost rank, a stream that has had nothing to send for this long
+// gets an SSE comment: the client (and any proxy's idle timeout) sees that it lives, and why it
+// waits.
+constexpr absl::Duration kKeepAliveEvery = absl::Seconds(1);
+
+// ": paused, waiting for ...", one line whatever the cause's text holds.
+std::string KeepAliveComment(const Engine::Pause& pause) {
+  std::string comment = absl::StrCat(": paused, waiting for ", pause.waiting_for);
+  for (char& c : comment) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return comment + "\n\n";
+}
 
 HttpReply ErrorReply(const absl::Status& status, int http_status) {
   HttpReply reply{http_status, kJson, {}, ErrorBody(status)};
@@ -93,6 +106,7 @@ absl::StatusOr<Completed> WaitAll(SampleStreams& samples, const std::atomic<bool
 
 // One streaming response: every sample's chunks as they come, interleaved.
 struct EventStream {
+  const Engine* engine;  // asked whether the cluster is paused
   SampleStreams samples;
   OpenAiResponder responder;
   bool include_usage = false;
@@ -104,7 +118,11 @@ struct EventStream {
 // stops: the samples are cancelled.
 bool WriteEvents(EventStream& events, HttpExchange& exchange, const std::atomic<bool>& stopping) {
   SampleStreams& samples = events.samples;
-  auto write = [&exchange](const std::string& data) { return exchange.WriteChunk(data); };
+  absl::Time last_write = absl::Now();
+  auto write = [&exchange, &last_write](const std::string& data) {
+    last_write = absl::Now();
+    return exchange.WriteChunk(data);
+  };
   auto give_up = [&samples] {
     samples.CancelAll();
     return false;
@@ -125,7 +143,13 @@ bool WriteEvents(EventStream& events, HttpExchange& exchange, const std::atomic<
   while (!samples.done()) {
     if (stopping.load() || exchange.client_gone()) return give_up();
     std::optional<SampleStreams::News> news = samples.Next(kPoll);
-    if (!news.has_value()) continue;
+    if (!news.has_value()) {
+      if (absl::Now() - last_write < kKeepAliveEvery) continue;
+      if (std::optional<Engine::Pause> pause = events.engine->pause(); pause.has_value()) {
+        if (!write(KeepAliveComment(*pause))) return give_up();
+      }
+      continue;
+    }
     const int32_t i = news->index;
     const StreamUpdate& update = news->update;
     if (update.done && !update.status.ok()) {
@@ -341,8 +365,12 @@ void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& requ
     reply.request_id = request_id;
     return exchange.Reply(std::move(reply));
   }
-  EventStream events{SampleStreams(*std::move(streams)), std::move(responder),
-                     parsed->include_usage, with_logprobs, tool_syntax};
+  EventStream events{engine,
+                     SampleStreams(*std::move(streams)),
+                     std::move(responder),
+                     parsed->include_usage,
+                     with_logprobs,
+                     tool_syntax};
   HttpReply head{200, "text/event-stream", {{"Cache-Control", "no-cache"}, id_header}, ""};
   head.request_id = request_id;
   if (exchange.StartStream(head)) {

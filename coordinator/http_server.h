@@ -15,6 +15,8 @@
 // request id; one log line per request names it.
 //
 // Cancellation: a client that goes away, streaming or not, cancels its samples within kPoll.
+// While the engine holds requests for a lost rank (Engine::pause), an event stream with nothing
+// to send gets the SSE comment ": paused, waiting for <what>" every second.
 //
 // Threads: health, readiness, metrics and models are answered on the listener's I/O thread, so
 // they answer however many generations run or how many clients stall; each generation request

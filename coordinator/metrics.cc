@@ -77,7 +77,8 @@ Metrics::Metrics(std::string model_name)
       ttft_(TtftBounds()),
       itl_(InterTokenBounds()),
       e2e_(RequestBounds()),
-      queue_(RequestBounds()) {
+      queue_(RequestBounds()),
+      recovery_(RequestBounds()) {
   for (absl::string_view reason : kFinishedReasons) request_success_[std::string(reason)] = 0;
   for (const char* surface : {kSurfaceHttp, kSurfaceInference, kSurfaceAdmin, kSurfaceCluster}) {
     auth_failures_[surface] = 0;
@@ -112,6 +113,11 @@ void Metrics::ObserveE2eRequestLatency(double seconds) {
 void Metrics::ObserveRequestQueueTime(double seconds) {
   absl::MutexLock lock(&mutex_);
   Observe(queue_, seconds);
+}
+
+void Metrics::ObserveRecoveryTime(double seconds) {
+  absl::MutexLock lock(&mutex_);
+  Observe(recovery_, seconds);
 }
 
 void Metrics::AddPromptTokens(int64_t n) {
@@ -176,6 +182,9 @@ std::string Metrics::RenderPrometheus() const {
             "Histogram of end to end request latency in seconds.", e2e_);
   histogram("tpserve:request_queue_time_seconds",
             "Histogram of time spent waiting in the queue in seconds.", queue_);
+  histogram("tpserve:recovery_duration_seconds",
+            "Histogram of time from a lost rank to the re-formed group serving again in seconds.",
+            recovery_);
 
   single("tpserve:num_requests_running", "gauge", "Number of requests in the running batch.",
          absl::StrCat(engine_.num_running));
@@ -184,6 +193,9 @@ std::string Metrics::RenderPrometheus() const {
   single("tpserve:kv_cache_usage_perc", "gauge",
          "Fraction of KV cache blocks held by requests (1 means all).",
          FormatDouble(engine_.kv_cache_usage));
+  single("tpserve:num_requests_held", "gauge",
+         "Number of requests held while the cluster re-forms after a lost rank.",
+         absl::StrCat(engine_.num_held));
 
   single("tpserve:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
          absl::StrCat(prompt_tokens_));
@@ -229,6 +241,15 @@ std::string Metrics::RenderPrometheus() const {
                       "\n");
     }
   }
+
+  single("tpserve:requests_held_total", "counter", "Number of requests held when a rank was lost.",
+         absl::StrCat(engine_.requests_held));
+  single("tpserve:requests_resumed_total", "counter",
+         "Number of held requests resumed after the cluster re-formed.",
+         absl::StrCat(engine_.requests_resumed));
+  single("tpserve:recoveries_total", "counter",
+         "Number of times the cluster re-formed after a lost rank.",
+         absl::StrCat(engine_.recoveries));
 
   constexpr absl::string_view kSuccess = "tpserve:request_success_total";
   AppendHeader(out, kSuccess, "counter", "Number of finished requests, by finished reason.");

@@ -1,15 +1,19 @@
 // The coordinator's Prometheus metrics (served at /metrics), named like vLLM's under `tpserve:`.
 //
 //   histograms  tpserve:time_to_first_token_seconds, tpserve:inter_token_latency_seconds,
-//               tpserve:e2e_request_latency_seconds, tpserve:request_queue_time_seconds
+//               tpserve:e2e_request_latency_seconds, tpserve:request_queue_time_seconds,
+//               tpserve:recovery_duration_seconds (from a lost rank to the re-formed group)
 //   gauges      tpserve:num_requests_running, tpserve:num_requests_waiting,
-//               tpserve:kv_cache_usage_perc (fraction of KV blocks held by requests, 0..1)
+//               tpserve:kv_cache_usage_perc (fraction of KV blocks held by requests, 0..1),
+//               tpserve:num_requests_held (waiting for the group to re-form)
 //   counters    tpserve:prompt_tokens_total, tpserve:generation_tokens_total,
 //               tpserve:prefix_cache_queries_total, tpserve:prefix_cache_hits_total (tokens),
 //               tpserve:num_preemptions_total, tpserve:jump_forward_tokens_total,
 //               tpserve:spec_decode_num_drafts_total, tpserve:spec_decode_num_draft_tokens_total,
 //               tpserve:spec_decode_num_accepted_tokens_total (speculative decoding),
 //               tpserve:request_success_total{finished_reason},
+//               tpserve:requests_held_total, tpserve:requests_resumed_total,
+//               tpserve:recoveries_total (a lost rank's requests held, resumed; re-formations),
 //               tpserve:auth_failures_total{surface} (refused credentials: http, inference,
 //               admin, cluster; common/auth_refusal.h)
 //
@@ -43,6 +47,10 @@ struct EngineState {
   int64_t spec_draft_tokens = 0;
   int64_t spec_accepted_tokens = 0;
   std::vector<int64_t> spec_acceptance_lengths;  // SchedulerCounters'; empty: no speculation
+  int64_t num_held = 0;  // samples held while the group re-forms (RecoveryCounters for the rest)
+  int64_t requests_held = 0;
+  int64_t requests_resumed = 0;
+  int64_t recoveries = 0;
 };
 
 class Metrics {
@@ -53,6 +61,8 @@ class Metrics {
   void ObserveInterTokenLatency(double seconds);
   void ObserveE2eRequestLatency(double seconds);
   void ObserveRequestQueueTime(double seconds);
+  // From a lost rank to the group serving again.
+  void ObserveRecoveryTime(double seconds);
 
   void AddPromptTokens(int64_t n);
   void AddGenerationTokens(int64_t n);
@@ -86,6 +96,7 @@ class Metrics {
   Histogram itl_ ABSL_GUARDED_BY(mutex_);
   Histogram e2e_ ABSL_GUARDED_BY(mutex_);
   Histogram queue_ ABSL_GUARDED_BY(mutex_);
+  Histogram recovery_ ABSL_GUARDED_BY(mutex_);
   int64_t prompt_tokens_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t generation_tokens_ ABSL_GUARDED_BY(mutex_) = 0;
   std::map<std::string, int64_t> request_success_ ABSL_GUARDED_BY(mutex_);

@@ -120,15 +120,24 @@ std::unique_ptr<Sequence> Scheduler::TakeRunning(size_t index) {
   return seq;
 }
 
-void Scheduler::PreemptLast() {
-  std::unique_ptr<Sequence> seq = TakeRunning(running_.size() - 1);
+void Scheduler::Requeue(std::unique_ptr<Sequence> seq) {
   seq->score_logits.clear();
   seq->proposals.clear();
   seq->draft_behind = false;
+  waiting_.push_front(std::move(seq));
+}
+
+void Scheduler::PreemptLast() {
+  std::unique_ptr<Sequence> seq = TakeRunning(running_.size() - 1);
   ++counters_.num_preemptions;
   LogInfo(kLog, "request %d: preempted for lack of KV blocks; %d tokens to recompute",
           seq->request_id, seq->tokens.size());
-  waiting_.push_front(std::move(seq));
+  Requeue(std::move(seq));
+}
+
+void Scheduler::RequeueAll() {
+  while (!running_.empty()) Requeue(TakeRunning(running_.size() - 1));
+  finished_seq_ids_.clear();
 }
 
 ScheduledBatch Scheduler::Schedule() {

@@ -140,6 +140,12 @@ class Scheduler {
   // Removes every sequence (the engine fails them). The workers' state is then unknown, so no
   // finished ids are kept.
   std::vector<std::unique_ptr<Sequence>> TakeAll();
+  // Puts every running sequence back at the front of the waiting queue, in admission order, its
+  // blocks released, to recompute its prompt and generated tokens when admitted again: after a
+  // lost rank the re-formed group's KV pools hold nothing of it. No finished ids are kept.
+  void RequeueAll();
+  // The waiting queue, front first (after RequeueAll: every sequence).
+  const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
 
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
@@ -165,6 +171,9 @@ class Scheduler {
   void LeaveGroup(Sequence& seq);
   // Requeues the most recently admitted running sequence for recompute.
   void PreemptLast();
+  // Puts a sequence taken from running_ at the front of the waiting queue, forgetting what only
+  // the workers' state gave it (score rows, the draft's proposals).
+  void Requeue(std::unique_ptr<Sequence> seq);
   std::unique_ptr<Sequence> TakeRunning(size_t index);
   // Appends `token` (AppendToken) and releases its text through the stop strings into
   // `update`, with its log-probabilities from `output`'s row `row` when `output` is not null.

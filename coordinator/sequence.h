@@ -97,6 +97,8 @@ struct Sequence {
   absl::Time arrival;
   absl::Time first_scheduled = absl::InfinitePast();  // InfinitePast: not yet
   absl::Time last_token = absl::InfinitePast();       // InfinitePast: no token yet
+  // Held while the cluster re-forms after a lost rank (Engine), since then; InfinitePast: not.
+  absl::Time held_since = absl::InfinitePast();
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
 };

@@ -1,5 +1,6 @@
 // A rank killed in the middle of decoding and started again, over and over, as a supervisor
-// (Kubernetes) restarts a crashed worker: each time the request in flight fails, and the cluster
+// (Kubernetes) restarts a crashed worker: each time the request in flight fails (--recovery-grace
+// 0: it is not held for the rank to return, which survive_worker_loss covers), and the cluster
 // serves again within 5 s of the restart, answering as before. The survivors must leave the
 // collective they were in when their peer died (and any wait on each other) at once, or the
 // re-formed group's Init queues behind their operation timeout (30 s).
@@ -65,6 +66,7 @@ class RankRestartCycles : public ::testing::TestWithParam<const char*> {};
 TEST_P(RankRestartCycles, ServesAgainWithinFiveSecondsOfEveryRestart) {
   LocalClusterOptions options = ClusterOptions(TPSERVE_MODEL_PATH, 3);
   options.worker_args = {"--cpu-comm", GetParam()};
+  options.coordinator_args = {"--recovery-grace", "0"};
   auto serving = StartWithAnswer(options);
   ASSERT_TRUE(serving.ok()) << serving.status();
   LocalCluster& cluster = *serving->cluster;

@@ -1,5 +1,7 @@
-// SIGKILL one worker mid-generation: the request fails with a clear error within the step
-// deadline, the coordinator stays up, reports the cluster degraded and refuses new requests.
+// SIGKILL one worker mid-generation with --recovery-grace 0 (requests are not held for the rank
+// to return; survive_worker_loss covers holding them): the request fails with a clear error
+// within the step deadline, the coordinator stays up, reports the cluster degraded and refuses
+// new requests.
 // Then the worker is started again, as a supervisor (Kubernetes) would: the coordinator re-forms
 // the group by itself and serves again, answering as it did before the crash.
 #include <signal.h>
@@ -17,7 +19,8 @@ namespace {
 TEST(WorkerCrashDuringStep, RequestFailsClusterDegradesThenRecoversWhenTheWorkerReturns) {
   constexpr int kStepTimeoutS = 10;
   LocalClusterOptions options = ClusterOptions(TPSERVE_MODEL_PATH, 3);
-  options.coordinator_args = {"--step-timeout", std::to_string(kStepTimeoutS)};
+  options.coordinator_args = {"--step-timeout", std::to_string(kStepTimeoutS), "--recovery-grace",
+                              "0"};
   auto serving = StartWithAnswer(options);
   ASSERT_TRUE(serving.ok()) << serving.status();
   LocalCluster& cluster = *serving->cluster;

@@ -3,7 +3,9 @@
 #include "coordinator/engine.h"
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -69,6 +71,7 @@ class EngineTest : public ::testing::Test {
     options.context_length = loaded.context_length;
     options.vocab_size = loaded.vocab_size;
     engine_ = std::make_unique<Engine>(options, pool_.get(), tokenizer_);
+    if (reform_) engine_->SetGroupReformer(reform_);
     engine_->Start();
     service_ =
         std::make_unique<InferenceServiceImpl>(tokenizer_, pool_->world_size(), "test-model");
@@ -126,7 +129,29 @@ class EngineTest : public ::testing::Test {
     return request;
   }
 
+  // A group re-formation that succeeds once `rank_back_` is set: the fakes get Init again, which
+  // empties them as a restarted group's workers are.
+  void ReformWhenTheRankIsBack() {
+    reform_ = [this]() -> absl::Status {
+      if (!rank_back_.load()) return absl::UnavailableError("waiting for rank 2 to register");
+      WorkerInitOptions init;
+      init.group_id = "test-reformed";
+      init.block_size = block_size_;
+      return pool_->Init(init, absl::Seconds(5));
+    };
+  }
+  // Waits until the engine holds `n` samples for the group to re-form.
+  void AwaitHeld(int32_t n) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (engine_->stats().num_held != n && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    ASSERT_EQ(engine_->stats().num_held, n);
+  }
+
   static const Tokenizer* tokenizer_;
+  std::function<absl::Status()> reform_;
+  std::atomic<bool> rank_back_{false};
   int32_t block_size_ = 4;
   std::vector<std::unique_ptr<FakeWorker>> fakes_;
   std::unique_ptr<WorkerPool> pool_;
@@ -384,6 +409,109 @@ TEST_F(EngineTest, FailedStepDegradesTheCluster) {
   Generated refused = Generate(Request({300}, 1));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(refused.status.error_message(), HasSubstr("cluster degraded: "));
+}
+
+// Within the recovery grace a failed step holds the requests in flight: when the group re-forms
+// they recompute on the emptied workers (which check every cached prefix and position) and go
+// on, each stream exactly the continuation it would have been without the failure.
+TEST_F(EngineTest, HeldRequestsResumeWhereTheyStoppedWhenTheGroupReforms) {
+  FakeWorkerOptions failing;
+  failing.fail_at_step = 6;
+  EngineOptions options;
+  options.recovery_grace = absl::Seconds(60);
+  options.max_queued_requests = 5;
+  ReformWhenTheRankIsBack();
+  Start({{}, {}, failing}, options);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) prompts.push_back({200 + i, 210 + i, 220, 230, 240 + i});
+  std::vector<Generated> outs(prompts.size() + 1);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    clients.emplace_back([&, i] { outs[i] = Generate(Request(prompts[i], 12)); });
+  }
+  AwaitHeld(3);
+  const absl::Status health = engine_->health();
+  EXPECT_EQ(health.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(health.message(), HasSubstr("rank 2"));
+  EXPECT_THAT(health.message(), HasSubstr("held"));
+  const std::optional<Engine::Pause> pause = engine_->pause();
+  ASSERT_TRUE(pause.has_value());
+  EXPECT_GT(pause->grace_left, absl::Seconds(50));
+  EXPECT_EQ(engine_->stats().blocks_used(), 0);  // their KV is gone with the group
+
+  // A new request queues behind them (max_queued_requests allows it) and waits too.
+  const std::vector<int32_t> late = {250, 251, 252};
+  clients.emplace_back([&] { outs.back() = Generate(Request(late, 6)); });
+  AwaitHeld(4);
+  rank_back_ = true;
+  for (auto& client : clients) client.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(outs[i].status.ok()) << i << ": " << outs[i].status.error_message();
+    EXPECT_EQ(outs[i].tokens, Expected(prompts[i], 12)) << i;
+  }
+  ASSERT_TRUE(outs.back().status.ok()) << outs.back().status.error_message();
+  EXPECT_EQ(outs.back().tokens, Expected(late, 6));
+  EXPECT_TRUE(engine_->health().ok());
+  EXPECT_FALSE(engine_->pause().has_value());
+  const EngineStats stats = engine_->stats();
+  EXPECT_EQ(stats.recovery.requests_held, 4);
+  EXPECT_EQ(stats.recovery.requests_resumed, 4);
+  EXPECT_EQ(stats.recovery.recoveries, 1);
+  EXPECT_EQ(stats.num_held, 0);
+  EXPECT_EQ(stats.blocks_used(), 0);
+  EXPECT_EQ(stats.counters.num_preemptions, 0);  // held, not preempted
+  ExpectConsistentSteps();
+}
+
+// Without a queue limit new requests are refused while requests are held; past the grace the
+// held ones fail naming the rank, and the cluster serves once the group re-forms.
+TEST_F(EngineTest, HeldRequestsFailPastTheGraceNamingTheRank) {
+  FakeWorkerOptions failing;
+  failing.fail_at_step = 3;
+  EngineOptions options;
+  options.recovery_grace = absl::Milliseconds(1500);
+  ReformWhenTheRankIsBack();
+  Start({{}, {}, failing}, options);
+  Generated held;
+  std::thread client([&] { held = Generate(Request({300, 301}, 10)); });
+  AwaitHeld(1);
+  const Generated refused = Generate(Request({302}, 2));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("held"));
+  client.join();
+  EXPECT_EQ(held.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(held.status.error_message(), HasSubstr("rank 2"));
+  EXPECT_THAT(held.status.error_message(), HasSubstr("recovery grace"));
+  EXPECT_FALSE(engine_->pause().has_value());
+  EXPECT_EQ(engine_->stats().recovery.requests_resumed, 0);
+
+  rank_back_ = true;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!engine_->health().ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  const Generated served = Generate(Request({300, 301}, 4));
+  ASSERT_TRUE(served.status.ok()) << served.status.error_message();
+  EXPECT_EQ(served.tokens, Expected({300, 301}, 4));
+  EXPECT_EQ(engine_->stats().blocks_used(), 0);
+}
+
+// A client's deadline ends its call while the request is held, and the engine lets it go.
+TEST_F(EngineTest, ClientDeadlineEndsAHeldRequest) {
+  FakeWorkerOptions failing;
+  failing.fail_at_step = 3;
+  EngineOptions options;
+  options.recovery_grace = absl::Seconds(60);
+  ReformWhenTheRankIsBack();
+  Start({{}, {}, failing}, options);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  auto reader = stub_->Generate(&context, Request({300, 301}, 10));
+  v1::GenerateResponse chunk;
+  while (reader->Read(&chunk)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  AwaitHeld(0);
+  EXPECT_EQ(engine_->stats().num_waiting, 0);
+  EXPECT_TRUE(engine_->pause().has_value());  // still paused, holding nothing
 }
 
 TEST_F(EngineTest, MissedStepDeadlineNamesTheRank) {

@@ -40,6 +40,9 @@ grpc::Status FakeWorker::Init(grpc::ServerContext*, const v1::InitRequest* reque
   absl::MutexLock lock(&mutex_);
   rank_ = request->rank();
   block_size_ = request->block_size();
+  last_step_ = 0;
+  seqs_.clear();
+  slots_.clear();
   response->set_hostname("fake");
   response->set_device_name("cpu");
   return grpc::Status::OK;
@@ -65,10 +68,11 @@ grpc::Status FakeWorker::Step(grpc::ServerContext*, const v1::StepRequest* reque
     release_.WaitForNotificationWithTimeout(absl::Seconds(20));
     return grpc::Status(grpc::StatusCode::ABORTED, "released");
   }
-  if (request->step_id() == options_.fail_at_step) {
+  absl::MutexLock lock(&mutex_);
+  if (request->step_id() == options_.fail_at_step && !failed_) {
+    failed_ = true;
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected failure");
   }
-  absl::MutexLock lock(&mutex_);
   if (request->step_id() != last_step_ + 1) {
     Error(absl::StrCat("step ", request->step_id(), " after ", last_step_));
   }

@@ -3,7 +3,8 @@
 // receives are consistent: step ids consecutive, positions continuing each sequence, block
 // tables covering the tokens, a cached prefix (a first step past position 0) found in its blocks
 // exactly as an earlier step wrote it, and no write into a block slot another live sequence
-// still reads.
+// still reads. Init starts a new group, as a real worker's does: no sequences, no KV, step ids
+// from 1.
 #pragma once
 
 #include <cstdint>
@@ -13,9 +14,9 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "absl/types/span.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "grpcpp/grpcpp.h"
 #include "tpserve/v1/worker.grpc.pb.h"
 
@@ -27,8 +28,9 @@ struct FakeWorkerOptions {
   int64_t context_length = 256;
   uint64_t model_file_size = 1000;
   std::string fingerprint = "fingerprint";
-  std::string load_error;         // LoadShard fails with NOT_FOUND and this message
-  uint64_t fail_at_step = 0;      // Step answers UNAVAILABLE "injected failure" at this step id
+  std::string load_error;  // LoadShard fails with NOT_FOUND and this message
+  // Step answers UNAVAILABLE "injected failure" the first time it sees this step id.
+  uint64_t fail_at_step = 0;
   uint64_t hang_at_step = 0;      // Step does not answer this step id until the worker goes away
   std::string state = "serving";  // what Status reports
   // Status stops answering (until the worker goes away) after this many answers; -1: never.
@@ -82,6 +84,7 @@ class FakeWorker final : public v1::WorkerService::Service {
   int rank_ ABSL_GUARDED_BY(mutex_) = -1;
   int64_t block_size_ ABSL_GUARDED_BY(mutex_) = 16;
   uint64_t last_step_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool failed_ ABSL_GUARDED_BY(mutex_) = false;  // fail_at_step has answered
   int status_answers_ ABSL_GUARDED_BY(mutex_) = 0;
   absl::Time last_status_answer_ ABSL_GUARDED_BY(mutex_) = absl::InfinitePast();
   std::map<uint64_t, Seq> seqs_ ABSL_GUARDED_BY(mutex_);

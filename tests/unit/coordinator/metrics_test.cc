@@ -278,6 +278,31 @@ const std::vector<Scenario>& Scenarios() {
            "tpserve:num_preemptions_total{model_name=\"m\"} 11",
            "tpserve:jump_forward_tokens_total{model_name=\"m\"} 92",
        }},
+      {"HeldRequestsAndRecoveries",
+       "m",
+       [](Metrics& m) {
+         EngineState state;
+         state.num_held = 16;
+         state.requests_held = 20;
+         state.requests_resumed = 4;
+         state.recoveries = 1;
+         m.SetEngineState(state);
+         m.ObserveRecoveryTime(2.2);
+         m.ObserveRecoveryTime(45);
+       },
+       {
+           "tpserve:num_requests_held{model_name=\"m\"} 16",
+           "tpserve:requests_held_total{model_name=\"m\"} 20",
+           "tpserve:requests_resumed_total{model_name=\"m\"} 4",
+           "tpserve:recoveries_total{model_name=\"m\"} 1",
+           "tpserve:recovery_duration_seconds_bucket{model_name=\"m\",le=\"2\"} 0",
+           "tpserve:recovery_duration_seconds_bucket{model_name=\"m\",le=\"2.5\"} 1",
+           "tpserve:recovery_duration_seconds_bucket{model_name=\"m\",le=\"40\"} 1",
+           "tpserve:recovery_duration_seconds_bucket{model_name=\"m\",le=\"50\"} 2",
+           "tpserve:recovery_duration_seconds_sum{model_name=\"m\"} 47.2",
+           "tpserve:recovery_duration_seconds_count{model_name=\"m\"} 2",
+       },
+       {}},
       {"AcceptanceLengthsAsHistogramAndPerPosition",
        "m",
        [](Metrics& m) {
@@ -380,6 +405,13 @@ TEST(MetricsTest, EveryFamilyHasItsSamples) {
       {"tpserve:request_queue_time_seconds_bucket", 22},
       {"tpserve:request_queue_time_seconds_sum", 1},
       {"tpserve:request_queue_time_seconds_count", 1},
+      {"tpserve:recovery_duration_seconds_bucket", 22},
+      {"tpserve:recovery_duration_seconds_sum", 1},
+      {"tpserve:recovery_duration_seconds_count", 1},
+      {"tpserve:num_requests_held", 1},
+      {"tpserve:requests_held_total", 1},
+      {"tpserve:requests_resumed_total", 1},
+      {"tpserve:recoveries_total", 1},
       {"tpserve:num_requests_running", 1},
       {"tpserve:num_requests_waiting", 1},
       {"tpserve:kv_cache_usage_perc", 1},
