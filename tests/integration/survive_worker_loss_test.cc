@@ -1,11 +1,12 @@
 // Requests survive a worker loss: a rank of a T=3 cluster is SIGKILLed while 16 streaming
-// requests (8 over SSE, 8 over gRPC; greedy and seeded; some with n = 2, some with logprobs)
-// decode, and started again as a supervisor would. Within the recovery grace every request is
-// held, then recomputed, and its whole stream equals what the same request streamed on the
-// healthy cluster: no token repeated or missing, the same log-probabilities. The cluster
-// speculates (n-gram) all along, so proposals in flight at the loss are covered too. Past the grace
-// they fail naming the rank and the cluster serves once the rank is back. After kill-and-restart
-// cycles the coordinator holds no KV block, no request, and not more memory than it started with.
+// requests (8 over SSE, 8 over gRPC; greedy and seeded; some with n = 2, some with logprobs,
+// some constrained to a regular expression) decode, and started again as a supervisor would. Within
+// the recovery grace every request is held, then recomputed, and its whole stream equals what the
+// same request streamed on the healthy cluster: no token repeated or missing, the same
+// log-probabilities. The cluster speculates (n-gram) all along, so proposals in flight at the loss
+// are covered too. Past the grace they fail naming the rank and the cluster serves once the rank is
+// back. After kill-and-restart cycles the coordinator holds no KV block, no request, and not more
+// memory than it started with.
 //
 // The cycles test runs TPSERVE_RECOVERY_CYCLES cycles (default 3); the full form is
 // TPSERVE_RECOVERY_CYCLES=10.
@@ -44,10 +45,11 @@ constexpr int kMaxTokens = 64;
 constexpr int kKilledAfter = 6;
 
 struct Job {
-  bool sse;       // over HTTP as an event stream; else gRPC Generate
-  bool seeded;    // temperature 0.8 with a seed; else greedy
-  int n;          // samples
-  bool logprobs;  // each token's log-probability and the most likely other (SSE only)
+  bool sse;          // over HTTP as an event stream; else gRPC Generate
+  bool seeded;       // temperature 0.8 with a seed; else greedy
+  int n;             // samples
+  bool logprobs;     // each token's log-probability and the most likely other (SSE only)
+  bool constrained;  // the text must match a regular expression (gRPC only)
   std::string prompt;
   int seed;
 };
@@ -61,9 +63,17 @@ std::vector<Job> Jobs(int n) {
   for (int i = 0; i < n; ++i) {
     const bool sse = i % 2 == 0;
     jobs.push_back({sse, (i / 2) % 2 == 1, i % 8 == 3 || i % 8 == 6 ? 2 : 1, sse && i % 8 == 4,
-                    absl::StrCat("Write a few sentences about ", topics[i % 16], "."), 1000 + i});
+                    i % 8 == 7, absl::StrCat("Write a few sentences about ", topics[i % 16], "."),
+                    1000 + i});
   }
   return jobs;
+}
+
+// What the engine holds and counts: every sample of every request.
+int Samples(const std::vector<Job>& jobs) {
+  int samples = 0;
+  for (const Job& job : jobs) samples += job.n;
+  return samples;
 }
 
 // What one request streamed.
@@ -148,6 +158,8 @@ void RunGrpc(LocalCluster& cluster, const Job& job, Outcome* out) {
   request.set_max_tokens(kMaxTokens);
   request.set_ignore_eos(true);
   request.set_n(job.n);
+  // Longer than max_tokens can write: the constraint holds through the whole stream.
+  if (job.constrained) request.mutable_constraint()->set_regex("[a-z ,.]{2000}");
   request.mutable_sampling()->set_temperature(job.seeded ? 0.8f : 0.0f);
   if (job.seeded) request.mutable_sampling()->set_seed(job.seed);
   grpc::ClientContext context;
@@ -259,6 +271,11 @@ class SurviveWorkerLoss : public ::testing::Test {
       ASSERT_TRUE(healthy[i]->ok) << i << ": " << healthy[i]->error;
       ASSERT_EQ(healthy[i]->texts.size(), static_cast<size_t>(jobs[i].n)) << i;
       ASSERT_EQ(healthy[i]->logprobs.empty(), !jobs[i].logprobs) << i;
+      if (jobs[i].constrained) {
+        const std::string& text = healthy[i]->texts[0];
+        ASSERT_EQ(text.find_first_not_of("abcdefghijklmnopqrstuvwxyz ,."), std::string::npos)
+            << text;
+      }
       reference_.push_back(std::move(healthy[i]));
     }
     rss_at_start_kib_ = ResidentKiB(cluster_->coordinator().pid());
@@ -298,8 +315,7 @@ int64_t SurviveWorkerLoss::rss_at_start_kib_ = 0;
 
 TEST_F(SurviveWorkerLoss, SixteenStreamsPauseAndContinueAsOnAHealthyCluster) {
   const std::vector<Job> jobs = Jobs(kRequests);
-  int samples = 0;  // what the engine holds and counts: every sample of every request
-  for (const Job& job : jobs) samples += job.n;
+  const int samples = Samples(jobs);
   const std::map<std::string, double> before = Metrics(*cluster_);
   int held_seen = 0;
   std::string health_seen;
@@ -364,6 +380,7 @@ TEST_F(SurviveWorkerLoss, CyclesLeakNoBlockNoRequestNoMemory) {
   const int cycles = Cycles();
   for (int cycle = 0; cycle < cycles; ++cycle) {
     const int rank = cycle % 3;
+    const double resumed = Metrics(*cluster_).at("tpserve:requests_resumed_total");
     auto outcomes = RunAll(*cluster_, jobs, [&](const auto& outcomes) {
       ASSERT_TRUE(AwaitChunks(outcomes, kKilledAfter)) << LogTails(*options_);
       cluster_->worker(rank)->Signal(SIGKILL);
@@ -371,6 +388,8 @@ TEST_F(SurviveWorkerLoss, CyclesLeakNoBlockNoRequestNoMemory) {
       ASSERT_TRUE(cluster_->RestartWorker(rank).ok());
     });
     ExpectAsHealthy(jobs, outcomes, absl::StrCat("cycle ", cycle + 1, ", rank ", rank));
+    EXPECT_EQ(Metrics(*cluster_).at("tpserve:requests_resumed_total") - resumed, Samples(jobs))
+        << "cycle " << cycle + 1 << ": not every request was in flight at the loss";
     std::printf("survive_worker_loss: cycle %d: rank %d killed, 4 requests resumed\n", cycle + 1,
                 rank);
   }
