@@ -1,5 +1,7 @@
-// tpserve: starts a coordinator and N workers on this host, supervises them, and stops them all
-// on Ctrl-C or when any of them dies (saying which one and why).
+// tpserve: starts a coordinator and N workers on this host and supervises them: a worker that
+// dies is started again (up to --worker-restarts times in all; the coordinator holds its
+// requests meanwhile, see --recovery-grace), and all are stopped on Ctrl-C or when the
+// coordinator dies or the restarts run out (saying which process ended and how).
 //   tpserve --model M --tp N --device cpu [--http-port P] [--admin-port P] [--prompt "..."]
 //           [--once] [--tls-cert C --tls-key K --tls-ca A]
 // Once the cluster serves it prints one line that scripts parse
@@ -15,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +29,7 @@
 #include "cli/local_cluster.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/subprocess.h"
 #include "common/tls_flags.h"
 #include "grpcpp/grpcpp.h"
 #include "model/chat_template.h"
@@ -67,6 +71,7 @@ struct Flags {
   double step_timeout_s = 30;
   double heartbeat_interval_s = 1;
   double recovery_grace_s = 60;
+  int worker_restarts = 5;
   int64_t max_step_attention = int64_t{2048} * 2048;
   std::vector<std::string> api_keys;
   std::string admin_key_file;
@@ -120,9 +125,21 @@ absl::Status AnswerPrompt(const Flags& flags, LocalCluster& cluster) {
   return absl::OkStatus();
 }
 
-// Returns OK on Ctrl-C / SIGTERM, or the error naming the child that died.
-absl::Status Supervise(LocalCluster& cluster) {
+// Starts again, as a supervisor (Kubernetes) would, the workers that have ended while the
+// coordinator runs, while `restarts` last. Returns OK on Ctrl-C / SIGTERM, or the error naming
+// the child that ended once none may be restarted.
+absl::Status Supervise(LocalCluster& cluster, int world_size, int restarts) {
   while (g_stop_signal == 0) {
+    for (int rank = 0; rank < world_size && restarts > 0; ++rank) {
+      if (cluster.coordinator().Poll().has_value()) break;
+      const std::optional<int> status = cluster.worker(rank)->Poll();
+      if (!status.has_value()) continue;
+      --restarts;
+      LogWarning("tpserve",
+                 "the worker of rank %d (pid %d) %s: starting it again (%d restarts left)", rank,
+                 cluster.worker(rank)->pid(), DescribeWaitStatus(*status), restarts);
+      RETURN_IF_ERROR(cluster.RestartWorker(rank));
+    }
     RETURN_IF_ERROR(cluster.CheckChildren());
     absl::SleepFor(absl::Milliseconds(100));
   }
@@ -223,7 +240,7 @@ absl::Status Serve(const Flags& flags) {
   if (flags.once) return absl::OkStatus();
   std::printf("tpserve: Ctrl-C stops the cluster\n");
   std::fflush(stdout);
-  return Supervise(*cluster);
+  return Supervise(*cluster, flags.tp, flags.worker_restarts);
 }
 
 int Run(const Flags& flags) {
@@ -313,6 +330,10 @@ int main(int argc, char** argv) {
                  "seconds requests in flight are held after a worker is lost, waiting for it to "
                  "come back, before they fail; 0 = they fail at once")
       ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--worker-restarts", flags.worker_restarts,
+                 "times in all a worker that dies is started again; 0 = a worker's death stops "
+                 "the cluster")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--max-step-attention", flags.max_step_attention,
                  "attention work per step (tokens times their context): long prompts run as "
                  "more, shorter steps")
