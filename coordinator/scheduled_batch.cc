@@ -40,6 +40,7 @@ v1::StepRequest ToStepRequest(const ScheduledBatch& batch, uint64_t step_id, int
                                         seq.tokens.begin() + entry.start + entry.num_tokens);
     scheduled->set_start_position(entry.start);
     scheduled->mutable_new_block_ids()->Add(entry.new_block_ids.begin(), entry.new_block_ids.end());
+    if (entry.kept_blocks >= 0) scheduled->set_kept_blocks(entry.kept_blocks);
     const bool score = seq.kind == Sequence::Kind::kScore;
     scheduled->set_sample(!score && entry.completes());
     scheduled->set_all_logits(score);

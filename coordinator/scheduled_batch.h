@@ -23,6 +23,9 @@ struct ScheduledBatch {
     // Draft model: proposals rank 0 makes after this step (the block table covers the positions
     // its draft writes).
     int32_t num_proposals = 0;
+    // -1, or how many of the sequence's block table entries the workers keep before appending
+    // new_block_ids (Sequence::kept_blocks).
+    int32_t kept_blocks = -1;
 
     // This step reaches the end of the known tokens: a Generate entry samples the next one.
     bool completes() const {

@@ -124,6 +124,7 @@ void Scheduler::Requeue(std::unique_ptr<Sequence> seq) {
   seq->score_logits.clear();
   seq->proposals.clear();
   seq->draft_behind = false;
+  seq->kept_blocks = -1;  // it starts anew on the workers
   waiting_.push_front(std::move(seq));
 }
 
@@ -195,8 +196,9 @@ ScheduledBatch Scheduler::Schedule() {
     }
     if (self_preempted) break;
     seq.block_ids.insert(seq.block_ids.end(), ids->begin(), ids->end());
-    batch.entries.push_back(
-        {&seq, false, seq.num_computed, n, std::move(*ids), drafts, num_proposals});
+    batch.entries.push_back({&seq, false, seq.num_computed, n, std::move(*ids), drafts,
+                             num_proposals, seq.kept_blocks});
+    seq.kept_blocks = -1;
     NoteProposalsAsked(seq, n, num_proposals);
     take(seq, n);
     budget -= k;
@@ -229,7 +231,8 @@ ScheduledBatch Scheduler::Schedule() {
     seq.seq_id = next_seq_id_++;
     seq.known_to_workers = true;
     // A new sequence's table on the workers starts empty: send all of it, cached prefix too.
-    batch.entries.push_back({&seq, true, seq.num_computed, n, seq.block_ids, {}, num_proposals});
+    batch.entries.push_back(
+        {&seq, true, seq.num_computed, n, seq.block_ids, {}, num_proposals, -1});
     NoteProposalsAsked(seq, n, num_proposals);
     take(seq, n);
     running_.push_back(std::move(*it));
@@ -266,6 +269,8 @@ std::vector<SequenceUpdate> Scheduler::Postprocess(const ScheduledBatch& batch,
     // The entries point at the sequences themselves, so taking one out of running_ is safe here.
     if (!update.error.ok() || seq.finish_reason.has_value() || seq.kind == Sequence::Kind::kScore) {
       update.finished = Finish(&seq);
+    } else if (!entry.drafts.empty() || entry.num_proposals > 0) {
+      FreeRejectedBlocks(seq);
     }
     updates.push_back(std::move(update));
   }
@@ -317,6 +322,16 @@ void Scheduler::NoteProposalsAsked(Sequence& seq, int32_t n, int32_t num_proposa
       seq.num_computed + n == static_cast<int32_t>(seq.tokens.size())) {
     seq.draft_behind = true;
   }
+}
+
+void Scheduler::FreeRejectedBlocks(Sequence& seq) {
+  // The next step runs the tokens not yet computed and writes the draft's proposals after them.
+  const int32_t keep = BlocksFor(static_cast<int64_t>(seq.tokens.size() + seq.proposals.size()));
+  if (static_cast<int32_t>(seq.block_ids.size()) <= keep) return;
+  TP_CHECK(seq.num_cached_blocks <= keep);
+  pool_->Release(absl::MakeConstSpan(seq.block_ids).subspan(keep));
+  seq.block_ids.resize(keep);
+  seq.kept_blocks = keep;
 }
 
 void Scheduler::AdaptSpeculation(Sequence& seq, int32_t proposed, int32_t accepted) {

@@ -21,6 +21,10 @@
 // step gets at least one block of tokens whatever the attention left, so decodes cannot starve
 // prefills.
 //
+// Speculative decoding (SchedulerOptions::num_speculative_tokens) runs a decoding sequence's last
+// token and k proposals; after rank 0 verified them, the accepted prefix is committed and the
+// blocks that only rejected proposals reached are freed at once (FreeRejectedBlocks).
+//
 // Blocks come from the free list, then from evicting unlocked cached blocks (LRU). When neither
 // has enough, the most recently admitted running sequence is preempted: its blocks are
 // released (its full blocks stay in the cache, so recompute is often a cache hit) and it goes
@@ -185,6 +189,10 @@ class Scheduler {
   // speculate): every accepted proposal and the token after them must fit max_tokens and the
   // context.
   int32_t ProposalLimit(const Sequence& seq, int64_t run) const;
+  // After a step that verified drafts or asked for proposals: releases the blocks beyond what the
+  // next step runs (the tokens not computed yet and the draft's new proposals), which hold only
+  // rejected drafts, and has the workers' table cut to match (Sequence::kept_blocks).
+  void FreeRejectedBlocks(Sequence& seq);
   // After a step verified `proposed` of `seq`'s proposals and accepted `accepted`: its next k.
   void AdaptSpeculation(Sequence& seq, int32_t proposed, int32_t accepted);
   // Draft model: the proposals rank 0 is asked to make after `seq` runs `n` tokens this step; 0

@@ -91,6 +91,10 @@ struct Sequence {
   // fell below SchedulerOptions::spec_min_acceptance; -1: num_speculative_tokens, not yet
   // adapted), and the tokens proposed and accepted so far.
   int32_t spec_k = -1;
+  // Blocks beyond what the next step surely runs were freed after a verification that rejected
+  // drafts (Scheduler::FreeRejectedBlocks): the workers' table still lists them until the next
+  // step tells them to keep this many (-1: nothing to tell).
+  int32_t kept_blocks = -1;
   int64_t spec_proposed = 0;
   int64_t spec_accepted = 0;
   std::optional<FinishReason> finish_reason;  // set when generation ends, told to the stream last

@@ -132,8 +132,18 @@ absl::Status StepPlanner::CheckScheduled(const v1::ScheduledSequence& s, const S
     return Invalid(id, absl::StrCat("positions up to ", end, " exceed the context length of ",
                                     context_length_));
   }
-  // Rejected drafts' blocks stay with the sequence: the coordinator owns their ids.
   *table = state.block_table;
+  if (s.has_kept_blocks()) {
+    const int64_t kept = s.kept_blocks();
+    if (kept < 0 || kept > static_cast<int64_t>(table->size()) || kept * kv_.block_size < start) {
+      return Invalid(
+          id, absl::StrCat("kept_blocks ", kept, " is outside [",
+                           (start + kv_.block_size - 1) / kv_.block_size, ", ", table->size(),
+                           "]: the blocks of the positions before "
+                           "start_position, up to the whole table"));
+    }
+    table->resize(kept);
+  }
   for (int j = 0; j < s.new_block_ids_size(); ++j) {
     const int32_t block = s.new_block_ids(j);
     if (block < 0 || block >= kv_.num_blocks) {

@@ -95,6 +95,15 @@ grpc::Status FakeWorker::Step(grpc::ServerContext*, const v1::StepRequest* reque
       continue;
     }
     Seq& seq = it->second;
+    if (s.has_kept_blocks()) {
+      if (s.kept_blocks() > static_cast<int64_t>(seq.blocks.size()) ||
+          s.kept_blocks() * block_size_ < s.start_position()) {
+        Error(absl::StrCat("sequence ", s.seq_id(), " keeps ", s.kept_blocks(), " of its ",
+                           seq.blocks.size(), " blocks and starts at ", s.start_position()));
+      } else {
+        seq.blocks.resize(s.kept_blocks());
+      }
+    }
     seq.blocks.insert(seq.blocks.end(), s.new_block_ids().begin(), s.new_block_ids().end());
     const int64_t start = s.start_position();
     const int64_t end = start + s.token_ids_size();

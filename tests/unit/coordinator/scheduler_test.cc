@@ -8,6 +8,7 @@
 #include <numeric>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "coordinator/radix_cache.h"
 #include "coordinator/stop_strings.h"
 #include "gmock/gmock.h"
@@ -485,14 +486,26 @@ class SpeculativeSchedulerTest : public SchedulerTest {
   void Step() {
     ScheduledBatch batch = scheduler_->Schedule();
     v1::StepResponse response;
+    for (uint64_t id : batch.finished_seq_ids) tables_.erase(id);
     for (const auto& e : batch.entries) {
       Sequence& seq = *e.seq;
+      // The workers' block table, kept as they keep it: it must be the scheduler's.
+      std::vector<int32_t>& table = tables_[seq.seq_id];
+      if (e.is_new) table.clear();
+      if (e.kept_blocks >= 0) {
+        EXPECT_LE(e.kept_blocks, static_cast<int32_t>(table.size()));
+        EXPECT_GE(e.kept_blocks * kBlock, e.start);
+        table.resize(e.kept_blocks);
+        ++trimmed_;
+      }
+      table.insert(table.end(), e.new_block_ids.begin(), e.new_block_ids.end());
+      EXPECT_EQ(table, seq.block_ids) << "sequence " << seq.seq_id;
       std::vector<int32_t> run(seq.tokens.begin() + e.start,
                                seq.tokens.begin() + e.start + e.num_tokens);
       run.insert(run.end(), e.drafts.begin(), e.drafts.end());
       for (size_t i = 0; i < run.size(); ++i) {
         const int32_t position = e.start + static_cast<int32_t>(i);
-        const int32_t block = seq.block_ids[position / kBlock];
+        const int32_t block = table[position / kBlock];
         shadow_[block].resize(kBlock, -1);
         shadow_[block][position % kBlock] = run[i];
       }
@@ -521,9 +534,20 @@ class SpeculativeSchedulerTest : public SchedulerTest {
       }
       asked_ += e.num_proposals;
     }
+    absl::flat_hash_set<const Sequence*> finished;
     for (SequenceUpdate& update : scheduler_->Postprocess(batch, response)) {
       EXPECT_TRUE(update.error.ok()) << update.error;
-      if (update.finished != nullptr) done_.push_back(std::move(update.finished));
+      if (update.finished == nullptr) continue;
+      finished.insert(update.finished.get());
+      done_.push_back(std::move(update.finished));
+    }
+    // A sequence holds no block that only rejected proposals reached: the next step runs its
+    // tokens not yet computed and the draft's proposals, nothing beyond.
+    for (const auto& e : batch.entries) {
+      const Sequence& seq = *e.seq;
+      if (finished.contains(&seq) || (e.drafts.empty() && e.num_proposals == 0)) continue;
+      const size_t next = seq.tokens.size() + seq.proposals.size();
+      EXPECT_LE(seq.block_ids.size(), (next + kBlock - 1) / kBlock) << "sequence " << seq.seq_id;
     }
   }
 
@@ -572,8 +596,10 @@ class SpeculativeSchedulerTest : public SchedulerTest {
 
   static constexpr int32_t kBlock = 4;
   std::map<int32_t, std::vector<int32_t>> shadow_;
+  std::map<uint64_t, std::vector<int32_t>> tables_;  // the workers' block tables by seq_id
+  int64_t trimmed_ = 0;  // steps that cut a sequence's table (blocks of rejected proposals freed)
   int64_t proposed_ = 0;
-  int64_t asked_ = 0;  // proposals a draft model was asked for
+  int64_t asked_ = 0;                   // proposals a draft model was asked for
   std::vector<int32_t> verified_runs_;  // proposals verified, per sequence and step
   bool wrong_proposals_ = false;        // the draft proposes what CycleToken seldom picks
 };
@@ -594,6 +620,7 @@ TEST_F(SpeculativeSchedulerTest, RejectedProposalsAreRolledBackAndNeverCached) {
     Step();
   }
   EXPECT_GT(proposed_, 20);
+  EXPECT_GT(trimmed_, 0);
   const SchedulerCounters& counters = scheduler_->counters();
   EXPECT_EQ(counters.spec_draft_tokens, proposed_);
   EXPECT_GT(counters.spec_accepted_tokens, 0);

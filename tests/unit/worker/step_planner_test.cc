@@ -3,7 +3,9 @@
 #include "worker/step_planner.h"
 
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 
@@ -57,6 +59,47 @@ TEST(StepPlannerTest, NextStartMustFallInsideTheLastStepsDrafts) {
   EXPECT_FALSE(
       planner.Begin(Step("sequences { seq_id: 1 token_ids: [6] start_position: 2 }")).ok());
   EXPECT_TRUE(planner.Begin(Step("sequences { seq_id: 1 token_ids: [6] start_position: 4 }")).ok());
+}
+
+// Blocks that held only rejected drafts were freed by the coordinator: the table is cut to
+// kept_blocks before new_block_ids are appended, never below the positions before the start.
+TEST(StepPlannerTest, KeptBlocksCutTheTableBeforeNewBlocks) {
+  StepPlanner planner(100, 64, Pool(), 0);
+  const v1::StepRequest first = Step(
+      "new_sequences { seq_id: 1 sampling { temperature: 0 top_p: 1 repetition_penalty: 1 } "
+      "prompt_token_ids: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] }"
+      " sequences { seq_id: 1 token_ids: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]"
+      " new_block_ids: [0] sample: true }");
+  absl::StatusOr<StepPlanner::Plan> plan = planner.Begin(first);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  planner.Commit(first, *plan);
+  // Position 15 and drafts at 16..18: block 2 joins the table.
+  const v1::StepRequest drafts = Step(
+      "sequences { seq_id: 1 token_ids: [16] start_position: 15 draft_token_ids: [4, 5, 6]"
+      " new_block_ids: [2] sample: true }");
+  plan = planner.Begin(drafts);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  planner.Commit(drafts, *plan);
+  // All drafts rejected: the coordinator freed block 2, and the next step, from position 16,
+  // runs in block 3.
+  plan =
+      planner.Begin(Step("sequences { seq_id: 1 token_ids: [17] start_position: 16 kept_blocks: 1"
+                         " new_block_ids: [3] }"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->block_tables.front(), (std::vector<int32_t>{0, 3}));
+  for (const char* bad : {"kept_blocks: 3", "kept_blocks: -1"}) {
+    const absl::StatusOr<StepPlanner::Plan> refused =
+        planner.Begin(Step(absl::StrCat("sequences { seq_id: 1 token_ids: [17] start_position: 16 ",
+                                        bad, " new_block_ids: [3] }")));
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("kept_blocks"), std::string::npos)
+        << refused.status();
+  }
+  // Position 16 is computed: a table of no block cannot hold it.
+  EXPECT_FALSE(planner
+                   .Begin(Step("sequences { seq_id: 1 token_ids: [17] start_position: 16 "
+                               "kept_blocks: 0 new_block_ids: [3, 1] }"))
+                   .ok());
 }
 
 }  // namespace
