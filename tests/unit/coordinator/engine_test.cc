@@ -140,6 +140,15 @@ class EngineTest : public ::testing::Test {
       return pool_->Init(init, absl::Seconds(5));
     };
   }
+  // Three fakes, rank 2 failing step `step` once; the engine holds requests for `grace` and the
+  // group re-forms once rank_back_ is set.
+  void StartWithRank2FailingAt(uint64_t step, absl::Duration grace, EngineOptions options = {}) {
+    FakeWorkerOptions failing;
+    failing.fail_at_step = step;
+    options.recovery_grace = grace;
+    ReformWhenTheRankIsBack();
+    Start({{}, {}, failing}, options);
+  }
   // Waits until the engine holds `n` samples for the group to re-form.
   void AwaitHeld(int32_t n) {
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -415,13 +424,9 @@ TEST_F(EngineTest, FailedStepDegradesTheCluster) {
 // they recompute on the emptied workers (which check every cached prefix and position) and go
 // on, each stream exactly the continuation it would have been without the failure.
 TEST_F(EngineTest, HeldRequestsResumeWhereTheyStoppedWhenTheGroupReforms) {
-  FakeWorkerOptions failing;
-  failing.fail_at_step = 6;
   EngineOptions options;
-  options.recovery_grace = absl::Seconds(60);
   options.max_queued_requests = 5;
-  ReformWhenTheRankIsBack();
-  Start({{}, {}, failing}, options);
+  StartWithRank2FailingAt(6, absl::Seconds(60), options);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 3; ++i) prompts.push_back({200 + i, 210 + i, 220, 230, 240 + i});
   std::vector<Generated> outs(prompts.size() + 1);
@@ -466,12 +471,7 @@ TEST_F(EngineTest, HeldRequestsResumeWhereTheyStoppedWhenTheGroupReforms) {
 // Without a queue limit new requests are refused while requests are held; past the grace the
 // held ones fail naming the rank, and the cluster serves once the group re-forms.
 TEST_F(EngineTest, HeldRequestsFailPastTheGraceNamingTheRank) {
-  FakeWorkerOptions failing;
-  failing.fail_at_step = 3;
-  EngineOptions options;
-  options.recovery_grace = absl::Milliseconds(1500);
-  ReformWhenTheRankIsBack();
-  Start({{}, {}, failing}, options);
+  StartWithRank2FailingAt(3, absl::Milliseconds(1500));
   Generated held;
   std::thread client([&] { held = Generate(Request({300, 301}, 10)); });
   AwaitHeld(1);
@@ -496,12 +496,7 @@ TEST_F(EngineTest, HeldRequestsFailPastTheGraceNamingTheRank) {
 
 // A client's deadline ends its call while the request is held, and the engine lets it go.
 TEST_F(EngineTest, ClientDeadlineEndsAHeldRequest) {
-  FakeWorkerOptions failing;
-  failing.fail_at_step = 3;
-  EngineOptions options;
-  options.recovery_grace = absl::Seconds(60);
-  ReformWhenTheRankIsBack();
-  Start({{}, {}, failing}, options);
+  StartWithRank2FailingAt(3, absl::Seconds(60));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   auto reader = stub_->Generate(&context, Request({300, 301}, 10));
