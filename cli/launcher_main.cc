@@ -65,6 +65,7 @@ struct Flags {
   int64_t http_max_body_bytes = 0;
   double http_header_timeout_s = 0;
   int64_t kv_cache_blocks = 0;
+  std::string kv_cache_dtype = "auto";
   int block_size = 16;
   int max_num_batched_tokens = 2048;
   int max_num_seqs = 256;
@@ -165,6 +166,7 @@ absl::Status Serve(const Flags& flags) {
       absl::StrCat("--step-timeout=", flags.step_timeout_s),
       absl::StrCat("--heartbeat-interval=", flags.heartbeat_interval_s),
       absl::StrCat("--recovery-grace=", flags.recovery_grace_s),
+      absl::StrCat("--kv-cache-dtype=", flags.kv_cache_dtype),
       absl::StrCat("--max-step-attention=", flags.max_step_attention),
       absl::StrCat("--device=", flags.device)};
   if (!flags.api_keys.empty()) {
@@ -309,6 +311,9 @@ int main(int argc, char** argv) {
   app.add_option("--http-header-timeout", flags.http_header_timeout_s,
                  "seconds a request head may take to arrive (0 = the default, 10)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
+                 "auto (fp32 on CPU, bf16 on CUDA) or fp8 (E4M3; CPU only so far)")
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}));
   app.add_option("--kv-cache-blocks", flags.kv_cache_blocks, "KV pool size (0 = workers decide)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--block-size", flags.block_size, "tokens per KV block")

@@ -67,6 +67,7 @@ struct Flags {
   double recovery_grace_s = 60;
   int64_t kv_cache_blocks = 0;
   int64_t kv_cache_memory_mib = 0;
+  std::string kv_cache_dtype = "auto";
   int block_size = 16;
   int max_num_batched_tokens = 2048;
   int64_t max_step_attention = int64_t{2048} * 2048;
@@ -397,6 +398,7 @@ int Run(const Flags& flags) {
   init.block_size = flags.block_size;
   init.kv_cache_blocks = flags.kv_cache_blocks;
   init.kv_cache_bytes = flags.kv_cache_memory_mib << 20;
+  init.kv_cache_fp8 = flags.kv_cache_dtype != "auto";
   init.device = flags.device == "cuda" ? v1::DEVICE_CUDA : v1::DEVICE_CPU;
   init.max_num_seqs = flags.max_num_seqs;
   init.max_num_batched_tokens = flags.max_num_batched_tokens;
@@ -538,6 +540,12 @@ int main(int argc, char** argv) {
                  "MiB of KV cache per rank when --kv-cache-blocks is 0; 0 = the worker's default")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
+                 "the KV cache's element type: auto (fp32 on CPU workers, bf16 on CUDA), or fp8 "
+                 "(= fp8_e4m3: E4M3 codes, a quarter of the CPU's bytes per token; CPU workers "
+                 "only so far)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}));
   app.add_option("--max-num-batched-tokens", flags.max_num_batched_tokens,
                  "tokens run per step: decodes plus prefill chunks")
       ->capture_default_str()

@@ -14,11 +14,16 @@ struct KvCacheShape {
   int64_t block_size = 16;
   int64_t num_kv_heads = 0;  // local to this rank
   int64_t head_dim = 0;
-  int64_t bytes_per_element = sizeof(float);  // fp32 on the CPU, bf16 on CUDA
+  int64_t bytes_per_element = sizeof(float);  // fp32 on the CPU, bf16 on CUDA, 1 with fp8
+  // K and V stored as FP8 E4M3 codes of value / fp8_scale (kernels/cpu/fp8_e4m3.h), one byte each.
+  bool fp8 = false;
+  float fp8_scale = 1.0f;
 
   int64_t floats_per_block() const { return block_size * num_kv_heads * head_dim; }
   // Bytes one block costs across all layers, K and V.
-  int64_t bytes_per_block() const { return 2 * num_layers * floats_per_block() * bytes_per_element; }
+  int64_t bytes_per_block() const {
+    return 2 * num_layers * floats_per_block() * bytes_per_element;
+  }
 };
 
 class KvCache {
@@ -26,15 +31,20 @@ class KvCache {
   explicit KvCache(const KvCacheShape& shape);
 
   const KvCacheShape& shape() const { return shape_; }
-  // [num_blocks, block_size, num_kv_heads, head_dim] of `layer`.
-  float* keys(int64_t layer) { return keys_[layer].data(); }
-  float* values(int64_t layer) { return values_[layer].data(); }
+  // [num_blocks, block_size, num_kv_heads, head_dim] of `layer`: fp32 values, or with shape.fp8
+  // the FP8 codes (the other accessors then return null).
+  float* keys(int64_t layer) { return shape_.fp8 ? nullptr : keys_[layer].data(); }
+  float* values(int64_t layer) { return shape_.fp8 ? nullptr : values_[layer].data(); }
+  uint8_t* fp8_keys(int64_t layer) { return shape_.fp8 ? fp8_keys_[layer].data() : nullptr; }
+  uint8_t* fp8_values(int64_t layer) { return shape_.fp8 ? fp8_values_[layer].data() : nullptr; }
   int64_t bytes() const { return shape_.num_blocks * shape_.bytes_per_block(); }
 
  private:
   KvCacheShape shape_;
-  std::vector<std::vector<float>> keys_;    // [num_layers][num_blocks * floats_per_block]
-  std::vector<std::vector<float>> values_;  // same
+  std::vector<std::vector<float>> keys_;          // [num_layers][num_blocks * floats_per_block]
+  std::vector<std::vector<float>> values_;        // same
+  std::vector<std::vector<uint8_t>> fp8_keys_;    // the same with shape.fp8
+  std::vector<std::vector<uint8_t>> fp8_values_;  // same
 };
 
 }  // namespace tpserve

@@ -94,14 +94,23 @@ void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* no
                  style);
   cpu::ApplyRope(k, batch.positions.data(), n, kv_heads, head_dim, config_.rope_dims, inv_freq,
                  style);
-  cpu::WriteKvCache(k, v, batch.slot_mapping.data(), n, kv_heads, head_dim,
-                    kv_cache_.keys(layer), kv_cache_.values(layer));
+  const KvCacheShape& kv = kv_cache_.shape();
+  if (kv.fp8) {
+    cpu::WriteKvCacheFp8(k, v, batch.slot_mapping.data(), n, kv_heads, head_dim, kv.fp8_scale,
+                         kv_cache_.fp8_keys(layer), kv_cache_.fp8_values(layer));
+  } else {
+    cpu::WriteKvCache(k, v, batch.slot_mapping.data(), n, kv_heads, head_dim, kv_cache_.keys(layer),
+                      kv_cache_.values(layer));
+  }
 
   float* attn = Sized(buffers_.attn, n * q_width);  // [n, q_heads, head_dim]
   cpu::PagedAttentionParams params;
   params.q = q;
   params.k_cache = kv_cache_.keys(layer);
   params.v_cache = kv_cache_.values(layer);
+  params.k_cache_fp8 = kv_cache_.fp8_keys(layer);
+  params.v_cache_fp8 = kv_cache_.fp8_values(layer);
+  params.kv_scale = kv.fp8_scale;
   params.num_seqs = batch.num_seqs();
   params.query_start = batch.query_start.data();
   params.context_lens = batch.context_lens.data();

@@ -27,6 +27,10 @@ absl::StatusOr<std::unique_ptr<StepModel>> CreateCpuModel(const ModelRunnerOptio
   shape.block_size = options.block_size;
   shape.num_kv_heads = layout.kv_heads.size;
   shape.head_dim = config.head_dim;
+  if (options.kv_cache_fp8) {
+    shape.fp8 = true;
+    shape.bytes_per_element = 1;
+  }
   shape.num_blocks = options.kv_cache_blocks > 0 ? options.kv_cache_blocks
                                                  : options.kv_cache_bytes / shape.bytes_per_block();
   if (options.kv_cache_blocks == 0 && options.kv_cache_holds_context) {
@@ -41,10 +45,10 @@ absl::StatusOr<std::unique_ptr<StepModel>> CreateCpuModel(const ModelRunnerOptio
                      shape.bytes_per_block(), " bytes); got ", options.kv_cache_blocks,
                      " blocks and ", options.kv_cache_bytes, " bytes"));
   }
-  LogInfo("runner", "rank %d/%d: weights %.1f MiB, KV pool %lld blocks (%.1f MiB)", comm->rank(),
-          comm->world_size(), weights.resident_bytes() / 1048576.0,
+  LogInfo("runner", "rank %d/%d: weights %.1f MiB, KV pool %lld blocks (%.1f MiB, %s)",
+          comm->rank(), comm->world_size(), weights.resident_bytes() / 1048576.0,
           static_cast<long long>(shape.num_blocks),
-          shape.num_blocks * shape.bytes_per_block() / 1048576.0);
+          shape.num_blocks * shape.bytes_per_block() / 1048576.0, shape.fp8 ? "FP8 E4M3" : "fp32");
   return std::make_unique<LlamaModel>(config, layout, std::move(weights), comm, shape);
 }
 
@@ -58,6 +62,11 @@ absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOption
         "block size (", options.block_size, ") must be positive, KV cache blocks (",
         options.kv_cache_blocks, ") and bytes (", options.kv_cache_bytes, ") not negative"));
   }
+  if (options.device == Device::kCuda && options.kv_cache_fp8) {
+    return absl::UnimplementedError(
+        "--kv-cache-dtype fp8 runs on CPU workers only so far; the CUDA pools and attention "
+        "kernels are bf16");
+  }
 #if !TPSERVE_WITH_CUDA
   if (options.device == Device::kCuda) {
     return absl::UnimplementedError(
@@ -68,6 +77,7 @@ absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOption
   if (options.device == Device::kCuda && device_comm == nullptr) {
     return absl::InvalidArgumentError("a CUDA model needs a device communicator");
   }
+
   CudaDeviceChoice cuda_device;
   if (options.device == Device::kCuda) {  // Before loading: say at once when there is no GPU.
     ASSIGN_OR_RETURN(cuda_device, SelectCudaDevice(options.cuda.device, comm->rank()));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "kernels/cpu/fp8_e4m3.h"
 #include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/vector_exp.h"
 #include "kernels/cpu/x86_intrinsics.h"
@@ -50,21 +51,38 @@ inline void Scale(float w, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = w * x[i];
 }
 
+bool Fp8(const PagedAttentionParams& p) { return p.k_cache_fp8 != nullptr; }
+
+// The head_dim values of K (or V) at element `offset` of the cache: in place in an fp32 cache,
+// decoded into `row` from an FP8 one.
+const float* CacheRow(const PagedAttentionParams& p, const float* cache, const uint8_t* fp8,
+                      int64_t offset, float* row) {
+  if (fp8 == nullptr) return cache + offset;
+  for (int64_t d = 0; d < p.head_dim; ++d) row[d] = FromE4m3(fp8[offset + d]) * p.kv_scale;
+  return row;
+}
+
+// Scratch floats the portable path needs per item.
+int64_t ScratchFloats(const PagedAttentionParams& p, int64_t group) {
+  return group * (p.block_size + p.head_dim + 2) + p.head_dim;
+}
+
 // Attention of the `group` query heads that share KV head `kv_head`, for one token, over cache
 // positions [0, num_positions). Each K and V row is loaded once for the whole group.
 //   q:       [group, head_dim], the group's query heads (adjacent in q)
 //   table:   the sequence's block ids
-//   scratch: [group * (block_size + head_dim + 2)] floats
+//   scratch: [ScratchFloats] floats
 //   out:     [group, head_dim]
 void AttendGroup(const PagedAttentionParams& p, int64_t group, const float* q, const int32_t* table,
                  int64_t num_positions, int64_t kv_head, float* scratch, float* out) {
   const int64_t head_dim = p.head_dim;
   const int64_t block_size = p.block_size;
-  const int64_t slot_stride = p.num_kv_heads * head_dim;  // floats between consecutive slots
+  const int64_t slot_stride = p.num_kv_heads * head_dim;  // elements between consecutive slots
   float* scores = scratch;                                // [group, block_size]
   float* acc = scores + group * block_size;               // [group, head_dim], unnormalized output
   float* running_max = acc + group * head_dim;            // [group]
   float* running_sum = running_max + group;  // [group], sum of exp(score - running_max)
+  float* row = running_sum + group;          // [head_dim], an FP8 row decoded
   std::fill(acc, acc + group * head_dim, 0.0f);
   std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
   std::fill(running_sum, running_sum + group, 0.0f);
@@ -72,12 +90,11 @@ void AttendGroup(const PagedAttentionParams& p, int64_t group, const float* q, c
   for (int64_t b = 0; b * block_size < num_positions; ++b) {
     const int64_t in_block = std::min(block_size, num_positions - b * block_size);
     const int64_t base = int64_t{table[b]} * block_size * slot_stride + kv_head * head_dim;
-    const float* k = p.k_cache + base;
-    const float* v = p.v_cache + base;
 
     for (int64_t j = 0; j < in_block; ++j) {
+      const float* kj = CacheRow(p, p.k_cache, p.k_cache_fp8, base + j * slot_stride, row);
       for (int64_t h = 0; h < group; ++h) {
-        scores[h * block_size + j] = Dot(q + h * head_dim, k + j * slot_stride, head_dim) * p.scale;
+        scores[h * block_size + j] = Dot(q + h * head_dim, kj, head_dim) * p.scale;
       }
     }
     for (int64_t h = 0; h < group; ++h) {
@@ -96,7 +113,7 @@ void AttendGroup(const PagedAttentionParams& p, int64_t group, const float* q, c
       }
     }
     for (int64_t j = 0; j < in_block; ++j) {
-      const float* vj = v + j * slot_stride;
+      const float* vj = CacheRow(p, p.v_cache, p.v_cache_fp8, base + j * slot_stride, row);
       for (int64_t h = 0; h < group; ++h) {
         Axpy(scores[h * block_size + j], vj, acc + h * head_dim, head_dim);
       }
@@ -110,14 +127,45 @@ void AttendGroup(const PagedAttentionParams& p, int64_t group, const float* q, c
 #if defined(__x86_64__)
 #define TP_TARGET_AVX512 __attribute__((target("avx2,fma,avx512f,avx512dq,avx512bw,avx512vl")))
 
+// FromE4m3(codes[i]) * scale for 16 codes: the same values as the scalar decode, NaN included.
+TP_TARGET_AVX512 inline __m512 DecodeE4m3x16(const uint8_t* codes, __m512 scale) {
+  const __m512i code =
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  const __m512i magnitude = _mm512_and_si512(code, _mm512_set1_epi32(0x7F));
+  // Normals: exponent and mantissa moved into fp32's fields, the bias raised from 7 to 127.
+  const __m512 normal = _mm512_castsi512_ps(
+      _mm512_add_epi32(_mm512_slli_epi32(magnitude, 20), _mm512_set1_epi32((127 - 7) << 23)));
+  const __m512 subnormal = _mm512_mul_ps(_mm512_cvtepi32_ps(magnitude), _mm512_set1_ps(0x1p-9f));
+  __m512 value = _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(magnitude, _mm512_set1_epi32(8)),
+                                      normal, subnormal);
+  value = _mm512_mask_mov_ps(value, _mm512_cmpeq_epi32_mask(magnitude, _mm512_set1_epi32(0x7F)),
+                             _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(code, _mm512_set1_epi32(0x80)), 24);
+  value = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(value), sign));
+  return _mm512_mul_ps(value, scale);
+}
+
+// 16 values of K (or V) at element `offset` of an fp32 or (kFp8) FP8 cache.
+template <bool kFp8>
+TP_TARGET_AVX512 inline __m512 Load16(const float* cache, const uint8_t* fp8, int64_t offset,
+                                      __m512 scale) {
+  if constexpr (kFp8) {
+    return DecodeE4m3x16(fp8 + offset, scale);
+  } else {
+    return _mm512_loadu_ps(cache + offset);
+  }
+}
+
 // AttendGroup on 512-bit vectors for kChunks * 16 = head_dim and kGroup query heads per KV head:
 // the group's queries and running outputs stay in registers, and positions go 16 at a time, so
 // one vector exponential makes 16 softmax weights. The online softmax is the scalar path's, in
-// steps of 16 positions instead of one block.
-template <int kChunks, int kGroup>
+// steps of 16 positions instead of one block. kFp8: the cache holds E4M3 codes, decoded as they
+// are loaded.
+template <int kChunks, int kGroup, bool kFp8>
 TP_TARGET_AVX512 void AttendGroupAvx512(const PagedAttentionParams& p, const float* q,
                                         const int32_t* table, int64_t num_positions,
                                         int64_t kv_head, float* out) {
+  const __m512 kv_scale = _mm512_set1_ps(p.kv_scale);
   const int64_t block_size = p.block_size;
   const int64_t slot_stride = p.num_kv_heads * kChunks * 16;
   __m512 qv[kGroup][kChunks];
@@ -138,11 +186,13 @@ TP_TARGET_AVX512 void AttendGroupAvx512(const PagedAttentionParams& p, const flo
     const int64_t base = int64_t{table[b]} * block_size * slot_stride + kv_head * kChunks * 16;
     for (int64_t j0 = 0; j0 < in_block; j0 += 16) {
       const int n = static_cast<int>(std::min<int64_t>(16, in_block - j0));
-      const float* k = p.k_cache + base + j0 * slot_stride;
-      const float* v = p.v_cache + base + j0 * slot_stride;
+      const int64_t first = base + j0 * slot_stride;
       for (int j = 0; j < n; ++j) {
         __m512 kv[kChunks];
-        for (int c = 0; c < kChunks; ++c) kv[c] = _mm512_loadu_ps(k + j * slot_stride + c * 16);
+        for (int c = 0; c < kChunks; ++c) {
+          kv[c] =
+              Load16<kFp8>(p.k_cache, p.k_cache_fp8, first + j * slot_stride + c * 16, kv_scale);
+        }
         for (int h = 0; h < kGroup; ++h) {
           __m512 dot = _mm512_mul_ps(qv[h][0], kv[0]);
           for (int c = 1; c < kChunks; ++c) dot = _mm512_fmadd_ps(qv[h][c], kv[c], dot);
@@ -168,7 +218,10 @@ TP_TARGET_AVX512 void AttendGroupAvx512(const PagedAttentionParams& p, const flo
       }
       for (int j = 0; j < n; ++j) {
         __m512 vv[kChunks];
-        for (int c = 0; c < kChunks; ++c) vv[c] = _mm512_loadu_ps(v + j * slot_stride + c * 16);
+        for (int c = 0; c < kChunks; ++c) {
+          vv[c] =
+              Load16<kFp8>(p.v_cache, p.v_cache_fp8, first + j * slot_stride + c * 16, kv_scale);
+        }
         for (int h = 0; h < kGroup; ++h) {
           const __m512 wj = _mm512_set1_ps(weights[h][j]);
           for (int c = 0; c < kChunks; ++c) acc[h][c] = _mm512_fmadd_ps(wj, vv[c], acc[h][c]);
@@ -187,29 +240,33 @@ TP_TARGET_AVX512 void AttendGroupAvx512(const PagedAttentionParams& p, const flo
 using AttendFn = void (*)(const PagedAttentionParams&, const float*, const int32_t*, int64_t,
                           int64_t, float*);
 
-template <int kChunks, int... kGroups>
+template <int kChunks, bool kFp8, int... kGroups>
 AttendFn PickGroup(int64_t group, std::integer_sequence<int, kGroups...>) {
   AttendFn fn = nullptr;
-  ((group == kGroups + 1 ? (fn = AttendGroupAvx512<kChunks, kGroups + 1>, 0) : 0), ...);
+  ((group == kGroups + 1 ? (fn = AttendGroupAvx512<kChunks, kGroups + 1, kFp8>, 0) : 0), ...);
   return fn;
 }
 
-// The vector path for this shape and CPU (head_dim 64 or 128, up to 8 query heads per KV head),
-// or null: the portable path.
-AttendFn VectorAttend(int64_t head_dim, int64_t group) {
+// The vector path for this shape, cache type and CPU (head_dim 64 or 128, up to 8 query heads per
+// KV head), or null: the portable path.
+AttendFn VectorAttend(int64_t head_dim, int64_t group, bool fp8) {
   static const bool avx512 =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   if (!avx512) return nullptr;
   constexpr auto kGroups = std::make_integer_sequence<int, 8>();
-  if (head_dim == 64) return PickGroup<4>(group, kGroups);
-  if (head_dim == 128) return PickGroup<8>(group, kGroups);
+  if (head_dim == 64) {
+    return fp8 ? PickGroup<4, true>(group, kGroups) : PickGroup<4, false>(group, kGroups);
+  }
+  if (head_dim == 128) {
+    return fp8 ? PickGroup<8, true>(group, kGroups) : PickGroup<8, false>(group, kGroups);
+  }
   return nullptr;
 }
 #else
 using AttendFn = void (*)(const PagedAttentionParams&, const float*, const int32_t*, int64_t,
                           int64_t, float*);
-AttendFn VectorAttend(int64_t, int64_t) { return nullptr; }
+AttendFn VectorAttend(int64_t, int64_t, bool) { return nullptr; }
 #endif  // __x86_64__
 
 }  // namespace
@@ -226,8 +283,26 @@ void WriteKvCache(const float* k, const float* v, const int64_t* slot_mapping, i
   }
 }
 
+void WriteKvCacheFp8(const float* k, const float* v, const int64_t* slot_mapping,
+                     int64_t num_tokens, int64_t num_kv_heads, int64_t head_dim, float scale,
+                     uint8_t* k_cache, uint8_t* v_cache) {
+  TP_CHECK(num_tokens >= 0 && num_kv_heads > 0 && head_dim > 0 && scale > 0.0f);
+  const int64_t row = num_kv_heads * head_dim;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;
+    QuantizeE4m3(k + t * row, row, scale, k_cache + slot * row);
+    QuantizeE4m3(v + t * row, row, scale, v_cache + slot * row);
+  }
+}
+
 void PagedAttention(const PagedAttentionParams& p) {
   TP_CHECK(p.num_seqs >= 0 && p.num_heads > 0 && p.num_kv_heads > 0 && p.head_dim > 0);
+  TP_CHECK_MSG((p.k_cache != nullptr && p.v_cache != nullptr && p.k_cache_fp8 == nullptr &&
+                p.v_cache_fp8 == nullptr) ||
+                   (p.k_cache == nullptr && p.v_cache == nullptr && p.k_cache_fp8 != nullptr &&
+                    p.v_cache_fp8 != nullptr && p.kv_scale > 0.0f),
+               "one cache, fp32 or FP8");
   TP_CHECK(p.num_heads % p.num_kv_heads == 0);
   TP_CHECK(p.block_size > 0 && p.max_blocks_per_seq >= 0);
   TP_CHECK(p.query_start[0] == 0);
@@ -242,13 +317,13 @@ void PagedAttention(const PagedAttentionParams& p) {
   const int64_t num_tokens = p.query_start[p.num_seqs];
   const int64_t group = p.num_heads / p.num_kv_heads;  // query heads per KV head
   const int64_t work = num_tokens * p.num_kv_heads;
-  const AttendFn vector_attend = VectorAttend(p.head_dim, group);
+  const AttendFn vector_attend = VectorAttend(p.head_dim, group, Fp8(p));
 
   // Positions differ per token, so the work per item differs: small chunks, taken as threads
   // come free.
   ParallelFor(work, 2, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scratch;  // the portable path's; pool threads live on
-    scratch.resize(group * (p.block_size + p.head_dim + 2));
+    scratch.resize(ScratchFloats(p, group));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t token = item / p.num_kv_heads;
       const int64_t kv_head = item % p.num_kv_heads;

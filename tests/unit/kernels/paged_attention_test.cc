@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/fp8_e4m3.h"
 #include "tests/unit/kernels/random_vector.h"
 
 namespace tpserve::cpu {
@@ -60,11 +61,14 @@ struct AttentionCase {
   int64_t block_size;
   int64_t head_dim = 64;
   float q_magnitude = 1.0f;  // |q| elements up to this; large values test the stable softmax
+  // 0: an fp32 cache. Else an FP8 E4M3 cache of value / fp8_scale, and the reference attends to
+  // the values it holds.
+  float fp8_scale = 0.0f;
 };
 
 std::string CaseName(const AttentionCase& c) {
   return "group " + std::to_string(c.group) + ", block_size " + std::to_string(c.block_size) +
-         ", head_dim " + std::to_string(c.head_dim);
+         ", head_dim " + std::to_string(c.head_dim) + (c.fp8_scale > 0 ? ", FP8" : "");
 }
 
 void PrintTo(const AttentionCase& c, std::ostream* os) { *os << CaseName(c); }
@@ -118,7 +122,12 @@ double MaxErrorAgainstNaive(const AttentionCase& c) {
   // Each sequence's whole K/V history [context_len, kv_heads, head_dim], written into the cache
   // (NaN everywhere else, so reading an unwritten slot poisons the output).
   std::vector<std::vector<float>> k_full(num_seqs), v_full(num_seqs);
-  std::vector<float> k_cache(num_blocks * bs * row, kNaN), v_cache(num_blocks * bs * row, kNaN);
+  const bool fp8 = c.fp8_scale > 0;
+  std::vector<float> k_cache(fp8 ? 0 : num_blocks * bs * row, kNaN);
+  std::vector<float> v_cache(fp8 ? 0 : num_blocks * bs * row, kNaN);
+  constexpr uint8_t kNaNCode = 0x7F;
+  std::vector<uint8_t> k_fp8(fp8 ? num_blocks * bs * row : 0, kNaNCode);
+  std::vector<uint8_t> v_fp8(fp8 ? num_blocks * bs * row : 0, kNaNCode);
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int64_t ctx = seqs[s].context_len;
     k_full[s] = RandomVector(ctx * row, 1.0f, rng);
@@ -127,8 +136,17 @@ double MaxErrorAgainstNaive(const AttentionCase& c) {
     for (int64_t pos = 0; pos < ctx; ++pos) {
       slots[pos] = int64_t{block_tables[s * max_blocks + pos / bs]} * bs + pos % bs;
     }
-    WriteKvCache(k_full[s].data(), v_full[s].data(), slots.data(), ctx, kv_heads, head_dim,
-                 k_cache.data(), v_cache.data());
+    if (!fp8) {
+      WriteKvCache(k_full[s].data(), v_full[s].data(), slots.data(), ctx, kv_heads, head_dim,
+                   k_cache.data(), v_cache.data());
+      continue;
+    }
+    WriteKvCacheFp8(k_full[s].data(), v_full[s].data(), slots.data(), ctx, kv_heads, head_dim,
+                    c.fp8_scale, k_fp8.data(), v_fp8.data());
+    // The reference attends to what the cache holds, decoded as on paper.
+    for (std::vector<float>* full : {&k_full[s], &v_full[s]}) {
+      for (float& x : *full) x = FromE4m3(ToE4m3(x / c.fp8_scale)) * c.fp8_scale;
+    }
   }
 
   std::vector<int32_t> query_start = {0}, context_lens;
@@ -142,8 +160,14 @@ double MaxErrorAgainstNaive(const AttentionCase& c) {
 
   PagedAttentionParams p;
   p.q = q.data();
-  p.k_cache = k_cache.data();
-  p.v_cache = v_cache.data();
+  if (fp8) {
+    p.k_cache_fp8 = k_fp8.data();
+    p.v_cache_fp8 = v_fp8.data();
+    p.kv_scale = c.fp8_scale;
+  } else {
+    p.k_cache = k_cache.data();
+    p.v_cache = v_cache.data();
+  }
   p.num_seqs = num_seqs;
   p.query_start = query_start.data();
   p.context_lens = context_lens.data();
@@ -203,11 +227,17 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(AttentionCase{1, 16}, AttentionCase{3, 16}, AttentionCase{4, 16},
                     AttentionCase{1, 1}, AttentionCase{3, 1}, AttentionCase{4, 1},
                     AttentionCase{3, 5}, AttentionCase{3, 32}, AttentionCase{8, 16},
-                    AttentionCase{2, 16, /*head_dim=*/128}, AttentionCase{1, 16, /*head_dim=*/12}),
+                    AttentionCase{2, 16, /*head_dim=*/128}, AttentionCase{1, 16, /*head_dim=*/12},
+                    // FP8 caches: scales that put the values among normals and among subnormals,
+                    // on the vector paths (64, 128) and the portable one (12).
+                    AttentionCase{3, 16, 64, 1.0f, /*fp8_scale=*/0.01f},
+                    AttentionCase{2, 16, 128, 1.0f, /*fp8_scale=*/1.0f},
+                    AttentionCase{4, 5, 64, 1.0f, /*fp8_scale=*/0.5f},
+                    AttentionCase{1, 16, 12, 1.0f, /*fp8_scale=*/0.01f}),
     [](const testing::TestParamInfo<AttentionCase>& info) {
       return "Group" + std::to_string(info.param.group) + "Block" +
              std::to_string(info.param.block_size) + "HeadDim" +
-             std::to_string(info.param.head_dim);
+             std::to_string(info.param.head_dim) + (info.param.fp8_scale > 0 ? "Fp8" : "");
     });
 
 // Scores in the hundreds overflow a softmax that does not subtract the maximum. The tolerance is
