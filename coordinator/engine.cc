@@ -607,6 +607,9 @@ void Engine::HoldAll() {
     LogInfo(kLog, "request %d: sample %d held until the group re-forms, %d tokens to recompute",
             seq->request_id, seq->stream->index(), seq->tokens.size());
   }
+  // Before the re-formation attempt, which may take long: the queue limit, tpctl and /metrics
+  // count the held requests meanwhile.
+  PublishStats();
 }
 
 void Engine::ResumeHeld(absl::Time now) {
