@@ -586,6 +586,15 @@ class SpeculativeSchedulerTest : public SchedulerTest {
     Make(64, options);
   }
 
+  // Up to 3 proposals from rank 0's draft model.
+  static SchedulerOptions DraftModelOptions() {
+    SchedulerOptions options;
+    options.num_speculative_tokens = 3;
+    options.draft_model = true;
+    options.vocab_size = 1000;
+    return options;
+  }
+
   // A Generate request with the text machinery Postprocess needs.
   Sequence* AddGenerate(std::vector<int32_t> prompt, int32_t max_tokens) {
     Sequence* seq = Add(std::move(prompt), max_tokens);
@@ -629,10 +638,7 @@ TEST_F(SpeculativeSchedulerTest, RejectedProposalsAreRolledBackAndNeverCached) {
 }
 
 TEST_F(SpeculativeSchedulerTest, DraftModelProposalsAreVerifiedNextStep) {
-  SchedulerOptions options;
-  options.num_speculative_tokens = 3;
-  options.draft_model = true;
-  options.vocab_size = 1000;
+  SchedulerOptions options = DraftModelOptions();
   Make(64, options);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 3; ++i) {
@@ -654,11 +660,8 @@ TEST_F(SpeculativeSchedulerTest, DraftModelProposalsAreVerifiedNextStep) {
 }
 
 TEST_F(SpeculativeSchedulerTest, DraftModelIsNotAskedToCatchUp) {
-  SchedulerOptions options;
-  options.num_speculative_tokens = 3;
+  SchedulerOptions options = DraftModelOptions();
   options.spec_disable_batch_size = 2;
-  options.draft_model = true;
-  options.vocab_size = 1000;
   Make(64, options);
   // Four at once is more than speculate: no proposals, and the long one, once alone, is not
   // asked either, since its draft would have to run its whole context first.
@@ -678,11 +681,8 @@ TEST_F(SpeculativeSchedulerTest, DraftModelIsNotAskedToCatchUp) {
 }
 
 TEST_F(SpeculativeSchedulerTest, RejectedProposalsShrinkKThenStopIt) {
-  SchedulerOptions options;
-  options.num_speculative_tokens = 3;
-  options.draft_model = true;
+  SchedulerOptions options = DraftModelOptions();
   options.spec_min_acceptance = 0.2;
-  options.vocab_size = 1000;
   Make(64, options);
   wrong_proposals_ = true;
   AddGenerate({300, 310, 320}, 60);
@@ -699,10 +699,7 @@ TEST_F(SpeculativeSchedulerTest, RejectedProposalsShrinkKThenStopIt) {
 }
 
 TEST_F(SpeculativeSchedulerTest, AcceptedProposalsKeepKAtItsMost) {
-  SchedulerOptions options;
-  options.num_speculative_tokens = 3;
-  options.draft_model = true;
-  options.vocab_size = 1000;
+  SchedulerOptions options = DraftModelOptions();
   Make(64, options);
   AddGenerate({300, 310, 320}, 40);
   while (!scheduler_->idle()) Step();
