@@ -542,8 +542,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
                  "the KV cache's element type: auto (fp32 on CPU workers, bf16 on CUDA), or fp8 "
-                 "(= fp8_e4m3: E4M3 codes, a quarter of the CPU's bytes per token; CPU workers "
-                 "only so far)")
+                 "(= fp8_e4m3: E4M3 codes, a quarter of the CPU's bytes per token and half of "
+                 "CUDA's)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}));
   app.add_option("--max-num-batched-tokens", flags.max_num_batched_tokens,

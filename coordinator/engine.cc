@@ -125,8 +125,10 @@ bool Engine::TryReform() {
   step_id_ = 0;
   const absl::Time now = absl::Now();
   absl::Duration degraded_for;
+  absl::Status late;
   {
     absl::MutexLock lock(&mutex_);
+    if (!WithinGrace(now)) late = GraceExpired(degraded_);
     degraded_for = now - degraded_since_;
     LogInfo(kLog, "the collective group is re-formed after %.2f s: serving again (was %s)",
             absl::ToDoubleSeconds(degraded_for), degraded_.message());
@@ -137,8 +139,16 @@ bool Engine::TryReform() {
   if (Metrics* metrics = metrics_.load(); metrics != nullptr) {
     metrics->ObserveRecoveryTime(absl::ToDoubleSeconds(degraded_for));
   }
+  if (!late.ok()) FailHeld(late);
   ResumeHeld(now);
   return true;
+}
+
+absl::Status Engine::GraceExpired(const absl::Status& cause) const {
+  if (options_.recovery_grace == absl::ZeroDuration()) return cause;
+  return absl::UnavailableError(
+      absl::StrCat(cause.message(), "; the group did not re-form within the recovery grace of ",
+                   absl::FormatDuration(options_.recovery_grace)));
 }
 
 bool Engine::WithinGrace(absl::Time now) const {
@@ -164,8 +174,9 @@ absl::Status Engine::HealthLocked() const {
 std::optional<Engine::Pause> Engine::pause() const {
   absl::MutexLock lock(&mutex_);
   const absl::Time now = absl::Now();
-  if (stopping_ || !WithinGrace(now)) return std::nullopt;
-  return Pause{waiting_for_, options_.recovery_grace - (now - degraded_since_)};
+  if (stopping_ || degraded_.ok() || !(WithinGrace(now) || holding_.load())) return std::nullopt;
+  return Pause{waiting_for_,
+               std::max(absl::ZeroDuration(), options_.recovery_grace - (now - degraded_since_))};
 }
 
 absl::Duration Engine::StepTimeout(double work) const {
@@ -412,13 +423,9 @@ void Engine::Run() {
         hold = WithinGrace(absl::Now());
       }
       if (hold) {
-        HoldAll();
-      } else if (options_.recovery_grace == absl::ZeroDuration()) {
-        FailAll(health);
+        HoldAll(health);
       } else {
-        FailAll(absl::UnavailableError(absl::StrCat(
-            health.message(), "; the group did not re-form within the recovery grace of ",
-            absl::FormatDuration(options_.recovery_grace))));
+        FailAll(GraceExpired(health));
       }
       ran = false;
       if (reform_ != nullptr && !TryReform()) {
@@ -595,8 +602,9 @@ void Engine::RecordQueueTimes(const ScheduledBatch& batch) {
   }
 }
 
-void Engine::HoldAll() {
+void Engine::HoldAll(const absl::Status& cause) {
   DropCancelled();
+  FailRepeatedlyHeld(cause);
   scheduler_.RequeueAll();
   holding_ = true;
   const absl::Time now = absl::Now();
@@ -612,6 +620,17 @@ void Engine::HoldAll() {
   PublishStats();
 }
 
+void Engine::FailRepeatedlyHeld(const absl::Status& cause) {
+  for (const std::unique_ptr<Sequence>& seq : scheduler_.running()) ++seq->holds;
+  const int32_t limit = options_.max_request_holds;
+  for (std::unique_ptr<Sequence>& seq :
+       scheduler_.TakeIf([limit](const Sequence& s) { return s.holds > limit; })) {
+    Fail(*seq, absl::InternalError(absl::StrCat("the steps this request ran in failed ", seq->holds,
+                                                " times (the last: ", cause.message(),
+                                                "); it is not held again")));
+  }
+}
+
 void Engine::ResumeHeld(absl::Time now) {
   for (const std::unique_ptr<Sequence>& seq : scheduler_.waiting()) {
     if (seq->held_since == absl::InfinitePast()) continue;
@@ -624,6 +643,20 @@ void Engine::ResumeHeld(absl::Time now) {
   holding_ = false;
 }
 
+void Engine::FailHeld(const absl::Status& status) {
+  for (std::unique_ptr<Sequence>& seq :
+       scheduler_.TakeIf([](const Sequence& s) { return s.held_since != absl::InfinitePast(); })) {
+    Fail(*seq, status);
+  }
+}
+
+void Engine::Fail(Sequence& seq, const absl::Status& status) {
+  LogWarning(kLog, "request %d: sample %d failed: %s", seq.request_id, seq.stream->index(),
+             status.ToString());
+  seq.stream->Fail(status);
+  if (Metrics* metrics = metrics_.load(); metrics != nullptr) metrics->AddRequestSuccess("abort");
+}
+
 void Engine::FailAll(const absl::Status& status) {
   holding_ = false;
   {
@@ -631,12 +664,7 @@ void Engine::FailAll(const absl::Status& status) {
     for (auto& seq : submitted_) scheduler_.Add(std::move(seq));
     submitted_.clear();
   }
-  Metrics* metrics = metrics_.load();
-  for (std::unique_ptr<Sequence>& seq : scheduler_.TakeAll()) {
-    LogWarning(kLog, "request %d: failed: %s", seq->request_id, status.ToString());
-    seq->stream->Fail(status);
-    if (metrics != nullptr) metrics->AddRequestSuccess("abort");
-  }
+  for (std::unique_ptr<Sequence>& seq : scheduler_.TakeAll()) Fail(*seq, status);
 }
 
 }  // namespace tpserve

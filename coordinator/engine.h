@@ -75,6 +75,10 @@ struct EngineOptions {
   // How long requests are held for a lost rank to return (see the failure model above); zero:
   // they fail at once. The coordinator's --recovery-grace, 60 s unless set.
   absl::Duration recovery_grace = absl::ZeroDuration();
+  // A request whose steps failed this many times is failed rather than held again: a request
+  // that kills a rank each time it runs would otherwise loop through restarts for ever (the
+  // other sequences in those same steps share its fate, as they cannot be told apart).
+  int32_t max_request_holds = 3;
 };
 
 // Requests held for lost ranks since start.
@@ -177,13 +181,22 @@ class Engine {
   void RecordQueueTimes(const ScheduledBatch& batch);
   // Runs a FlushPrefixCache() that a caller waits for (engine thread).
   void FlushIfRequested();
+  // Ends one sample's stream with `status` (a log line).
+  void Fail(Sequence& seq, const absl::Status& status);
   // Fails every request the engine holds with `status`.
   void FailAll(const absl::Status& status);
   // Within the recovery grace: requeues every running request for recompute and marks the new
-  // ones held (a log line each).
-  void HoldAll();
+  // ones held (a log line each). `cause` is why the group was lost.
+  void HoldAll(const absl::Status& cause);
+  // Fails the running requests whose steps failed more than max_request_holds times.
+  void FailRepeatedlyHeld(const absl::Status& cause);
   // After the group re-formed: the held requests go on (a log line each).
   void ResumeHeld(absl::Time now);
+  // After the group re-formed past the recovery grace (the attempt itself ran past it): the held
+  // requests fail with `status` as they would have had the attempt failed; new ones are served.
+  void FailHeld(const absl::Status& status);
+  // What held requests fail with once the grace is over, the group lost for `cause`.
+  absl::Status GraceExpired(const absl::Status& cause) const;
   // Degraded and still within the recovery grace at `now`.
   bool WithinGrace(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::Status HealthLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
@@ -224,7 +237,9 @@ class Engine {
   double seconds_per_work_ = 1e-3;
   std::function<absl::Status()> reform_;  // set before Start
   std::string last_reform_error_;
-  bool holding_ = false;  // requests are held for the group to re-form
+  // Requests are held for the group to re-form; read by pause() on other threads, which keeps
+  // reporting the pause past the grace while a re-formation attempt still runs.
+  std::atomic<bool> holding_{false};
   RecoveryCounters recovery_;
 
   mutable absl::Mutex stats_mutex_;

@@ -516,26 +516,30 @@ std::unique_ptr<Sequence> Scheduler::Finish(Sequence* seq) {
 }
 
 std::vector<std::unique_ptr<Sequence>> Scheduler::TakeCancelled() {
-  std::vector<std::unique_ptr<Sequence>> cancelled;
-  auto is_cancelled = [](const Sequence& seq) { return seq.stream && seq.stream->cancelled(); };
+  return TakeIf([](const Sequence& seq) { return seq.stream && seq.stream->cancelled(); });
+}
+
+std::vector<std::unique_ptr<Sequence>> Scheduler::TakeIf(
+    absl::FunctionRef<bool(const Sequence&)> take) {
+  std::vector<std::unique_ptr<Sequence>> taken;
   for (size_t i = 0; i < running_.size();) {
-    if (is_cancelled(*running_[i])) {
+    if (take(*running_[i])) {
       LeaveGroup(*running_[i]);
-      cancelled.push_back(TakeRunning(i));
+      taken.push_back(TakeRunning(i));
     } else {
       ++i;
     }
   }
   for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if (is_cancelled(**it)) {
+    if (take(**it)) {
       LeaveGroup(**it);
-      cancelled.push_back(std::move(*it));
+      taken.push_back(std::move(*it));
       it = waiting_.erase(it);
     } else {
       ++it;
     }
   }
-  return cancelled;
+  return taken;
 }
 
 std::vector<std::unique_ptr<Sequence>> Scheduler::TakeAll() {

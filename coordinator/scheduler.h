@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "coordinator/block_pool.h"
 #include "coordinator/jump_forward.h"
 #include "coordinator/ngram_proposer.h"
@@ -141,6 +142,8 @@ class Scheduler {
   std::unique_ptr<Sequence> Finish(Sequence* seq);
   // Removes every running or waiting sequence whose client cancelled (blocks released now).
   std::vector<std::unique_ptr<Sequence>> TakeCancelled();
+  // Removes every running or waiting sequence `take` picks (blocks released now).
+  std::vector<std::unique_ptr<Sequence>> TakeIf(absl::FunctionRef<bool(const Sequence&)> take);
   // Removes every sequence (the engine fails them). The workers' state is then unknown, so no
   // finished ids are kept.
   std::vector<std::unique_ptr<Sequence>> TakeAll();
@@ -148,6 +151,7 @@ class Scheduler {
   // blocks released, to recompute its prompt and generated tokens when admitted again: after a
   // lost rank the re-formed group's KV pools hold nothing of it. No finished ids are kept.
   void RequeueAll();
+  const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
   // The waiting queue, front first (after RequeueAll: every sequence).
   const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
 

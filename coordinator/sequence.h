@@ -103,6 +103,9 @@ struct Sequence {
   absl::Time last_token = absl::InfinitePast();       // InfinitePast: no token yet
   // Held while the cluster re-forms after a lost rank (Engine), since then; InfinitePast: not.
   absl::Time held_since = absl::InfinitePast();
+  // Steps that failed while this sequence ran (each one held it): past
+  // EngineOptions::max_request_holds it fails instead of being held again.
+  int32_t holds = 0;
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
 };

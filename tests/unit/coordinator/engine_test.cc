@@ -494,6 +494,74 @@ TEST_F(EngineTest, HeldRequestsFailPastTheGraceNamingTheRank) {
   EXPECT_EQ(engine_->stats().blocks_used(), 0);
 }
 
+// A request that fails every step it runs in is held max_request_holds times, then fails naming
+// the failures; the cluster serves the next request.
+TEST_F(EngineTest, ARequestWhoseStepsAlwaysFailIsNotHeldForEver) {
+  FakeWorkerOptions poisoned;
+  poisoned.poison_token = 666;
+  rank_back_ = true;
+  ReformWhenTheRankIsBack();
+  EngineOptions options;
+  options.recovery_grace = absl::Seconds(60);
+  options.max_request_holds = 2;
+  Start({{}, {}, poisoned}, options);
+  const absl::Time start = absl::Now();
+  const Generated poison = Generate(Request({300, 666, 301}, 5));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  EXPECT_EQ(poison.status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_THAT(poison.status.error_message(), HasSubstr("failed 3 times"));
+  EXPECT_THAT(poison.status.error_message(), HasSubstr("rank 2"));
+  EXPECT_THAT(poison.status.error_message(), HasSubstr("injected failure"));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!engine_->health().ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  const Generated served = Generate(Request({300, 301}, 4));
+  ASSERT_TRUE(served.status.ok()) << served.status.error_message();
+  EXPECT_EQ(served.tokens, Expected({300, 301}, 4));
+  const EngineStats stats = engine_->stats();
+  EXPECT_EQ(stats.recovery.requests_held, 2);  // the third failure fails it
+  EXPECT_EQ(stats.recovery.requests_resumed, 2);
+  EXPECT_EQ(stats.recovery.recoveries, 3);
+  EXPECT_EQ(stats.blocks_used(), 0);
+}
+
+// A re-formation attempt that succeeds only after the grace has run out: the requests held
+// meanwhile fail as past the grace (they do not resume), the pause is reported until then, and a
+// new request is served.
+TEST_F(EngineTest, AReformationFinishingPastTheGraceFailsWhatItHeld) {
+  std::atomic<bool> attempt_started{false};
+  reform_ = [&]() -> absl::Status {
+    attempt_started = true;
+    absl::SleepFor(absl::Milliseconds(1500));
+    WorkerInitOptions init;
+    init.group_id = "test-reformed";
+    init.block_size = block_size_;
+    return pool_->Init(init, absl::Seconds(5));
+  };
+  FakeWorkerOptions failing;
+  failing.fail_at_step = 3;
+  EngineOptions options;
+  options.recovery_grace = absl::Milliseconds(700);
+  Start({{}, {}, failing}, options);
+  Generated held;
+  std::thread client([&] { held = Generate(Request({300, 301}, 10)); });
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!attempt_started.load() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  absl::SleepFor(absl::Milliseconds(1000));  // past the grace, the attempt still running
+  const std::optional<Engine::Pause> pause = engine_->pause();
+  ASSERT_TRUE(pause.has_value());
+  EXPECT_EQ(pause->grace_left, absl::ZeroDuration());
+  client.join();
+  EXPECT_EQ(held.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(held.status.error_message(), HasSubstr("rank 2"));
+  EXPECT_THAT(held.status.error_message(), HasSubstr("recovery grace"));
+  EXPECT_EQ(engine_->stats().recovery.requests_resumed, 0);
+  EXPECT_TRUE(engine_->health().ok());
+  EXPECT_FALSE(engine_->pause().has_value());
+  const Generated served = Generate(Request({300, 301}, 4));
+  ASSERT_TRUE(served.status.ok()) << served.status.error_message();
+  EXPECT_EQ(served.tokens, Expected({300, 301}, 4));
+}
+
 // A client's deadline ends its call while the request is held, and the engine lets it go.
 TEST_F(EngineTest, ClientDeadlineEndsAHeldRequest) {
   StartWithRank2FailingAt(3, absl::Seconds(60));

@@ -1,5 +1,6 @@
 #include "tests/unit/coordinator/fake_worker.h"
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -72,6 +73,11 @@ grpc::Status FakeWorker::Step(grpc::ServerContext*, const v1::StepRequest* reque
   if (request->step_id() == options_.fail_at_step && !failed_) {
     failed_ = true;
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected failure");
+  }
+  for (const v1::NewSequence& added : request->new_sequences()) {
+    if (absl::c_linear_search(added.prompt_token_ids(), options_.poison_token)) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected failure");
+    }
   }
   if (request->step_id() != last_step_ + 1) {
     Error(absl::StrCat("step ", request->step_id(), " after ", last_step_));

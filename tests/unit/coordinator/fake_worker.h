@@ -31,6 +31,9 @@ struct FakeWorkerOptions {
   std::string load_error;  // LoadShard fails with NOT_FOUND and this message
   // Step answers UNAVAILABLE "injected failure" the first time it sees this step id.
   uint64_t fail_at_step = 0;
+  // Step answers UNAVAILABLE "injected failure" whenever it is given a new sequence holding this
+  // token: a request that kills its step each time it runs (-1: none).
+  int32_t poison_token = -1;
   uint64_t hang_at_step = 0;      // Step does not answer this step id until the worker goes away
   std::string state = "serving";  // what Status reports
   // Status stops answering (until the worker goes away) after this many answers; -1: never.
