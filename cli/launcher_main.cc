@@ -312,7 +312,7 @@ int main(int argc, char** argv) {
                  "seconds a request head may take to arrive (0 = the default, 10)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
-                 "auto (fp32 on CPU, bf16 on CUDA) or fp8 (E4M3; CPU only so far)")
+                 "auto (fp32 on CPU, bf16 on CUDA) or fp8 (E4M3 codes, on either)")
       ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}));
   app.add_option("--kv-cache-blocks", flags.kv_cache_blocks, "KV pool size (0 = workers decide)")
       ->check(CLI::NonNegativeNumber);

@@ -19,6 +19,11 @@ struct KvCacheShape {
   bool fp8 = false;
   float fp8_scale = 1.0f;
 
+  // A rank's pool shape (num_blocks 0): fp32 values on a CPU worker, bf16 on a CUDA one, one-byte
+  // E4M3 codes with `fp8` on either.
+  static KvCacheShape For(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim,
+                          int64_t block_size, bool cuda, bool fp8);
+
   int64_t floats_per_block() const { return block_size * num_kv_heads * head_dim; }
   // Bytes one block costs across all layers, K and V.
   int64_t bytes_per_block() const {

@@ -22,15 +22,8 @@ absl::StatusOr<std::unique_ptr<StepModel>> CreateCpuModel(const ModelRunnerOptio
                                                           const ShardLayout& layout,
                                                           ModelWeights weights,
                                                           Communicator* comm) {
-  KvCacheShape shape;
-  shape.num_layers = config.num_layers;
-  shape.block_size = options.block_size;
-  shape.num_kv_heads = layout.kv_heads.size;
-  shape.head_dim = config.head_dim;
-  if (options.kv_cache_fp8) {
-    shape.fp8 = true;
-    shape.bytes_per_element = 1;
-  }
+  KvCacheShape shape = KvCacheShape::For(config.num_layers, layout.kv_heads.size, config.head_dim,
+                                         options.block_size, /*cuda=*/false, options.kv_cache_fp8);
   shape.num_blocks = options.kv_cache_blocks > 0 ? options.kv_cache_blocks
                                                  : options.kv_cache_bytes / shape.bytes_per_block();
   if (options.kv_cache_blocks == 0 && options.kv_cache_holds_context) {
@@ -61,11 +54,6 @@ absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOption
     return absl::InvalidArgumentError(absl::StrCat(
         "block size (", options.block_size, ") must be positive, KV cache blocks (",
         options.kv_cache_blocks, ") and bytes (", options.kv_cache_bytes, ") not negative"));
-  }
-  if (options.device == Device::kCuda && options.kv_cache_fp8) {
-    return absl::UnimplementedError(
-        "--kv-cache-dtype fp8 runs on CPU workers only so far; the CUDA pools and attention "
-        "kernels are bf16");
   }
 #if !TPSERVE_WITH_CUDA
   if (options.device == Device::kCuda) {

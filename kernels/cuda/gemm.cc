@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda_check.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/fp8_quantize.h"
 
 namespace tpserve::cuda {
 namespace {
@@ -157,6 +158,9 @@ absl::StatusOr<const Gemm::Plan*> Gemm::GetPlan(const PlanKey& key) {
 
   auto plan = std::make_unique<Plan>(lt_);
   const cudaDataType_t c_type = key.c_type == GemmOutputType::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType_t operand_type =
+      key.operands == Operands::kBf16 ? CUDA_R_16BF : CUDA_R_8F_E4M3;
+  const char* what = key.operands == Operands::kBf16 ? "bf16" : "FP8";
   RETURN_IF_ERROR(
       CublasStatus(lt_, lt_.cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                    "cublasLtMatmulDescCreate"));
@@ -172,12 +176,23 @@ absl::StatusOr<const Gemm::Plan*> Gemm::GetPlan(const PlanKey& key) {
                    lt_.cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
                                                       &no_transpose, sizeof(no_transpose)),
                    "cublasLtMatmulDescSetAttribute(TRANSB)"));
+  if (key.operands == Operands::kFp8OuterVector) {
+    // cuBLAS's A is our b (its M = our n, one scale per output channel), its B our a (one per
+    // token): the same two vectors in either naming.
+    const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    for (const cublasLtMatmulDescAttributes_t mode :
+         {CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_DESC_B_SCALE_MODE}) {
+      RETURN_IF_ERROR(CublasStatus(
+          lt_, lt_.cublasLtMatmulDescSetAttribute(plan->desc, mode, &outer, sizeof(outer)),
+          "cublasLtMatmulDescSetAttribute(SCALE_MODE)"));
+    }
+  }
   RETURN_IF_ERROR(CublasStatus(
-      lt_, lt_.cublasLtMatrixLayoutCreate(&plan->weight_layout, CUDA_R_16BF, key.k, key.n, key.k),
+      lt_, lt_.cublasLtMatrixLayoutCreate(&plan->weight_layout, operand_type, key.k, key.n, key.k),
       "cublasLtMatrixLayoutCreate(b)"));
   RETURN_IF_ERROR(CublasStatus(
       lt_,
-      lt_.cublasLtMatrixLayoutCreate(&plan->activation_layout, CUDA_R_16BF, key.k, key.m, key.k),
+      lt_.cublasLtMatrixLayoutCreate(&plan->activation_layout, operand_type, key.k, key.m, key.k),
       "cublasLtMatrixLayoutCreate(a)"));
   RETURN_IF_ERROR(CublasStatus(
       lt_, lt_.cublasLtMatrixLayoutCreate(&plan->output_layout, c_type, key.n, key.m, key.n),
@@ -226,7 +241,9 @@ absl::StatusOr<const Gemm::Plan*> Gemm::GetPlan(const PlanKey& key) {
   if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED || returned == 0 ||
       result.state != CUBLAS_STATUS_SUCCESS) {
     return absl::UnimplementedError(
-        absl::StrCat("cuBLASLt has no bf16 algorithm for ", ShapeText(key.m, key.n, key.k),
+        absl::StrCat("cuBLASLt has no ", what,
+                     key.operands == Operands::kFp8OuterVector ? " (per-row scales)" : "",
+                     " algorithm for ", ShapeText(key.m, key.n, key.k),
                      " with operand "
                      "alignments a ",
                      key.align_a, ", b ", key.align_b, ", c ", key.align_c, " bytes and a ",
@@ -256,6 +273,90 @@ absl::Status Gemm::Run(const GemmParams& p, cudaStream_t stream) {
                          plan->activation_layout, &beta, p.c, plan->output_layout, p.c,
                          plan->output_layout, &plan->algo, workspace_, workspace_bytes_, stream),
       "cublasLtMatmul");
+}
+
+absl::StatusOr<Fp8ScaleMode> Gemm::ChooseFp8Mode(int64_t n, int64_t k) {
+  if (n <= 0 || k <= 0 || k % 16 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FP8 GEMM needs positive sizes and k a multiple of 16, not n=", n, " k=", k));
+  }
+  // cudaMalloc'd operands (256-byte aligned); one token, the decode shape.
+  PlanKey outer{1, n, k, GemmOutputType::kBf16, 256, 256, 256, Operands::kFp8OuterVector};
+  const absl::StatusOr<const Plan*> outer_plan = GetPlan(outer);
+  if (outer_plan.ok()) return Fp8ScaleMode::kOuterVector;
+  if (outer_plan.status().code() != absl::StatusCode::kUnimplemented) return outer_plan.status();
+  PlanKey unscaled{1, n, k, GemmOutputType::kFloat32, 256, 256, 256, Operands::kFp8Unscaled};
+  const absl::StatusOr<const Plan*> unscaled_plan = GetPlan(unscaled);
+  if (unscaled_plan.ok()) return Fp8ScaleMode::kEpilogue;
+  if (unscaled_plan.status().code() != absl::StatusCode::kUnimplemented) {
+    return unscaled_plan.status();
+  }
+  return absl::UnimplementedError(
+      absl::StrCat("cuBLASLt offers no FP8 E4M3 product on this device (",
+                   unscaled_plan.status().message(), "); FP8 weights need an sm_89 or later GPU"));
+}
+
+absl::Status Gemm::SupportedFp8(const Fp8GemmParams& p, Fp8ScaleMode mode) {
+  const std::string shape = ShapeText(p.m, p.n, p.k);
+  if (p.m < 0 || p.n < 0 || p.k < 0 || p.k % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FP8 GEMM: sizes must not be negative and k must be a multiple of 16 (", shape, ")"));
+  }
+  if (p.m == 0 || p.n == 0) return absl::OkStatus();
+  if (p.c == nullptr || p.a_scales == nullptr || p.b_scales == nullptr ||
+      (p.k > 0 && (p.a == nullptr || p.b == nullptr)) ||
+      (mode == Fp8ScaleMode::kEpilogue && p.scratch == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("FP8 GEMM: a null operand (", shape, ")"));
+  }
+  if (Alignment(p.a) < 16 || Alignment(p.b) < 16 || Alignment(p.c) < 16 ||
+      (p.scratch != nullptr && Alignment(p.scratch) < 16)) {
+    return absl::InvalidArgumentError(absl::StrCat("FP8 GEMM: operands must be 16-byte aligned (a ",
+                                                   Alignment(p.a), ", b ", Alignment(p.b), ", c ",
+                                                   Alignment(p.c), " bytes; ", shape, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Gemm::RunFp8(const Fp8GemmParams& p, Fp8ScaleMode mode, cudaStream_t stream) {
+  RETURN_IF_ERROR(SupportedFp8(p, mode));
+  if (p.m == 0 || p.n == 0) return absl::OkStatus();
+  if (p.k == 0) {
+    return CudaStatus(cudaMemsetAsync(p.c, 0, p.m * p.n * sizeof(bf16), stream),
+                      "cudaMemsetAsync of a k=0 GEMM output");
+  }
+  const bool outer = mode == Fp8ScaleMode::kOuterVector;
+  void* d = outer ? static_cast<void*>(p.c) : static_cast<void*>(p.scratch);
+  const PlanKey key{p.m,
+                    p.n,
+                    p.k,
+                    outer ? GemmOutputType::kBf16 : GemmOutputType::kFloat32,
+                    Alignment(p.a),
+                    Alignment(p.b),
+                    Alignment(d),
+                    outer ? Operands::kFp8OuterVector : Operands::kFp8Unscaled};
+  ASSIGN_OR_RETURN(const Plan* plan, GetPlan(key));
+  if (outer) {
+    // Pointers, not values: setting them is a host-side write, allowed during graph capture.
+    const std::pair<cublasLtMatmulDescAttributes_t, const float*> scales[] = {
+        {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.b_scales},
+        {CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.a_scales},
+    };
+    for (const auto& [attribute, pointer] : scales) {
+      RETURN_IF_ERROR(CublasStatus(
+          lt_, lt_.cublasLtMatmulDescSetAttribute(plan->desc, attribute, &pointer, sizeof(pointer)),
+          "cublasLtMatmulDescSetAttribute(SCALE_POINTER)"));
+    }
+  }
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  RETURN_IF_ERROR(CublasStatus(
+      lt_,
+      lt_.cublasLtMatmul(handle_, plan->desc, &alpha, p.b, plan->weight_layout, p.a,
+                         plan->activation_layout, &beta, d, plan->output_layout, d,
+                         plan->output_layout, &plan->algo, workspace_, workspace_bytes_, stream),
+      "cublasLtMatmul (FP8)"));
+  if (!outer) ScaleOuterToBf16(p.scratch, p.a_scales, p.b_scales, p.m, p.n, p.c, stream);
+  return absl::OkStatus();
 }
 
 absl::Status Gemm::MatmulBT(const bf16* a, const bf16* b, int64_t m, int64_t n, int64_t k, bf16* c,

@@ -1,5 +1,6 @@
 // bf16 matrix product against a weight stored as rows, through cuBLASLt (CUDA). The GPU twin of
-// kernels/cpu/gemm.h: the same operand layout, bf16 operands instead of fp32.
+// kernels/cpu/gemm.h: the same operand layout, bf16 operands instead of fp32. Also the FP8 W8A8
+// product of kernels/cpu/fp8_matmul.h (E4M3 codes with per-row scales).
 #pragma once
 
 #include <cublasLt.h>
@@ -35,6 +36,27 @@ struct GemmParams {
   int64_t k = 0;
   bool accumulate = false;
 };
+
+// FP8 W8A8, as cpu::MatmulE4m3BT defines it, rounded to bf16 once:
+//   c[i, j] = bf16(a_scales[i] * b_scales[j] * sum_k E4M3(a[i, k]) * E4M3(b[j, k]))
+// Products of codes are exact in fp32 and sums run in fp32 (no FP8 "fast accumulation").
+struct Fp8GemmParams {
+  const uint8_t* a = nullptr;       // [m, k] activation codes (QuantizeRowsE4m3), device
+  const float* a_scales = nullptr;  // [m] per token
+  const uint8_t* b = nullptr;       // [n, k] weight codes, rows = output channels
+  const float* b_scales = nullptr;  // [n] per output channel
+  bf16* c = nullptr;                // [m, n] row-major; must not overlap the others
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  float* scratch = nullptr;  // Fp8ScaleMode::kEpilogue only: [m, n] fp32 for the raw product
+};
+
+// How the per-row scales enter an FP8 product. kOuterVector: cuBLASLt applies them itself
+// (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, offered on sm_90 by CUDA 12.9 and later) and writes
+// bf16. kEpilogue: cuBLASLt computes the unscaled product in fp32 and ScaleOuterToBf16 applies
+// them (the same values, one more pass over m x n fp32).
+enum class Fp8ScaleMode { kOuterVector, kEpilogue };
 
 // Runs GemmParams through cuBLASLt with the algorithm its heuristic ranks first for the shape.
 //
@@ -76,22 +98,38 @@ class Gemm {
   absl::Status MatmulBT(const bf16* a, const bf16* b, int64_t m, int64_t n, int64_t k, float* c,
                         cudaStream_t stream, bool accumulate = false);
 
+  // Which Fp8ScaleMode this device and library offer for weights of [n, k]: kOuterVector when
+  // cuBLASLt has an algorithm for it, else kEpilogue when it has one for the unscaled product;
+  // UNIMPLEMENTED naming the shape when it has neither (FP8 tensor cores need sm_89 or later).
+  // Ask once per weight shape at load; the answer's plans are kept.
+  absl::StatusOr<Fp8ScaleMode> ChooseFp8Mode(int64_t n, int64_t k);
+  // OK when RunFp8 can take these parameters: k a multiple of 16 and operands 16-byte aligned
+  // (cuBLASLt's FP8 rules), scales present, scratch present for kEpilogue; INVALID_ARGUMENT naming
+  // the problem otherwise.
+  static absl::Status SupportedFp8(const Fp8GemmParams& params, Fp8ScaleMode mode);
+  // Enqueues the FP8 product on `stream`; errors as SupportedFp8, UNIMPLEMENTED when cuBLASLt has
+  // no algorithm, cuBLAS's error for the launch.
+  absl::Status RunFp8(const Fp8GemmParams& params, Fp8ScaleMode mode, cudaStream_t stream);
+
   // Plans built so far (one per distinct shape and alignment seen).
   size_t cached_plans() const { return plans_.size(); }
 
  private:
+  // What a plan multiplies: bf16 operands, or E4M3 codes with the scales of an Fp8ScaleMode.
+  enum class Operands { kBf16, kFp8OuterVector, kFp8Unscaled };
   struct PlanKey {
     int64_t m, n, k;
     GemmOutputType c_type;
     // Largest power of two (at most 256) dividing each operand's address: the heuristic may only
     // pick kernels whose vector loads these alignments allow.
     uint32_t align_a, align_b, align_c;
+    Operands operands = Operands::kBf16;
 
     bool operator==(const PlanKey&) const = default;
     template <typename H>
     friend H AbslHashValue(H h, const PlanKey& key) {
-      return H::combine(std::move(h), key.m, key.n, key.k, key.c_type, key.align_a, key.align_b,
-                        key.align_c);
+      return H::combine(std::move(h), key.m, key.n, key.k, key.c_type, key.operands, key.align_a,
+                        key.align_b, key.align_c);
     }
   };
   struct Plan;

@@ -10,7 +10,9 @@
 namespace tpserve::cuda {
 namespace {
 
-bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+bool Aligned(const void* ptr, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
 
 }  // namespace
 
@@ -45,8 +47,15 @@ void PagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
   TP_CHECK(p.max_context_len <= p.max_blocks_per_seq * p.block_size);
   if (p.num_seqs == 0 || p.num_tokens == 0) return;
   TP_CHECK(p.query_start != nullptr && p.context_lens != nullptr && p.block_tables != nullptr);
-  // The kernels move 16 bytes at a time.
-  TP_CHECK(Aligned16(p.q) && Aligned16(p.k_cache) && Aligned16(p.v_cache) && Aligned16(p.out));
+  const bool fp8 = p.k_cache_fp8 != nullptr;
+  TP_CHECK_MSG(fp8 == (p.v_cache_fp8 != nullptr) && fp8 == (p.k_cache == nullptr) &&
+                   fp8 == (p.v_cache == nullptr),
+               "paged attention needs K and V both in bf16 or both in FP8");
+  // The kernels move 16 bytes at a time (8 of an FP8 cache row).
+  TP_CHECK(Aligned(p.q, 16) && Aligned(p.out, 16));
+  TP_CHECK(fp8 ? Aligned(p.k_cache_fp8, 8) && Aligned(p.v_cache_fp8, 8)
+               : Aligned(p.k_cache, 16) && Aligned(p.v_cache, 16));
+  TP_CHECK(p.kv_scale > 0.0f);
   if (p.max_query_len <= 1) return internal::PagedAttentionDecode(p, stream);
   internal::PagedAttentionPrefill(p, stream);
 }

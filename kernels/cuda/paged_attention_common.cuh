@@ -4,6 +4,7 @@
 // PagedAttention dispatches to. Include it only from .cu files: it defines device functions.
 #pragma once
 
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -27,6 +28,22 @@ __device__ __forceinline__ void Unpack8(const uint4& raw, float (&f)[8]) {
   }
 }
 
+// Eight FP8 E4M3 codes (one 8-byte load of an FP8 cache row) to fp32, exactly (every E4M3 value
+// is a half); the lower address holds the first value. 0x7F and 0xFF are NaN, as FromE4m3 says.
+__device__ __forceinline__ void UnpackE4m3x8(const uint2& raw, float (&f)[8]) {
+  const uint32_t w[2] = {raw.x, raw.y};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const auto pair = static_cast<__nv_fp8x2_storage_t>(w[i] >> (16 * j));
+      const float2 v = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
+      f[4 * i + 2 * j] = v.x;
+      f[4 * i + 2 * j + 1] = v.y;
+    }
+  }
+}
+
 // Eight fp32 to bf16 (round to nearest even), as one 16-byte value.
 __device__ __forceinline__ uint4 Pack8(const float (&f)[8]) {
   uint32_t w[4];
@@ -40,8 +57,9 @@ __device__ __forceinline__ uint4 Pack8(const float (&f)[8]) {
 
 // The decode kernels (paged_attention_decode.cu) and the prefill kernel
 // (paged_attention_prefill.cu), queued on `stream`. PagedAttention has checked `p`
-// (PagedAttentionSupported, the batch bounds, 16-byte alignment) and that the batch is not empty;
-// it runs the decode when max_query_len <= 1, the prefill otherwise.
+// (PagedAttentionSupported, the batch bounds, alignment, one cache format set) and that the batch
+// is not empty; it runs the decode when max_query_len <= 1, the prefill otherwise. An FP8 cache's
+// kv_scale multiplies the scores and the output once rather than each value.
 void PagedAttentionDecode(const PagedAttentionParams& p, cudaStream_t stream);
 void PagedAttentionPrefill(const PagedAttentionParams& p, cudaStream_t stream);
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/check.h"
 #include "common/cuda_check.h"
@@ -16,6 +17,11 @@ namespace {
 using internal::kFullMask;
 using internal::kLog2e;
 using internal::Unpack8;
+using internal::UnpackE4m3x8;
+
+// A lane's 8 values of one cache row: 16 bytes of bf16 or 8 of FP8 codes.
+__device__ __forceinline__ void UnpackKv(const uint4& raw, float (&f)[8]) { Unpack8(raw, f); }
+__device__ __forceinline__ void UnpackKv(const uint2& raw, float (&f)[8]) { UnpackE4m3x8(raw, f); }
 
 // One warp-group (128 threads) per (partition, KV head, sequence) and per 4 query heads: each
 // thread holds q and the running output of up to kDecodeMaxHeadsPerThread heads in registers.
@@ -66,8 +72,10 @@ struct DecodeWorkspace {
 // tokens row, row + kRows, ... of the partition, kTokensPerLane of them per iteration with all
 // loads issued before any is used. Each row keeps its own online-softmax state for its kHeads
 // heads in registers (q: kHeads x 8 fp32, acc: the same); the rows are merged through shared
-// memory at the end.
-template <int kHeadDim, int kHeads, int kSplits, int kThreads = (kSplits * kDecodeThreads)>
+// memory at the end. kFp8: the cache holds E4M3 codes (8 bytes per lane and row), and kv_scale
+// joins the score scale and multiplies the output.
+template <int kHeadDim, int kHeads, int kSplits, bool kFp8,
+          int kThreads = (kSplits * kDecodeThreads)>
 __global__ void __launch_bounds__(kThreads)
     DecodeKernel(PagedAttentionParams p, int partition_tokens, int num_partitions,
                  DecodeWorkspace ws) {
@@ -76,6 +84,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kRows = kDecodeThreads / kLanesPerRow;
   constexpr int kTokensPerLane = 4;
   constexpr int kTokensPerIter = kRows * kTokensPerLane;
+  using Elem = std::conditional_t<kFp8, uint8_t, bf16>;
+  using Raw = std::conditional_t<kFp8, uint2, uint4>;  // one lane's 8 values of a row
 
   __shared__ int32_t slots[kMaxPartitionTokens];  // [n] cache slot of each partition token
   __shared__ float row_max[kRows][kBlockHeads];
@@ -109,7 +119,8 @@ __global__ void __launch_bounds__(kThreads)
   const int row = threadIdx.x % kDecodeThreads / kLanesPerRow;
   const int my_heads = split * kHeads;  // the first of this thread's heads, in the block
   float q[kHeads][8];
-  const float q_scale = p.scale * kLog2e;
+  const float kv_scale = kFp8 ? p.kv_scale : 1.0f;
+  const float q_scale = p.scale * kLog2e * kv_scale;
 #pragma unroll
   for (int g = 0; g < kHeads; ++g) {
     if (my_heads + g < heads) {
@@ -127,8 +138,17 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   const int64_t slot_stride = p.num_kv_heads * kHeadDim;  // elements between cache slots
-  const bf16* k_base = p.k_cache + kv_head * kHeadDim + lane * 8;
-  const bf16* v_base = p.v_cache + kv_head * kHeadDim + lane * 8;
+  const Elem* k_cache;
+  const Elem* v_cache;
+  if constexpr (kFp8) {
+    k_cache = p.k_cache_fp8;
+    v_cache = p.v_cache_fp8;
+  } else {
+    k_cache = p.k_cache;
+    v_cache = p.v_cache;
+  }
+  const Elem* k_base = k_cache + kv_head * kHeadDim + lane * 8;
+  const Elem* v_base = v_cache + kv_head * kHeadDim + lane * 8;
   float m[kHeads], l[kHeads], acc[kHeads][8];
 #pragma unroll
   for (int g = 0; g < kHeads; ++g) {
@@ -141,17 +161,17 @@ __global__ void __launch_bounds__(kThreads)
 
   // The trip count is the same for the whole block, so every lane reaches the shuffles.
   for (int base = 0; base < n; base += kTokensPerIter) {
-    uint4 k_raw[kTokensPerLane], v_raw[kTokensPerLane];
+    Raw k_raw[kTokensPerLane], v_raw[kTokensPerLane];
     bool valid[kTokensPerLane];
 #pragma unroll
     for (int u = 0; u < kTokensPerLane; ++u) {
       const int i = base + u * kRows + row;
       valid[u] = i < n;
-      k_raw[u] = v_raw[u] = make_uint4(0, 0, 0, 0);
+      k_raw[u] = v_raw[u] = Raw{};
       if (valid[u]) {
         const int64_t offset = slots[i] * slot_stride;
-        k_raw[u] = __ldg(reinterpret_cast<const uint4*>(k_base + offset));
-        v_raw[u] = __ldg(reinterpret_cast<const uint4*>(v_base + offset));
+        k_raw[u] = __ldg(reinterpret_cast<const Raw*>(k_base + offset));
+        v_raw[u] = __ldg(reinterpret_cast<const Raw*>(v_base + offset));
       }
     }
 
@@ -159,7 +179,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < kTokensPerLane; ++u) {
       float k[8];
-      Unpack8(k_raw[u], k);
+      UnpackKv(k_raw[u], k);
 #pragma unroll
       for (int g = 0; g < kHeads; ++g) {
         float dot = 0.0f;
@@ -203,7 +223,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < kTokensPerLane; ++u) {
       float v[8];
-      Unpack8(v_raw[u], v);
+      UnpackKv(v_raw[u], v);
 #pragma unroll
       for (int g = 0; g < kHeads; ++g) {
 #pragma unroll
@@ -238,6 +258,7 @@ __global__ void __launch_bounds__(kThreads)
       sum = fmaf(w, row_sum[r][g], sum);
       o = fmaf(w, row_acc[r][g][d], o);
     }
+    o *= kv_scale;  // the partials are linear in V: the merge needs no scale
     const int head = first_head + g;
     if (whole_context) {
       p.out[(static_cast<int64_t>(q_token) * p.num_heads + head) * kHeadDim + d] = ToBf16(o / sum);
@@ -278,7 +299,7 @@ __global__ void __launch_bounds__(kHeadDim)
   p.out[(static_cast<int64_t>(q_token) * p.num_heads + head) * kHeadDim + d] = ToBf16(o / sum);
 }
 
-template <int kHeadDim, int kBlockHeads>
+template <int kHeadDim, int kBlockHeads, bool kFp8>
 void LaunchDecode(const PagedAttentionParams& p, const DecodeSplit& split, DecodeWorkspace ws,
                   cudaStream_t stream) {
   constexpr int kHeads = std::min(kBlockHeads, kDecodeMaxHeadsPerThread);
@@ -287,7 +308,7 @@ void LaunchDecode(const PagedAttentionParams& p, const DecodeSplit& split, Decod
   const dim3 grid(split.num_partitions,
                   static_cast<unsigned>(p.num_kv_heads * ((group + kBlockHeads - 1) / kBlockHeads)),
                   static_cast<unsigned>(p.num_seqs));
-  DecodeKernel<kHeadDim, kHeads, kSplits><<<grid, kDecodeThreads * kSplits, 0, stream>>>(
+  DecodeKernel<kHeadDim, kHeads, kSplits, kFp8><<<grid, kDecodeThreads * kSplits, 0, stream>>>(
       p, split.partition_tokens, split.num_partitions, ws);
   CUDA_CHECK(cudaGetLastError());
   if (split.num_partitions > 1) {
@@ -298,7 +319,7 @@ void LaunchDecode(const PagedAttentionParams& p, const DecodeSplit& split, Decod
   }
 }
 
-template <int kHeadDim>
+template <int kHeadDim, bool kFp8>
 void Decode(const PagedAttentionParams& p, cudaStream_t stream) {
   const DecodeSplit split =
       PlanDecodeSplit(p.num_seqs, p.num_heads, p.num_kv_heads, p.head_dim, p.max_context_len);
@@ -316,13 +337,13 @@ void Decode(const PagedAttentionParams& p, cudaStream_t stream) {
   }
   switch (DecodeBlockHeads(p.num_heads / p.num_kv_heads)) {
     case 1:
-      return LaunchDecode<kHeadDim, 1>(p, split, ws, stream);
+      return LaunchDecode<kHeadDim, 1, kFp8>(p, split, ws, stream);
     case 2:
-      return LaunchDecode<kHeadDim, 2>(p, split, ws, stream);
+      return LaunchDecode<kHeadDim, 2, kFp8>(p, split, ws, stream);
     case 4:
-      return LaunchDecode<kHeadDim, 4>(p, split, ws, stream);
+      return LaunchDecode<kHeadDim, 4, kFp8>(p, split, ws, stream);
     default:
-      return LaunchDecode<kHeadDim, kDecodeMaxGroup>(p, split, ws, stream);
+      return LaunchDecode<kHeadDim, kDecodeMaxGroup, kFp8>(p, split, ws, stream);
   }
 }
 
@@ -371,8 +392,9 @@ size_t PagedAttentionWorkspaceBytes(int64_t max_num_seqs, int64_t num_heads, int
 namespace internal {
 
 void PagedAttentionDecode(const PagedAttentionParams& p, cudaStream_t stream) {
-  if (p.head_dim == 64) return Decode<64>(p, stream);
-  Decode<128>(p, stream);
+  const bool fp8 = p.k_cache_fp8 != nullptr;
+  if (p.head_dim == 64) return fp8 ? Decode<64, true>(p, stream) : Decode<64, false>(p, stream);
+  fp8 ? Decode<128, true>(p, stream) : Decode<128, false>(p, stream);
 }
 
 }  // namespace internal

@@ -16,6 +16,7 @@ namespace {
 using internal::kFullMask;
 using internal::kLog2e;
 using internal::Pack8;
+using internal::UnpackE4m3x8;
 
 constexpr int kTileM = 64;  // query tokens per block; warp w owns rows [16 w, 16 w + 16)
 constexpr int kTileN = 64;  // keys per K/V tile
@@ -75,6 +76,27 @@ __device__ __forceinline__ void LoadTileAsync(bf16* dst, int valid_rows, const b
   }
 }
 
+// The same tile from an FP8 cache: row r < valid_rows from row_src(r) (kHeadDim E4M3 codes),
+// decoded to bf16 (exactly: E4M3 values are bf16 values) with plain 8-byte loads and stored to
+// shared memory, zeros for the rest. Visible after the next __syncthreads, as the cp.async copies
+// are after their wait.
+template <int kHeadDim, int kRowsTile, typename RowSrc>
+__device__ __forceinline__ void LoadTileFp8(bf16* dst, int valid_rows, RowSrc row_src) {
+  constexpr int kChunks = kHeadDim / 8;  // 8-byte chunks per row
+  constexpr int kLd = PrefillSmem<kHeadDim>::kLdQkv;
+  for (int c = threadIdx.x; c < kRowsTile * kChunks; c += kPrefillThreads) {
+    const int r = c / kChunks;
+    const int col = (c % kChunks) * 8;
+    uint4 packed = make_uint4(0, 0, 0, 0);
+    if (r < valid_rows) {
+      float f[8];
+      UnpackE4m3x8(__ldg(reinterpret_cast<const uint2*>(row_src(r) + col)), f);
+      packed = Pack8(f);
+    }
+    *reinterpret_cast<uint4*>(dst + r * kLd + col) = packed;
+  }
+}
+
 // Grid (query tile, query head, sequence), kPrefillThreads threads, PrefillSmem::kBytes of
 // dynamic shared memory. Query row i of the tile is token m_start + i of the sequence, at
 // position first_pos + i; it sees keys [0, first_pos + i].
@@ -83,8 +105,9 @@ __device__ __forceinline__ void LoadTileAsync(bf16* dst, int valid_rows, const b
 // first tile); online softmax by the same warp (2 lanes per row, fp32), which writes P in bf16
 // and rescales its rows of O in shared memory; O += P V. Between the steps the next K tile loads
 // during softmax and P V, the next V tile during the next Q K^T (cp.async groups, always
-// committed, possibly empty, so the wait counts stay fixed).
-template <int kHeadDim>
+// committed, possibly empty, so the wait counts stay fixed). kFp8: K/V tiles come from an FP8
+// cache (LoadTileFp8) and kv_scale joins the score scale and the output's normalizer.
+template <int kHeadDim, bool kFp8>
 __global__ void __launch_bounds__(kPrefillThreads) PrefillKernel(PagedAttentionParams p) {
   namespace wmma = nvcuda::wmma;
   using L = PrefillSmem<kHeadDim>;
@@ -120,14 +143,18 @@ __global__ void __launch_bounds__(kPrefillThreads) PrefillKernel(PagedAttentionP
     const int64_t slot = static_cast<int64_t>(table[pos / bs]) * bs + pos % bs;
     return slot * slot_stride + kv_head * kHeadDim;
   };
-  auto load_k = [&](int tile) {
-    LoadTileAsync<kHeadDim, kTileN>(k_s, min(kTileN, num_keys - tile * kTileN), p.k_cache,
-                                    [&](int r) { return p.k_cache + kv_offset(tile, r); });
+  auto load_kv = [&](bf16* dst, int tile, const bf16* cache, const uint8_t* cache_fp8) {
+    const int valid = min(kTileN, num_keys - tile * kTileN);
+    if constexpr (kFp8) {
+      LoadTileFp8<kHeadDim, kTileN>(dst, valid,
+                                    [&](int r) { return cache_fp8 + kv_offset(tile, r); });
+    } else {
+      LoadTileAsync<kHeadDim, kTileN>(dst, valid, cache,
+                                      [&](int r) { return cache + kv_offset(tile, r); });
+    }
   };
-  auto load_v = [&](int tile) {
-    LoadTileAsync<kHeadDim, kTileN>(v_s, min(kTileN, num_keys - tile * kTileN), p.v_cache,
-                                    [&](int r) { return p.v_cache + kv_offset(tile, r); });
-  };
+  auto load_k = [&](int tile) { load_kv(k_s, tile, p.k_cache, p.k_cache_fp8); };
+  auto load_v = [&](int tile) { load_kv(v_s, tile, p.v_cache, p.v_cache_fp8); };
 
   LoadTileAsync<kHeadDim, kTileM>(q_s, rows, p.q, [&](int r) { return q_rows + r * q_row_stride; });
   load_k(0);
@@ -148,7 +175,8 @@ __global__ void __launch_bounds__(kPrefillThreads) PrefillKernel(PagedAttentionP
   const int my_pos = first_pos + my_row;
   float run_max = -INFINITY;  // log2 domain
   float run_sum = 0.0f;
-  const float scale_log2 = p.scale * kLog2e;
+  const float kv_scale = kFp8 ? p.kv_scale : 1.0f;
+  const float scale_log2 = p.scale * kLog2e * kv_scale;
 
   wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> q_frag[kHeadDim / 16];
 
@@ -260,7 +288,7 @@ __global__ void __launch_bounds__(kPrefillThreads) PrefillKernel(PagedAttentionP
   }
 
   if (row_valid) {
-    const float inv_sum = 1.0f / run_sum;
+    const float inv_sum = kv_scale / run_sum;
     const float* o_row = o_s + my_row * L::kLdO + half * kHalfD;
     uint4* dst = reinterpret_cast<uint4*>(
         p.out + (static_cast<int64_t>(q_begin + m_start + my_row) * p.num_heads + head) * kHeadDim +
@@ -275,15 +303,15 @@ __global__ void __launch_bounds__(kPrefillThreads) PrefillKernel(PagedAttentionP
   }
 }
 
-template <int kHeadDim>
+template <int kHeadDim, bool kFp8>
 void Prefill(const PagedAttentionParams& p, cudaStream_t stream) {
   constexpr size_t kSmem = PrefillSmem<kHeadDim>::kBytes;
   // Over the 48 KB default for dynamic shared memory (110 KB at head_dim 128; sm_80 allows 163).
-  CUDA_CHECK(cudaFuncSetAttribute(PrefillKernel<kHeadDim>,
+  CUDA_CHECK(cudaFuncSetAttribute(PrefillKernel<kHeadDim, kFp8>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid((p.max_query_len + kTileM - 1) / kTileM, static_cast<unsigned>(p.num_heads),
                   static_cast<unsigned>(p.num_seqs));
-  PrefillKernel<kHeadDim><<<grid, kPrefillThreads, kSmem, stream>>>(p);
+  PrefillKernel<kHeadDim, kFp8><<<grid, kPrefillThreads, kSmem, stream>>>(p);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -292,8 +320,9 @@ void Prefill(const PagedAttentionParams& p, cudaStream_t stream) {
 namespace internal {
 
 void PagedAttentionPrefill(const PagedAttentionParams& p, cudaStream_t stream) {
-  if (p.head_dim == 64) return Prefill<64>(p, stream);
-  Prefill<128>(p, stream);
+  const bool fp8 = p.k_cache_fp8 != nullptr;
+  if (p.head_dim == 64) return fp8 ? Prefill<64, true>(p, stream) : Prefill<64, false>(p, stream);
+  fp8 ? Prefill<128, true>(p, stream) : Prefill<128, false>(p, stream);
 }
 
 }  // namespace internal

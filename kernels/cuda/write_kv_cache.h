@@ -24,4 +24,11 @@ void WriteKvCache(const bf16* k, const bf16* v, const int64_t* slot_mapping, int
                   int64_t num_kv_heads, int64_t head_dim, bf16* k_cache, bf16* v_cache,
                   cudaStream_t stream);
 
+// The same into FP8 pools of the same layout, one byte per value: each value stored as the E4M3
+// code of value * (1 / scale), rounded to nearest even and saturated at +-448 (cpu::QuantizeE4m3's
+// codes, bit for bit; NaN -> 0x7F).
+void WriteKvCacheFp8(const bf16* k, const bf16* v, const int64_t* slot_mapping, int64_t num_tokens,
+                     int64_t num_kv_heads, int64_t head_dim, float scale, uint8_t* k_cache,
+                     uint8_t* v_cache, cudaStream_t stream);
+
 }  // namespace tpserve::cuda

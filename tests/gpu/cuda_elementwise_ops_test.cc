@@ -33,6 +33,7 @@
 #include "absl/types/span.h"
 #include "kernels/cpu/add_bias.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/fp8_e4m3.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
@@ -415,6 +416,46 @@ TEST_F(CudaOpsTest, WriteKvCacheMatchesCpu) {
                       k_cache.data(), v_cache.data());
     EXPECT_EQ(DownloadFloats(k_cache_d), k_cache) << "kv_heads " << s.num_kv_heads;
     EXPECT_EQ(DownloadFloats(v_cache_d), v_cache) << "kv_heads " << s.num_kv_heads;
+  }
+}
+
+// The FP8 pool's codes equal cpu::QuantizeE4m3's bit for bit (the reference checked against
+// ml_dtypes by the fp8_e4m3 test): values past the saturation point, E4M3 subnormals, ties
+// between neighbouring codes, zeros of both signs and a NaN, at two scales.
+TEST_F(CudaOpsTest, WriteKvCacheFp8MatchesCpuCodes) {
+  const int64_t num_kv_heads = 2, head_dim = 64, row = num_kv_heads * head_dim;
+  const int64_t num_tokens = 9, num_slots = 40;
+  std::vector<int64_t> slots(num_slots);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng_);
+  slots.resize(num_tokens);
+  slots[4] = -1;  // padding: skipped
+  for (const float scale : {1.0f, 0.37f}) {
+    std::vector<float> k = RandomBf16Values(num_tokens * row, 600.0f * scale, rng_);
+    std::vector<float> v = RandomBf16Values(num_tokens * row, 0.02f * scale, rng_);  // subnormals
+    // Exact midpoints between E4M3 neighbours (bf16 holds them): 1.0625 between 1 and 1.125,
+    // 0.01171875 between the subnormals 0.0117 and 0.0137 (the tie goes to the even code).
+    const float specials[] = {1.0625f, -1.0625f, 1.1875f, 0.01171875f, 0.0f,         -0.0f,
+                              448.0f,  464.0f,   -480.0f, 1e30f,       std::nanf("")};
+    for (size_t i = 0; i < std::size(specials); ++i) {
+      k[i] = ToFloat(ToBf16(specials[i] * scale));
+      v[row + i] = ToFloat(ToBf16(specials[i] * scale));
+    }
+    std::vector<uint8_t> k_want(num_slots * row, 0xAB), v_want(num_slots * row, 0xAB);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      if (slots[t] < 0) continue;
+      cpu::QuantizeE4m3(k.data() + t * row, row, scale, k_want.data() + slots[t] * row);
+      cpu::QuantizeE4m3(v.data() + t * row, row, scale, v_want.data() + slots[t] * row);
+    }
+    DeviceBuffer<bf16> k_d = UploadBf16(k);
+    DeviceBuffer<bf16> v_d = UploadBf16(v);
+    DeviceBuffer<int64_t> slots_d = Upload(slots);
+    DeviceBuffer<uint8_t> k_cache_d = Upload(std::vector<uint8_t>(num_slots * row, 0xAB));
+    DeviceBuffer<uint8_t> v_cache_d = Upload(std::vector<uint8_t>(num_slots * row, 0xAB));
+    WriteKvCacheFp8(k_d.data(), v_d.data(), slots_d.data(), num_tokens, num_kv_heads, head_dim,
+                    scale, k_cache_d.data(), v_cache_d.data(), stream());
+    EXPECT_EQ(Download(k_cache_d), k_want) << "scale " << scale;
+    EXPECT_EQ(Download(v_cache_d), v_want) << "scale " << scale;
   }
 }
 

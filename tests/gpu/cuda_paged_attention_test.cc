@@ -30,6 +30,7 @@
 #include "absl/types/span.h"
 #include "common/check.h"
 #include "common/cuda_check.h"
+#include "kernels/cpu/fp8_e4m3.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/device_buffer.h"
@@ -54,11 +55,14 @@ struct AttentionCase {
   int64_t num_kv_heads = 2;
   int64_t block_size = 16;
   float q_magnitude = 1.0f;  // q elements uniform in [-q_magnitude, q_magnitude]
+  // FP8 E4M3 caches holding value / kv_scale; the CPU op reads the same codes.
+  bool fp8 = false;
+  float kv_scale = 1.0f;
 };
 
 void PrintTo(const AttentionCase& c, std::ostream* os) {
   *os << c.name << " (head_dim " << c.head_dim << ", group " << c.group << ", block_size "
-      << c.block_size << ")";
+      << c.block_size << (c.fp8 ? ", FP8 KV" : "") << ")";
 }
 
 // Uniform in [-scale, scale], rounded to bf16; `exact` gets the same values as floats.
@@ -141,9 +145,21 @@ std::vector<double> RunAndCompare(const AttentionCase& c) {
 
   std::vector<float> want(num_tokens * num_heads * head_dim, nan);
   cpu::PagedAttentionParams cp;
+  // FP8: the codes of value / kv_scale; the unused blocks' NaN become the NaN code 0x7F.
+  std::vector<uint8_t> k_codes, v_codes;
   cp.q = q.data();
-  cp.k_cache = k_cache.data();
-  cp.v_cache = v_cache.data();
+  if (c.fp8) {
+    k_codes.resize(k_cache.size());
+    v_codes.resize(v_cache.size());
+    cpu::QuantizeE4m3(k_cache.data(), k_cache.size(), c.kv_scale, k_codes.data());
+    cpu::QuantizeE4m3(v_cache.data(), v_cache.size(), c.kv_scale, v_codes.data());
+    cp.k_cache_fp8 = k_codes.data();
+    cp.v_cache_fp8 = v_codes.data();
+    cp.kv_scale = c.kv_scale;
+  } else {
+    cp.k_cache = k_cache.data();
+    cp.v_cache = v_cache.data();
+  }
   cp.num_seqs = num_seqs;
   cp.query_start = query_start.data();
   cp.context_lens = context_lens.data();
@@ -158,8 +174,10 @@ std::vector<double> RunAndCompare(const AttentionCase& c) {
   cpu::PagedAttention(cp);
 
   DeviceBuffer<bf16> d_q = Upload(q_bf16);
-  DeviceBuffer<bf16> d_k = Upload(ToBf16(k_cache));
-  DeviceBuffer<bf16> d_v = Upload(ToBf16(v_cache));
+  DeviceBuffer<bf16> d_k = Upload(ToBf16(c.fp8 ? std::vector<float>() : k_cache));
+  DeviceBuffer<bf16> d_v = Upload(ToBf16(c.fp8 ? std::vector<float>() : v_cache));
+  DeviceBuffer<uint8_t> d_k8 = Upload(k_codes);
+  DeviceBuffer<uint8_t> d_v8 = Upload(v_codes);
   DeviceBuffer<bf16> d_out = Upload(ToBf16(std::vector<float>(want.size(), nan)));
   DeviceBuffer<int32_t> d_query_start = Upload(query_start);
   DeviceBuffer<int32_t> d_context_lens = Upload(context_lens);
@@ -172,8 +190,14 @@ std::vector<double> RunAndCompare(const AttentionCase& c) {
 
   PagedAttentionParams p;
   p.q = d_q.data();
-  p.k_cache = d_k.data();
-  p.v_cache = d_v.data();
+  if (c.fp8) {
+    p.k_cache_fp8 = d_k8.data();
+    p.v_cache_fp8 = d_v8.data();
+    p.kv_scale = c.kv_scale;
+  } else {
+    p.k_cache = d_k.data();
+    p.v_cache = d_v.data();
+  }
   p.query_start = d_query_start.data();
   p.context_lens = d_context_lens.data();
   p.block_tables = d_block_tables.data();
@@ -262,6 +286,21 @@ std::vector<AttentionCase> Cases() {
                    .head_dim = 128,
                    .group = 4,
                    .q_magnitude = 16.0f});
+  // FP8 caches: both kernels, both head sizes, a scale that is not a power of two (values up to
+  // 1 / 0.01 = 100 in codes), group 1 and the padded group 3.
+  for (int64_t head_dim : {64, 128}) {
+    for (int64_t group : {1, 3}) {
+      for (const auto& [name, seqs] :
+           {std::pair{"decode fp8", kDecodeBatch}, std::pair{"prefill fp8", kPrefillBatch}}) {
+        cases.push_back({.name = name,
+                         .seqs = seqs,
+                         .head_dim = head_dim,
+                         .group = group,
+                         .fp8 = true,
+                         .kv_scale = 0.01f});
+      }
+    }
+  }
   return cases;
 }
 

@@ -37,8 +37,7 @@ absl::Status Allocate(DeviceBuffer<T>& buffer, int64_t count) {
 absl::Status CopyColumns(const bf16* src, int64_t src_stride, int64_t width, int64_t rows,
                          bf16* dst, cudaStream_t stream) {
   return CudaStatus(cudaMemcpy2DAsync(dst, width * sizeof(bf16), src, src_stride * sizeof(bf16),
-                                      width * sizeof(bf16), rows, cudaMemcpyDeviceToDevice,
-                                      stream),
+                                      width * sizeof(bf16), rows, cudaMemcpyDeviceToDevice, stream),
                     "QKV split");
 }
 
@@ -106,21 +105,17 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(
   std::unique_ptr<CudaLlamaModel> model(
       new CudaLlamaModel(config, layout, comm, resolved, std::move(stream)));
   model->device_name_ = device.name;
-  KvCacheShape& kv = model->kv_shape_;
-  kv.num_layers = config.num_layers;
-  kv.block_size = options.block_size;
-  kv.num_kv_heads = layout.kv_heads.size;
-  kv.head_dim = config.head_dim;
-  kv.bytes_per_element = sizeof(bf16);
+  model->kv_shape_ = KvCacheShape::For(config.num_layers, layout.kv_heads.size, config.head_dim,
+                                       options.block_size, /*cuda=*/true, options.kv_cache_fp8);
   ASSIGN_OR_RETURN(model->gemm_, Gemm::Create());
   ASSIGN_OR_RETURN(model->weights_, UploadWeights(std::move(weights), model->stream_.get()));
   RETURN_IF_ERROR(model->AllocateStepBuffers());
   RETURN_IF_ERROR(model->WarmUpCollectives());
   RETURN_IF_ERROR(model->AllocateKvPool(options));
-  LogInfo(kLog, "rank %d/%d on %s: weights %.1f MiB, KV pool %lld blocks (%.1f MiB)",
+  LogInfo(kLog, "rank %d/%d on %s: weights %.1f MiB, KV pool %lld blocks (%.1f MiB, %s)",
           comm->rank(), comm->world_size(), model->device_name_,
-          model->weights_.bytes() / 1048576.0,
-          static_cast<long long>(model->kv_shape_.num_blocks), model->kv_pool_.bytes() / 1048576.0);
+          model->weights_.bytes() / 1048576.0, static_cast<long long>(model->kv_shape_.num_blocks),
+          model->kv_pool_.bytes() / 1048576.0, model->kv_shape_.fp8 ? "FP8 E4M3" : "bf16");
   if (!cuda.enforce_eager) RETURN_IF_ERROR(model->CaptureDecodeGraphs());
   return model;
 }
@@ -162,11 +157,10 @@ absl::Status CudaLlamaModel::AllocateStepBuffers() {
   RETURN_IF_ERROR(Allocate(gate_, t * ffn));
   RETURN_IF_ERROR(Allocate(up_, t * ffn));
   RETURN_IF_ERROR(Allocate(act_, t * ffn));
-  RETURN_IF_ERROR(Allocate(
-      attention_workspace_,
-      static_cast<int64_t>(PagedAttentionWorkspaceBytes(max_seqs, layout_.q_heads.size,
-                                                        layout_.kv_heads.size, head_dim,
-                                                        config_.context_length))));
+  RETURN_IF_ERROR(
+      Allocate(attention_workspace_, static_cast<int64_t>(PagedAttentionWorkspaceBytes(
+                                         max_seqs, layout_.q_heads.size, layout_.kv_heads.size,
+                                         head_dim, config_.context_length))));
   RETURN_IF_ERROR(Allocate(selected_, logits_capacity_ * hidden));
   RETURN_IF_ERROR(Allocate(local_logits_, logits_capacity_ * layout_.vocab.size));
   if (layout_.world_size > 1 && layout_.rank == 0) {
@@ -174,9 +168,8 @@ absl::Status CudaLlamaModel::AllocateStepBuffers() {
     RETURN_IF_ERROR(Allocate(contiguous_, logits_capacity_ * config_.vocab_size));
   }
   if (layout_.rank == 0) {
-    ASSIGN_OR_RETURN(processor_,
-                     CudaLogitsProcessor::Create(config_.vocab_size, logits_capacity_,
-                                                 token_capacity_, stream_.get()));
+    ASSIGN_OR_RETURN(processor_, CudaLogitsProcessor::Create(config_.vocab_size, logits_capacity_,
+                                                             token_capacity_, stream_.get()));
   }
   return absl::OkStatus();
 }
@@ -194,17 +187,16 @@ absl::Status CudaLlamaModel::AllocateKvPool(const ModelRunnerOptions& options) {
     DeviceMemory memory;
     memory.total_bytes = static_cast<int64_t>(total);
     memory.free_bytes = static_cast<int64_t>(free);
-    ASSIGN_OR_RETURN(kv_shape_.num_blocks,
-                     KvBlocksForUtilization(memory, options_.gpu_memory_utilization,
-                                            kLibraryReserveBytes, kv_shape_.bytes_per_block(),
-                                            max_blocks));
+    ASSIGN_OR_RETURN(
+        kv_shape_.num_blocks,
+        KvBlocksForUtilization(memory, options_.gpu_memory_utilization, kLibraryReserveBytes,
+                               kv_shape_.bytes_per_block(), max_blocks));
   }
   if (kv_shape_.num_blocks <= 0 || kv_shape_.num_blocks > max_blocks) {
     return absl::InvalidArgumentError(absl::StrCat("a KV pool of ", kv_shape_.num_blocks,
                                                    " blocks is outside [1, ", max_blocks, "]"));
   }
-  RETURN_IF_ERROR(Allocate(kv_pool_, 2 * config_.num_layers * kv_shape_.num_blocks *
-                                         kv_shape_.floats_per_block()));
+  RETURN_IF_ERROR(Allocate(kv_pool_, kv_shape_.num_blocks * kv_shape_.bytes_per_block()));
   // No sequence holds more blocks than the pool: a small pool bounds the graphs' block tables
   // and the context their attention grids are planned for.
   blocks_per_seq_ = std::min(blocks_per_seq_, kv_shape_.num_blocks);
@@ -240,23 +232,25 @@ absl::Status CudaLlamaModel::CaptureDecodeGraphs() {
 
 CudaLlamaModel::StepArrays CudaLlamaModel::ArraysFor(const StepInputLayout& layout) const {
   const int32_t* base = inputs_.data();
-  return StepArrays{base + layout.token_ids,      base + layout.positions,
-                    base + layout.query_start,    base + layout.context_lens,
-                    base + layout.logits_indices, base + layout.block_tables,
+  return StepArrays{base + layout.token_ids,
+                    base + layout.positions,
+                    base + layout.query_start,
+                    base + layout.context_lens,
+                    base + layout.logits_indices,
+                    base + layout.block_tables,
                     reinterpret_cast<const int64_t*>(base + layout.slot_mapping)};
 }
 
 absl::Status CudaLlamaModel::Upload(const PackedStep& packed) {
   if (packed.layout.total > inputs_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("step inputs of ", packed.layout.total,
-                                                   " words exceed the buffer of ",
-                                                   inputs_.size()));
+                                                   " words exceed the buffer of ", inputs_.size()));
   }
   // From pageable memory the call returns once the bytes are staged, so `packed` may go.
-  return CudaStatus(cudaMemcpyAsync(inputs_.data(), packed.data.data(),
-                                    packed.data.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                    stream_.get()),
-                    "step input upload");
+  return CudaStatus(
+      cudaMemcpyAsync(inputs_.data(), packed.data.data(), packed.data.size() * sizeof(int32_t),
+                      cudaMemcpyHostToDevice, stream_.get()),
+      "step input upload");
 }
 
 absl::Status CudaLlamaModel::EnqueueLayers(const StepShape& shape, const StepArrays& arrays) {
@@ -264,8 +258,8 @@ absl::Status CudaLlamaModel::EnqueueLayers(const StepShape& shape, const StepArr
   const int64_t n = shape.num_tokens;
   const int64_t hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  Embedding(weights_.token_embedding.weight.data(), config_.vocab_size, hidden, arrays.token_ids,
-            n, residual_.data(), stream);
+  Embedding(weights_.token_embedding.weight.data(), config_.vocab_size, hidden, arrays.token_ids, n,
+            residual_.data(), stream);
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     const DeviceLayerWeights& w = weights_.layers[layer];
     if (layer == 0) {
@@ -275,8 +269,8 @@ absl::Status CudaLlamaModel::EnqueueLayers(const StepShape& shape, const StepArr
                  normed_.data(), stream);
     }
     RETURN_IF_ERROR(EnqueueAttention(layer, shape, arrays));
-    AddRmsNorm(residual_.data(), partial_.data(), w.ffn_norm.data(), n, hidden, eps,
-               normed_.data(), stream);
+    AddRmsNorm(residual_.data(), partial_.data(), w.ffn_norm.data(), n, hidden, eps, normed_.data(),
+               stream);
     RETURN_IF_ERROR(EnqueueMlp(layer, n));
   }
   AddRmsNorm(residual_.data(), partial_.data(), weights_.output_norm.data(), n, hidden, eps,
@@ -311,16 +305,24 @@ absl::Status CudaLlamaModel::EnqueueAttention(int layer, const StepShape& shape,
             stream);
   ApplyRope(k_.data(), arrays.positions, n, kv_heads, head_dim, config_.rope_dims, inv_freq, style,
             stream);
-  const int64_t layer_elements = kv_shape_.num_blocks * kv_shape_.floats_per_block();
-  bf16* k_cache = kv_pool_.data() + (2 * layer) * layer_elements;
-  bf16* v_cache = k_cache + layer_elements;
-  WriteKvCache(k_.data(), v_.data(), arrays.slot_mapping, n, kv_heads, head_dim, k_cache, v_cache,
-               stream);
-
+  const int64_t layer_bytes =
+      kv_shape_.num_blocks * kv_shape_.floats_per_block() * kv_shape_.bytes_per_element;
+  uint8_t* k_pool = kv_pool_.data() + (2 * layer) * layer_bytes;
+  uint8_t* v_pool = k_pool + layer_bytes;
   PagedAttentionParams p;
+  if (kv_shape_.fp8) {
+    WriteKvCacheFp8(k_.data(), v_.data(), arrays.slot_mapping, n, kv_heads, head_dim,
+                    kv_shape_.fp8_scale, k_pool, v_pool, stream);
+    p.k_cache_fp8 = k_pool;
+    p.v_cache_fp8 = v_pool;
+    p.kv_scale = kv_shape_.fp8_scale;
+  } else {
+    p.k_cache = reinterpret_cast<bf16*>(k_pool);
+    p.v_cache = reinterpret_cast<bf16*>(v_pool);
+    WriteKvCache(k_.data(), v_.data(), arrays.slot_mapping, n, kv_heads, head_dim,
+                 reinterpret_cast<bf16*>(k_pool), reinterpret_cast<bf16*>(v_pool), stream);
+  }
   p.q = q_.data();
-  p.k_cache = k_cache;
-  p.v_cache = v_cache;
   p.query_start = arrays.query_start;
   p.context_lens = arrays.context_lens;
   p.block_tables = arrays.block_tables;
@@ -389,11 +391,11 @@ absl::Status CudaLlamaModel::EnqueueLogitsCopy(int64_t count, int64_t wanted, fl
   int64_t offset = 0;
   for (int r = 0; r < layout_.world_size; ++r) {
     const Range range = BalancedRange(vocab, r, layout_.world_size);
-    RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpy2DAsync(dst + range.begin, vocab * sizeof(float), src + offset,
-                          range.size * sizeof(float), range.size * sizeof(float), wanted, kind,
-                          stream_.get()),
-        "logits copy"));
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpy2DAsync(dst + range.begin, vocab * sizeof(float), src + offset,
+                                     range.size * sizeof(float), range.size * sizeof(float), wanted,
+                                     kind, stream_.get()),
+                   "logits copy"));
     offset += count * range.size;
   }
   return absl::OkStatus();
@@ -434,11 +436,12 @@ absl::Status CudaLlamaModel::RunGraph(const ForwardBatch& batch, const DecodeGra
 absl::Status CudaLlamaModel::CheckStep(const ForwardBatch& batch) const {
   RETURN_IF_ERROR(ValidateForwardBatch(batch, config_, kv_shape_));
   if (batch.num_tokens() > token_capacity_ || batch.num_seqs() > options_.max_num_seqs) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a step of ", batch.num_tokens(), " tokens in ", batch.num_seqs(),
-        " sequences exceeds the CUDA worker's limits of ", token_capacity_, " tokens and ",
-        options_.max_num_seqs, " sequences (the coordinator's --max-num-batched-tokens and "
-        "--max-num-seqs at Init)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a step of ", batch.num_tokens(), " tokens in ", batch.num_seqs(),
+                     " sequences exceeds the CUDA worker's limits of ", token_capacity_,
+                     " tokens and ", options_.max_num_seqs,
+                     " sequences (the coordinator's --max-num-batched-tokens and "
+                     "--max-num-seqs at Init)"));
   }
   const int32_t longest = *std::max_element(batch.context_lens.begin(), batch.context_lens.end());
   if (longest > graph_max_context_) {
@@ -466,8 +469,7 @@ absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, std::vector<floa
   const int64_t vocab = config_.vocab_size;
   auto copy = [&](int64_t start, int64_t count, int64_t wanted) -> absl::Status {
     if (start == 0) logits->resize(batch.num_logits() * vocab);
-    return EnqueueLogitsCopy(count, wanted, logits->data() + start * vocab,
-                             cudaMemcpyDeviceToHost);
+    return EnqueueLogitsCopy(count, wanted, logits->data() + start * vocab, cudaMemcpyDeviceToHost);
   };
   RETURN_IF_ERROR(Enqueue(batch, copy));
   return stream_.Synchronize();

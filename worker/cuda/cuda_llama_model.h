@@ -38,13 +38,13 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm.h"
 #include "model/model_config.h"
+#include "model/shard_layout.h"
 #include "worker/comm/device_communicator.h"
-#include "worker/cuda_backend.h"
 #include "worker/cuda/cuda_graph.h"
 #include "worker/cuda/cuda_logits_processor.h"
 #include "worker/cuda/device_weights.h"
+#include "worker/cuda_backend.h"
 #include "worker/model_loader.h"
-#include "model/shard_layout.h"
 #include "worker/step_inputs.h"
 #include "worker/step_model.h"
 
@@ -58,12 +58,9 @@ class CudaLlamaModel : public StepModel {
   // collectives. FAILED_PRECONDITION without a usable device, RESOURCE_EXHAUSTED when the
   // weights, buffers or pool do not fit, INVALID_ARGUMENT for shapes the kernels do not support.
   // `device` is options.cuda.device as SelectCudaDevice found it.
-  static absl::StatusOr<std::unique_ptr<CudaLlamaModel>> Create(const ModelRunnerOptions& options,
-                                                                const CudaDeviceChoice& device,
-                                                                const ModelConfig& config,
-                                                                const ShardLayout& layout,
-                                                                ModelWeights weights,
-                                                                DeviceCommunicator* comm);
+  static absl::StatusOr<std::unique_ptr<CudaLlamaModel>> Create(
+      const ModelRunnerOptions& options, const CudaDeviceChoice& device, const ModelConfig& config,
+      const ShardLayout& layout, ModelWeights weights, DeviceCommunicator* comm);
 
   absl::Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override;
   absl::Status ForwardAndProcess(const ForwardBatch& batch,
@@ -122,8 +119,7 @@ class CudaLlamaModel : public StepModel {
 
   // Called on rank 0 after each logits pass: step rows [start, start + wanted) are enqueued
   // (computed as EnqueueLogits(…, count) computes them).
-  using LogitsPass =
-      absl::FunctionRef<absl::Status(int64_t start, int64_t count, int64_t wanted)>;
+  using LogitsPass = absl::FunctionRef<absl::Status(int64_t start, int64_t count, int64_t wanted)>;
   // INVALID_ARGUMENT for a batch outside the model, the pool or the sizes of Create.
   absl::Status CheckStep(const ForwardBatch& batch) const;
   // Enqueues a checked step, through a decode graph or eagerly; does not wait for it.
@@ -140,22 +136,23 @@ class CudaLlamaModel : public StepModel {
   std::unique_ptr<Gemm> gemm_;
   DeviceWeights weights_;
   KvCacheShape kv_shape_;
-  DeviceBuffer<bf16> kv_pool_;  // [layer][K, V][num_blocks * block floats]
+  // [layer][K, V][num_blocks * block values], bf16 or FP8 E4M3 codes (kv_shape_.fp8).
+  DeviceBuffer<uint8_t> kv_pool_;
 
   // Step buffers, sized at load.
-  int64_t token_capacity_ = 0;   // tokens per step
-  int64_t logits_capacity_ = 0;  // logits rows per pass (a step with more makes several)
-  int64_t blocks_per_seq_ = 0;   // block-table stride of graph steps: the longest context's
+  int64_t token_capacity_ = 0;     // tokens per step
+  int64_t logits_capacity_ = 0;    // logits rows per pass (a step with more makes several)
+  int64_t blocks_per_seq_ = 0;     // block-table stride of graph steps: the longest context's
   int32_t graph_max_context_ = 0;  // the longest context a step may have; graphs plan for it
   DeviceBuffer<int32_t> inputs_;
   DeviceBuffer<bf16> residual_, normed_, partial_;  // [tokens, hidden]
   DeviceBuffer<bf16> qkv_, q_, k_, v_, attn_;       // [tokens, local widths]
   DeviceBuffer<bf16> gate_, up_, act_;              // [tokens, ffn_local]
   DeviceBuffer<uint8_t> attention_workspace_;
-  DeviceBuffer<bf16> selected_;      // [logits rows, hidden]
-  DeviceBuffer<float> local_logits_;  // [logits rows, vocab_local]
-  DeviceBuffer<float> gathered_;     // [logits rows, vocab] on rank 0 of a group
-  DeviceBuffer<float> contiguous_;   // [logits rows, vocab] on rank 0 of a group
+  DeviceBuffer<bf16> selected_;                     // [logits rows, hidden]
+  DeviceBuffer<float> local_logits_;                // [logits rows, vocab_local]
+  DeviceBuffer<float> gathered_;                    // [logits rows, vocab] on rank 0 of a group
+  DeviceBuffer<float> contiguous_;                  // [logits rows, vocab] on rank 0 of a group
   std::unique_ptr<CudaLogitsProcessor> processor_;  // rank 0
 
   std::vector<DecodeGraph> graphs_;  // ascending batch

@@ -3,6 +3,7 @@
 #include "worker/kv_budget.h"
 
 #include "gtest/gtest.h"
+#include "worker/kv_cache.h"
 
 namespace tpserve {
 namespace {
@@ -44,6 +45,29 @@ TEST(KvBlocksForUtilization, RejectsUtilizationOutsideTheUnitInterval) {
   }
   EXPECT_EQ(KvBlocksForUtilization({kGiB, 2 * kGiB}, 0.5, 0, kMiB, 10).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A CUDA rank of Llama-3-70B at TP 8 (80 layers, 1 of 8 KV heads, head_dim 128, blocks of 16):
+// a block is 2 * 80 * 16 * 128 values = 327,680, so 640 KiB in bf16 and 320 KiB in FP8, and the
+// 20 GiB left on a 141 GiB card at utilization 0.9 (126.9 GiB, 106.9 GiB in use) holds 32,768
+// bf16 blocks or 65,536 FP8 ones.
+TEST(KvBlocksForUtilization, Fp8KvDoublesTheCudaPool) {
+  const KvCacheShape bf16 = KvCacheShape::For(80, 1, 128, 16, /*cuda=*/true, /*fp8=*/false);
+  const KvCacheShape fp8 = KvCacheShape::For(80, 1, 128, 16, /*cuda=*/true, /*fp8=*/true);
+  EXPECT_EQ(bf16.bytes_per_block(), 640 * 1024);
+  EXPECT_EQ(fp8.bytes_per_block(), 320 * 1024);
+  EXPECT_TRUE(fp8.fp8);
+  const int64_t total = 141 * kGiB;
+  const int64_t used = static_cast<int64_t>(0.9 * static_cast<double>(total)) - 20 * kGiB;
+  const DeviceMemory memory{total, total - used};
+  auto bf16_blocks = KvBlocksForUtilization(memory, 0.9, 0, bf16.bytes_per_block(), 1 << 30);
+  auto fp8_blocks = KvBlocksForUtilization(memory, 0.9, 0, fp8.bytes_per_block(), 1 << 30);
+  ASSERT_TRUE(bf16_blocks.ok() && fp8_blocks.ok());
+  EXPECT_EQ(*bf16_blocks, 32768);
+  EXPECT_EQ(*fp8_blocks, 65536);
+  // The CPU pool holds fp32: FP8 is a quarter of its bytes.
+  EXPECT_EQ(KvCacheShape::For(80, 1, 128, 16, /*cuda=*/false, /*fp8=*/false).bytes_per_block(),
+            4 * fp8.bytes_per_block());
 }
 
 }  // namespace
