@@ -66,6 +66,7 @@ struct Flags {
   double http_header_timeout_s = 0;
   int64_t kv_cache_blocks = 0;
   std::string kv_cache_dtype = "auto";
+  std::string quantization = "none";
   int block_size = 16;
   int max_num_batched_tokens = 2048;
   int max_num_seqs = 256;
@@ -167,6 +168,7 @@ absl::Status Serve(const Flags& flags) {
       absl::StrCat("--heartbeat-interval=", flags.heartbeat_interval_s),
       absl::StrCat("--recovery-grace=", flags.recovery_grace_s),
       absl::StrCat("--kv-cache-dtype=", flags.kv_cache_dtype),
+      absl::StrCat("--quantization=", flags.quantization),
       absl::StrCat("--max-step-attention=", flags.max_step_attention),
       absl::StrCat("--device=", flags.device)};
   if (!flags.api_keys.empty()) {
@@ -314,6 +316,9 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
                  "auto (fp32 on CPU, bf16 on CUDA) or fp8 (E4M3 codes, on either)")
       ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}));
+  app.add_option("--quantization", flags.quantization,
+                 "none, or fp8 (FP8 W8A8 linears, quantized at load; CUDA workers)")
+      ->check(CLI::IsMember({"none", "fp8"}));
   app.add_option("--kv-cache-blocks", flags.kv_cache_blocks, "KV pool size (0 = workers decide)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--block-size", flags.block_size, "tokens per KV block")

@@ -68,6 +68,7 @@ struct Flags {
   int64_t kv_cache_blocks = 0;
   int64_t kv_cache_memory_mib = 0;
   std::string kv_cache_dtype = "auto";
+  std::string quantization = "none";
   int block_size = 16;
   int max_num_batched_tokens = 2048;
   int64_t max_step_attention = int64_t{2048} * 2048;
@@ -399,6 +400,7 @@ int Run(const Flags& flags) {
   init.kv_cache_blocks = flags.kv_cache_blocks;
   init.kv_cache_bytes = flags.kv_cache_memory_mib << 20;
   init.kv_cache_fp8 = flags.kv_cache_dtype != "auto";
+  init.weights_fp8 = flags.quantization == "fp8";
   init.device = flags.device == "cuda" ? v1::DEVICE_CUDA : v1::DEVICE_CPU;
   init.max_num_seqs = flags.max_num_seqs;
   init.max_num_batched_tokens = flags.max_num_batched_tokens;
@@ -546,6 +548,12 @@ int main(int argc, char** argv) {
                  "CUDA's)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}));
+  app.add_option("--quantization", flags.quantization,
+                 "none (the model file's own weights), or fp8: CUDA workers quantize every "
+                 "linear's weights at load to FP8 E4M3 with per-output-channel scales and its "
+                 "activations per token (W8A8; half the bytes of bf16 weights)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "fp8"}));
   app.add_option("--max-num-batched-tokens", flags.max_num_batched_tokens,
                  "tokens run per step: decodes plus prefill chunks")
       ->capture_default_str()

@@ -214,6 +214,7 @@ absl::Status WorkerPool::Init(const WorkerInitOptions& options, absl::Duration t
     r.set_draft_model_path(options.draft_model_path);
     r.set_self_spec_layers(options.self_spec_layers);
     r.set_kv_cache_fp8(options.kv_cache_fp8);
+    r.set_weights_fp8(options.weights_fp8);
   }
   auto statuses = CallAll(timeout, /*cancel_on_failure=*/true,
                           [&](int rank, auto* stub, auto* context, auto done) {

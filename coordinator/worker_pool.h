@@ -39,6 +39,7 @@ struct WorkerInitOptions {
   std::string draft_model_path;  // speculative decoding's draft, loaded by rank 0; empty: none
   int32_t self_spec_layers = 0;  // or the target's first this many layers as the draft; 0: none
   bool kv_cache_fp8 = false;     // the KV pool holds FP8 E4M3 codes (InitRequest.kv_cache_fp8)
+  bool weights_fp8 = false;      // FP8 W8A8 linears (InitRequest.weights_fp8)
 };
 
 // What the ranks agreed on after LoadShard.

@@ -55,6 +55,11 @@ absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOption
         "block size (", options.block_size, ") must be positive, KV cache blocks (",
         options.kv_cache_blocks, ") and bytes (", options.kv_cache_bytes, ") not negative"));
   }
+  if (options.device == Device::kCpu && options.weights_fp8) {
+    return absl::UnimplementedError(
+        "--quantization fp8 runs on CUDA workers (FP8 tensor cores); a CPU worker computes with "
+        "the model file's own weights (GGUF blocks such as Q4_0, Q8_0 or Q4_K are kept packed)");
+  }
 #if !TPSERVE_WITH_CUDA
   if (options.device == Device::kCuda) {
     return absl::UnimplementedError(

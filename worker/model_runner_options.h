@@ -39,8 +39,11 @@ struct ModelRunnerOptions {
   // With a byte budget: grow the pool to hold one full context (config.context_length tokens)
   // when the budget holds less; the worker's default budget asks this, an operator's does not.
   bool kv_cache_holds_context = false;
-  // K and V stored as FP8 E4M3 codes (kernels/cpu/fp8_e4m3.h) instead of fp32; CPU only for now.
+  // K and V stored as FP8 E4M3 codes (kernels/cpu/fp8_e4m3.h) instead of fp32 or bf16.
   bool kv_cache_fp8 = false;
+  // CUDA: every linear but the embedding and the output head as FP8 W8A8 (weights quantized at
+  // load, per output channel; activations per token; kernels/cpu/fp8_matmul.h states the format).
+  bool weights_fp8 = false;
   CpuWeights cpu_weights = CpuWeights::kPacked;
   CudaRunnerOptions cuda;
   // Speculative decoding's draft model (worker/draft_runner.h), loaded by rank 0 on its CPU;

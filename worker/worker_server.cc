@@ -360,7 +360,8 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
                           group.enforce_eager() == group_.enforce_eager() &&
                           group.draft_model_path() == group_.draft_model_path() &&
                           group.self_spec_layers() == group_.self_spec_layers() &&
-                          group.kv_cache_fp8() == group_.kv_cache_fp8();
+                          group.kv_cache_fp8() == group_.kv_cache_fp8() &&
+                          group.weights_fp8() == group_.weights_fp8();
   // Before the communicators it points to change. A kept CUDA shard is a world of one, whose
   // device communicator lives for the whole process.
   if (!keep_shard) runner_.reset();
@@ -397,6 +398,7 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
   options.kv_cache_blocks = group_.kv_cache_blocks();
   options.kv_cache_bytes = group_.kv_cache_bytes();
   options.kv_cache_fp8 = group_.kv_cache_fp8();
+  options.weights_fp8 = group_.weights_fp8();
   options.cpu_weights = options_.cpu_weights;
   options.draft_model_path = group_.draft_model_path();
   if (group_.self_spec_layers() > 0) {  // The target itself, which Init allowed.

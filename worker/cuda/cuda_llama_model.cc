@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
@@ -10,6 +11,7 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/add_bias.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/fp8_quantize.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope.h"
@@ -108,7 +110,9 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(
   model->kv_shape_ = KvCacheShape::For(config.num_layers, layout.kv_heads.size, config.head_dim,
                                        options.block_size, /*cuda=*/true, options.kv_cache_fp8);
   ASSIGN_OR_RETURN(model->gemm_, Gemm::Create());
-  ASSIGN_OR_RETURN(model->weights_, UploadWeights(std::move(weights), model->stream_.get()));
+  ASSIGN_OR_RETURN(model->weights_,
+                   UploadWeights(std::move(weights), options.weights_fp8, model->stream_.get()));
+  if (options.weights_fp8) RETURN_IF_ERROR(model->ChooseFp8Mode());
   RETURN_IF_ERROR(model->AllocateStepBuffers());
   RETURN_IF_ERROR(model->WarmUpCollectives());
   RETURN_IF_ERROR(model->AllocateKvPool(options));
@@ -131,6 +135,55 @@ absl::Status CudaLlamaModel::WarmUpCollectives() {
       VocabGatherCounts(config_.vocab_size, layout_.world_size, logits_capacity_),
       gathered_logits(), stream_.get()));
   return stream_.Synchronize();
+}
+
+absl::Status CudaLlamaModel::ChooseFp8Mode() {
+  const int64_t hidden = config_.hidden_size;
+  const int64_t q_width = layout_.q_width(config_.head_dim);
+  const int64_t ffn = layout_.ffn.size;
+  // The products of a layer: qkv, o_proj, gate and up (each ffn rows), down.
+  const std::pair<int64_t, int64_t> shapes[] = {{layout_.qkv_width(config_.head_dim), hidden},
+                                                {hidden, q_width},
+                                                {ffn, hidden},
+                                                {hidden, ffn}};
+  fp8_mode_ = Fp8ScaleMode::kOuterVector;
+  for (const auto& [n, k] : shapes) {
+    absl::StatusOr<Fp8ScaleMode> mode = gemm_->ChooseFp8Mode(n, k);
+    if (!mode.ok()) {
+      return absl::Status(mode.status().code(),
+                          absl::StrCat("--quantization fp8: ", mode.status().message()));
+    }
+    if (*mode == Fp8ScaleMode::kEpilogue) fp8_mode_ = Fp8ScaleMode::kEpilogue;
+  }
+  LogInfo(kLog,
+          "rank %d/%d: FP8 W8A8 linears, per-channel weight and per-token activation "
+          "scales applied %s",
+          layout_.rank, layout_.world_size,
+          *fp8_mode_ == Fp8ScaleMode::kOuterVector
+              ? "by cuBLASLt (outer-vector scale mode)"
+              : "by an epilogue kernel (this cuBLASLt has no outer-vector FP8 scaling here)");
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::Linear(const DeviceLinear& w, int64_t first_row, int64_t rows,
+                                    const bf16* x, int64_t m, bool x_quantized, bf16* out) {
+  const cudaStream_t stream = stream_.get();
+  const int64_t k = w.cols;
+  if (!w.is_fp8()) {
+    return gemm_->MatmulBT(x, w.weight.data() + first_row * k, m, rows, k, out, stream);
+  }
+  if (!x_quantized) QuantizeRowsE4m3(x, m, k, act_codes_.data(), act_scales_.data(), stream);
+  Fp8GemmParams p;
+  p.a = act_codes_.data();
+  p.a_scales = act_scales_.data();
+  p.b = w.fp8.data() + first_row * k;
+  p.b_scales = w.fp8_scales.data() + first_row;
+  p.c = out;
+  p.m = m;
+  p.n = rows;
+  p.k = k;
+  p.scratch = fp8_raw_.data();
+  return gemm_->RunFp8(p, *fp8_mode_, stream);
 }
 
 absl::Status CudaLlamaModel::AllocateStepBuffers() {
@@ -157,6 +210,13 @@ absl::Status CudaLlamaModel::AllocateStepBuffers() {
   RETURN_IF_ERROR(Allocate(gate_, t * ffn));
   RETURN_IF_ERROR(Allocate(up_, t * ffn));
   RETURN_IF_ERROR(Allocate(act_, t * ffn));
+  if (fp8_mode_.has_value()) {
+    RETURN_IF_ERROR(Allocate(act_codes_, t * std::max({hidden, q_width, ffn})));
+    RETURN_IF_ERROR(Allocate(act_scales_, t));
+    if (*fp8_mode_ == Fp8ScaleMode::kEpilogue) {
+      RETURN_IF_ERROR(Allocate(fp8_raw_, t * std::max({layout_.qkv_width(head_dim), hidden, ffn})));
+    }
+  }
   RETURN_IF_ERROR(
       Allocate(attention_workspace_, static_cast<int64_t>(PagedAttentionWorkspaceBytes(
                                          max_seqs, layout_.q_heads.size, layout_.kv_heads.size,
@@ -291,8 +351,7 @@ absl::Status CudaLlamaModel::EnqueueAttention(int layer, const StepShape& shape,
   const int64_t kv_width = layout_.kv_width(head_dim);
   const int64_t qkv_width = layout_.qkv_width(head_dim);
 
-  RETURN_IF_ERROR(gemm_->MatmulBT(normed_.data(), w.qkv.weight.data(), n, qkv_width, hidden,
-                                  qkv_.data(), stream));
+  RETURN_IF_ERROR(Linear(w.qkv, 0, qkv_width, normed_.data(), n, false, qkv_.data()));
   if (!w.qkv_bias.empty()) AddBias(qkv_.data(), w.qkv_bias.data(), n, qkv_width, stream);
   RETURN_IF_ERROR(CopyColumns(qkv_.data(), qkv_width, q_width, n, q_.data(), stream));
   RETURN_IF_ERROR(CopyColumns(qkv_.data() + q_width, qkv_width, kv_width, n, k_.data(), stream));
@@ -341,8 +400,7 @@ absl::Status CudaLlamaModel::EnqueueAttention(int layer, const StepShape& shape,
   p.workspace_bytes = static_cast<size_t>(attention_workspace_.bytes());
   PagedAttention(p, stream);
 
-  RETURN_IF_ERROR(gemm_->MatmulBT(attn_.data(), w.attn_output.weight.data(), n, hidden, q_width,
-                                  partial_.data(), stream));
+  RETURN_IF_ERROR(Linear(w.attn_output, 0, hidden, attn_.data(), n, false, partial_.data()));
   return comm_->EnqueueAllReduceSum(partial_.data(), n * hidden, stream);
 }
 
@@ -351,16 +409,12 @@ absl::Status CudaLlamaModel::EnqueueMlp(int layer, int64_t num_tokens) {
   const DeviceLayerWeights& w = weights_.layers[layer];
   const int64_t hidden = config_.hidden_size;
   const int64_t ffn = layout_.ffn.size;
-  // Gate and up as two products into separate buffers, so SiLU·mul reads two flat arrays.
-  const bf16* gate_weight = w.gate_up.weight.data();
-  const bf16* up_weight = gate_weight + ffn * hidden;
-  RETURN_IF_ERROR(
-      gemm_->MatmulBT(normed_.data(), gate_weight, num_tokens, ffn, hidden, gate_.data(), stream));
-  RETURN_IF_ERROR(
-      gemm_->MatmulBT(normed_.data(), up_weight, num_tokens, ffn, hidden, up_.data(), stream));
+  // Gate and up as two products into separate buffers, so SiLU·mul reads two flat arrays; up
+  // reuses the FP8 activations gate quantized.
+  RETURN_IF_ERROR(Linear(w.gate_up, 0, ffn, normed_.data(), num_tokens, false, gate_.data()));
+  RETURN_IF_ERROR(Linear(w.gate_up, ffn, ffn, normed_.data(), num_tokens, true, up_.data()));
   SiluMul(gate_.data(), up_.data(), num_tokens * ffn, act_.data(), stream);
-  RETURN_IF_ERROR(gemm_->MatmulBT(act_.data(), w.down.weight.data(), num_tokens, hidden, ffn,
-                                  partial_.data(), stream));
+  RETURN_IF_ERROR(Linear(w.down, 0, hidden, act_.data(), num_tokens, false, partial_.data()));
   return comm_->EnqueueAllReduceSum(partial_.data(), num_tokens * hidden, stream);
 }
 

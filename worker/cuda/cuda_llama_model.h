@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,7 +95,15 @@ class CudaLlamaModel : public StepModel {
   CudaLlamaModel(const ModelConfig& config, const ShardLayout& layout, DeviceCommunicator* comm,
                  const CudaRunnerOptions& options, CudaStream stream);
 
+  // --quantization fp8: how the scales enter the products (Gemm::ChooseFp8Mode over the layer's
+  // shapes; the epilogue if any shape needs it), logged.
+  absl::Status ChooseFp8Mode();
   absl::Status AllocateStepBuffers();
+  // out[m, rows] = x[m, k] · w's rows [first_row, first_row + rows)ᵀ, enqueued: a bf16 product,
+  // or FP8 W8A8 with x quantized per token into act_codes_ first (unless x_quantized says the
+  // previous call left this x there).
+  absl::Status Linear(const DeviceLinear& w, int64_t first_row, int64_t rows, const bf16* x,
+                      int64_t m, bool x_quantized, bf16* out);
   absl::Status WarmUpCollectives();
   // The pool's block count; kv_shape_'s other fields are set by Create.
   absl::Status AllocateKvPool(const ModelRunnerOptions& options);
@@ -148,6 +157,11 @@ class CudaLlamaModel : public StepModel {
   DeviceBuffer<bf16> residual_, normed_, partial_;  // [tokens, hidden]
   DeviceBuffer<bf16> qkv_, q_, k_, v_, attn_;       // [tokens, local widths]
   DeviceBuffer<bf16> gate_, up_, act_;              // [tokens, ffn_local]
+  // FP8 W8A8 (fp8_mode_ set): a linear's input codes [tokens, widest input] and per-token
+  // scales; with the epilogue mode, the unscaled fp32 product [tokens, widest output].
+  std::optional<Fp8ScaleMode> fp8_mode_;
+  DeviceBuffer<uint8_t> act_codes_;
+  DeviceBuffer<float> act_scales_, fp8_raw_;
   DeviceBuffer<uint8_t> attention_workspace_;
   DeviceBuffer<bf16> selected_;                     // [logits rows, hidden]
   DeviceBuffer<float> local_logits_;                // [logits rows, vocab_local]

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/dequantize.h"
+#include "kernels/cuda/fp8_quantize.h"
 
 namespace tpserve::cuda {
 namespace {
@@ -104,19 +105,35 @@ absl::StatusOr<DeviceLinear> UploadLinear(Linear& w, Staging& staging, cudaStrea
   return out;
 }
 
+// `w`'s bf16 weight as E4M3 codes with per-row scales; the bf16 buffer is freed once read.
+absl::Status QuantizeToFp8(DeviceLinear& w, cudaStream_t stream) {
+  ASSIGN_OR_RETURN(w.fp8, DeviceBuffer<uint8_t>::Allocate(w.rows * w.cols));
+  ASSIGN_OR_RETURN(w.fp8_scales, DeviceBuffer<float>::Allocate(w.rows));
+  QuantizeRowsE4m3(w.weight.data(), w.rows, w.cols, w.fp8.data(), w.fp8_scales.data(), stream);
+  RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "FP8 weight quantization"));
+  w.weight = DeviceBuffer<bf16>();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceLinear> UploadLayerLinear(Linear& w, bool fp8, Staging& staging,
+                                               cudaStream_t stream) {
+  ASSIGN_OR_RETURN(DeviceLinear out, UploadLinear(w, staging, stream));
+  if (fp8 && out.rows > 0) RETURN_IF_ERROR(QuantizeToFp8(out, stream));
+  return out;
+}
+
 }  // namespace
 
 int64_t DeviceWeights::bytes() const {
-  int64_t total = token_embedding.weight.bytes() + output_norm.bytes() + lm_head.weight.bytes();
+  int64_t total = token_embedding.bytes() + output_norm.bytes() + lm_head.bytes();
   for (const DeviceLayerWeights& l : layers) {
-    total += l.attn_norm.bytes() + l.qkv.weight.bytes() + l.qkv_bias.bytes() +
-             l.attn_output.weight.bytes() + l.ffn_norm.bytes() + l.gate_up.weight.bytes() +
-             l.down.weight.bytes();
+    total += l.attn_norm.bytes() + l.qkv.bytes() + l.qkv_bias.bytes() + l.attn_output.bytes() +
+             l.ffn_norm.bytes() + l.gate_up.bytes() + l.down.bytes();
   }
   return total;
 }
 
-absl::StatusOr<DeviceWeights> UploadWeights(ModelWeights host, cudaStream_t stream) {
+absl::StatusOr<DeviceWeights> UploadWeights(ModelWeights host, bool fp8, cudaStream_t stream) {
   Staging staging;
   DeviceWeights out;
   ASSIGN_OR_RETURN(out.token_embedding, UploadLinear(host.token_embedding, staging, stream));
@@ -127,12 +144,12 @@ absl::StatusOr<DeviceWeights> UploadWeights(ModelWeights host, cudaStream_t stre
   for (LayerWeights& layer : host.layers) {
     DeviceLayerWeights& d = out.layers.emplace_back();
     ASSIGN_OR_RETURN(d.attn_norm, UploadVector(layer.attn_norm, staging, stream));
-    ASSIGN_OR_RETURN(d.qkv, UploadLinear(layer.qkv, staging, stream));
+    ASSIGN_OR_RETURN(d.qkv, UploadLayerLinear(layer.qkv, fp8, staging, stream));
     ASSIGN_OR_RETURN(d.qkv_bias, UploadExact(layer.qkv_bias, stream));
-    ASSIGN_OR_RETURN(d.attn_output, UploadLinear(layer.attn_output, staging, stream));
+    ASSIGN_OR_RETURN(d.attn_output, UploadLayerLinear(layer.attn_output, fp8, staging, stream));
     ASSIGN_OR_RETURN(d.ffn_norm, UploadVector(layer.ffn_norm, staging, stream));
-    ASSIGN_OR_RETURN(d.gate_up, UploadLinear(layer.gate_up, staging, stream));
-    ASSIGN_OR_RETURN(d.down, UploadLinear(layer.down, staging, stream));
+    ASSIGN_OR_RETURN(d.gate_up, UploadLayerLinear(layer.gate_up, fp8, staging, stream));
+    ASSIGN_OR_RETURN(d.down, UploadLayerLinear(layer.down, fp8, staging, stream));
   }
   RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "weight upload"));
   return out;

@@ -14,9 +14,16 @@
 namespace tpserve::cuda {
 
 struct DeviceLinear {
-  DeviceBuffer<bf16> weight;  // [rows, cols]
+  DeviceBuffer<bf16> weight;  // [rows, cols]; empty once quantized to FP8
+  // FP8 W8A8 (UploadWeights with fp8): E4M3 codes [rows, cols] and one scale per row (output
+  // channel), kernels/cpu/fp8_matmul.h's format.
+  DeviceBuffer<uint8_t> fp8;
+  DeviceBuffer<float> fp8_scales;
   int64_t rows = 0;
   int64_t cols = 0;
+
+  bool is_fp8() const { return !fp8.empty(); }
+  int64_t bytes() const { return weight.bytes() + fp8.bytes() + fp8_scales.bytes(); }
 };
 
 struct DeviceLayerWeights {
@@ -41,7 +48,10 @@ struct DeviceWeights {
 };
 
 // Uploads `host` to the current device through `stream` and returns when done; clears each part
-// of `host` once it is on the device. RESOURCE_EXHAUSTED when the device is full.
-absl::StatusOr<DeviceWeights> UploadWeights(ModelWeights host, cudaStream_t stream);
+// of `host` once it is on the device. With `fp8`, each layer's linears are quantized to FP8 as
+// they arrive (the bf16 copy freed at once, so the peak is one linear's bf16 over the FP8
+// model); the embedding and the output head stay bf16. RESOURCE_EXHAUSTED when the device is
+// full.
+absl::StatusOr<DeviceWeights> UploadWeights(ModelWeights host, bool fp8, cudaStream_t stream);
 
 }  // namespace tpserve::cuda

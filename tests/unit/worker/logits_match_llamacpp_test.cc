@@ -248,6 +248,19 @@ TEST(KvCacheBudget, Fp8HoldsFourTimesTheBlocksOfFp32) {
   EXPECT_EQ(blocks[1], 4 * blocks[0]);
 }
 
+// FP8 W8A8 runs on CUDA workers; a CPU worker says so, naming the flag.
+TEST(Fp8Weights, OnTheCpuAreRefusedNamingTheFlag) {
+  SingleRankCommunicator comm;
+  ModelRunnerOptions options;
+  options.model_path = TPSERVE_MODEL_PATH;
+  options.weights_fp8 = true;
+  auto runner = LoadRankModel(options, &comm);
+  ASSERT_FALSE(runner.ok());
+  EXPECT_EQ(runner.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(runner.status().message().find("--quantization fp8"), std::string::npos)
+      << runner.status();
+}
+
 // Chunked prefill reads earlier chunks back from the paged cache: the logits must be those of
 // one whole-prompt pass over the same tokens, with either weight format (packed: the same bits,
 // since no output depends on which rows share a product).
