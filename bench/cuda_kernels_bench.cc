@@ -4,9 +4,13 @@
 //  - BM_GemvBf16/m/n/k: cuda::Gemm (cuBLASLt) with m = 1 and 8 tokens against the Llama-3-8B
 //    weights [n, k]: q/o (4096x4096), gate/up (14336x4096), down (4096x14336), lm_head
 //    (128256x4096). A decode GEMM reads the weight once, so its bytes are n·k·2 + m·(n + k)·2.
+//  - BM_GemvFp8/m/n/k: the same shapes as FP8 W8A8 linears (--quantization fp8): the activations
+//    quantized per token (QuantizeRowsE4m3) and Gemm::RunFp8 in the mode the device offers; its
+//    bytes are n·k + 4·n (codes and scales) + m·k·2 + m·n·2.
 //  - BM_DecodeAttention (when built with kernels/cuda/paged_attention.h, see
 //    TPSERVE_BENCH_DECODE_ATTENTION): one layer of decode attention, batch 64, 2,048-token
-//    contexts, Llama-3-8B heads (32 query, 8 KV, head_dim 128); its bytes are the K and V read.
+//    contexts, Llama-3-8B heads (32 query, 8 KV, head_dim 128), over a bf16 (fp8 = 0) or an FP8
+//    E4M3 (fp8 = 1) cache; its bytes are the K and V read.
 //
 // Each timed iteration enqueues kBatch back-to-back launches between two CUDA events and reports
 // the time per launch (manual time), so launch gaps and event resolution do not dominate kernels
@@ -36,6 +40,7 @@
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/cuda_stream.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/fp8_quantize.h"
 #include "kernels/cuda/gemm.h"
 #ifdef TPSERVE_BENCH_DECODE_ATTENTION
 #include <numeric>
@@ -184,12 +189,73 @@ void BM_GemvBf16(benchmark::State& state) {
   state.counters["weight_copies"] = copies;
 }
 
+// The FP8 twin of BM_GemvBf16: weight codes (0x38, E4M3 1.0, with scales of 0.01) rotating
+// through copies, activations quantized in every launch as the model does.
+void BM_GemvFp8(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  absl::StatusOr<Fp8ScaleMode> mode = g_gemm->ChooseFp8Mode(n, k);
+  if (!mode.ok()) return Fail(state, mode.status());
+  const int64_t weight_bytes = n * k + 4 * n;
+  const int copies =
+      static_cast<int>(std::max<int64_t>(1, (2 * g_device->l2_bytes) / weight_bytes + 1));
+  const cudaStream_t stream = g_stream->get();
+  std::vector<DeviceBuffer<uint8_t>> codes;
+  absl::StatusOr<DeviceBuffer<float>> scales = DeviceBuffer<float>::Allocate(std::max(n, m));
+  if (!scales.ok()) return Fail(state, scales.status());
+  if (absl::Status status = scales->CopyFromHost(std::vector<float>(scales->size(), 0.01f), stream);
+      !status.ok()) {
+    return Fail(state, status);
+  }
+  for (int c = 0; c < copies; ++c) {
+    absl::StatusOr<DeviceBuffer<uint8_t>> w = DeviceBuffer<uint8_t>::Allocate(n * k);
+    if (!w.ok()) return Fail(state, w.status());
+    if (absl::Status status =
+            CudaStatus(cudaMemsetAsync(w->data(), 0x38, n * k, stream), "cudaMemset");
+        !status.ok()) {
+      return Fail(state, status);
+    }
+    codes.push_back(*std::move(w));
+  }
+  absl::StatusOr<DeviceBuffer<bf16>> a = DeviceBuffer<bf16>::Allocate(m * k);
+  absl::StatusOr<DeviceBuffer<uint8_t>> a_codes = DeviceBuffer<uint8_t>::Allocate(m * k);
+  absl::StatusOr<DeviceBuffer<float>> a_scales = DeviceBuffer<float>::Allocate(m);
+  absl::StatusOr<DeviceBuffer<bf16>> out = DeviceBuffer<bf16>::Allocate(m * n);
+  absl::StatusOr<DeviceBuffer<float>> scratch = DeviceBuffer<float>::Allocate(m * n);
+  for (const absl::Status& status :
+       {a.status(), a_codes.status(), a_scales.status(), out.status(), scratch.status()}) {
+    if (!status.ok()) return Fail(state, status);
+  }
+  if (absl::Status status =
+          CudaStatus(cudaMemsetAsync(a->data(), 0x3C, m * k * 2, stream), "cudaMemset");
+      !status.ok()) {
+    return Fail(state, status);
+  }
+  const double bytes = static_cast<double>(weight_bytes) + 2.0 * m * (n + k);
+  TimeLaunches(state, bytes, [&](int i) {
+    QuantizeRowsE4m3(a->data(), m, k, a_codes->data(), a_scales->data(), stream);
+    Fp8GemmParams p;
+    p.a = a_codes->data();
+    p.a_scales = a_scales->data();
+    p.b = codes[i % copies].data();
+    p.b_scales = scales->data();
+    p.c = out->data();
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.scratch = scratch->data();
+    return g_gemm->RunFp8(p, *mode, stream);
+  });
+  state.counters["weight_copies"] = copies;
+  state.counters["outer_vector_scales"] = *mode == Fp8ScaleMode::kOuterVector ? 1 : 0;
+}
+
 #ifdef TPSERVE_BENCH_DECODE_ATTENTION
 // Hook for the decode-attention kernel (kernels/cuda/paged_attention.h): one layer's decode
 // attention over a paged cache, batch 64 at 2,048 tokens of context, Llama-3-8B heads, 16-token
 // blocks handed out in a shuffled order (as a long-running pool fragments).
 void BM_DecodeAttention(benchmark::State& state) {
   const int64_t seqs = state.range(0), context = state.range(1);
+  const bool fp8 = state.range(2) != 0;
   const int64_t heads = 32, kv_heads = 8, head_dim = 128, block_size = 16;
   if (absl::Status status = PagedAttentionSupported(heads, kv_heads, head_dim, block_size);
       !status.ok()) {
@@ -198,17 +264,23 @@ void BM_DecodeAttention(benchmark::State& state) {
   const int64_t blocks_per_seq = (context + block_size - 1) / block_size;
   const int64_t num_blocks = seqs * blocks_per_seq;
   const int64_t cache_elems = num_blocks * block_size * kv_heads * head_dim;
-  absl::StatusOr<DeviceBuffer<bf16>> k_cache = DeviceBuffer<bf16>::Allocate(cache_elems);
-  absl::StatusOr<DeviceBuffer<bf16>> v_cache = DeviceBuffer<bf16>::Allocate(cache_elems);
+  const int64_t element_bytes = fp8 ? 1 : 2;
+  absl::StatusOr<DeviceBuffer<uint8_t>> k_cache =
+      DeviceBuffer<uint8_t>::Allocate(cache_elems * element_bytes);
+  absl::StatusOr<DeviceBuffer<uint8_t>> v_cache =
+      DeviceBuffer<uint8_t>::Allocate(cache_elems * element_bytes);
   absl::StatusOr<DeviceBuffer<bf16>> q = DeviceBuffer<bf16>::Allocate(seqs * heads * head_dim);
   absl::StatusOr<DeviceBuffer<bf16>> out = DeviceBuffer<bf16>::Allocate(seqs * heads * head_dim);
   for (const absl::Status& status :
        {k_cache.status(), v_cache.status(), q.status(), out.status()}) {
     if (!status.ok()) return Fail(state, status);
   }
-  for (DeviceBuffer<bf16>* buffer : {&*k_cache, &*v_cache, &*q}) {
-    if (absl::Status status = CudaStatus(
-            cudaMemsetAsync(buffer->data(), 0x3C, buffer->bytes(), g_stream->get()), "cudaMemset");
+  // 0x3C: bf16 0.0115 in pairs, E4M3 1.5 alone.
+  for (const auto& [data, size] : {std::pair<void*, int64_t>{k_cache->data(), k_cache->bytes()},
+                                   {v_cache->data(), v_cache->bytes()},
+                                   {q->data(), q->bytes()}}) {
+    if (absl::Status status =
+            CudaStatus(cudaMemsetAsync(data, 0x3C, size, g_stream->get()), "cudaMemset");
         !status.ok()) {
       return Fail(state, status);
     }
@@ -239,8 +311,13 @@ void BM_DecodeAttention(benchmark::State& state) {
 
   PagedAttentionParams p;
   p.q = q->data();
-  p.k_cache = k_cache->data();
-  p.v_cache = v_cache->data();
+  if (fp8) {
+    p.k_cache_fp8 = k_cache->data();
+    p.v_cache_fp8 = v_cache->data();
+  } else {
+    p.k_cache = reinterpret_cast<const bf16*>(k_cache->data());
+    p.v_cache = reinterpret_cast<const bf16*>(v_cache->data());
+  }
   p.query_start = query_start_dev->data();
   p.context_lens = context_lens_dev->data();
   p.block_tables = block_tables_dev->data();
@@ -257,8 +334,8 @@ void BM_DecodeAttention(benchmark::State& state) {
   p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   p.workspace = workspace_bytes > 0 ? workspace->data() : nullptr;
   p.workspace_bytes = workspace_bytes;
-  // The K and V rows each sequence reads: 2 caches x context x kv_heads x head_dim x 2 bytes.
-  const double bytes = 4.0 * seqs * context * kv_heads * head_dim;
+  // The K and V rows each sequence reads: 2 caches x context x kv_heads x head_dim values.
+  const double bytes = 2.0 * element_bytes * seqs * context * kv_heads * head_dim;
   TimeLaunches(state, bytes, [&](int) {
     PagedAttention(p, g_stream->get());
     return CudaStatus(cudaGetLastError(), "PagedAttention launch");
@@ -274,19 +351,25 @@ void RegisterBenchmarks() {
   const WeightShape shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
   for (const int64_t m : {1, 8}) {
     for (const WeightShape& s : shapes) {
-      benchmark::RegisterBenchmark("BM_GemvBf16", BM_GemvBf16)
-          ->Args({m, s.n, s.k})
-          ->ArgNames({"m", "n", "k"})
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond);
+      using Bench = void (*)(benchmark::State&);
+      for (const auto& [name, bench] : {std::pair<const char*, Bench>{"BM_GemvBf16", BM_GemvBf16},
+                                        std::pair<const char*, Bench>{"BM_GemvFp8", BM_GemvFp8}}) {
+        benchmark::RegisterBenchmark(name, bench)
+            ->Args({m, s.n, s.k})
+            ->ArgNames({"m", "n", "k"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
     }
   }
 #ifdef TPSERVE_BENCH_DECODE_ATTENTION
-  benchmark::RegisterBenchmark("BM_DecodeAttention", BM_DecodeAttention)
-      ->Args({64, 2048})
-      ->ArgNames({"batch", "context"})
-      ->UseManualTime()
-      ->Unit(benchmark::kMicrosecond);
+  for (const int64_t fp8 : {0, 1}) {
+    benchmark::RegisterBenchmark("BM_DecodeAttention", BM_DecodeAttention)
+        ->Args({64, 2048, fp8})
+        ->ArgNames({"batch", "context", "fp8"})
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
 #endif
 }
 

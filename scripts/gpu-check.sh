@@ -3,7 +3,8 @@
 # (made here by scripts/package-gpu-build.sh). One command, no package registry:
 #   1. nvidia-smi;
 #   2. every GPU test executable in the package, each printed as PASS, SKIP or FAIL;
-#   3. tpserve-bench-cuda (decode-shaped GEMMs and decode attention vs peak HBM bandwidth);
+#   3. tpserve-bench-cuda (decode-shaped bf16 and FP8 GEMMs, bf16 and FP8-KV decode attention,
+#      vs peak HBM bandwidth);
 #   4. T=1 decode tokens/s on SmolLM2-135M and on a Llama-3-8B-shaped random-weight model, through
 #      tpserve-generate --device cuda (decode through the CUDA graph of batch 1).
 # Each part has a time share (the plan, cheapest and most telling first). A part may also use
@@ -57,7 +58,7 @@ test_share() {
   case "$(basename "$1")" in
     cuda_llama_model_test | cuda_cluster_test) echo 45 ;;
     cuda_paged_attention_test | cuda_families_test | cuda_model_sampling_test) echo 30 ;;
-    *) echo 12 ;;
+    *) echo 10 ;;
   esac
 }
 plan_names=() plan_shares=()
