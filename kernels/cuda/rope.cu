@@ -1,7 +1,7 @@
-#include "kernels/cuda/rope.h"
-
 #include "common/check.h"
 #include "kernels/cuda/launch_check.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/rope_rotate.cuh"
 
 namespace tpserve::cuda {
 namespace {
@@ -20,14 +20,7 @@ __global__ void RopeKernel(bf16* __restrict__ x, const int32_t* __restrict__ pos
   float* cos_a = cos_sin;
   float* sin_a = cos_sin + half;
   const int64_t token = blockIdx.x;
-  const double pos = static_cast<double>(positions[token]);
-  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-    // The CPU op's expression, term for term.
-    double s, c;
-    sincos(pos * inv_freq[i], &s, &c);
-    cos_a[i] = static_cast<float>(c);
-    sin_a[i] = static_cast<float>(s);
-  }
+  internal::RopeAngles(static_cast<double>(positions[token]), inv_freq, half, cos_a, sin_a);
   __syncthreads();
 
   bf16* xt = x + token * num_heads * head_dim;
@@ -38,10 +31,7 @@ __global__ void RopeKernel(bf16* __restrict__ x, const int32_t* __restrict__ pos
     bf16* xh = xt + head * head_dim;
     const int64_t i0 = first * i;
     const int64_t i1 = i0 + second;
-    const float x0 = ToFloat(xh[i0]);
-    const float x1 = ToFloat(xh[i1]);
-    xh[i0] = ToBf16(x0 * cos_a[i] - x1 * sin_a[i]);
-    xh[i1] = ToBf16(x0 * sin_a[i] + x1 * cos_a[i]);
+    internal::RopeRotate(ToFloat(xh[i0]), ToFloat(xh[i1]), cos_a[i], sin_a[i], &xh[i0], &xh[i1]);
   }
 }
 

@@ -1,14 +1,20 @@
-#include "kernels/cuda/silu_mul.h"
-
 #include <algorithm>
 
 #include "common/check.h"
 #include "kernels/cuda/launch_check.h"
+#include "kernels/cuda/silu_mul.h"
 
 namespace tpserve::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+
+// silu(gate) * up in fp32, one bf16 rounding. For gate -> -inf, expf(-gate) overflows to inf and
+// gate / inf = -0: the correct limit.
+__device__ __forceinline__ bf16 SiluTimes(bf16 gate, bf16 up) {
+  const float x = ToFloat(gate);
+  return ToBf16(x / (1.0f + expf(-x)) * ToFloat(up));
+}
 
 // Grid-stride over `count` vectors of kWidth bf16. out may alias gate or up (each element is
 // read and written by the same thread), hence no __restrict__.
@@ -25,11 +31,28 @@ __global__ void SiluMulKernel(const bf16* gate, const bf16* up, int64_t count, b
     const Vec uv = u[i];
     Vec ov;
 #pragma unroll
-    for (int j = 0; j < kWidth; ++j) {
-      const float x = ToFloat(gv.v[j]);
-      // For x -> -inf, expf(-x) overflows to inf and x / inf = -0: the correct limit.
-      ov.v[j] = ToBf16(x / (1.0f + expf(-x)) * ToFloat(uv.v[j]));
-    }
+    for (int j = 0; j < kWidth; ++j) ov.v[j] = SiluTimes(gv.v[j], uv.v[j]);
+    o[i] = ov;
+  }
+}
+
+// The same over rows [gate | up] of 2 * `width` vectors each: out's row r (width vectors) from
+// gate_up's row r.
+template <int kWidth>
+__global__ void SiluMulRowsKernel(const bf16* __restrict__ gate_up, int64_t width, int64_t count,
+                                  bf16* __restrict__ out) {
+  using Vec = Bf16Vec<kWidth>;
+  const Vec* gu = reinterpret_cast<const Vec*>(gate_up);
+  Vec* o = reinterpret_cast<Vec*>(out);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const int64_t r = i / width;
+    const Vec gv = gu[i + r * width];  // row r starts at 2 * r * width
+    const Vec uv = gu[i + (r + 1) * width];
+    Vec ov;
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j) ov.v[j] = SiluTimes(gv.v[j], uv.v[j]);
     o[i] = ov;
   }
 }
@@ -50,6 +73,20 @@ void SiluMul(const bf16* gate, const bf16* up, int64_t n, bf16* out, cudaStream_
     SiluMulKernel<kPackBf16><<<BlocksFor(count), kThreads, 0, stream>>>(gate, up, count, out);
   } else {
     SiluMulKernel<1><<<BlocksFor(n), kThreads, 0, stream>>>(gate, up, n, out);
+  }
+  TP_CUDA_CHECK_LAUNCH();
+}
+
+void SiluMulRows(const bf16* gate_up, int64_t rows, int64_t width, bf16* out, cudaStream_t stream) {
+  TP_CHECK(rows >= 0 && width >= 0);
+  if (rows == 0 || width == 0) return;
+  if (width % kPackBf16 == 0 && IsPackAligned(gate_up) && IsPackAligned(out)) {
+    const int64_t vecs = width / kPackBf16;
+    SiluMulRowsKernel<kPackBf16>
+        <<<BlocksFor(rows * vecs), kThreads, 0, stream>>>(gate_up, vecs, rows * vecs, out);
+  } else {
+    SiluMulRowsKernel<1>
+        <<<BlocksFor(rows * width), kThreads, 0, stream>>>(gate_up, width, rows * width, out);
   }
   TP_CUDA_CHECK_LAUNCH();
 }

@@ -16,4 +16,9 @@ namespace tpserve::cuda {
 //   pointer as gate or up.
 void SiluMul(const bf16* gate, const bf16* up, int64_t n, bf16* out, cudaStream_t stream);
 
+// The same where gate and up come from one product against the stacked [gate; up] weight:
+// out[r, i] = silu(gate_up[r, i]) * gate_up[r, width + i] for gate_up [rows, 2 * width] and out
+// [rows, width] (not overlapping). The same bits as SiluMul on the two halves.
+void SiluMulRows(const bf16* gate_up, int64_t rows, int64_t width, bf16* out, cudaStream_t stream);
+
 }  // namespace tpserve::cuda

@@ -26,10 +26,12 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "kernels/cpu/add_bias.h"
 #include "kernels/cpu/embedding.h"
@@ -44,6 +46,7 @@
 #include "kernels/cuda/dequantize.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/qkv_rope_kv_write.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/silu_mul.h"
@@ -346,6 +349,114 @@ TEST_F(CudaOpsTest, SiluMulMatchesCpu) {
     // In place over gate gives the same bits.
     SiluMul(gate_d.data(), up_d.data(), n, gate_d.data(), stream());
     EXPECT_EQ(DownloadFloats(gate_d), got) << "in place, n " << n;
+  }
+}
+
+// The stacked form the model runs (one gate_up product) gives SiluMul's bits on the two halves,
+// vectorised (widths of whole packs) and not.
+TEST_F(CudaOpsTest, SiluMulRowsEqualsSiluMulOnTheHalves) {
+  for (const int64_t width : {1536, 7}) {
+    const int64_t rows = 5;
+    const std::vector<float> gate_up = RandomBf16Values(rows * 2 * width, 12.0f, rng_);
+    std::vector<float> gate, up;
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto row = gate_up.begin() + r * 2 * width;
+      gate.insert(gate.end(), row, row + width);
+      up.insert(up.end(), row + width, row + 2 * width);
+    }
+    DeviceBuffer<bf16> gate_up_d = UploadBf16(gate_up);
+    DeviceBuffer<bf16> gate_d = UploadBf16(gate);
+    DeviceBuffer<bf16> up_d = UploadBf16(up);
+    DeviceBuffer<bf16> rows_out = OrDie(DeviceBuffer<bf16>::Allocate(rows * width), "Allocate");
+    DeviceBuffer<bf16> flat_out = OrDie(DeviceBuffer<bf16>::Allocate(rows * width), "Allocate");
+    SiluMulRows(gate_up_d.data(), rows, width, rows_out.data(), stream());
+    SiluMul(gate_d.data(), up_d.data(), rows * width, flat_out.data(), stream());
+    EXPECT_EQ(DownloadFloats(rows_out), DownloadFloats(flat_out)) << "width " << width;
+  }
+}
+
+// The fused split + RoPE + KV write gives, bit for bit, what the separate ops give: the columns
+// copied apart, ApplyRope on q and on k, WriteKvCache (or WriteKvCacheFp8) of k and v. Both pair
+// layouts, partial rotary dims, a padding token (slot -1) and both pool formats.
+TEST_F(CudaOpsTest, SplitQkvRopeWriteKvEqualsTheSeparateOps) {
+  struct Case {
+    int64_t q_heads, kv_heads, head_dim, rope_dims;
+    bool fp8;
+  };
+  const int64_t num_tokens = 6, num_slots = 48;
+  for (const Case c : {Case{9, 3, 64, 64, false}, Case{8, 2, 128, 64, false},
+                       Case{9, 3, 64, 64, true}, Case{4, 4, 128, 128, true}}) {
+    for (const RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
+      const int64_t q_width = c.q_heads * c.head_dim, kv_width = c.kv_heads * c.head_dim;
+      const int64_t width = q_width + 2 * kv_width;
+      const std::vector<float> qkv = RandomBf16Values(num_tokens * width, 3.0f, rng_);
+      std::vector<int32_t> positions = {0, 5, 17, 1000, 4095, 131071};
+      std::vector<int64_t> slots = {3, 40, 7, -1, 0, 22};
+      std::vector<double> inv_freq(c.rope_dims / 2);
+      for (int64_t i = 0; i < c.rope_dims / 2; ++i) {
+        inv_freq[i] = std::pow(500000.0, -2.0 * i / c.rope_dims);
+      }
+      std::vector<float> q(num_tokens * q_width), k(num_tokens * kv_width),
+          v(num_tokens * kv_width);
+      for (int64_t t = 0; t < num_tokens; ++t) {
+        const auto row = qkv.begin() + t * width;
+        std::copy(row, row + q_width, q.begin() + t * q_width);
+        std::copy(row + q_width, row + q_width + kv_width, k.begin() + t * kv_width);
+        std::copy(row + q_width + kv_width, row + width, v.begin() + t * kv_width);
+      }
+      DeviceBuffer<bf16> qkv_d = UploadBf16(qkv);
+      DeviceBuffer<bf16> q_d = UploadBf16(q);
+      DeviceBuffer<bf16> k_d = UploadBf16(k);
+      DeviceBuffer<bf16> v_d = UploadBf16(v);
+      DeviceBuffer<int32_t> positions_d = Upload(positions);
+      DeviceBuffer<int64_t> slots_d = Upload(slots);
+      DeviceBuffer<double> inv_freq_d = Upload(inv_freq);
+      DeviceBuffer<bf16> q_fused = OrDie(DeviceBuffer<bf16>::Allocate(q.size()), "Allocate");
+      const int64_t pool = num_slots * kv_width * (c.fp8 ? 1 : 2);
+      DeviceBuffer<uint8_t> k_sep = Upload(std::vector<uint8_t>(pool, 0x5A));
+      DeviceBuffer<uint8_t> v_sep = Upload(std::vector<uint8_t>(pool, 0x5A));
+      DeviceBuffer<uint8_t> k_fused = Upload(std::vector<uint8_t>(pool, 0x5A));
+      DeviceBuffer<uint8_t> v_fused = Upload(std::vector<uint8_t>(pool, 0x5A));
+      const float scale = 0.3f;
+
+      ApplyRope(q_d.data(), positions_d.data(), num_tokens, c.q_heads, c.head_dim, c.rope_dims,
+                inv_freq_d.data(), style, stream());
+      ApplyRope(k_d.data(), positions_d.data(), num_tokens, c.kv_heads, c.head_dim, c.rope_dims,
+                inv_freq_d.data(), style, stream());
+      QkvRopeParams p;
+      if (c.fp8) {
+        WriteKvCacheFp8(k_d.data(), v_d.data(), slots_d.data(), num_tokens, c.kv_heads, c.head_dim,
+                        scale, k_sep.data(), v_sep.data(), stream());
+        p.k_cache_fp8 = k_fused.data();
+        p.v_cache_fp8 = v_fused.data();
+        p.kv_scale = scale;
+      } else {
+        WriteKvCache(k_d.data(), v_d.data(), slots_d.data(), num_tokens, c.kv_heads, c.head_dim,
+                     reinterpret_cast<bf16*>(k_sep.data()), reinterpret_cast<bf16*>(v_sep.data()),
+                     stream());
+        p.k_cache = reinterpret_cast<bf16*>(k_fused.data());
+        p.v_cache = reinterpret_cast<bf16*>(v_fused.data());
+      }
+      p.qkv = qkv_d.data();
+      p.positions = positions_d.data();
+      p.slot_mapping = slots_d.data();
+      p.inv_freq = inv_freq_d.data();
+      p.q = q_fused.data();
+      p.num_tokens = num_tokens;
+      p.num_q_heads = c.q_heads;
+      p.num_kv_heads = c.kv_heads;
+      p.head_dim = c.head_dim;
+      p.rope_dims = c.rope_dims;
+      p.style = style;
+      SplitQkvRopeWriteKv(p, stream());
+      const std::string what =
+          absl::StrCat("heads ", c.q_heads, "/", c.kv_heads, " head_dim ", c.head_dim,
+                       " rope_dims ", c.rope_dims, c.fp8 ? " fp8" : " bf16",
+                       style == RopeStyle::kRotateHalf ? " rotate-half" : "");
+      EXPECT_EQ(DownloadFloats(q_fused), DownloadFloats(q_d)) << what;
+      EXPECT_EQ(Download(k_fused), Download(k_sep)) << what;
+      EXPECT_EQ(Download(v_fused), Download(v_sep)) << what;
+    }
   }
 }
 

@@ -13,10 +13,9 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/fp8_quantize.h"
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/qkv_rope_kv_write.h"
 #include "kernels/cuda/rms_norm.h"
-#include "kernels/cuda/rope.h"
 #include "kernels/cuda/silu_mul.h"
-#include "kernels/cuda/write_kv_cache.h"
 #include "worker/decode_buckets.h"
 #include "worker/kv_budget.h"
 
@@ -32,15 +31,6 @@ template <typename T>
 absl::Status Allocate(DeviceBuffer<T>& buffer, int64_t count) {
   ASSIGN_OR_RETURN(buffer, DeviceBuffer<T>::Allocate(count));
   return absl::OkStatus();
-}
-
-// Copies `rows` rows of `width` elements from a row stride of `src_stride` into a contiguous
-// [rows, width] buffer: Q, K and V out of the fused QKV product.
-absl::Status CopyColumns(const bf16* src, int64_t src_stride, int64_t width, int64_t rows,
-                         bf16* dst, cudaStream_t stream) {
-  return CudaStatus(cudaMemcpy2DAsync(dst, width * sizeof(bf16), src, src_stride * sizeof(bf16),
-                                      width * sizeof(bf16), rows, cudaMemcpyDeviceToDevice, stream),
-                    "QKV split");
 }
 
 // The loader and the layout must agree before any product runs over these sizes.
@@ -141,10 +131,10 @@ absl::Status CudaLlamaModel::ChooseFp8Mode() {
   const int64_t hidden = config_.hidden_size;
   const int64_t q_width = layout_.q_width(config_.head_dim);
   const int64_t ffn = layout_.ffn.size;
-  // The products of a layer: qkv, o_proj, gate and up (each ffn rows), down.
+  // The products of a layer: qkv, o_proj, gate_up, down.
   const std::pair<int64_t, int64_t> shapes[] = {{layout_.qkv_width(config_.head_dim), hidden},
                                                 {hidden, q_width},
-                                                {ffn, hidden},
+                                                {2 * ffn, hidden},
                                                 {hidden, ffn}};
   fp8_mode_ = Fp8ScaleMode::kOuterVector;
   for (const auto& [n, k] : shapes) {
@@ -165,22 +155,19 @@ absl::Status CudaLlamaModel::ChooseFp8Mode() {
   return absl::OkStatus();
 }
 
-absl::Status CudaLlamaModel::Linear(const DeviceLinear& w, int64_t first_row, int64_t rows,
-                                    const bf16* x, int64_t m, bool x_quantized, bf16* out) {
+absl::Status CudaLlamaModel::Linear(const DeviceLinear& w, const bf16* x, int64_t m, bf16* out) {
   const cudaStream_t stream = stream_.get();
   const int64_t k = w.cols;
-  if (!w.is_fp8()) {
-    return gemm_->MatmulBT(x, w.weight.data() + first_row * k, m, rows, k, out, stream);
-  }
-  if (!x_quantized) QuantizeRowsE4m3(x, m, k, act_codes_.data(), act_scales_.data(), stream);
+  if (!w.is_fp8()) return gemm_->MatmulBT(x, w.weight.data(), m, w.rows, k, out, stream);
+  QuantizeRowsE4m3(x, m, k, act_codes_.data(), act_scales_.data(), stream);
   Fp8GemmParams p;
   p.a = act_codes_.data();
   p.a_scales = act_scales_.data();
-  p.b = w.fp8.data() + first_row * k;
-  p.b_scales = w.fp8_scales.data() + first_row;
+  p.b = w.fp8.data();
+  p.b_scales = w.fp8_scales.data();
   p.c = out;
   p.m = m;
-  p.n = rows;
+  p.n = w.rows;
   p.k = k;
   p.scratch = fp8_raw_.data();
   return gemm_->RunFp8(p, *fp8_mode_, stream);
@@ -190,7 +177,6 @@ absl::Status CudaLlamaModel::AllocateStepBuffers() {
   const int64_t hidden = config_.hidden_size;
   const int64_t head_dim = config_.head_dim;
   const int64_t q_width = layout_.q_width(head_dim);
-  const int64_t kv_width = layout_.kv_width(head_dim);
   const int64_t ffn = layout_.ffn.size;
   const int64_t max_seqs = options_.max_num_seqs;
   // A padded decode graph runs up to max_num_seqs tokens, whatever the token budget.
@@ -204,17 +190,15 @@ absl::Status CudaLlamaModel::AllocateStepBuffers() {
   RETURN_IF_ERROR(Allocate(partial_, t * hidden));
   RETURN_IF_ERROR(Allocate(qkv_, t * layout_.qkv_width(head_dim)));
   RETURN_IF_ERROR(Allocate(q_, t * q_width));
-  RETURN_IF_ERROR(Allocate(k_, t * kv_width));
-  RETURN_IF_ERROR(Allocate(v_, t * kv_width));
   RETURN_IF_ERROR(Allocate(attn_, t * q_width));
-  RETURN_IF_ERROR(Allocate(gate_, t * ffn));
-  RETURN_IF_ERROR(Allocate(up_, t * ffn));
+  RETURN_IF_ERROR(Allocate(gate_up_, t * 2 * ffn));
   RETURN_IF_ERROR(Allocate(act_, t * ffn));
   if (fp8_mode_.has_value()) {
     RETURN_IF_ERROR(Allocate(act_codes_, t * std::max({hidden, q_width, ffn})));
     RETURN_IF_ERROR(Allocate(act_scales_, t));
     if (*fp8_mode_ == Fp8ScaleMode::kEpilogue) {
-      RETURN_IF_ERROR(Allocate(fp8_raw_, t * std::max({layout_.qkv_width(head_dim), hidden, ffn})));
+      RETURN_IF_ERROR(
+          Allocate(fp8_raw_, t * std::max({layout_.qkv_width(head_dim), hidden, 2 * ffn})));
     }
   }
   RETURN_IF_ERROR(
@@ -347,40 +331,41 @@ absl::Status CudaLlamaModel::EnqueueAttention(int layer, const StepShape& shape,
   const int64_t head_dim = config_.head_dim;
   const int64_t q_heads = layout_.q_heads.size;
   const int64_t kv_heads = layout_.kv_heads.size;
-  const int64_t q_width = layout_.q_width(head_dim);
-  const int64_t kv_width = layout_.kv_width(head_dim);
   const int64_t qkv_width = layout_.qkv_width(head_dim);
 
-  RETURN_IF_ERROR(Linear(w.qkv, 0, qkv_width, normed_.data(), n, false, qkv_.data()));
+  RETURN_IF_ERROR(Linear(w.qkv, normed_.data(), n, qkv_.data()));
   if (!w.qkv_bias.empty()) AddBias(qkv_.data(), w.qkv_bias.data(), n, qkv_width, stream);
-  RETURN_IF_ERROR(CopyColumns(qkv_.data(), qkv_width, q_width, n, q_.data(), stream));
-  RETURN_IF_ERROR(CopyColumns(qkv_.data() + q_width, qkv_width, kv_width, n, k_.data(), stream));
-  RETURN_IF_ERROR(
-      CopyColumns(qkv_.data() + q_width + kv_width, qkv_width, kv_width, n, v_.data(), stream));
-  const double* inv_freq = weights_.rope_inv_freq.data();
-  const RopeStyle style =
-      config_.rope_rotate_half ? RopeStyle::kRotateHalf : RopeStyle::kAdjacentPairs;
-  ApplyRope(q_.data(), arrays.positions, n, q_heads, head_dim, config_.rope_dims, inv_freq, style,
-            stream);
-  ApplyRope(k_.data(), arrays.positions, n, kv_heads, head_dim, config_.rope_dims, inv_freq, style,
-            stream);
   const int64_t layer_bytes =
       kv_shape_.num_blocks * kv_shape_.floats_per_block() * kv_shape_.bytes_per_element;
   uint8_t* k_pool = kv_pool_.data() + (2 * layer) * layer_bytes;
   uint8_t* v_pool = k_pool + layer_bytes;
+  QkvRopeParams split;
   PagedAttentionParams p;
   if (kv_shape_.fp8) {
-    WriteKvCacheFp8(k_.data(), v_.data(), arrays.slot_mapping, n, kv_heads, head_dim,
-                    kv_shape_.fp8_scale, k_pool, v_pool, stream);
+    split.k_cache_fp8 = k_pool;
+    split.v_cache_fp8 = v_pool;
+    split.kv_scale = kv_shape_.fp8_scale;
     p.k_cache_fp8 = k_pool;
     p.v_cache_fp8 = v_pool;
     p.kv_scale = kv_shape_.fp8_scale;
   } else {
-    p.k_cache = reinterpret_cast<bf16*>(k_pool);
-    p.v_cache = reinterpret_cast<bf16*>(v_pool);
-    WriteKvCache(k_.data(), v_.data(), arrays.slot_mapping, n, kv_heads, head_dim,
-                 reinterpret_cast<bf16*>(k_pool), reinterpret_cast<bf16*>(v_pool), stream);
+    split.k_cache = reinterpret_cast<bf16*>(k_pool);
+    split.v_cache = reinterpret_cast<bf16*>(v_pool);
+    p.k_cache = split.k_cache;
+    p.v_cache = split.v_cache;
   }
+  split.qkv = qkv_.data();
+  split.positions = arrays.positions;
+  split.slot_mapping = arrays.slot_mapping;
+  split.inv_freq = weights_.rope_inv_freq.data();
+  split.q = q_.data();
+  split.num_tokens = n;
+  split.num_q_heads = q_heads;
+  split.num_kv_heads = kv_heads;
+  split.head_dim = head_dim;
+  split.rope_dims = config_.rope_dims;
+  split.style = config_.rope_rotate_half ? RopeStyle::kRotateHalf : RopeStyle::kAdjacentPairs;
+  SplitQkvRopeWriteKv(split, stream);
   p.q = q_.data();
   p.query_start = arrays.query_start;
   p.context_lens = arrays.context_lens;
@@ -400,7 +385,7 @@ absl::Status CudaLlamaModel::EnqueueAttention(int layer, const StepShape& shape,
   p.workspace_bytes = static_cast<size_t>(attention_workspace_.bytes());
   PagedAttention(p, stream);
 
-  RETURN_IF_ERROR(Linear(w.attn_output, 0, hidden, attn_.data(), n, false, partial_.data()));
+  RETURN_IF_ERROR(Linear(w.attn_output, attn_.data(), n, partial_.data()));
   return comm_->EnqueueAllReduceSum(partial_.data(), n * hidden, stream);
 }
 
@@ -409,12 +394,10 @@ absl::Status CudaLlamaModel::EnqueueMlp(int layer, int64_t num_tokens) {
   const DeviceLayerWeights& w = weights_.layers[layer];
   const int64_t hidden = config_.hidden_size;
   const int64_t ffn = layout_.ffn.size;
-  // Gate and up as two products into separate buffers, so SiLU·mul reads two flat arrays; up
-  // reuses the FP8 activations gate quantized.
-  RETURN_IF_ERROR(Linear(w.gate_up, 0, ffn, normed_.data(), num_tokens, false, gate_.data()));
-  RETURN_IF_ERROR(Linear(w.gate_up, ffn, ffn, normed_.data(), num_tokens, true, up_.data()));
-  SiluMul(gate_.data(), up_.data(), num_tokens * ffn, act_.data(), stream);
-  RETURN_IF_ERROR(Linear(w.down, 0, hidden, act_.data(), num_tokens, false, partial_.data()));
+  // One product against the stacked [gate; up] rows; SiLU·mul reads each row's two halves.
+  RETURN_IF_ERROR(Linear(w.gate_up, normed_.data(), num_tokens, gate_up_.data()));
+  SiluMulRows(gate_up_.data(), num_tokens, ffn, act_.data(), stream);
+  RETURN_IF_ERROR(Linear(w.down, act_.data(), num_tokens, partial_.data()));
   return comm_->EnqueueAllReduceSum(partial_.data(), num_tokens * hidden, stream);
 }
 

@@ -1,9 +1,9 @@
 // The Llama forward pass of one tensor-parallel rank on a CUDA device: bf16 weights, activations
 // and KV pool in device memory (plain cudaMalloc), fp32 inside every kernel. The same layer as
 // the CPU LlamaModel (worker/llama_model.h), fused where the kernels allow:
-//   embedding → [AddRmsNorm → QKV GEMM → + QKV bias (Qwen2) → RoPE (the CPU model's pair layout
-//   and frequency table) → KV write → paged attention → o_proj GEMM →
-//   all-reduce → AddRmsNorm → gate, up GEMMs → SiLU·mul → down GEMM → all-reduce] × layers →
+//   embedding → [AddRmsNorm → QKV GEMM → + QKV bias (Qwen2) → split, RoPE (the CPU model's pair
+//   layout and frequency table) and KV write in one kernel → paged attention → o_proj GEMM →
+//   all-reduce → AddRmsNorm → gate_up GEMM → SiLU·mul → down GEMM → all-reduce] × layers →
 //   AddRmsNorm (final norm) → rows that want logits → lm_head GEMM (fp32 out) → gather to rank 0.
 // Everything is enqueued on one compute stream, the DeviceCommunicator's collectives included
 // (bf16 all-reduce, NCCL in a group), and the step synchronizes once, at its end.
@@ -99,11 +99,9 @@ class CudaLlamaModel : public StepModel {
   // shapes; the epilogue if any shape needs it), logged.
   absl::Status ChooseFp8Mode();
   absl::Status AllocateStepBuffers();
-  // out[m, rows] = x[m, k] · w's rows [first_row, first_row + rows)ᵀ, enqueued: a bf16 product,
-  // or FP8 W8A8 with x quantized per token into act_codes_ first (unless x_quantized says the
-  // previous call left this x there).
-  absl::Status Linear(const DeviceLinear& w, int64_t first_row, int64_t rows, const bf16* x,
-                      int64_t m, bool x_quantized, bf16* out);
+  // out[m, w.rows] = x[m, w.cols] · wᵀ, enqueued: a bf16 product, or FP8 W8A8 with x quantized
+  // per token into act_codes_ first.
+  absl::Status Linear(const DeviceLinear& w, const bf16* x, int64_t m, bf16* out);
   absl::Status WarmUpCollectives();
   // The pool's block count; kv_shape_'s other fields are set by Create.
   absl::Status AllocateKvPool(const ModelRunnerOptions& options);
@@ -155,8 +153,9 @@ class CudaLlamaModel : public StepModel {
   int32_t graph_max_context_ = 0;  // the longest context a step may have; graphs plan for it
   DeviceBuffer<int32_t> inputs_;
   DeviceBuffer<bf16> residual_, normed_, partial_;  // [tokens, hidden]
-  DeviceBuffer<bf16> qkv_, q_, k_, v_, attn_;       // [tokens, local widths]
-  DeviceBuffer<bf16> gate_, up_, act_;              // [tokens, ffn_local]
+  DeviceBuffer<bf16> qkv_, q_, attn_;               // [tokens, local widths]
+  DeviceBuffer<bf16> gate_up_;                      // [tokens, 2 * ffn_local]: gate, then up
+  DeviceBuffer<bf16> act_;                          // [tokens, ffn_local]
   // FP8 W8A8 (fp8_mode_ set): a linear's input codes [tokens, widest input] and per-token
   // scales; with the epilogue mode, the unscaled fp32 product [tokens, widest output].
   std::optional<Fp8ScaleMode> fp8_mode_;

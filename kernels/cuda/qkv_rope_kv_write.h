@@ -1,0 +1,43 @@
+// What follows the QKV product in every attention layer, in one kernel (CUDA): split the fused
+// [q | k | v] rows, rotate q and k (RoPE), write q out for attention and k and v into the paged KV
+// pool (bf16, or FP8 E4M3 codes). The same values, bit for bit, as the separate ops it replaces:
+// copying the columns apart, ApplyRope on q and on k, then WriteKvCache or WriteKvCacheFp8 (the
+// rotation is shared with ApplyRope: kernels/cuda/rope_rotate.cuh); six launches become one.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/rope.h"
+
+namespace tpserve::cuda {
+
+struct QkvRopeParams {
+  // Device pointers.
+  const bf16* qkv = nullptr;           // [num_tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]
+  const int32_t* positions = nullptr;  // [num_tokens]
+  const int64_t* slot_mapping = nullptr;  // [num_tokens]; negative: padding, no cache write
+  const double* inv_freq = nullptr;       // [rope_dims / 2], as ApplyRope takes it
+  bf16* q = nullptr;                      // [num_tokens, num_q_heads, head_dim], rotated
+  // The pool ([num_blocks, block_size, num_kv_heads, head_dim]): bf16, or FP8 codes of
+  // value * (1 / kv_scale); exactly one pair set.
+  bf16* k_cache = nullptr;
+  bf16* v_cache = nullptr;
+  uint8_t* k_cache_fp8 = nullptr;
+  uint8_t* v_cache_fp8 = nullptr;
+  float kv_scale = 1.0f;
+
+  int64_t num_tokens = 0;
+  int64_t num_q_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t rope_dims = 0;  // even, in (0, head_dim]
+  RopeStyle style = RopeStyle::kAdjacentPairs;
+};
+
+// Queued on `stream`; a bad shape is a bug and aborts with file:line.
+void SplitQkvRopeWriteKv(const QkvRopeParams& p, cudaStream_t stream);
+
+}  // namespace tpserve::cuda
