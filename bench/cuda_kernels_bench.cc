@@ -295,17 +295,19 @@ void BM_DecodeAttention(benchmark::State& state) {
   absl::StatusOr<DeviceBuffer<int32_t>> context_lens_dev = DeviceBuffer<int32_t>::Allocate(seqs);
   absl::StatusOr<DeviceBuffer<int32_t>> block_tables_dev =
       DeviceBuffer<int32_t>::Allocate(num_blocks);
-  for (const absl::Status& status :
-       {query_start_dev.status(), context_lens_dev.status(), block_tables_dev.status()}) {
+  std::vector<int32_t> work(DecodeWorkWords(seqs, heads, kv_heads));
+  BuildDecodeWork(context_lens, query_start, heads, kv_heads, work.data());
+  absl::StatusOr<DeviceBuffer<int32_t>> work_dev = DeviceBuffer<int32_t>::Allocate(work.size());
+  for (const absl::Status& status : {query_start_dev.status(), context_lens_dev.status(),
+                                     block_tables_dev.status(), work_dev.status()}) {
     if (!status.ok()) return Fail(state, status);
   }
   for (const absl::Status& status :
        {query_start_dev->CopyFromHost(query_start), context_lens_dev->CopyFromHost(context_lens),
-        block_tables_dev->CopyFromHost(block_tables)}) {
+        block_tables_dev->CopyFromHost(block_tables), work_dev->CopyFromHost(work)}) {
     if (!status.ok()) return Fail(state, status);
   }
-  const size_t workspace_bytes =
-      PagedAttentionWorkspaceBytes(seqs, heads, kv_heads, head_dim, context);
+  const size_t workspace_bytes = PagedAttentionWorkspaceBytes(seqs, heads, kv_heads, head_dim);
   absl::StatusOr<DeviceBuffer<char>> workspace = DeviceBuffer<char>::Allocate(workspace_bytes);
   if (!workspace.ok()) return Fail(state, workspace.status());
 
@@ -332,7 +334,8 @@ void BM_DecodeAttention(benchmark::State& state) {
   p.head_dim = head_dim;
   p.block_size = block_size;
   p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  p.workspace = workspace_bytes > 0 ? workspace->data() : nullptr;
+  p.decode_work = work_dev->data();
+  p.workspace = workspace->data();
   p.workspace_bytes = workspace_bytes;
   // The K and V rows each sequence reads: 2 caches x context x kv_heads x head_dim values.
   const double bytes = 2.0 * element_bytes * seqs * context * kv_heads * head_dim;

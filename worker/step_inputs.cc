@@ -4,11 +4,12 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "kernels/cuda/decode_work.h"
 
 namespace tpserve {
 
 StepInputLayout StepInputLayout::For(int64_t num_tokens, int64_t num_seqs, int64_t num_logits,
-                                     int64_t blocks_per_seq) {
+                                     int64_t blocks_per_seq, const AttentionHeads& heads) {
   StepInputLayout layout;
   int64_t next = 0;
   auto take = [&next](int64_t count) {
@@ -22,6 +23,7 @@ StepInputLayout StepInputLayout::For(int64_t num_tokens, int64_t num_seqs, int64
   layout.context_lens = take(num_seqs);
   layout.logits_indices = take(num_logits);
   layout.block_tables = take(num_seqs * blocks_per_seq);
+  layout.decode_work = take(cuda::DecodeWorkWords(num_seqs, heads.num_heads, heads.num_kv_heads));
   next += next % 2;
   layout.slot_mapping = take(2 * num_tokens);
   layout.total = next;
@@ -38,8 +40,8 @@ bool IsDecodeBatch(const ForwardBatch& batch) {
   return true;
 }
 
-PackedStep PackStep(const ForwardBatch& batch, int64_t blocks_per_seq, int64_t pad_to_seqs,
-                    int32_t padded_max_context_len) {
+PackedStep PackStep(const ForwardBatch& batch, int64_t blocks_per_seq, const AttentionHeads& heads,
+                    int64_t pad_to_seqs) {
   const int64_t seqs = std::max(batch.num_seqs(), pad_to_seqs);
   const int64_t pad = seqs - batch.num_seqs();
   TP_CHECK(pad == 0 || IsDecodeBatch(batch));
@@ -56,10 +58,10 @@ PackedStep PackStep(const ForwardBatch& batch, int64_t blocks_per_seq, int64_t p
   }
   if (pad > 0) {
     shape.max_query_len = 1;
-    shape.max_context_len = std::max(shape.max_context_len, padded_max_context_len);
+    shape.max_context_len = std::max(shape.max_context_len, 1);
   }
   const StepInputLayout& layout = packed.layout = StepInputLayout::For(
-      shape.num_tokens, shape.num_seqs, shape.num_logits, blocks_per_seq);
+      shape.num_tokens, shape.num_seqs, shape.num_logits, blocks_per_seq, heads);
   std::vector<int32_t>& data = packed.data;
   data.assign(layout.total, 0);  // padding: token 0, position 0, block 0
 
@@ -84,6 +86,11 @@ PackedStep PackStep(const ForwardBatch& batch, int64_t blocks_per_seq, int64_t p
     data[layout.query_start + s + 1] = static_cast<int32_t>(n + i + 1);
     data[layout.context_lens + s] = 1;
     data[layout.logits_indices + s] = static_cast<int32_t>(n + i);
+  }
+  if (seqs > 0) {
+    cuda::BuildDecodeWork(absl::MakeConstSpan(data.data() + layout.context_lens, seqs),
+                          absl::MakeConstSpan(data.data() + layout.query_start, seqs + 1),
+                          heads.num_heads, heads.num_kv_heads, data.data() + layout.decode_work);
   }
   return packed;
 }

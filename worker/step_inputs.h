@@ -1,6 +1,7 @@
 // The integer arrays of a step packed into one buffer, as the CUDA model uploads them with a
 // single copy: token ids, positions, query starts, context lengths, logits indices, block tables
-// (a fixed row stride) and the 64-bit slot mapping. A decode step that runs a captured CUDA graph
+// (a fixed row stride), the decode attention's work list (kernels/cuda/decode_work.h) and the
+// 64-bit slot mapping. A decode step that runs a captured CUDA graph
 // is padded to the graph's batch size; the graph was captured reading the arrays at the offsets
 // of StepInputLayout::For(that size), so the layout is a pure function of the sizes.
 #pragma once
@@ -12,6 +13,12 @@
 
 namespace tpserve {
 
+// The attention heads of one rank, which size the decode work list.
+struct AttentionHeads {
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+};
+
 // Offsets in int32 units into the packed buffer. `slot_mapping` is even, so with a base that is
 // 8-byte aligned (any device allocation) its int64 values are aligned.
 struct StepInputLayout {
@@ -21,11 +28,12 @@ struct StepInputLayout {
   int64_t context_lens = 0;    // [num_seqs]
   int64_t logits_indices = 0;  // [num_logits]
   int64_t block_tables = 0;    // [num_seqs, blocks_per_seq]
+  int64_t decode_work = 0;     // [DecodeWorkWords(num_seqs, heads)]
   int64_t slot_mapping = 0;    // [num_tokens] int64, two int32 units each
   int64_t total = 0;           // int32 units in all
 
   static StepInputLayout For(int64_t num_tokens, int64_t num_seqs, int64_t num_logits,
-                             int64_t blocks_per_seq);
+                             int64_t blocks_per_seq, const AttentionHeads& heads);
 };
 
 // Host facts of a packed step that size the kernels' grids.
@@ -51,10 +59,9 @@ struct PackedStep {
 // pad_to_seqs > batch.num_seqs() (decode only: one token per sequence, logits for each in order)
 // appends padding sequences up to that many: token 0 at position 0, slot -1 (the KV write skips
 // it), context 1 reading block 0, its own logits row. Their outputs are computed and ignored. The
-// shape then describes the padded batch, with `max_context_len` as given by the caller (a graph
-// is captured for an upper bound, not for this batch).
-PackedStep PackStep(const ForwardBatch& batch, int64_t blocks_per_seq, int64_t pad_to_seqs = 0,
-                    int32_t padded_max_context_len = 0);
+// shape then describes the padded batch. The work list covers the padded batch's contexts.
+PackedStep PackStep(const ForwardBatch& batch, int64_t blocks_per_seq, const AttentionHeads& heads,
+                    int64_t pad_to_seqs = 0);
 
 // True when `batch` is a pure decode step a decode graph can run: one token per sequence and the
 // logits of every token, in order.

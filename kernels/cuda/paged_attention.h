@@ -3,20 +3,23 @@
 // cache layout and for what query_start and context_lens mean.
 //
 // Two kernels behind one dispatcher:
-//  - Decode (every sequence has at most one query token): split-KV flash-decoding. A block per
-//    (context partition, KV head, sequence) covers all the query heads of that KV head (up to 8;
-//    larger groups take several blocks), so each K/V row is read from HBM once per GQA group:
+//  - Decode (every sequence has at most one query token): split-KV flash-decoding over a work
+//    list planned on the host from the batch's real context lengths (kernels/cuda/decode_work.h:
+//    the grid and workspace depend on the batch size only, not on the longest context a model
+//    allows). A block per (work item = a partition of one sequence's context, KV head) covers all
+//    the query heads of that KV head (up to 8; larger groups take several blocks), staging 512
+//    slots at a time, so each K/V row is read from HBM once per GQA group:
 //    one warp-group (128 threads) per 4 query heads, reading token rows with 16-byte loads (one
 //    row of one head = head_dim * 2 contiguous bytes, read by head_dim / 8 lanes), four rows per
 //    lane in flight. Registers: 128 per thread at group 4 and 8, so 16 warps and ~64 KB of loads
 //    in flight per SM. Each block writes a partial (max, sum, unnormalized output) per query head
 //    to the workspace; a second kernel merges the partitions. A sequence whose context fits in
-//    one partition is finished by the first kernel and skipped by the second.
+//    one item is finished by the first kernel and skipped by the second.
 //    Bytes moved per (sequence, KV head): 4 * context * head_dim (K and V, bf16, once) plus
 //    8 * group * num_partitions * (head_dim + 2) of fp32 partials (written, then read). For
 //    batch 64 at 2k context with Llama-3-8B shapes (32 heads, 8 KV heads, head_dim 128:
-//    512-token partitions, 2048 blocks) that is 537 MB of K/V (64 * 8 * 4 * 2048 * 128 bytes)
-//    and 8.5 MB of partials per layer: 114 us at the H200's 4.8 TB/s, so the 70% target is
+//    1,024-token partitions, 1,024 blocks) that is 537 MB of K/V (64 * 8 * 4 * 2048 * 128 bytes)
+//    and 4.3 MB of partials per layer: 114 us at the H200's 4.8 TB/s, so the 70% target is
 //    <= 163 us.
 //    The arithmetic runs on CUDA cores: group / 2 FMAs per K/V byte (plus the cross-lane sums of
 //    the dot products), which leaves the kernel memory-bound up to group 4 and close to the
@@ -51,6 +54,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/bf16.h"
+#include "kernels/cuda/decode_work.h"
 
 namespace tpserve::cuda {
 
@@ -83,9 +87,11 @@ struct PagedAttentionParams {
   int64_t block_size = 0;    // tokens per cache block; num_blocks * block_size < 2^31
   float scale = 0.0f;        // softmax scale, normally 1 / sqrt(head_dim)
 
-  // Scratch for the split-KV decode: at least PagedAttentionWorkspaceBytes for this batch
-  // (PlanDecodeSplit(...).workspace_bytes); may be null when that is 0. 256-byte aligned (as
-  // cudaMalloc returns). Used only by the launch it is passed to, in stream order.
+  // Decode (max_query_len <= 1): the batch's work list (BuildDecodeWork, kernels/cuda/
+  // decode_work.h), device; and scratch for its partials, at least
+  // PagedAttentionWorkspaceBytes(num_seqs, ...), 256-byte aligned (as cudaMalloc returns), used
+  // only by the launch it is passed to, in stream order. The prefill reads neither.
+  const int32_t* decode_work = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
@@ -95,24 +101,6 @@ struct PagedAttentionParams {
 // Check at model load, before any step.
 absl::Status PagedAttentionSupported(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
                                      int64_t block_size);
-
-// How the decode kernel splits contexts for a batch, a pure function of host values.
-struct DecodeSplit {
-  int32_t partition_tokens = 0;  // context tokens per decode block: 64, 128, 256 or 512
-  int32_t num_partitions = 0;    // ceil(max_context_len / partition_tokens)
-  size_t workspace_bytes = 0;    // 0 when num_partitions == 1 (no merge needed)
-};
-// The largest partition (fewer partials to merge) that still puts >= 1024 blocks in the grid
-// (several waves of the 2-9 blocks resident per SM on an H200's 132 SMs), but never below 64
-// tokens.
-DecodeSplit PlanDecodeSplit(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads,
-                            int64_t head_dim, int64_t max_context_len);
-
-// Workspace bytes that suffice for every batch with at most `max_num_seqs` sequences and
-// contexts of at most `max_context_len` tokens: allocate once at start-up. (PlanDecodeSplit's
-// need is not monotone in the batch size, hence a separate bound.)
-size_t PagedAttentionWorkspaceBytes(int64_t max_num_seqs, int64_t num_heads, int64_t num_kv_heads,
-                                    int64_t head_dim, int64_t max_context_len);
 
 // out[t, h, :] = softmax(scale * q[t, h] . K[0..pos(t), g]) V[0..pos(t), g], g = h / group,
 // queued on `stream`. Runs the decode kernels when max_query_len <= 1, the prefill kernel

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <ostream>
 #include <random>
 #include <string>
@@ -33,6 +34,7 @@
 #include "kernels/cpu/fp8_e4m3.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cuda/bf16.h"
+#include "kernels/cuda/decode_work.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/paged_attention.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -182,8 +184,11 @@ std::vector<double> RunAndCompare(const AttentionCase& c) {
   DeviceBuffer<int32_t> d_query_start = Upload(query_start);
   DeviceBuffer<int32_t> d_context_lens = Upload(context_lens);
   DeviceBuffer<int32_t> d_block_tables = Upload(block_tables);
+  std::vector<int32_t> work(DecodeWorkWords(num_seqs, num_heads, kv_heads));
+  BuildDecodeWork(context_lens, query_start, num_heads, kv_heads, work.data());
+  DeviceBuffer<int32_t> d_work = Upload(work);
   const size_t workspace_bytes =
-      PagedAttentionWorkspaceBytes(num_seqs, num_heads, kv_heads, head_dim, max_context);
+      PagedAttentionWorkspaceBytes(num_seqs, num_heads, kv_heads, head_dim);
   absl::StatusOr<DeviceBuffer<uint8_t>> workspace =
       DeviceBuffer<uint8_t>::Allocate(workspace_bytes);
   TP_CHECK(workspace.ok());
@@ -212,6 +217,7 @@ std::vector<double> RunAndCompare(const AttentionCase& c) {
   p.head_dim = head_dim;
   p.block_size = bs;
   p.scale = scale;
+  p.decode_work = d_work.data();
   p.workspace = workspace->data();
   p.workspace_bytes = workspace_bytes;
   PagedAttention(p, /*stream=*/nullptr);
@@ -323,6 +329,22 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaPagedAttentionTest, ::testing::ValuesIn(Cas
 
 // The shape the decode kernel is tuned for: batch 64 around 2k context (Llama-3-8B head_dim and
 // group), which splits into 256-token partitions with two KV heads.
+// One batch from a single token to 32k: the work list gives the long sequences many items and
+// the short ones one, with partitions longer than the 512 slots a block stages at a time.
+TEST(CudaPagedAttentionLargeTest, DecodeMixedContextsOneTo32k) {
+  TP_SKIP_WITHOUT_CUDA_DEVICES(1);
+  const std::vector<Sequence> seqs = {{1, 1},    {32768, 1}, {3, 1},    {9000, 1},
+                                      {2049, 1}, {40, 0},    {16384, 1}};
+  for (const bool fp8 : {false, true}) {
+    ExpectMatchesCpu({.name = fp8 ? "decode mixed fp8" : "decode mixed",
+                      .seqs = seqs,
+                      .head_dim = 128,
+                      .group = 4,
+                      .fp8 = fp8,
+                      .kv_scale = 0.01f});
+  }
+}
+
 TEST(CudaPagedAttentionLargeTest, DecodeBatch64Around2kContext) {
   TP_SKIP_WITHOUT_CUDA_DEVICES(1);
   std::mt19937 rng(64);
@@ -344,32 +366,76 @@ TEST(CudaPagedAttentionSupportedTest, HeadDims64And128Only) {
   EXPECT_EQ(PagedAttentionSupported(32, 8, 128, 0).code(), absl::StatusCode::kInvalidArgument);
 }
 
-// PagedAttentionWorkspaceBytes(max seqs, max context) must cover the split of every smaller batch,
-// although the split's own need is not monotone in the batch size.
-TEST(CudaPagedAttentionWorkspaceTest, BoundCoversEveryBatchWithinIt) {
-  struct Heads {
-    int64_t num_heads, num_kv_heads;
-  };
-  const int64_t max_seqs = 160, max_context = 33000;
-  for (const Heads h : {Heads{32, 8}, Heads{8, 1}, Heads{9, 3}, Heads{24, 2}, Heads{64, 4}}) {
-    for (int64_t head_dim : {64, 128}) {
-      const size_t bound = PagedAttentionWorkspaceBytes(max_seqs, h.num_heads, h.num_kv_heads,
-                                                        head_dim, max_context);
-      for (int64_t seqs = 1; seqs <= max_seqs; ++seqs) {
-        for (int64_t context : {1, 63, 64, 65, 127, 129, 300, 511, 512, 513, 1000, 2048, 2049, 4097,
-                                8192, 20000, 33000}) {
-          const DecodeSplit split =
-              PlanDecodeSplit(seqs, h.num_heads, h.num_kv_heads, head_dim, context);
-          ASSERT_LE(split.workspace_bytes, bound)
-              << seqs << " sequences, context " << context << ", heads " << h.num_heads << "/"
-              << h.num_kv_heads << ", head_dim " << head_dim;
-          ASSERT_EQ(split.num_partitions,
-                    (context + split.partition_tokens - 1) / split.partition_tokens);
+// The work list of every batch in a sweep: within DecodeMaxWorkItems, each sequence with a
+// query token cut into ceil(context / partition_tokens) consecutive items (partitions 0, 1, ...)
+// and the others into none, partition_tokens a multiple of 64.
+TEST(CudaDecodeWorkTest, CoversEveryContextOnceWithinTheBound) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> length(1, 33000);
+  for (const auto& [heads, kv_heads] :
+       {std::pair<int64_t, int64_t>{32, 8}, {8, 1}, {9, 3}, {24, 2}, {64, 4}}) {
+    for (int64_t seqs : {1, 2, 7, 64, 160}) {
+      for (int round = 0; round < 4; ++round) {
+        std::vector<int32_t> context(seqs), query_start = {0};
+        for (int64_t s = 0; s < seqs; ++s) {
+          context[s] = round == 0 ? 1 : length(rng);
+          query_start.push_back(query_start.back() + (s % 5 == 4 ? 0 : 1));
+        }
+        std::vector<int32_t> work(DecodeWorkWords(seqs, heads, kv_heads), -7);
+        BuildDecodeWork(context, query_start, heads, kv_heads, work.data());
+        const int32_t count = work[0], partition = work[1];
+        ASSERT_LE(count, DecodeMaxWorkItems(seqs, heads, kv_heads));
+        ASSERT_TRUE(partition > 0 && partition % 64 == 0) << partition;
+        const int32_t* item_start = work.data() + 2;
+        const int32_t* items = work.data() + DecodeWorkItemsOffset(seqs);
+        ASSERT_EQ(item_start[0], 0);
+        ASSERT_EQ(item_start[seqs], count);
+        for (int64_t s = 0; s < seqs; ++s) {
+          const int32_t want =
+              query_start[s + 1] > query_start[s] ? (context[s] + partition - 1) / partition : 0;
+          ASSERT_EQ(item_start[s + 1] - item_start[s], want) << "sequence " << s;
+          for (int32_t i = item_start[s]; i < item_start[s + 1]; ++i) {
+            ASSERT_EQ(items[2 * i], s);
+            ASSERT_EQ(items[2 * i + 1], i - item_start[s]);
+          }
         }
       }
     }
   }
-  EXPECT_EQ(PagedAttentionWorkspaceBytes(64, 32, 8, 128, 64), 0u);  // one partition at most
+}
+
+// Plans worked by hand. Llama-3-8B heads (32 over 8 KV heads, one block per KV head and item):
+// items that fill 1,024 blocks are 128, so a 131,072-token context, alone or as 64 sequences of
+// 2,048, gets 1,024-token partitions and 128 items. Group 8 over one KV head: 1,024 items target,
+// so 5,101 tokens in all take the 64-token minimum: 1 + 2 + 79 items.
+TEST(CudaDecodeWorkTest, PlansWorkedByHand) {
+  struct Plan {
+    int64_t heads, kv_heads;
+    std::vector<int32_t> context;
+    int32_t partition, items;
+  };
+  const std::vector<int32_t> batch64(64, 2048);
+  for (const Plan& plan : {Plan{32, 8, {131072}, 1024, 128}, Plan{32, 8, batch64, 1024, 128},
+                           Plan{8, 1, {1, 100, 5000}, 64, 82}}) {
+    std::vector<int32_t> query_start(plan.context.size() + 1);
+    std::iota(query_start.begin(), query_start.end(), 0);
+    std::vector<int32_t> work(DecodeWorkWords(plan.context.size(), plan.heads, plan.kv_heads));
+    BuildDecodeWork(plan.context, query_start, plan.heads, plan.kv_heads, work.data());
+    EXPECT_EQ(work[1], plan.partition);
+    EXPECT_EQ(work[0], plan.items);
+  }
+  EXPECT_EQ(DecodeMaxWorkItems(256, 32, 8), 128 + 256);
+  EXPECT_EQ(DecodeMaxWorkItems(4, 8, 1), 1024 + 4);
+  EXPECT_EQ(DecodeMaxWorkItems(4, 96, 8), 64 + 4);  // group 12: two blocks per KV head
+}
+
+// The workspace depends on the batch size alone: 384 items x 32 heads = 12,288 entries, two
+// arrays of 49,152 bytes (already 256-aligned) and 12,288 x 128 fp32 accumulators.
+TEST(CudaDecodeWorkTest, WorkspaceIsBoundedByTheBatchSize) {
+  EXPECT_EQ(PagedAttentionWorkspaceBytes(256, 32, 8, 128), 2u * 49152 + 12288u * 128 * 4);
+  const DecodeWorkspaceLayout layout = DecodeWorkspaceFor(256, 32, 8, 128);
+  EXPECT_EQ(layout.sum_offset, 49152u);
+  EXPECT_EQ(layout.acc_offset, 2u * 49152);
 }
 
 }  // namespace

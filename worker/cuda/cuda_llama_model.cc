@@ -184,7 +184,8 @@ absl::Status CudaLlamaModel::AllocateStepBuffers() {
   logits_capacity_ = max_seqs;
   blocks_per_seq_ = (config_.context_length + kv_shape_.block_size - 1) / kv_shape_.block_size;
   const int64_t t = token_capacity_;
-  RETURN_IF_ERROR(Allocate(inputs_, StepInputLayout::For(t, max_seqs, t, blocks_per_seq_).total));
+  RETURN_IF_ERROR(
+      Allocate(inputs_, StepInputLayout::For(t, max_seqs, t, blocks_per_seq_, heads()).total));
   RETURN_IF_ERROR(Allocate(residual_, t * hidden));
   RETURN_IF_ERROR(Allocate(normed_, t * hidden));
   RETURN_IF_ERROR(Allocate(partial_, t * hidden));
@@ -201,10 +202,9 @@ absl::Status CudaLlamaModel::AllocateStepBuffers() {
           Allocate(fp8_raw_, t * std::max({layout_.qkv_width(head_dim), hidden, 2 * ffn})));
     }
   }
-  RETURN_IF_ERROR(
-      Allocate(attention_workspace_, static_cast<int64_t>(PagedAttentionWorkspaceBytes(
-                                         max_seqs, layout_.q_heads.size, layout_.kv_heads.size,
-                                         head_dim, config_.context_length))));
+  RETURN_IF_ERROR(Allocate(attention_workspace_,
+                           static_cast<int64_t>(PagedAttentionWorkspaceBytes(
+                               max_seqs, layout_.q_heads.size, layout_.kv_heads.size, head_dim))));
   RETURN_IF_ERROR(Allocate(selected_, logits_capacity_ * hidden));
   RETURN_IF_ERROR(Allocate(local_logits_, logits_capacity_ * layout_.vocab.size));
   if (layout_.world_size > 1 && layout_.rank == 0) {
@@ -241,10 +241,9 @@ absl::Status CudaLlamaModel::AllocateKvPool(const ModelRunnerOptions& options) {
                                                    " blocks is outside [1, ", max_blocks, "]"));
   }
   RETURN_IF_ERROR(Allocate(kv_pool_, kv_shape_.num_blocks * kv_shape_.bytes_per_block()));
-  // No sequence holds more blocks than the pool: a small pool bounds the graphs' block tables
-  // and the context their attention grids are planned for.
+  // No sequence holds more blocks than the pool: a small pool bounds the block tables' width.
   blocks_per_seq_ = std::min(blocks_per_seq_, kv_shape_.num_blocks);
-  graph_max_context_ = static_cast<int32_t>(
+  max_context_ = static_cast<int32_t>(
       std::min(config_.context_length, blocks_per_seq_ * kv_shape_.block_size));
   // Padding rows of a decode graph read block 0: make every block finite.
   return CudaStatus(cudaMemsetAsync(kv_pool_.data(), 0, kv_pool_.bytes(), stream_.get()),
@@ -252,10 +251,9 @@ absl::Status CudaLlamaModel::AllocateKvPool(const ModelRunnerOptions& options) {
 }
 
 absl::Status CudaLlamaModel::CaptureDecodeGraphs() {
-  const int32_t context = graph_max_context_;
   for (int64_t batch : DecodeBuckets(options_.max_num_seqs)) {
     // A padding-only batch: real kernels on valid addresses, no KV written.
-    const PackedStep packed = PackStep(ForwardBatch{}, blocks_per_seq_, batch, context);
+    const PackedStep packed = PackStep(ForwardBatch{}, blocks_per_seq_, heads(), batch);
     const StepArrays arrays = ArraysFor(packed.layout);
     auto enqueue = [&]() -> absl::Status {
       RETURN_IF_ERROR(EnqueueLayers(packed.shape, arrays));
@@ -276,13 +274,11 @@ absl::Status CudaLlamaModel::CaptureDecodeGraphs() {
 
 CudaLlamaModel::StepArrays CudaLlamaModel::ArraysFor(const StepInputLayout& layout) const {
   const int32_t* base = inputs_.data();
-  return StepArrays{base + layout.token_ids,
-                    base + layout.positions,
-                    base + layout.query_start,
-                    base + layout.context_lens,
-                    base + layout.logits_indices,
-                    base + layout.block_tables,
-                    reinterpret_cast<const int64_t*>(base + layout.slot_mapping)};
+  return StepArrays{
+      base + layout.token_ids,      base + layout.positions,
+      base + layout.query_start,    base + layout.context_lens,
+      base + layout.logits_indices, base + layout.block_tables,
+      base + layout.decode_work,    reinterpret_cast<const int64_t*>(base + layout.slot_mapping)};
 }
 
 absl::Status CudaLlamaModel::Upload(const PackedStep& packed) {
@@ -381,6 +377,7 @@ absl::Status CudaLlamaModel::EnqueueAttention(int layer, const StepShape& shape,
   p.head_dim = head_dim;
   p.block_size = kv_shape_.block_size;
   p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  p.decode_work = arrays.decode_work;
   p.workspace = attention_workspace_.data();
   p.workspace_bytes = static_cast<size_t>(attention_workspace_.bytes());
   PagedAttention(p, stream);
@@ -446,7 +443,7 @@ absl::StatusOr<const float*> CudaLlamaModel::ContiguousLogits(int64_t count, int
 
 absl::Status CudaLlamaModel::RunEager(const ForwardBatch& batch, LogitsPass on_pass) {
   const PackedStep packed =
-      PackStep(batch, std::min<int64_t>(batch.max_blocks_per_seq, blocks_per_seq_));
+      PackStep(batch, std::min<int64_t>(batch.max_blocks_per_seq, blocks_per_seq_), heads());
   RETURN_IF_ERROR(Upload(packed));
   const StepArrays arrays = ArraysFor(packed.layout);
   RETURN_IF_ERROR(EnqueueLayers(packed.shape, arrays));
@@ -462,7 +459,7 @@ absl::Status CudaLlamaModel::RunEager(const ForwardBatch& batch, LogitsPass on_p
 
 absl::Status CudaLlamaModel::RunGraph(const ForwardBatch& batch, const DecodeGraph& graph,
                                       LogitsPass on_pass) {
-  const PackedStep packed = PackStep(batch, blocks_per_seq_, graph.batch, graph_max_context_);
+  const PackedStep packed = PackStep(batch, blocks_per_seq_, heads(), graph.batch);
   RETURN_IF_ERROR(Upload(packed));
   RETURN_IF_ERROR(graph.exec.Launch(stream_.get()));
   if (layout_.rank == 0) RETURN_IF_ERROR(on_pass(0, graph.batch, batch.num_tokens()));
@@ -481,10 +478,9 @@ absl::Status CudaLlamaModel::CheckStep(const ForwardBatch& batch) const {
                      "--max-num-seqs at Init)"));
   }
   const int32_t longest = *std::max_element(batch.context_lens.begin(), batch.context_lens.end());
-  if (longest > graph_max_context_) {
-    return absl::InvalidArgumentError(absl::StrCat("a context of ", longest,
-                                                   " tokens exceeds what the KV pool holds (",
-                                                   graph_max_context_, ")"));
+  if (longest > max_context_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a context of ", longest, " tokens exceeds what the KV pool holds (", max_context_, ")"));
   }
   return absl::OkStatus();
 }

@@ -20,10 +20,10 @@
 // batch sizes of DecodeBuckets (padded up to the bucket); other steps run eagerly. A graph bakes
 // in the NCCL communicator: a re-formed group of several ranks loads a new model (WorkerServer).
 //
-// Known costs, for later: a graph is planned for the longest context the pool allows, so with
-// long-context models short decodes launch attention blocks that exit at once and upload block
-// tables of that width (per-context-bucket graphs would fix both); step inputs are uploaded from
-// pageable memory.
+// Decode attention runs over a work list packed with each step's inputs, so a graph's grid and
+// workspace depend on its batch size, not on the longest context. Known costs, for later: the
+// block tables are uploaded at the width of the longest context the pool allows; step inputs are
+// uploaded from pageable memory.
 #pragma once
 
 #include <cstdint>
@@ -85,6 +85,7 @@ class CudaLlamaModel : public StepModel {
     const int32_t* context_lens;
     const int32_t* logits_indices;
     const int32_t* block_tables;
+    const int32_t* decode_work;
     const int64_t* slot_mapping;
   };
   struct DecodeGraph {
@@ -99,6 +100,7 @@ class CudaLlamaModel : public StepModel {
   // shapes; the epilogue if any shape needs it), logged.
   absl::Status ChooseFp8Mode();
   absl::Status AllocateStepBuffers();
+  AttentionHeads heads() const { return {layout_.q_heads.size, layout_.kv_heads.size}; }
   // out[m, w.rows] = x[m, w.cols] · wᵀ, enqueued: a bf16 product, or FP8 W8A8 with x quantized
   // per token into act_codes_ first.
   absl::Status Linear(const DeviceLinear& w, const bf16* x, int64_t m, bf16* out);
@@ -147,10 +149,10 @@ class CudaLlamaModel : public StepModel {
   DeviceBuffer<uint8_t> kv_pool_;
 
   // Step buffers, sized at load.
-  int64_t token_capacity_ = 0;     // tokens per step
-  int64_t logits_capacity_ = 0;    // logits rows per pass (a step with more makes several)
-  int64_t blocks_per_seq_ = 0;     // block-table stride of graph steps: the longest context's
-  int32_t graph_max_context_ = 0;  // the longest context a step may have; graphs plan for it
+  int64_t token_capacity_ = 0;   // tokens per step
+  int64_t logits_capacity_ = 0;  // logits rows per pass (a step with more makes several)
+  int64_t blocks_per_seq_ = 0;   // block-table stride of graph steps: the longest context's
+  int32_t max_context_ = 0;      // the longest context a step may have (the pool bounds it)
   DeviceBuffer<int32_t> inputs_;
   DeviceBuffer<bf16> residual_, normed_, partial_;  // [tokens, hidden]
   DeviceBuffer<bf16> qkv_, q_, attn_;               // [tokens, local widths]

@@ -11,6 +11,9 @@ namespace tpserve {
 namespace {
 
 constexpr int64_t kBlockSize = 16;
+// Four query heads over two KV heads: one decode block per KV head and work item, so 512 items
+// fill the 1,024 blocks the plan aims for (kernels/cuda/decode_work.h).
+constexpr AttentionHeads kHeads{4, 2};
 
 std::vector<int32_t> Slice(const PackedStep& p, int64_t offset, int64_t count) {
   return {p.data.begin() + offset, p.data.begin() + offset + count};
@@ -18,8 +21,7 @@ std::vector<int32_t> Slice(const PackedStep& p, int64_t offset, int64_t count) {
 
 std::vector<int64_t> Slots(const PackedStep& p) {
   std::vector<int64_t> slots(p.shape.num_tokens);
-  std::memcpy(slots.data(), p.data.data() + p.layout.slot_mapping,
-              slots.size() * sizeof(int64_t));
+  std::memcpy(slots.data(), p.data.data() + p.layout.slot_mapping, slots.size() * sizeof(int64_t));
   return slots;
 }
 
@@ -40,20 +42,21 @@ ForwardBatch DecodeBatch() {
 }
 
 TEST(StepInputLayout, ArraysFollowEachOtherAndSlotsAreEightByteAligned) {
-  const StepInputLayout layout = StepInputLayout::For(3, 2, 2, 4);
+  const StepInputLayout layout = StepInputLayout::For(3, 2, 2, 4, kHeads);
   EXPECT_EQ(layout.token_ids, 0);
   EXPECT_EQ(layout.positions, 3);
   EXPECT_EQ(layout.query_start, 6);
   EXPECT_EQ(layout.context_lens, 9);
   EXPECT_EQ(layout.logits_indices, 11);
   EXPECT_EQ(layout.block_tables, 13);
-  EXPECT_EQ(layout.slot_mapping, 22);  // 21 rounded up to even
-  EXPECT_EQ(layout.total, 28);
-  EXPECT_EQ(StepInputLayout::For(2, 2, 2, 4).slot_mapping, 20);  // already even
+  EXPECT_EQ(layout.decode_work, 21);     // 3 + 2 + 2 * (512 + 2) = 1,033 words
+  EXPECT_EQ(layout.slot_mapping, 1054);  // already even
+  EXPECT_EQ(layout.total, 1060);
+  EXPECT_EQ(StepInputLayout::For(2, 2, 2, 4, kHeads).slot_mapping, 1052);  // already even
 }
 
 TEST(PackStep, MixedBatchKeepsEveryArrayAndWidensBlockRows) {
-  const PackedStep p = PackStep(MixedBatch(), /*blocks_per_seq=*/4);
+  const PackedStep p = PackStep(MixedBatch(), /*blocks_per_seq=*/4, kHeads);
   EXPECT_EQ(p.shape.num_tokens, 4);
   EXPECT_EQ(p.shape.num_seqs, 2);
   EXPECT_EQ(p.shape.num_logits, 2);
@@ -71,17 +74,17 @@ TEST(PackStep, MixedBatchKeepsEveryArrayAndWidensBlockRows) {
 }
 
 TEST(PackStep, NarrowerRowsCutTheBlockTables) {
-  const PackedStep p = PackStep(MixedBatch(), /*blocks_per_seq=*/2);
+  const PackedStep p = PackStep(MixedBatch(), /*blocks_per_seq=*/2, kHeads);
   EXPECT_EQ(Slice(p, p.layout.block_tables, 4), (std::vector<int32_t>{5, 6, 1, 2}));
 }
 
 TEST(PackStep, DecodePaddingAddsHarmlessSequences) {
-  const PackedStep p = PackStep(DecodeBatch(), 2, /*pad_to_seqs=*/4, /*padded_max_context_len=*/64);
+  const PackedStep p = PackStep(DecodeBatch(), 2, kHeads, /*pad_to_seqs=*/4);
   EXPECT_EQ(p.shape.num_tokens, 4);
   EXPECT_EQ(p.shape.num_seqs, 4);
   EXPECT_EQ(p.shape.num_logits, 4);
   EXPECT_EQ(p.shape.max_query_len, 1);
-  EXPECT_EQ(p.shape.max_context_len, 64);
+  EXPECT_EQ(p.shape.max_context_len, 21);
   EXPECT_EQ(Slice(p, p.layout.token_ids, 4), (std::vector<int32_t>{7, 8, 0, 0}));
   EXPECT_EQ(Slice(p, p.layout.positions, 4), (std::vector<int32_t>{4, 20, 0, 0}));
   EXPECT_EQ(Slice(p, p.layout.query_start, 5), (std::vector<int32_t>{0, 1, 2, 3, 4}));
@@ -89,17 +92,32 @@ TEST(PackStep, DecodePaddingAddsHarmlessSequences) {
   EXPECT_EQ(Slice(p, p.layout.logits_indices, 4), (std::vector<int32_t>{0, 1, 2, 3}));
   EXPECT_EQ(Slice(p, p.layout.block_tables, 8), (std::vector<int32_t>{3, 0, 4, 8, 0, 0, 0, 0}));
   EXPECT_EQ(Slots(p), (std::vector<int64_t>{3 * kBlockSize + 4, 8 * kBlockSize + 4, -1, -1}));
+  // The work list: 28 context tokens in all against 512 items wanted give the 64-token minimum
+  // partition, so one item per sequence, padding included (each has its one token).
+  EXPECT_EQ(Slice(p, p.layout.decode_work, 3 + 4 + 8),
+            (std::vector<int32_t>{4, 64, 0, 1, 2, 3, 4, 0, 0, 1, 0, 2, 0, 3, 0}));
   // The layout is the one a graph captured for 4 sequences reads.
-  const StepInputLayout graph = StepInputLayout::For(4, 4, 4, 2);
+  const StepInputLayout graph = StepInputLayout::For(4, 4, 4, 2, kHeads);
   EXPECT_EQ(p.layout.slot_mapping, graph.slot_mapping);
   EXPECT_EQ(p.layout.total, graph.total);
 }
 
 TEST(PackStep, EmptyBatchPaddedIsAllPadding) {
-  const PackedStep p = PackStep(ForwardBatch{}, 3, /*pad_to_seqs=*/2, 100);
+  const PackedStep p = PackStep(ForwardBatch{}, 3, kHeads, /*pad_to_seqs=*/2);
   EXPECT_EQ(Slice(p, p.layout.query_start, 3), (std::vector<int32_t>{0, 1, 2}));
   EXPECT_EQ(Slice(p, p.layout.context_lens, 2), (std::vector<int32_t>{1, 1}));
   EXPECT_EQ(Slots(p), (std::vector<int64_t>{-1, -1}));
+}
+
+// Every step carries a list (read only by decode attention): a 3-token prefill and a decode at
+// context 100, 103 tokens in all, take 64-token partitions: one item and two.
+TEST(PackStep, WorkListCutsEachContextIntoPartitions) {
+  ForwardBatchBuilder builder(kBlockSize);
+  builder.AddSequence({1, 2, 3}, 0, {5}, /*all_logits=*/false);
+  builder.AddSequence({9}, 99, {6, 7, 8, 10, 11, 12, 13}, /*all_logits=*/false);
+  const PackedStep p = PackStep(builder.Build(), 7, kHeads);
+  EXPECT_EQ(Slice(p, p.layout.decode_work, 3 + 2 + 6),
+            (std::vector<int32_t>{3, 64, 0, 1, 3, 0, 0, 1, 0, 1, 1}));
 }
 
 TEST(IsDecodeBatch, OnlyOneTokenPerSequenceWithEveryLogit) {
