@@ -48,21 +48,8 @@ std::vector<float> RandomRows(int64_t rows, int64_t cols, uint32_t seed) {
   return values;
 }
 
-template <typename T>
-DeviceBuffer<T> Upload(const std::vector<T>& host, cudaStream_t stream) {
-  absl::StatusOr<DeviceBuffer<T>> buffer = DeviceBuffer<T>::Allocate(host.size());
-  EXPECT_TRUE(buffer.ok()) << buffer.status();
-  EXPECT_TRUE(buffer->CopyFromHost(host, stream).ok());
-  return *std::move(buffer);
-}
-
-template <typename T>
-std::vector<T> Download(const DeviceBuffer<T>& buffer, cudaStream_t stream) {
-  std::vector<T> host(buffer.size());
-  const absl::Status status = buffer.CopyToHost(absl::MakeSpan(host), stream);
-  EXPECT_TRUE(status.ok()) << status;
-  return host;
-}
+using gpu_test::Download;
+using gpu_test::Upload;
 
 class CudaFp8GemmTest : public ::testing::Test {
  protected:

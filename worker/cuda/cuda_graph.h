@@ -16,8 +16,10 @@ namespace tpserve::cuda {
 class CudaGraphExec {
  public:
   // Captures what `enqueue` puts on `stream` (thread-local capture mode: other threads' CUDA
-  // calls are not affected) and instantiates it. The capture is always ended, also when
-  // `enqueue` fails, so the stream stays usable; `enqueue`'s error is returned first.
+  // calls are not affected), instantiates it and uploads it to the device on `stream`, so that
+  // the first launch does not pay for the upload (a first decode step would otherwise be slower
+  // than the rest). The capture is always ended, also when `enqueue` fails, so the stream stays
+  // usable; `enqueue`'s error is returned first.
   static absl::StatusOr<CudaGraphExec> Capture(cudaStream_t stream,
                                                const std::function<absl::Status()>& enqueue) {
     absl::Status status = CudaStatus(
@@ -31,8 +33,10 @@ class CudaGraphExec {
     if (status.ok()) {
       status = CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
     }
+    if (status.ok()) status = CudaStatus(cudaGraphUpload(exec, stream), "cudaGraphUpload");
     if (graph != nullptr) cudaGraphDestroy(graph);
     if (!status.ok()) {
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
       cudaGetLastError();  // Leave no sticky launch error for the next unrelated check.
       return status;
     }
