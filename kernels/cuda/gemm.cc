@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda_check.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/cuda_stream.h"
 #include "kernels/cuda/fp8_quantize.h"
 
 namespace tpserve::cuda {
@@ -152,7 +153,32 @@ absl::Status Gemm::Supported(const GemmParams& p) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<const Gemm::Plan*> Gemm::GetPlan(const PlanKey& key) {
+absl::StatusOr<int> Gemm::FastestCandidate(const Plan& plan,
+                                           const cublasLtMatmulHeuristicResult_t* candidates,
+                                           int count, const RunWith& run, cudaStream_t stream) {
+  constexpr int kTimedRuns = 5;
+  ASSIGN_OR_RETURN(CudaEvent start, CudaEvent::Create(cudaEventDefault));
+  ASSIGN_OR_RETURN(CudaEvent stop, CudaEvent::Create(cudaEventDefault));
+  int best = -1;  // none timed yet
+  float best_ms = 0.0f;
+  for (int i = 0; i < count; ++i) {
+    if (candidates[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    if (run(plan, candidates[i].algo) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up, and a check
+    RETURN_IF_ERROR(start.Record(stream));
+    for (int r = 0; r < kTimedRuns; ++r) run(plan, candidates[i].algo);
+    RETURN_IF_ERROR(stop.Record(stream));
+    RETURN_IF_ERROR(stop.Synchronize());
+    ASSIGN_OR_RETURN(const float ms, CudaEvent::ElapsedMs(start, stop));
+    if (best < 0 || ms < best_ms) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  return best < 0 ? 0 : best;
+}
+
+absl::StatusOr<const Gemm::Plan*> Gemm::GetPlan(const PlanKey& key, const RunWith& run,
+                                                cudaStream_t stream) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
 
@@ -230,11 +256,20 @@ absl::StatusOr<const Gemm::Plan*> Gemm::GetPlan(const PlanKey& key) {
                                  "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)"));
   }
 
-  cublasLtMatmulHeuristicResult_t result{};
+  // Decode-sized products (m <= kTunedMaxM) try the heuristic's first kTunedCandidates on the
+  // call's own operands: its ranking is a model, and for these memory-bound shapes it often
+  // misses the fastest. Not while a graph is being captured (nothing would run), and not when
+  // the call accumulates (each trial would add to c again).
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  const bool tune = run != nullptr && key.m <= kTunedMaxM &&
+                    cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
+                    capturing == cudaStreamCaptureStatusNone;
+  cublasLtMatmulHeuristicResult_t results[kTunedCandidates] = {};
+  cublasLtMatmulHeuristicResult_t& result = results[0];
   int returned = 0;
   const cublasStatus_t heuristic = lt_.cublasLtMatmulAlgoGetHeuristic(
       handle_, plan->desc, plan->weight_layout, plan->activation_layout, plan->output_layout,
-      plan->output_layout, preference.get(), 1, &result, &returned);
+      plan->output_layout, preference.get(), tune ? kTunedCandidates : 1, results, &returned);
   if (heuristic != CUBLAS_STATUS_SUCCESS && heuristic != CUBLAS_STATUS_NOT_SUPPORTED) {
     return CublasStatus(lt_, heuristic, "cublasLtMatmulAlgoGetHeuristic");
   }
@@ -250,6 +285,11 @@ absl::StatusOr<const Gemm::Plan*> Gemm::GetPlan(const PlanKey& key) {
                      workspace_bytes_, "-byte workspace"));
   }
   plan->algo = result.algo;
+  if (tune && returned > 1) {
+    ASSIGN_OR_RETURN(const int best, FastestCandidate(*plan, results, returned, run, stream));
+    plan->algo = results[best].algo;
+    ++tuned_plans_;
+  }
   const Plan* stored = plan.get();
   plans_.emplace(key, std::move(plan));
   return stored;
@@ -264,15 +304,15 @@ absl::Status Gemm::Run(const GemmParams& p, cudaStream_t stream) {
                       "cudaMemsetAsync of a k=0 GEMM output");
   }
   const PlanKey key{p.m, p.n, p.k, p.c_type, Alignment(p.a), Alignment(p.b), Alignment(p.c)};
-  ASSIGN_OR_RETURN(const Plan* plan, GetPlan(key));
   const float alpha = 1.0f;
   const float beta = p.accumulate ? 1.0f : 0.0f;
-  return CublasStatus(
-      lt_,
-      lt_.cublasLtMatmul(handle_, plan->desc, &alpha, p.b, plan->weight_layout, p.a,
-                         plan->activation_layout, &beta, p.c, plan->output_layout, p.c,
-                         plan->output_layout, &plan->algo, workspace_, workspace_bytes_, stream),
-      "cublasLtMatmul");
+  const RunWith run = [&](const Plan& plan, const cublasLtMatmulAlgo_t& algo) {
+    return lt_.cublasLtMatmul(handle_, plan.desc, &alpha, p.b, plan.weight_layout, p.a,
+                              plan.activation_layout, &beta, p.c, plan.output_layout, p.c,
+                              plan.output_layout, &algo, workspace_, workspace_bytes_, stream);
+  };
+  ASSIGN_OR_RETURN(const Plan* plan, GetPlan(key, p.accumulate ? RunWith() : run, stream));
+  return CublasStatus(lt_, run(*plan, plan->algo), "cublasLtMatmul");
 }
 
 absl::StatusOr<Fp8ScaleMode> Gemm::ChooseFp8Mode(int64_t n, int64_t k) {
@@ -282,11 +322,11 @@ absl::StatusOr<Fp8ScaleMode> Gemm::ChooseFp8Mode(int64_t n, int64_t k) {
   }
   // cudaMalloc'd operands (256-byte aligned); one token, the decode shape.
   PlanKey outer{1, n, k, GemmOutputType::kBf16, 256, 256, 256, Operands::kFp8OuterVector};
-  const absl::StatusOr<const Plan*> outer_plan = GetPlan(outer);
+  const absl::StatusOr<const Plan*> outer_plan = GetPlan(outer, RunWith(), nullptr);
   if (outer_plan.ok()) return Fp8ScaleMode::kOuterVector;
   if (outer_plan.status().code() != absl::StatusCode::kUnimplemented) return outer_plan.status();
   PlanKey unscaled{1, n, k, GemmOutputType::kFloat32, 256, 256, 256, Operands::kFp8Unscaled};
-  const absl::StatusOr<const Plan*> unscaled_plan = GetPlan(unscaled);
+  const absl::StatusOr<const Plan*> unscaled_plan = GetPlan(unscaled, RunWith(), nullptr);
   if (unscaled_plan.ok()) return Fp8ScaleMode::kEpilogue;
   if (unscaled_plan.status().code() != absl::StatusCode::kUnimplemented) {
     return unscaled_plan.status();
@@ -334,27 +374,28 @@ absl::Status Gemm::RunFp8(const Fp8GemmParams& p, Fp8ScaleMode mode, cudaStream_
                     Alignment(p.b),
                     Alignment(d),
                     outer ? Operands::kFp8OuterVector : Operands::kFp8Unscaled};
-  ASSIGN_OR_RETURN(const Plan* plan, GetPlan(key));
-  if (outer) {
-    // Pointers, not values: setting them is a host-side write, allowed during graph capture.
-    const std::pair<cublasLtMatmulDescAttributes_t, const float*> scales[] = {
-        {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.b_scales},
-        {CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.a_scales},
-    };
-    for (const auto& [attribute, pointer] : scales) {
-      RETURN_IF_ERROR(CublasStatus(
-          lt_, lt_.cublasLtMatmulDescSetAttribute(plan->desc, attribute, &pointer, sizeof(pointer)),
-          "cublasLtMatmulDescSetAttribute(SCALE_POINTER)"));
-    }
-  }
   const float alpha = 1.0f;
   const float beta = 0.0f;
-  RETURN_IF_ERROR(CublasStatus(
-      lt_,
-      lt_.cublasLtMatmul(handle_, plan->desc, &alpha, p.b, plan->weight_layout, p.a,
-                         plan->activation_layout, &beta, d, plan->output_layout, d,
-                         plan->output_layout, &plan->algo, workspace_, workspace_bytes_, stream),
-      "cublasLtMatmul (FP8)"));
+  const RunWith run = [&](const Plan& plan, const cublasLtMatmulAlgo_t& algo) {
+    if (outer) {
+      // This call's scale vectors on the plan's descriptor: pointers, not values, so setting
+      // them is a host-side write, allowed during graph capture (the launch keeps its own copy).
+      const std::pair<cublasLtMatmulDescAttributes_t, const float*> scales[] = {
+          {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.b_scales},
+          {CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.a_scales},
+      };
+      for (const auto& [attribute, pointer] : scales) {
+        const cublasStatus_t set =
+            lt_.cublasLtMatmulDescSetAttribute(plan.desc, attribute, &pointer, sizeof(pointer));
+        if (set != CUBLAS_STATUS_SUCCESS) return set;
+      }
+    }
+    return lt_.cublasLtMatmul(handle_, plan.desc, &alpha, p.b, plan.weight_layout, p.a,
+                              plan.activation_layout, &beta, d, plan.output_layout, d,
+                              plan.output_layout, &algo, workspace_, workspace_bytes_, stream);
+  };
+  ASSIGN_OR_RETURN(const Plan* plan, GetPlan(key, run, stream));
+  RETURN_IF_ERROR(CublasStatus(lt_, run(*plan, plan->algo), "cublasLtMatmul (FP8)"));
   if (!outer) ScaleOuterToBf16(p.scratch, p.a_scales, p.b_scales, p.m, p.n, p.c, stream);
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -61,8 +62,11 @@ enum class Fp8ScaleMode { kOuterVector, kEpilogue };
 // Runs GemmParams through cuBLASLt with the algorithm its heuristic ranks first for the shape.
 //
 // The first call for a (m, n, k, output type, operand alignment) builds a plan (descriptors plus
-// the heuristic's algorithm) and keeps it; later calls only enqueue the matmul. Decode runs the
-// same few shapes every step, and the heuristic query costs far more than the launch.
+// an algorithm) and keeps it; later calls only enqueue the matmul. Decode runs the same few
+// shapes every step, and the heuristic query costs far more than the launch. For decode-sized
+// products (m <= kTunedMaxM) that first call times the heuristic's first kTunedCandidates
+// algorithms on its own operands and keeps the fastest; the CUDA model makes those first calls
+// at load, in the eager pass before each decode graph is captured.
 //
 // Threads: not thread-safe (the plan cache is unguarded); the worker's execution thread owns it.
 // Every call uses the one workspace, so calls must not run concurrently on different streams:
@@ -111,8 +115,13 @@ class Gemm {
   // no algorithm, cuBLAS's error for the launch.
   absl::Status RunFp8(const Fp8GemmParams& params, Fp8ScaleMode mode, cudaStream_t stream);
 
-  // Plans built so far (one per distinct shape and alignment seen).
+  // Plans built so far (one per distinct shape and alignment seen), and of those the ones whose
+  // algorithm was timed among the heuristic's first candidates (m <= kTunedMaxM).
   size_t cached_plans() const { return plans_.size(); }
+  size_t tuned_plans() const { return tuned_plans_; }
+
+  static constexpr int64_t kTunedMaxM = 8;
+  static constexpr int kTunedCandidates = 8;
 
  private:
   // What a plan multiplies: bf16 operands, or E4M3 codes with the scales of an Fp8ScaleMode.
@@ -134,8 +143,18 @@ class Gemm {
   };
   struct Plan;
 
+  // Runs the product of the call being planned with `algo` (on the call's operands and stream).
+  using RunWith = std::function<cublasStatus_t(const Plan&, const cublasLtMatmulAlgo_t&)>;
+
   Gemm(const CublasLtLibrary& lt, cublasLtHandle_t handle, void* workspace, size_t workspace_bytes);
-  absl::StatusOr<const Plan*> GetPlan(const PlanKey& key);
+  // The key's plan, built at its first call: the heuristic's first algorithm, or for m <=
+  // kTunedMaxM with `run` given the fastest of its first kTunedCandidates, timed through `run`
+  // on `stream` (skipped while `stream` is capturing a graph).
+  absl::StatusOr<const Plan*> GetPlan(const PlanKey& key, const RunWith& run, cudaStream_t stream);
+  // Index of the candidate whose kTimedRuns runs took least time.
+  absl::StatusOr<int> FastestCandidate(const Plan& plan,
+                                       const cublasLtMatmulHeuristicResult_t* candidates, int count,
+                                       const RunWith& run, cudaStream_t stream);
 
   // Constant after construction.
   const CublasLtLibrary& lt_;
@@ -144,6 +163,7 @@ class Gemm {
   size_t workspace_bytes_ = 0;
 
   absl::flat_hash_map<PlanKey, std::unique_ptr<Plan>> plans_;
+  size_t tuned_plans_ = 0;
 };
 
 }  // namespace tpserve::cuda

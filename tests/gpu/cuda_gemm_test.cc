@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -187,17 +188,27 @@ TEST_F(CudaGemmTest, ElementAlignedOperandsWork) {
 
 TEST_F(CudaGemmTest, PlansAreCachedPerShape) {
   const cudaStream_t stream = stream_->get();
-  absl::StatusOr<DeviceBuffer<bf16>> a = DeviceBuffer<bf16>::Allocate(8 * 256);
+  absl::StatusOr<DeviceBuffer<bf16>> a = DeviceBuffer<bf16>::Allocate(64 * 256);
   absl::StatusOr<DeviceBuffer<bf16>> b = DeviceBuffer<bf16>::Allocate(256 * 256);
-  absl::StatusOr<DeviceBuffer<bf16>> c = DeviceBuffer<bf16>::Allocate(8 * 256);
+  absl::StatusOr<DeviceBuffer<bf16>> c = DeviceBuffer<bf16>::Allocate(64 * 256);
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   const size_t before = gemm_->cached_plans();
+  const size_t tuned_before = gemm_->tuned_plans();
   for (int repeat = 0; repeat < 3; ++repeat) {
     ASSERT_TRUE(gemm_->MatmulBT(a->data(), b->data(), 8, 256, 256, c->data(), stream).ok());
   }
   EXPECT_EQ(gemm_->cached_plans(), before + 1);
+  // A decode-sized shape is timed once, at its first call (when the heuristic offers more than
+  // one algorithm), never again.
+  const size_t tuned = gemm_->tuned_plans();
+  EXPECT_LE(tuned, tuned_before + 1);
+  std::printf("m=8 256x256: %s\n", tuned > tuned_before ? "algorithms timed" : "one candidate");
   ASSERT_TRUE(gemm_->MatmulBT(a->data(), b->data(), 4, 256, 256, c->data(), stream).ok());
   EXPECT_EQ(gemm_->cached_plans(), before + 2);
+  // Above kTunedMaxM rows the heuristic's first choice is kept.
+  const size_t tuned_small = gemm_->tuned_plans();
+  ASSERT_TRUE(gemm_->MatmulBT(a->data(), b->data(), 64, 256, 256, c->data(), stream).ok());
+  EXPECT_EQ(gemm_->tuned_plans(), tuned_small);
   EXPECT_TRUE(stream_->Synchronize().ok());
 }
 
