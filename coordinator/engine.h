@@ -14,7 +14,9 @@
 // output position), so a seeded request samples what it would have without the failure. Past the
 // grace, or with a grace of 0, every request fails with UNAVAILABLE "cluster degraded: <rank and
 // cause>", new ones are refused with the same status until the group re-forms, and the process
-// keeps serving Health throughout.
+// keeps serving Health throughout. A request whose steps failed more than max_request_holds times
+// is failed (INTERNAL, naming the failures) instead of being held again: one that kills a rank
+// each time it runs must not hold the cluster in a loop of restarts.
 //
 // Thread-safe API: front-end threads call Submit*/health/stats, any thread MarkDegraded.
 #pragma once
@@ -132,10 +134,11 @@ class Engine {
 
   // Marks the cluster degraded by `cause` (the first cause sticks) and wakes the engine.
   void MarkDegraded(const absl::Status& cause);
-  // While degraded, the engine thread fails what it holds and calls `reform` (GroupReformer)
-  // every second or so until it returns OK; then it empties the prefix cache (a restarted rank's
-  // KV pool is empty), restarts step ids and serves again. Call before Start(). Without it a
-  // degraded engine stays degraded.
+  // While degraded, the engine thread holds what it runs (within the recovery grace; past it, it
+  // fails them) and calls `reform` (GroupReformer) every second or so until it returns OK; then
+  // it empties the prefix cache (a restarted rank's KV pool is empty), restarts step ids, resumes
+  // the held requests (or fails them when the attempt ended past the grace) and serves again.
+  // Call before Start(). Without it a degraded engine stays degraded.
   void SetGroupReformer(std::function<absl::Status()> reform);
   // OK while serving; otherwise UNAVAILABLE saying why (degraded or stopping; while requests
   // are held, what the cluster waits for). Draining does not count: the process is healthy while
