@@ -193,7 +193,7 @@ void BM_GemvBf16(benchmark::State& state) {
 // through copies, activations quantized in every launch as the model does.
 void BM_GemvFp8(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
-  absl::StatusOr<Fp8ScaleMode> mode = g_gemm->ChooseFp8Mode(n, k);
+  absl::StatusOr<Fp8ScaleMode> mode = g_gemm->ChooseFp8Mode(n, k, m);
   if (!mode.ok()) return Fail(state, mode.status());
   const int64_t weight_bytes = n * k + 4 * n;
   const int copies =

@@ -315,32 +315,51 @@ absl::Status Gemm::Run(const GemmParams& p, cudaStream_t stream) {
   return CublasStatus(lt_, run(*plan, plan->algo), "cublasLtMatmul");
 }
 
-absl::StatusOr<Fp8ScaleMode> Gemm::ChooseFp8Mode(int64_t n, int64_t k) {
-  if (n <= 0 || k <= 0 || k % 16 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("FP8 GEMM needs positive sizes and k a multiple of 16, not n=", n, " k=", k));
+absl::StatusOr<Fp8ScaleMode> Gemm::ChooseFp8Mode(int64_t n, int64_t k, int64_t max_m) {
+  if (n <= 0 || k <= 0 || max_m <= 0 || k % 16 != 0 || n % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FP8 GEMM needs k a multiple of 16 and n of 8 (cuBLASLt's FP8 operands and output rows "
+        "are 16-byte aligned), not n=",
+        n, " k=", k));
   }
-  // cudaMalloc'd operands (256-byte aligned); one token, the decode shape.
-  PlanKey outer{1, n, k, GemmOutputType::kBf16, 256, 256, 256, Operands::kFp8OuterVector};
-  const absl::StatusOr<const Plan*> outer_plan = GetPlan(outer, RunWith(), nullptr);
-  if (outer_plan.ok()) return Fp8ScaleMode::kOuterVector;
-  if (outer_plan.status().code() != absl::StatusCode::kUnimplemented) return outer_plan.status();
-  PlanKey unscaled{1, n, k, GemmOutputType::kFloat32, 256, 256, 256, Operands::kFp8Unscaled};
-  const absl::StatusOr<const Plan*> unscaled_plan = GetPlan(unscaled, RunWith(), nullptr);
-  if (unscaled_plan.ok()) return Fp8ScaleMode::kEpilogue;
-  if (unscaled_plan.status().code() != absl::StatusCode::kUnimplemented) {
-    return unscaled_plan.status();
+  // cudaMalloc'd operands (256-byte aligned), at both ends of the token range. A cuBLASLt that
+  // does not know the outer-vector mode rejects its attributes (INVALID_VALUE) rather than
+  // offering no algorithm: both mean the epilogue.
+  const auto plan = [&](int64_t m, bool outer) {
+    const PlanKey key{m,   n,   k,   outer ? GemmOutputType::kBf16 : GemmOutputType::kFloat32,
+                      256, 256, 256, outer ? Operands::kFp8OuterVector : Operands::kFp8Unscaled};
+    return GetPlan(key, RunWith(), nullptr).status();
+  };
+  bool outer = true;
+  for (const int64_t m : {int64_t{1}, max_m}) {
+    const absl::Status status = plan(m, /*outer=*/true);
+    if (status.ok()) continue;
+    if (status.code() != absl::StatusCode::kUnimplemented &&
+        status.code() != absl::StatusCode::kInvalidArgument) {
+      return status;
+    }
+    outer = false;
+    break;
   }
-  return absl::UnimplementedError(
-      absl::StrCat("cuBLASLt offers no FP8 E4M3 product on this device (",
-                   unscaled_plan.status().message(), "); FP8 weights need an sm_89 or later GPU"));
+  if (outer) return Fp8ScaleMode::kOuterVector;
+  for (const int64_t m : {int64_t{1}, max_m}) {
+    const absl::Status status = plan(m, /*outer=*/false);
+    if (status.code() == absl::StatusCode::kUnimplemented) {
+      return absl::UnimplementedError(
+          absl::StrCat("cuBLASLt offers no FP8 E4M3 product on this device (", status.message(),
+                       "); FP8 weights need an sm_89 or later GPU"));
+    }
+    RETURN_IF_ERROR(status);
+  }
+  return Fp8ScaleMode::kEpilogue;
 }
 
 absl::Status Gemm::SupportedFp8(const Fp8GemmParams& p, Fp8ScaleMode mode) {
   const std::string shape = ShapeText(p.m, p.n, p.k);
-  if (p.m < 0 || p.n < 0 || p.k < 0 || p.k % 16 != 0) {
+  if (p.m < 0 || p.n < 0 || p.k < 0 || p.k % 16 != 0 || p.n % 8 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "FP8 GEMM: sizes must not be negative and k must be a multiple of 16 (", shape, ")"));
+        "FP8 GEMM: sizes must not be negative, k must be a multiple of 16 and n of 8 (", shape,
+        ")"));
   }
   if (p.m == 0 || p.n == 0) return absl::OkStatus();
   if (p.c == nullptr || p.a_scales == nullptr || p.b_scales == nullptr ||

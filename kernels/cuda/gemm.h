@@ -102,14 +102,16 @@ class Gemm {
   absl::Status MatmulBT(const bf16* a, const bf16* b, int64_t m, int64_t n, int64_t k, float* c,
                         cudaStream_t stream, bool accumulate = false);
 
-  // Which Fp8ScaleMode this device and library offer for weights of [n, k]: kOuterVector when
-  // cuBLASLt has an algorithm for it, else kEpilogue when it has one for the unscaled product;
-  // UNIMPLEMENTED naming the shape when it has neither (FP8 tensor cores need sm_89 or later).
-  // Ask once per weight shape at load; the answer's plans are kept.
-  absl::StatusOr<Fp8ScaleMode> ChooseFp8Mode(int64_t n, int64_t k);
-  // OK when RunFp8 can take these parameters: k a multiple of 16 and operands 16-byte aligned
-  // (cuBLASLt's FP8 rules), scales present, scratch present for kEpilogue; INVALID_ARGUMENT naming
-  // the problem otherwise.
+  // Which Fp8ScaleMode this device and library offer for weights of [n, k] and 1 to max_m
+  // tokens: kOuterVector when cuBLASLt has algorithms for it at both ends (a library that does not
+  // know the mode rejects it: also kEpilogue), else kEpilogue when it has them for the unscaled
+  // product; UNIMPLEMENTED naming the shape when it has neither (FP8 tensor cores need sm_89 or
+  // later); INVALID_ARGUMENT unless k is a multiple of 16 and n of 8. Ask once per weight shape at
+  // load; the plans it builds are kept.
+  absl::StatusOr<Fp8ScaleMode> ChooseFp8Mode(int64_t n, int64_t k, int64_t max_m);
+  // OK when RunFp8 can take these parameters: k a multiple of 16, n of 8 and operands 16-byte
+  // aligned (cuBLASLt's FP8 rules), scales present, scratch present for kEpilogue;
+  // INVALID_ARGUMENT naming the problem otherwise.
   static absl::Status SupportedFp8(const Fp8GemmParams& params, Fp8ScaleMode mode);
   // Enqueues the FP8 product on `stream`; errors as SupportedFp8, UNIMPLEMENTED when cuBLASLt has
   // no algorithm, cuBLAS's error for the launch.

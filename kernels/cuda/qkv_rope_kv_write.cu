@@ -3,12 +3,34 @@
 #include "common/check.h"
 #include "kernels/cuda/launch_check.h"
 #include "kernels/cuda/qkv_rope_kv_write.h"
-#include "kernels/cuda/rope_rotate.cuh"
 
 namespace tpserve::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+
+// (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos), each rounded to bf16. Each product and the
+// difference (sum) are rounded separately, as the CPU op's fp32 expression is: no fused
+// multiply-add, which the compiler could otherwise form for one element of a pair and not the
+// other.
+__device__ __forceinline__ void RopeRotate(float x0, float x1, float cos_a, float sin_a, bf16* y0,
+                                           bf16* y1) {
+  *y0 = ToBf16(__fsub_rn(__fmul_rn(x0, cos_a), __fmul_rn(x1, sin_a)));
+  *y1 = ToBf16(__fadd_rn(__fmul_rn(x0, sin_a), __fmul_rn(x1, cos_a)));
+}
+
+// cos and sin of position * inv_freq[i] for i in [0, half), computed in double and rounded to
+// fp32 once (the CPU op's expression), into shared memory by the block's threads; the caller
+// syncs before reading them.
+__device__ __forceinline__ void RopeAngles(double position, const double* inv_freq, int64_t half,
+                                           float* cos_a, float* sin_a) {
+  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+    double s, c;
+    sincos(position * inv_freq[i], &s, &c);
+    cos_a[i] = static_cast<float>(c);
+    sin_a[i] = static_cast<float>(s);
+  }
+}
 
 // One block per token: cos/sin of its angles into shared memory, then one element of the token's
 // qkv row per thread and iteration. A rotated element reads its pair's partner and keeps its own
@@ -20,7 +42,7 @@ __global__ void __launch_bounds__(kThreads)
   float* cos_a = cos_sin;
   float* sin_a = cos_sin + half;
   const int64_t token = blockIdx.x;
-  internal::RopeAngles(static_cast<double>(p.positions[token]), p.inv_freq, half, cos_a, sin_a);
+  RopeAngles(static_cast<double>(p.positions[token]), p.inv_freq, half, cos_a, sin_a);
   __syncthreads();
 
   const int64_t hd = p.head_dim;
@@ -45,7 +67,7 @@ __global__ void __launch_bounds__(kThreads)
         d1 = i + half;
       }
       bf16 y0, y1;
-      internal::RopeRotate(ToFloat(head[d0]), ToFloat(head[d1]), cos_a[i], sin_a[i], &y0, &y1);
+      RopeRotate(ToFloat(head[d0]), ToFloat(head[d1]), cos_a[i], sin_a[i], &y0, &y1);
       value = d == d0 ? y0 : y1;
     }
     if (e < q_width) {

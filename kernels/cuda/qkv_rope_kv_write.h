@@ -1,18 +1,22 @@
 // What follows the QKV product in every attention layer, in one kernel (CUDA): split the fused
 // [q | k | v] rows, rotate q and k (RoPE), write q out for attention and k and v into the paged KV
-// pool (bf16, or FP8 E4M3 codes). The same values, bit for bit, as the separate ops it replaces:
-// copying the columns apart, ApplyRope on q and on k, then WriteKvCache or WriteKvCacheFp8 (the
-// rotation is shared with ApplyRope: kernels/cuda/rope_rotate.cuh); six launches become one.
+// pool (bf16, or FP8 E4M3 codes). One launch where separate copies, rotations and writes took
+// six. Mirrors cpu::ApplyRope (kernels/cpu/rope.h: the pair layouts, the frequency table, the
+// angle and its cos/sin in double rounded to fp32 once, the rotation in fp32 rounded to bf16 once)
+// and cpu::WriteKvCache / cpu::QuantizeE4m3 (kernels/cpu/paged_attention.h, fp8_e4m3.h: the pool
+// layout, and the codes of value * (1 / kv_scale), round to nearest even, saturating).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "kernels/cpu/rope.h"
 #include "kernels/cuda/bf16.h"
-#include "kernels/cuda/rope.h"
 
 namespace tpserve::cuda {
+
+using RopeStyle = cpu::RopeStyle;
 
 struct QkvRopeParams {
   // Device pointers.

@@ -16,28 +16,8 @@ __device__ __forceinline__ bf16 SiluTimes(bf16 gate, bf16 up) {
   return ToBf16(x / (1.0f + expf(-x)) * ToFloat(up));
 }
 
-// Grid-stride over `count` vectors of kWidth bf16. out may alias gate or up (each element is
-// read and written by the same thread), hence no __restrict__.
-template <int kWidth>
-__global__ void SiluMulKernel(const bf16* gate, const bf16* up, int64_t count, bf16* out) {
-  using Vec = Bf16Vec<kWidth>;
-  const Vec* g = reinterpret_cast<const Vec*>(gate);
-  const Vec* u = reinterpret_cast<const Vec*>(up);
-  Vec* o = reinterpret_cast<Vec*>(out);
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
-    const Vec gv = g[i];
-    const Vec uv = u[i];
-    Vec ov;
-#pragma unroll
-    for (int j = 0; j < kWidth; ++j) ov.v[j] = SiluTimes(gv.v[j], uv.v[j]);
-    o[i] = ov;
-  }
-}
-
-// The same over rows [gate | up] of 2 * `width` vectors each: out's row r (width vectors) from
-// gate_up's row r.
+// Grid-stride over `count` vectors of kWidth bf16 of out: rows of `width` vectors, row r from
+// gate_up's row r, [gate | up] of 2 * `width` vectors.
 template <int kWidth>
 __global__ void SiluMulRowsKernel(const bf16* __restrict__ gate_up, int64_t width, int64_t count,
                                   bf16* __restrict__ out) {
@@ -64,18 +44,6 @@ int BlocksFor(int64_t count) {
 }
 
 }  // namespace
-
-void SiluMul(const bf16* gate, const bf16* up, int64_t n, bf16* out, cudaStream_t stream) {
-  TP_CHECK(n >= 0);
-  if (n == 0) return;
-  if (n % kPackBf16 == 0 && IsPackAligned(gate) && IsPackAligned(up) && IsPackAligned(out)) {
-    const int64_t count = n / kPackBf16;
-    SiluMulKernel<kPackBf16><<<BlocksFor(count), kThreads, 0, stream>>>(gate, up, count, out);
-  } else {
-    SiluMulKernel<1><<<BlocksFor(n), kThreads, 0, stream>>>(gate, up, n, out);
-  }
-  TP_CUDA_CHECK_LAUNCH();
-}
 
 void SiluMulRows(const bf16* gate_up, int64_t rows, int64_t width, bf16* out, cudaStream_t stream) {
   TP_CHECK(rows >= 0 && width >= 0);

@@ -9,16 +9,11 @@
 
 namespace tpserve::cuda {
 
-// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i], for i in [0, n), queued
-// on `stream`; device pointers. fp32 math with IEEE expf and division (no fast-math
-// intrinsics), one bf16 rounding per output.
-//   gate, up, out: [n] (callers pass [num_tokens * intermediate_local]); out may be the same
-//   pointer as gate or up.
-void SiluMul(const bf16* gate, const bf16* up, int64_t n, bf16* out, cudaStream_t stream);
-
-// The same where gate and up come from one product against the stacked [gate; up] weight:
-// out[r, i] = silu(gate_up[r, i]) * gate_up[r, width + i] for gate_up [rows, 2 * width] and out
-// [rows, width] (not overlapping). The same bits as SiluMul on the two halves.
+// The gated activation over the rows of the gate_up product (one product against the stacked
+// [gate; up] weight): out[r, i] = silu(g) * u = g / (1 + exp(-g)) * u with g = gate_up[r, i] and
+// u = gate_up[r, width + i], for gate_up [rows, 2 * width] and out [rows, width] (not
+// overlapping), queued on `stream`; device pointers. fp32 math with IEEE expf and division (no
+// fast-math intrinsics), one bf16 rounding per output.
 void SiluMulRows(const bf16* gate_up, int64_t rows, int64_t width, bf16* out, cudaStream_t stream);
 
 }  // namespace tpserve::cuda

@@ -5,7 +5,8 @@
 // Inputs are rounded to bf16 first and the CPU op gets the same values as fp32, so a difference
 // comes only from the GPU's bf16 outputs (and fp32 vs double statistics, ~1e-6). Tolerances, in
 // normalized error ||gpu - cpu|| / ||cpu|| (tests/gpu/gpu_test_util.h):
-//   - copies (embedding, KV write) and the GGUF decode: exact, bit for bit;
+//   - copies (embedding, the V write) and the GGUF decode: exact, bit for bit; FP8 codes of the
+//     same values too;
 //   - one bf16 rounding of an fp32 result (RMSNorm, the residual of AddRmsNorm, RoPE, SiLU*mul):
 //     round-to-nearest-even moves each element by at most 2^-9 = 1.95e-3 of its magnitude, so
 //     the normalized error is at most 1.95e-3 plus the fp32 noise; we allow kOneRounding = 3e-3.
@@ -48,9 +49,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/qkv_rope_kv_write.h"
 #include "kernels/cuda/rms_norm.h"
-#include "kernels/cuda/rope.h"
 #include "kernels/cuda/silu_mul.h"
-#include "kernels/cuda/write_kv_cache.h"
 #include "model/dequantize.h"
 #include "model/ggml_type.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -275,7 +274,87 @@ TEST_F(CudaOpsTest, AddRmsNormMatchesCpu) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// RoPE
+// After the QKV product: split, RoPE and the KV write in one kernel (SplitQkvRopeWriteKv)
+
+// One token's row of the fused product is [q heads | k heads | v heads]; these cut a row-major
+// [tokens, width] array into its three parts.
+std::vector<float> Columns(const std::vector<float>& rows, int64_t width, int64_t first,
+                           int64_t count) {
+  std::vector<float> out;
+  for (size_t r = 0; r * width < rows.size(); ++r) {
+    out.insert(out.end(), rows.begin() + r * width + first,
+               rows.begin() + r * width + first + count);
+  }
+  return out;
+}
+
+// A bf16 pool's bytes as the floats they hold.
+std::vector<float> Bf16PoolValues(const std::vector<uint8_t>& bytes) {
+  std::vector<bf16> values(bytes.size() / sizeof(bf16));
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  return ToFloat(values);
+}
+
+struct SplitCase {
+  int64_t num_tokens, q_heads, kv_heads, head_dim, rope_dims;
+  RopeStyle style = RopeStyle::kAdjacentPairs;
+  bool fp8 = false;
+  float kv_scale = 1.0f;
+};
+
+struct SplitResult {
+  std::vector<float> q;
+  std::vector<uint8_t> k_pool, v_pool;  // bf16 or E4M3 bytes
+};
+
+// The inverse frequencies of base `theta` over rope_dims (every other one divided by 8 when
+// `scaled`, as llama3 scaling does to its low frequencies).
+std::vector<double> InvFreq(int64_t rope_dims, double theta, bool scaled = false) {
+  std::vector<double> inv_freq(rope_dims / 2);
+  for (int64_t i = 0; i < rope_dims / 2; ++i) {
+    inv_freq[i] = std::pow(theta, -2.0 * i / rope_dims) / (scaled && i % 2 ? 8.0 : 1.0);
+  }
+  return inv_freq;
+}
+
+class SplitQkvTest : public CudaOpsTest {
+ protected:
+  // Runs the kernel over `qkv` into a pool of `num_slots` slots whose bytes start as `pool`.
+  SplitResult Run(const SplitCase& c, const std::vector<float>& qkv,
+                  const std::vector<int32_t>& positions, const std::vector<int64_t>& slots,
+                  const std::vector<double>& inv_freq, const std::vector<uint8_t>& pool) {
+    DeviceBuffer<bf16> qkv_d = UploadBf16(qkv);
+    DeviceBuffer<int32_t> positions_d = Upload(positions);
+    DeviceBuffer<int64_t> slots_d = Upload(slots);
+    DeviceBuffer<double> inv_freq_d = Upload(inv_freq);
+    DeviceBuffer<bf16> q_d =
+        OrDie(DeviceBuffer<bf16>::Allocate(c.num_tokens * c.q_heads * c.head_dim), "Allocate");
+    DeviceBuffer<uint8_t> k_pool = Upload(pool);
+    DeviceBuffer<uint8_t> v_pool = Upload(pool);
+    QkvRopeParams p;
+    if (c.fp8) {
+      p.k_cache_fp8 = k_pool.data();
+      p.v_cache_fp8 = v_pool.data();
+      p.kv_scale = c.kv_scale;
+    } else {
+      p.k_cache = reinterpret_cast<bf16*>(k_pool.data());
+      p.v_cache = reinterpret_cast<bf16*>(v_pool.data());
+    }
+    p.qkv = qkv_d.data();
+    p.positions = positions_d.data();
+    p.slot_mapping = slots_d.data();
+    p.inv_freq = inv_freq_d.data();
+    p.q = q_d.data();
+    p.num_tokens = c.num_tokens;
+    p.num_q_heads = c.q_heads;
+    p.num_kv_heads = c.kv_heads;
+    p.head_dim = c.head_dim;
+    p.rope_dims = c.rope_dims;
+    p.style = c.style;
+    SplitQkvRopeWriteKv(p, stream());
+    return {DownloadFloats(q_d), Download(k_pool), Download(v_pool)};
+  }
+};
 
 struct RopeCase {
   int64_t num_tokens, num_heads, head_dim, rope_dims;
@@ -284,7 +363,9 @@ struct RopeCase {
   bool scaled = false;  // every other pair's frequency divided by 8, as llama3 scaling's low ones
 };
 
-TEST_F(CudaOpsTest, RopeMatchesCpuInBothLayouts) {
+// q and k rotated as cpu::ApplyRope rotates them, in both pair layouts (one bf16 rounding; the
+// dims past rope_dims copied exactly), v copied exactly; the pool holds token t in slot t.
+TEST_F(SplitQkvTest, RotatesQAndKAsTheCpu) {
   const RopeCase cases[] = {
       {1, 9, 64, 64, 10000.0f, 10},              // SmolLM2-135M, one decode token
       {7, 3, 64, 32, 10000.0f, 2048},            // partial rotary
@@ -294,183 +375,181 @@ TEST_F(CudaOpsTest, RopeMatchesCpuInBothLayouts) {
       {33, 4, 128, 128, 10000.0f, 4096},         // a prefill chunk
       {9, 8, 128, 128, 500000.0f, 65536, true},  // a scaled table (Llama 3.1)
   };
-  for (const RopeCase& c : cases) {
+  for (const RopeCase& r : cases) {
     for (const RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
-      const int64_t n = c.num_tokens * c.num_heads * c.head_dim;
-      const std::vector<float> x = RandomBf16Values(n, 2.0f, rng_);
+      const SplitCase c{r.num_tokens, r.num_heads, 1, r.head_dim, r.rope_dims, style};
+      const int64_t q_width = c.q_heads * c.head_dim, width = q_width + 2 * c.head_dim;
+      const std::vector<float> qkv = RandomBf16Values(c.num_tokens * width, 2.0f, rng_);
       std::vector<int32_t> positions(c.num_tokens);
-      std::uniform_int_distribution<int32_t> position(0, c.max_position);
+      std::uniform_int_distribution<int32_t> position(0, r.max_position);
       for (int32_t& p : positions) p = position(rng_);
-      positions.back() = c.max_position;
-      DeviceBuffer<bf16> x_d = UploadBf16(x);
-      DeviceBuffer<int32_t> positions_d = Upload(positions);
-      std::vector<double> inv_freq(c.rope_dims / 2);
-      for (int64_t i = 0; i < c.rope_dims / 2; ++i) {
-        inv_freq[i] = std::pow(c.theta, -2.0 * i / c.rope_dims) / (c.scaled && i % 2 ? 8.0 : 1.0);
-      }
-      DeviceBuffer<double> inv_freq_d = Upload(inv_freq);
-      ApplyRope(x_d.data(), positions_d.data(), c.num_tokens, c.num_heads, c.head_dim, c.rope_dims,
-                inv_freq_d.data(), style, stream());
-      std::vector<float> want = x;
-      cpu::ApplyRope(want.data(), positions.data(), c.num_tokens, c.num_heads, c.head_dim,
-                     c.rope_dims, inv_freq.data(), style);
-      const std::vector<float> got = DownloadFloats(x_d);
-      const bool adjacent = style == RopeStyle::kAdjacentPairs;
-      EXPECT_LE(NormalizedError(got, want), kOneRounding)
-          << "tokens " << c.num_tokens << " heads " << c.num_heads << " head_dim " << c.head_dim
-          << " rope_dims " << c.rope_dims << (adjacent ? " adjacent" : " rotate-half");
-      // Dims past rope_dims are not touched at all.
-      for (int64_t row = 0; row < c.num_tokens * c.num_heads; ++row) {
+      positions.back() = r.max_position;
+      std::vector<int64_t> slots(c.num_tokens);
+      std::iota(slots.begin(), slots.end(), 0);
+      const std::vector<double> inv_freq = InvFreq(c.rope_dims, r.theta, r.scaled);
+      const SplitResult got =
+          Run(c, qkv, positions, slots, inv_freq,
+              std::vector<uint8_t>(c.num_tokens * c.head_dim * sizeof(bf16), 0));
+
+      std::vector<float> q = Columns(qkv, width, 0, q_width);
+      std::vector<float> k = Columns(qkv, width, q_width, c.head_dim);
+      const std::vector<float> v = Columns(qkv, width, q_width + c.head_dim, c.head_dim);
+      const std::vector<float> q_in = q;
+      cpu::ApplyRope(q.data(), positions.data(), c.num_tokens, c.q_heads, c.head_dim, c.rope_dims,
+                     inv_freq.data(), style);
+      cpu::ApplyRope(k.data(), positions.data(), c.num_tokens, 1, c.head_dim, c.rope_dims,
+                     inv_freq.data(), style);
+      const std::string what = absl::StrCat(
+          "tokens ", c.num_tokens, " heads ", c.q_heads, " head_dim ", c.head_dim, " rope_dims ",
+          c.rope_dims, style == RopeStyle::kAdjacentPairs ? " adjacent" : " rotate-half");
+      EXPECT_LE(NormalizedError(got.q, q), kOneRounding) << what;
+      EXPECT_LE(NormalizedError(Bf16PoolValues(got.k_pool), k), kOneRounding) << what;
+      EXPECT_EQ(Bf16PoolValues(got.v_pool), v) << what;
+      for (int64_t row = 0; row < c.num_tokens * c.q_heads; ++row) {
         for (int64_t d = c.rope_dims; d < c.head_dim; ++d) {
-          ASSERT_EQ(got[row * c.head_dim + d], x[row * c.head_dim + d]) << "row " << row;
+          ASSERT_EQ(got.q[row * c.head_dim + d], q_in[row * c.head_dim + d]) << what;
         }
       }
     }
   }
 }
 
+// K and V go to their tokens' slots and nowhere else: a padding token (slot -1) writes nothing,
+// other slots keep their bytes. V is copied exactly (cpu::WriteKvCache's pool), K rotated.
+TEST_F(SplitQkvTest, WritesEachTokenToItsSlotOnly) {
+  const int64_t num_slots = 96;
+  for (const auto& [kv_heads, head_dim] :
+       {std::pair<int64_t, int64_t>{1, 64}, {3, 64}, {2, 8}, {8, 128}}) {
+    const SplitCase c{11, 2 * kv_heads, kv_heads, head_dim, head_dim};
+    const int64_t kv_width = kv_heads * head_dim, q_width = c.q_heads * head_dim;
+    const int64_t width = q_width + 2 * kv_width;
+    std::vector<int64_t> slots(num_slots);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng_);
+    slots.resize(c.num_tokens);
+    slots[3] = -1;
+    slots[c.num_tokens - 1] = -1;
+    const std::vector<float> qkv = RandomBf16Values(c.num_tokens * width, 1.0f, rng_);
+    const std::vector<int32_t> positions(c.num_tokens, 7);
+    const std::vector<double> inv_freq = InvFreq(head_dim, 10000.0);
+    const std::vector<float> before = RandomBf16Values(num_slots * kv_width, 1.0f, rng_);
+    const std::vector<bf16> before_bf16 = ToBf16(before);
+    std::vector<uint8_t> pool(before_bf16.size() * sizeof(bf16));
+    std::memcpy(pool.data(), before_bf16.data(), pool.size());
+    const SplitResult got = Run(c, qkv, positions, slots, inv_freq, pool);
+
+    std::vector<float> k = Columns(qkv, width, q_width, kv_width);
+    const std::vector<float> v = Columns(qkv, width, q_width + kv_width, kv_width);
+    cpu::ApplyRope(k.data(), positions.data(), c.num_tokens, kv_heads, head_dim, head_dim,
+                   inv_freq.data(), c.style);
+    std::vector<float> k_want = before, v_want = before;
+    cpu::WriteKvCache(k.data(), v.data(), slots.data(), c.num_tokens, kv_heads, head_dim,
+                      k_want.data(), v_want.data());
+    const std::string what = absl::StrCat("kv_heads ", kv_heads, " head_dim ", head_dim);
+    EXPECT_EQ(Bf16PoolValues(got.v_pool), v_want) << what;
+    const std::vector<float> k_got = Bf16PoolValues(got.k_pool);
+    EXPECT_LE(NormalizedError(k_got, k_want), kOneRounding) << what;
+    for (int64_t slot = 0; slot < num_slots; ++slot) {
+      if (std::find(slots.begin(), slots.end(), slot) != slots.end()) continue;
+      for (int64_t e = 0; e < kv_width; ++e) {
+        ASSERT_EQ(k_got[slot * kv_width + e], before[slot * kv_width + e]) << what;
+      }
+    }
+  }
+}
+
+// An FP8 pool: V's codes are cpu::QuantizeE4m3's, bit for bit (the reference checked against
+// ml_dtypes by the fp8_e4m3 test): E4M3 subnormals, values past the saturation point, zeros of
+// both signs, a NaN and, at scale 1, exact ties between neighbouring codes (1.0625 between 1 and
+// 1.125, 0.01171875 between two subnormals: the even code wins). K is the E4M3 of its rotation:
+// within E4M3's rounding (at most 1/16 of each value, about 2.7% RMS) of the CPU's rotation.
+// Untouched slots keep their bytes.
+TEST_F(SplitQkvTest, Fp8PoolHoldsTheCpusCodes) {
+  const int64_t num_slots = 40;
+  for (const float scale : {1.0f, 0.37f}) {
+    const SplitCase c{9, 4, 2, 64, 64, RopeStyle::kRotateHalf, /*fp8=*/true, scale};
+    const int64_t kv_width = c.kv_heads * c.head_dim, q_width = c.q_heads * c.head_dim;
+    const int64_t width = q_width + 2 * kv_width;
+    std::vector<int64_t> slots(num_slots);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng_);
+    slots.resize(c.num_tokens);
+    slots[4] = -1;
+    std::vector<float> qkv = RandomBf16Values(c.num_tokens * width, 300.0f * scale, rng_);
+    std::uniform_real_distribution<float> small(-0.02f * scale, 0.02f * scale);
+    for (int64_t t = 0; t < c.num_tokens; ++t) {  // V: subnormal codes
+      for (int64_t e = 0; e < kv_width; ++e) {
+        qkv[t * width + q_width + kv_width + e] = ToFloat(ToBf16(small(rng_)));
+      }
+    }
+    std::vector<float> specials = {0.0f, -0.0f, 448.0f, 464.0f, -480.0f, 1e30f, std::nanf("")};
+    if (scale == 1.0f) specials.insert(specials.end(), {1.0625f, -1.0625f, 1.1875f, 0.01171875f});
+    for (size_t i = 0; i < specials.size(); ++i) {
+      qkv[width + q_width + kv_width + i] = ToFloat(ToBf16(specials[i] * scale));  // token 1's V
+    }
+    const std::vector<int32_t> positions = {0, 1, 2, 3, 500, 501, 4095, 9, 77};
+    const std::vector<double> inv_freq = InvFreq(c.head_dim, 500000.0);
+    const SplitResult got =
+        Run(c, qkv, positions, slots, inv_freq, std::vector<uint8_t>(num_slots * kv_width, 0xAB));
+
+    std::vector<float> k = Columns(qkv, width, q_width, kv_width);
+    const std::vector<float> v = Columns(qkv, width, q_width + kv_width, kv_width);
+    cpu::ApplyRope(k.data(), positions.data(), c.num_tokens, c.kv_heads, c.head_dim, c.rope_dims,
+                   inv_freq.data(), c.style);
+    std::vector<uint8_t> v_want(num_slots * kv_width, 0xAB);
+    std::vector<float> k_got, k_want;
+    for (int64_t t = 0; t < c.num_tokens; ++t) {
+      if (slots[t] < 0) continue;
+      cpu::QuantizeE4m3(v.data() + t * kv_width, kv_width, scale,
+                        v_want.data() + slots[t] * kv_width);
+      for (int64_t e = 0; e < kv_width; ++e) {
+        k_got.push_back(cpu::FromE4m3(got.k_pool[slots[t] * kv_width + e]) * scale);
+        k_want.push_back(k[t * kv_width + e]);
+      }
+    }
+    EXPECT_EQ(got.v_pool, v_want) << "scale " << scale;
+    EXPECT_LE(NormalizedError(k_got, k_want), 0.045) << "scale " << scale;
+    for (int64_t slot = 0; slot < num_slots; ++slot) {
+      if (std::find(slots.begin(), slots.end(), slot) != slots.end()) continue;
+      for (int64_t e = 0; e < kv_width; ++e) {
+        ASSERT_EQ(got.k_pool[slot * kv_width + e], 0xAB) << "scale " << scale;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
-// SiLU * up
+// SiLU * up, over the gate_up product's rows
 
-TEST_F(CudaOpsTest, SiluMulMatchesCpu) {
-  for (const int64_t n : {1, 7, 8, 1000, 5 * 1536 + 3, 1 << 20}) {
+TEST_F(CudaOpsTest, SiluMulRowsMatchesCpu) {
+  for (const auto& [rows, width] :
+       {std::pair<int64_t, int64_t>{1, 1536}, {5, 1536}, {3, 7}, {1, 1}, {64, 5632}}) {
     // Gates out to +-12: saturated on both sides as well as the curved middle.
-    const std::vector<float> gate = RandomBf16Values(n, 12.0f, rng_);
-    const std::vector<float> up = RandomBf16Values(n, 2.0f, rng_);
-    DeviceBuffer<bf16> gate_d = UploadBf16(gate);
-    DeviceBuffer<bf16> up_d = UploadBf16(up);
-    DeviceBuffer<bf16> out_d = OrDie(DeviceBuffer<bf16>::Allocate(n), "Allocate");
-    SiluMul(gate_d.data(), up_d.data(), n, out_d.data(), stream());
-    std::vector<float> want(n);
-    cpu::SiluMul(gate.data(), up.data(), n, want.data());
-    const std::vector<float> got = DownloadFloats(out_d);
-    EXPECT_LE(NormalizedError(got, want), kOneRounding) << "n " << n;
-
-    // In place over gate gives the same bits.
-    SiluMul(gate_d.data(), up_d.data(), n, gate_d.data(), stream());
-    EXPECT_EQ(DownloadFloats(gate_d), got) << "in place, n " << n;
-  }
-}
-
-// The stacked form the model runs (one gate_up product) gives SiluMul's bits on the two halves,
-// vectorised (widths of whole packs) and not.
-TEST_F(CudaOpsTest, SiluMulRowsEqualsSiluMulOnTheHalves) {
-  for (const int64_t width : {1536, 7}) {
-    const int64_t rows = 5;
     const std::vector<float> gate_up = RandomBf16Values(rows * 2 * width, 12.0f, rng_);
-    std::vector<float> gate, up;
-    for (int64_t r = 0; r < rows; ++r) {
-      const auto row = gate_up.begin() + r * 2 * width;
-      gate.insert(gate.end(), row, row + width);
-      up.insert(up.end(), row + width, row + 2 * width);
-    }
+    const std::vector<float> gate = Columns(gate_up, 2 * width, 0, width);
+    const std::vector<float> up = Columns(gate_up, 2 * width, width, width);
     DeviceBuffer<bf16> gate_up_d = UploadBf16(gate_up);
-    DeviceBuffer<bf16> gate_d = UploadBf16(gate);
-    DeviceBuffer<bf16> up_d = UploadBf16(up);
-    DeviceBuffer<bf16> rows_out = OrDie(DeviceBuffer<bf16>::Allocate(rows * width), "Allocate");
-    DeviceBuffer<bf16> flat_out = OrDie(DeviceBuffer<bf16>::Allocate(rows * width), "Allocate");
-    SiluMulRows(gate_up_d.data(), rows, width, rows_out.data(), stream());
-    SiluMul(gate_d.data(), up_d.data(), rows * width, flat_out.data(), stream());
-    EXPECT_EQ(DownloadFloats(rows_out), DownloadFloats(flat_out)) << "width " << width;
+    DeviceBuffer<bf16> out_d = OrDie(DeviceBuffer<bf16>::Allocate(rows * width), "Allocate");
+    SiluMulRows(gate_up_d.data(), rows, width, out_d.data(), stream());
+    std::vector<float> want(rows * width);
+    cpu::SiluMul(gate.data(), up.data(), rows * width, want.data());
+    EXPECT_LE(NormalizedError(DownloadFloats(out_d), want), kOneRounding)
+        << "rows " << rows << " width " << width;
   }
 }
 
-// The fused split + RoPE + KV write gives, bit for bit, what the separate ops give: the columns
-// copied apart, ApplyRope on q and on k, WriteKvCache (or WriteKvCacheFp8) of k and v. Both pair
-// layouts, partial rotary dims, a padding token (slot -1) and both pool formats.
-TEST_F(CudaOpsTest, SplitQkvRopeWriteKvEqualsTheSeparateOps) {
-  struct Case {
-    int64_t q_heads, kv_heads, head_dim, rope_dims;
-    bool fp8;
-  };
-  const int64_t num_tokens = 6, num_slots = 48;
-  for (const Case c : {Case{9, 3, 64, 64, false}, Case{8, 2, 128, 64, false},
-                       Case{9, 3, 64, 64, true}, Case{4, 4, 128, 128, true}}) {
-    for (const RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
-      const int64_t q_width = c.q_heads * c.head_dim, kv_width = c.kv_heads * c.head_dim;
-      const int64_t width = q_width + 2 * kv_width;
-      const std::vector<float> qkv = RandomBf16Values(num_tokens * width, 3.0f, rng_);
-      std::vector<int32_t> positions = {0, 5, 17, 1000, 4095, 131071};
-      std::vector<int64_t> slots = {3, 40, 7, -1, 0, 22};
-      std::vector<double> inv_freq(c.rope_dims / 2);
-      for (int64_t i = 0; i < c.rope_dims / 2; ++i) {
-        inv_freq[i] = std::pow(500000.0, -2.0 * i / c.rope_dims);
-      }
-      std::vector<float> q(num_tokens * q_width), k(num_tokens * kv_width),
-          v(num_tokens * kv_width);
-      for (int64_t t = 0; t < num_tokens; ++t) {
-        const auto row = qkv.begin() + t * width;
-        std::copy(row, row + q_width, q.begin() + t * q_width);
-        std::copy(row + q_width, row + q_width + kv_width, k.begin() + t * kv_width);
-        std::copy(row + q_width + kv_width, row + width, v.begin() + t * kv_width);
-      }
-      DeviceBuffer<bf16> qkv_d = UploadBf16(qkv);
-      DeviceBuffer<bf16> q_d = UploadBf16(q);
-      DeviceBuffer<bf16> k_d = UploadBf16(k);
-      DeviceBuffer<bf16> v_d = UploadBf16(v);
-      DeviceBuffer<int32_t> positions_d = Upload(positions);
-      DeviceBuffer<int64_t> slots_d = Upload(slots);
-      DeviceBuffer<double> inv_freq_d = Upload(inv_freq);
-      DeviceBuffer<bf16> q_fused = OrDie(DeviceBuffer<bf16>::Allocate(q.size()), "Allocate");
-      const int64_t pool = num_slots * kv_width * (c.fp8 ? 1 : 2);
-      DeviceBuffer<uint8_t> k_sep = Upload(std::vector<uint8_t>(pool, 0x5A));
-      DeviceBuffer<uint8_t> v_sep = Upload(std::vector<uint8_t>(pool, 0x5A));
-      DeviceBuffer<uint8_t> k_fused = Upload(std::vector<uint8_t>(pool, 0x5A));
-      DeviceBuffer<uint8_t> v_fused = Upload(std::vector<uint8_t>(pool, 0x5A));
-      const float scale = 0.3f;
-
-      ApplyRope(q_d.data(), positions_d.data(), num_tokens, c.q_heads, c.head_dim, c.rope_dims,
-                inv_freq_d.data(), style, stream());
-      ApplyRope(k_d.data(), positions_d.data(), num_tokens, c.kv_heads, c.head_dim, c.rope_dims,
-                inv_freq_d.data(), style, stream());
-      QkvRopeParams p;
-      if (c.fp8) {
-        WriteKvCacheFp8(k_d.data(), v_d.data(), slots_d.data(), num_tokens, c.kv_heads, c.head_dim,
-                        scale, k_sep.data(), v_sep.data(), stream());
-        p.k_cache_fp8 = k_fused.data();
-        p.v_cache_fp8 = v_fused.data();
-        p.kv_scale = scale;
-      } else {
-        WriteKvCache(k_d.data(), v_d.data(), slots_d.data(), num_tokens, c.kv_heads, c.head_dim,
-                     reinterpret_cast<bf16*>(k_sep.data()), reinterpret_cast<bf16*>(v_sep.data()),
-                     stream());
-        p.k_cache = reinterpret_cast<bf16*>(k_fused.data());
-        p.v_cache = reinterpret_cast<bf16*>(v_fused.data());
-      }
-      p.qkv = qkv_d.data();
-      p.positions = positions_d.data();
-      p.slot_mapping = slots_d.data();
-      p.inv_freq = inv_freq_d.data();
-      p.q = q_fused.data();
-      p.num_tokens = num_tokens;
-      p.num_q_heads = c.q_heads;
-      p.num_kv_heads = c.kv_heads;
-      p.head_dim = c.head_dim;
-      p.rope_dims = c.rope_dims;
-      p.style = style;
-      SplitQkvRopeWriteKv(p, stream());
-      const std::string what =
-          absl::StrCat("heads ", c.q_heads, "/", c.kv_heads, " head_dim ", c.head_dim,
-                       " rope_dims ", c.rope_dims, c.fp8 ? " fp8" : " bf16",
-                       style == RopeStyle::kRotateHalf ? " rotate-half" : "");
-      EXPECT_EQ(DownloadFloats(q_fused), DownloadFloats(q_d)) << what;
-      EXPECT_EQ(Download(k_fused), Download(k_sep)) << what;
-      EXPECT_EQ(Download(v_fused), Download(v_sep)) << what;
-    }
-  }
-}
-
-TEST_F(CudaOpsTest, SiluMulOnUnalignedPointers) {
-  // n % 8 == 0 but the pointers are 2 bytes past a 16-byte boundary: the one-element path.
-  const int64_t n = 1024;
-  const std::vector<float> gate = RandomBf16Values(n + 1, 6.0f, rng_);
-  const std::vector<float> up = RandomBf16Values(n + 1, 2.0f, rng_);
-  DeviceBuffer<bf16> gate_d = UploadBf16(gate);
-  DeviceBuffer<bf16> up_d = UploadBf16(up);
-  DeviceBuffer<bf16> out_d = OrDie(DeviceBuffer<bf16>::Allocate(n + 1), "Allocate");
-  SiluMul(gate_d.data() + 1, up_d.data() + 1, n, out_d.data() + 1, stream());
-  std::vector<float> want(n);
-  cpu::SiluMul(gate.data() + 1, up.data() + 1, n, want.data());
+TEST_F(CudaOpsTest, SiluMulRowsOnUnalignedPointers) {
+  // width % 8 == 0 but the pointers are 2 bytes past a 16-byte boundary: the one-element path.
+  const int64_t rows = 3, width = 1024;
+  const std::vector<float> gate_up = RandomBf16Values(rows * 2 * width + 1, 6.0f, rng_);
+  const std::vector<float> body(gate_up.begin() + 1, gate_up.end());
+  DeviceBuffer<bf16> gate_up_d = UploadBf16(gate_up);
+  DeviceBuffer<bf16> out_d = OrDie(DeviceBuffer<bf16>::Allocate(rows * width + 1), "Allocate");
+  SiluMulRows(gate_up_d.data() + 1, rows, width, out_d.data() + 1, stream());
+  const std::vector<float> gate = Columns(body, 2 * width, 0, width);
+  const std::vector<float> up = Columns(body, 2 * width, width, width);
+  std::vector<float> want(rows * width);
+  cpu::SiluMul(gate.data(), up.data(), rows * width, want.data());
   const std::vector<float> got = DownloadFloats(out_d);
   EXPECT_LE(NormalizedError(std::vector<float>(got.begin() + 1, got.end()), want), kOneRounding);
 }
@@ -490,83 +569,6 @@ TEST_F(CudaOpsTest, AddBiasMatchesCpu) {
     cpu::AddBias(want.data(), bias.data(), rows, width);
     EXPECT_LE(NormalizedError(DownloadFloats(x_d), want), kOneRounding)
         << "rows " << rows << " width " << width;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// KV cache write
-
-TEST_F(CudaOpsTest, WriteKvCacheMatchesCpu) {
-  const int64_t num_blocks = 6, block_size = 16, num_slots = num_blocks * block_size;
-  struct Shape {
-    int64_t num_kv_heads, head_dim;
-  };
-  for (const Shape s : {Shape{1, 64}, Shape{3, 64}, Shape{2, 7}, Shape{8, 128}}) {
-    const int64_t row = s.num_kv_heads * s.head_dim;
-    const int64_t num_tokens = 11;
-    // Distinct slots anywhere in the pool; two padding tokens (negative slots) are skipped.
-    std::vector<int64_t> all_slots(num_slots);
-    std::iota(all_slots.begin(), all_slots.end(), 0);
-    std::shuffle(all_slots.begin(), all_slots.end(), rng_);
-    std::vector<int64_t> slots(all_slots.begin(), all_slots.begin() + num_tokens);
-    slots[3] = -1;
-    slots[num_tokens - 1] = -1;
-    const std::vector<float> k = RandomBf16Values(num_tokens * row, 1.0f, rng_);
-    const std::vector<float> v = RandomBf16Values(num_tokens * row, 1.0f, rng_);
-    std::vector<float> k_cache = RandomBf16Values(num_slots * row, 1.0f, rng_);
-    std::vector<float> v_cache = RandomBf16Values(num_slots * row, 1.0f, rng_);
-
-    DeviceBuffer<bf16> k_d = UploadBf16(k);
-    DeviceBuffer<bf16> v_d = UploadBf16(v);
-    DeviceBuffer<int64_t> slots_d = Upload(slots);
-    DeviceBuffer<bf16> k_cache_d = UploadBf16(k_cache);
-    DeviceBuffer<bf16> v_cache_d = UploadBf16(v_cache);
-    WriteKvCache(k_d.data(), v_d.data(), slots_d.data(), num_tokens, s.num_kv_heads, s.head_dim,
-                 k_cache_d.data(), v_cache_d.data(), stream());
-    cpu::WriteKvCache(k.data(), v.data(), slots.data(), num_tokens, s.num_kv_heads, s.head_dim,
-                      k_cache.data(), v_cache.data());
-    EXPECT_EQ(DownloadFloats(k_cache_d), k_cache) << "kv_heads " << s.num_kv_heads;
-    EXPECT_EQ(DownloadFloats(v_cache_d), v_cache) << "kv_heads " << s.num_kv_heads;
-  }
-}
-
-// The FP8 pool's codes equal cpu::QuantizeE4m3's bit for bit (the reference checked against
-// ml_dtypes by the fp8_e4m3 test): values past the saturation point, E4M3 subnormals, ties
-// between neighbouring codes, zeros of both signs and a NaN, at two scales.
-TEST_F(CudaOpsTest, WriteKvCacheFp8MatchesCpuCodes) {
-  const int64_t num_kv_heads = 2, head_dim = 64, row = num_kv_heads * head_dim;
-  const int64_t num_tokens = 9, num_slots = 40;
-  std::vector<int64_t> slots(num_slots);
-  std::iota(slots.begin(), slots.end(), 0);
-  std::shuffle(slots.begin(), slots.end(), rng_);
-  slots.resize(num_tokens);
-  slots[4] = -1;  // padding: skipped
-  for (const float scale : {1.0f, 0.37f}) {
-    std::vector<float> k = RandomBf16Values(num_tokens * row, 600.0f * scale, rng_);
-    std::vector<float> v = RandomBf16Values(num_tokens * row, 0.02f * scale, rng_);  // subnormals
-    // Exact midpoints between E4M3 neighbours (bf16 holds them): 1.0625 between 1 and 1.125,
-    // 0.01171875 between the subnormals 0.0117 and 0.0137 (the tie goes to the even code).
-    const float specials[] = {1.0625f, -1.0625f, 1.1875f, 0.01171875f, 0.0f,         -0.0f,
-                              448.0f,  464.0f,   -480.0f, 1e30f,       std::nanf("")};
-    for (size_t i = 0; i < std::size(specials); ++i) {
-      k[i] = ToFloat(ToBf16(specials[i] * scale));
-      v[row + i] = ToFloat(ToBf16(specials[i] * scale));
-    }
-    std::vector<uint8_t> k_want(num_slots * row, 0xAB), v_want(num_slots * row, 0xAB);
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      if (slots[t] < 0) continue;
-      cpu::QuantizeE4m3(k.data() + t * row, row, scale, k_want.data() + slots[t] * row);
-      cpu::QuantizeE4m3(v.data() + t * row, row, scale, v_want.data() + slots[t] * row);
-    }
-    DeviceBuffer<bf16> k_d = UploadBf16(k);
-    DeviceBuffer<bf16> v_d = UploadBf16(v);
-    DeviceBuffer<int64_t> slots_d = Upload(slots);
-    DeviceBuffer<uint8_t> k_cache_d = Upload(std::vector<uint8_t>(num_slots * row, 0xAB));
-    DeviceBuffer<uint8_t> v_cache_d = Upload(std::vector<uint8_t>(num_slots * row, 0xAB));
-    WriteKvCacheFp8(k_d.data(), v_d.data(), slots_d.data(), num_tokens, num_kv_heads, head_dim,
-                    scale, k_cache_d.data(), v_cache_d.data(), stream());
-    EXPECT_EQ(Download(k_cache_d), k_want) << "scale " << scale;
-    EXPECT_EQ(Download(v_cache_d), v_want) << "scale " << scale;
   }
 }
 

@@ -136,7 +136,7 @@ class CudaFp8GemmTest : public ::testing::Test {
 // Decode and prefill shapes of a Llama-3-8B rank at TP 1 and 8, in the mode the device offers
 // (logged by the model at load) and in the epilogue mode every FP8 device has.
 TEST_F(CudaFp8GemmTest, ProductsMatchTheCpuReference) {
-  absl::StatusOr<Fp8ScaleMode> mode = gemm_->ChooseFp8Mode(4096, 4096);
+  absl::StatusOr<Fp8ScaleMode> mode = gemm_->ChooseFp8Mode(4096, 4096, 200);
   if (!mode.ok() && mode.status().code() == absl::StatusCode::kUnimplemented) {
     GTEST_SKIP() << mode.status();  // a GPU before sm_89
   }

@@ -210,9 +210,12 @@ TEST_F(CudaLlamaModelTest, BatchedDecodeThroughGraphsMatchesEagerAndTheCpu) {
   EXPECT_EQ(eager_model.graph_steps(), 0);
 }
 
-// An FP8 KV cache holds the same E4M3 codes on both devices (cpu::QuantizeE4m3's, which
-// WriteKvCacheFp8 reproduces bit for bit), so the CPU model with an FP8 cache is the reference and
-// the bf16 bar holds: prefill through the prefill kernel, decode through the graphs.
+// An FP8 KV cache stores the same format on both devices (E4M3 codes, rounded to nearest even),
+// so the CPU model with an FP8 cache is the reference: prefill through the prefill kernel, decode
+// through the graphs. The codes are not all the same: the CPU rounds its fp32 K and V, the GPU its
+// bf16 ones, and where bf16's rounding (2^-9 of a value) crosses an E4M3 midpoint (codes 2^-3
+// apart) a code moves one step: about one value in 30, by 6-12%, about 1.6% of RMS noise on K and
+// V beside the bf16 roundings the bf16 bar allows for. The bar is that one and a half times.
 TEST_F(CudaLlamaModelTest, Fp8KvCacheMatchesTheCpusFp8Cache) {
   RunnerConfig config;
   config.kv_cache_fp8 = true;
@@ -236,8 +239,8 @@ TEST_F(CudaLlamaModelTest, Fp8KvCacheMatchesTheCpusFp8Cache) {
   const DecodeErrors decode = RunDecodeSteps(*cpu_fp8, *graphed, *eager);
   std::printf("FP8 KV: prefill error %.4f; decode vs CPU %.4f, graph vs eager %.5f\n", prefill,
               decode.vs_reference, decode.graph_vs_eager);
-  EXPECT_LE(prefill, kBf16Tolerance);
-  EXPECT_LE(decode.vs_reference, kBf16Tolerance);
+  EXPECT_LE(prefill, 1.5 * kBf16Tolerance);
+  EXPECT_LE(decode.vs_reference, 1.5 * kBf16Tolerance);
   EXPECT_LE(decode.graph_vs_eager, kGraphTolerance);
 }
 

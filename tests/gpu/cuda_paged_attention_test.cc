@@ -327,24 +327,37 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaPagedAttentionTest, ::testing::ValuesIn(Cas
                            return name;
                          });
 
-// The shape the decode kernel is tuned for: batch 64 around 2k context (Llama-3-8B head_dim and
-// group), which splits into 256-token partitions with two KV heads.
 // One batch from a single token to 32k: the work list gives the long sequences many items and
-// the short ones one, with partitions longer than the 512 slots a block stages at a time.
+// the short ones one. With 96 query heads over 8 KV heads (group 12: two blocks per KV head, so
+// 64 items fill the grid) the 60,205 tokens with a query take 960-token partitions: each block
+// stages its partition in two chunks of at most 512 slots, the path every batch with more than
+// 64 items' worth of 512 tokens takes.
 TEST(CudaPagedAttentionLargeTest, DecodeMixedContextsOneTo32k) {
   TP_SKIP_WITHOUT_CUDA_DEVICES(1);
   const std::vector<Sequence> seqs = {{1, 1},    {32768, 1}, {3, 1},    {9000, 1},
                                       {2049, 1}, {40, 0},    {16384, 1}};
+  std::vector<int32_t> context, query_start = {0};
+  for (const Sequence& s : seqs) {
+    context.push_back(s.context_len);
+    query_start.push_back(query_start.back() + s.q_len);
+  }
+  std::vector<int32_t> work(DecodeWorkWords(seqs.size(), 96, 8));
+  BuildDecodeWork(context, query_start, 96, 8, work.data());
+  ASSERT_EQ(work[1], 960);
+  ASSERT_GT(work[1], kDecodeChunkTokens);
   for (const bool fp8 : {false, true}) {
     ExpectMatchesCpu({.name = fp8 ? "decode mixed fp8" : "decode mixed",
                       .seqs = seqs,
                       .head_dim = 128,
-                      .group = 4,
+                      .group = 12,
+                      .num_kv_heads = 8,
                       .fp8 = fp8,
                       .kv_scale = 0.01f});
   }
 }
 
+// The shape the decode kernel is tuned for: batch 64 around 2k context (Llama-3-8B head_dim and
+// group), which the plan cuts into partitions of a few hundred tokens with two KV heads.
 TEST(CudaPagedAttentionLargeTest, DecodeBatch64Around2kContext) {
   TP_SKIP_WITHOUT_CUDA_DEVICES(1);
   std::mt19937 rng(64);

@@ -75,7 +75,9 @@ CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, const ShardLayout& lay
       layout_(layout),
       comm_(comm),
       options_(options),
-      stream_(std::move(stream)) {}
+      stream_(std::move(stream)),
+      // A padded decode graph runs up to max_num_seqs tokens, whatever the token budget.
+      token_capacity_(std::max(options.max_num_batched_tokens, options.max_num_seqs)) {}
 
 absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(
     const ModelRunnerOptions& options, const CudaDeviceChoice& device, const ModelConfig& config,
@@ -138,7 +140,7 @@ absl::Status CudaLlamaModel::ChooseFp8Mode() {
                                                 {hidden, ffn}};
   fp8_mode_ = Fp8ScaleMode::kOuterVector;
   for (const auto& [n, k] : shapes) {
-    absl::StatusOr<Fp8ScaleMode> mode = gemm_->ChooseFp8Mode(n, k);
+    absl::StatusOr<Fp8ScaleMode> mode = gemm_->ChooseFp8Mode(n, k, token_capacity_);
     if (!mode.ok()) {
       return absl::Status(mode.status().code(),
                           absl::StrCat("--quantization fp8: ", mode.status().message()));
@@ -179,8 +181,6 @@ absl::Status CudaLlamaModel::AllocateStepBuffers() {
   const int64_t q_width = layout_.q_width(head_dim);
   const int64_t ffn = layout_.ffn.size;
   const int64_t max_seqs = options_.max_num_seqs;
-  // A padded decode graph runs up to max_num_seqs tokens, whatever the token budget.
-  token_capacity_ = std::max(options_.max_num_batched_tokens, max_seqs);
   logits_capacity_ = max_seqs;
   blocks_per_seq_ = (config_.context_length + kv_shape_.block_size - 1) / kv_shape_.block_size;
   const int64_t t = token_capacity_;

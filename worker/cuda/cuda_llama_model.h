@@ -149,10 +149,10 @@ class CudaLlamaModel : public StepModel {
   DeviceBuffer<uint8_t> kv_pool_;
 
   // Step buffers, sized at load.
-  int64_t token_capacity_ = 0;   // tokens per step
-  int64_t logits_capacity_ = 0;  // logits rows per pass (a step with more makes several)
-  int64_t blocks_per_seq_ = 0;   // block-table stride of graph steps: the longest context's
-  int32_t max_context_ = 0;      // the longest context a step may have (the pool bounds it)
+  const int64_t token_capacity_;  // tokens per step
+  int64_t logits_capacity_ = 0;   // logits rows per pass (a step with more makes several)
+  int64_t blocks_per_seq_ = 0;    // block-table stride of graph steps: the longest context's
+  int32_t max_context_ = 0;       // the longest context a step may have (the pool bounds it)
   DeviceBuffer<int32_t> inputs_;
   DeviceBuffer<bf16> residual_, normed_, partial_;  // [tokens, hidden]
   DeviceBuffer<bf16> qkv_, q_, attn_;               // [tokens, local widths]
