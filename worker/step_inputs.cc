@@ -22,10 +22,10 @@ StepInputLayout StepInputLayout::For(int64_t num_tokens, int64_t num_seqs, int64
   layout.query_start = take(num_seqs + 1);
   layout.context_lens = take(num_seqs);
   layout.logits_indices = take(num_logits);
-  layout.block_tables = take(num_seqs * blocks_per_seq);
   layout.decode_work = take(cuda::DecodeWorkWords(num_seqs, heads.num_heads, heads.num_kv_heads));
   next += next % 2;
   layout.slot_mapping = take(2 * num_tokens);
+  layout.block_tables = take(num_seqs * blocks_per_seq);
   layout.total = next;
   return layout;
 }
@@ -63,7 +63,7 @@ PackedStep PackStep(const ForwardBatch& batch, int64_t blocks_per_seq, const Att
   const StepInputLayout& layout = packed.layout = StepInputLayout::For(
       shape.num_tokens, shape.num_seqs, shape.num_logits, blocks_per_seq, heads);
   std::vector<int32_t>& data = packed.data;
-  data.assign(layout.total, 0);  // padding: token 0, position 0, block 0
+  data.assign(layout.block_tables, 0);  // padding: token 0, position 0
 
   const int64_t n = batch.num_tokens();
   std::copy(batch.token_ids.begin(), batch.token_ids.end(), data.begin() + layout.token_ids);
@@ -73,10 +73,13 @@ PackedStep PackStep(const ForwardBatch& batch, int64_t blocks_per_seq, const Att
             data.begin() + layout.context_lens);
   std::copy(batch.logits_indices.begin(), batch.logits_indices.end(),
             data.begin() + layout.logits_indices);
-  const int64_t copied = std::min(blocks_per_seq, batch.max_blocks_per_seq);
+  const int64_t used = packed.used_blocks =
+      std::max<int64_t>(1, std::min(blocks_per_seq, batch.max_blocks_per_seq));
+  packed.tables.assign(seqs * used, 0);  // padding rows and short rows: block 0
+  const int64_t copied = std::min(used, batch.max_blocks_per_seq);
   for (int64_t s = 0; s < batch.num_seqs(); ++s) {
     const auto row = batch.block_tables.begin() + s * batch.max_blocks_per_seq;
-    std::copy(row, row + copied, data.begin() + layout.block_tables + s * blocks_per_seq);
+    std::copy(row, row + copied, packed.tables.begin() + s * used);
   }
   std::vector<int64_t> slots(batch.slot_mapping);
   slots.resize(shape.num_tokens, -1);

@@ -36,7 +36,7 @@ void BuildDecodeWork(absl::Span<const int32_t> context_lens, absl::Span<const in
   int64_t total = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {
     TP_CHECK(context_lens[s] >= 1);
-    if (query_start[s + 1] > query_start[s]) total += context_lens[s];
+    if (query_start[s + 1] - query_start[s] == 1) total += context_lens[s];
   }
   // sum ceil(c / P) <= total / P + num_seqs <= target + num_seqs when P >= total / target.
   const int64_t tokens = std::max<int64_t>((total + target - 1) / target, 1);
@@ -47,7 +47,7 @@ void BuildDecodeWork(absl::Span<const int32_t> context_lens, absl::Span<const in
   int64_t count = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {
     item_start[s] = static_cast<int32_t>(count);
-    if (query_start[s + 1] == query_start[s]) continue;
+    if (query_start[s + 1] - query_start[s] != 1) continue;
     const int64_t parts = (context_lens[s] + partition - 1) / partition;
     for (int64_t j = 0; j < parts; ++j, ++count) {
       items[2 * count] = static_cast<int32_t>(s);

@@ -4,9 +4,10 @@
 // sequences in a 128k-context model launches what the short sequences need, and a CUDA graph
 // captured once per batch size replays every step with that step's list.
 //
-// Each sequence with a query token this step is cut into partitions of `partition_tokens`
-// context tokens (the last one shorter); an item is one (sequence, partition). The partition
-// size is chosen per batch: the smallest multiple of 64 that keeps the items within
+// Each sequence with exactly one query token this step (a decode row, also inside a batch that
+// prefills other sequences: those go through the prefill kernel) is cut into partitions of
+// `partition_tokens` context tokens (the last one shorter); an item is one (sequence, partition).
+// The partition size is chosen per batch: the smallest multiple of 64 that keeps the items within
 // DecodeMaxWorkItems, so that long contexts still spread over >= kDecodeMinBlocks blocks while
 // the list stays bounded by the batch size alone. A block covers up to kDecodeMaxGroup query
 // heads of one KV head (larger GQA groups take several blocks), so the grid is
@@ -42,10 +43,13 @@ int64_t DecodeWorkWords(int64_t num_seqs, int64_t num_heads, int64_t num_kv_head
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-inline int64_t DecodeWorkItemsOffset(int64_t num_seqs) { return 3 + num_seqs; }
+    inline int64_t
+    DecodeWorkItemsOffset(int64_t num_seqs) {
+  return 3 + num_seqs;
+}
 
 // Fills `out` (DecodeWorkWords words) for a batch with these context lengths (each >= 1) and
-// query starts ([num_seqs + 1]; sequences without a query token this step get no items).
+// query starts ([num_seqs + 1]; only sequences with one query token get items).
 void BuildDecodeWork(absl::Span<const int32_t> context_lens, absl::Span<const int32_t> query_start,
                      int64_t num_heads, int64_t num_kv_heads, int32_t* out);
 

@@ -46,7 +46,8 @@ void PagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
   TP_CHECK(p.max_query_len >= 0 && p.max_query_len <= p.max_context_len);
   TP_CHECK(p.max_context_len <= p.max_blocks_per_seq * p.block_size);
   if (p.num_seqs == 0 || p.num_tokens == 0) return;
-  TP_CHECK(p.query_start != nullptr && p.context_lens != nullptr && p.block_tables != nullptr);
+  TP_CHECK(p.query_start != nullptr && p.context_lens != nullptr && p.block_tables != nullptr &&
+           p.decode_work != nullptr);
   const bool fp8 = p.k_cache_fp8 != nullptr;
   TP_CHECK_MSG(fp8 == (p.v_cache_fp8 != nullptr) && fp8 == (p.k_cache == nullptr) &&
                    fp8 == (p.v_cache == nullptr),
@@ -56,8 +57,10 @@ void PagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
   TP_CHECK(fp8 ? Aligned(p.k_cache_fp8, 8) && Aligned(p.v_cache_fp8, 8)
                : Aligned(p.k_cache, 16) && Aligned(p.v_cache, 16));
   TP_CHECK(p.kv_scale > 0.0f);
-  if (p.max_query_len <= 1) return internal::PagedAttentionDecode(p, stream);
-  internal::PagedAttentionPrefill(p, stream);
+  // Sequences with one query token go through the decode kernel, in a mixed batch too; the
+  // prefill kernel takes the others (the two write disjoint rows of `out`).
+  if (p.max_query_len > 1) internal::PagedAttentionPrefill(p, stream);
+  internal::PagedAttentionDecode(p, stream);
 }
 
 }  // namespace tpserve::cuda

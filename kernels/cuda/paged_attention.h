@@ -25,7 +25,8 @@
 //    the dot products), which leaves the kernel memory-bound up to group 4 and close to the
 //    issue limit at group 8 (4 FMA/byte at 4.8 TB/s is 57% of the H200's fp32 FMA rate), where
 //    a tensor-core decode is the next step.
-//  - Prefill (any other batch, including mixed prefill + decode): FlashAttention-2 tiling on
+//  - Prefill (the sequences of more than one query token; in a mixed batch the decode rows go
+//    through the decode kernel, which the dispatcher runs after it): FlashAttention-2 tiling on
 //    tensor cores through WMMA (bf16 x bf16 -> fp32, 16x16x16). A block of 4 warps per (64 query
 //    tokens, query head, sequence); 64-key K/V tiles gathered through the block table into shared
 //    memory with cp.async (the next K tile loads during softmax and P.V, the next V tile during
@@ -35,8 +36,7 @@
 //    round trip per tile (WMMA accumulators have no documented element layout to rescale in
 //    registers), fragments load without ldmatrix, 110 KB of shared memory at head_dim 128 allows
 //    1 block per SM on A100 and 2 on H100/H200, and the query heads of a KV group each gather the
-//    K/V tiles (from L2 after the first). Expect well below FlashAttention-2 speed; decode tokens
-//    inside a mixed batch go through this kernel too (one valid row of 64).
+//    K/V tiles (from L2 after the first). Expect well below FlashAttention-2 speed.
 //
 // FP8 E4M3 caches (k_cache_fp8, v_cache_fp8): both kernels decode the codes in registers (the
 // decode kernel reads 8 bytes per lane per row instead of 16; the prefill kernel converts each
@@ -87,10 +87,10 @@ struct PagedAttentionParams {
   int64_t block_size = 0;    // tokens per cache block; num_blocks * block_size < 2^31
   float scale = 0.0f;        // softmax scale, normally 1 / sqrt(head_dim)
 
-  // Decode (max_query_len <= 1): the batch's work list (BuildDecodeWork, kernels/cuda/
-  // decode_work.h), device; and scratch for its partials, at least
-  // PagedAttentionWorkspaceBytes(num_seqs, ...), 256-byte aligned (as cudaMalloc returns), used
-  // only by the launch it is passed to, in stream order. The prefill reads neither.
+  // The batch's work list for its decode rows (BuildDecodeWork, kernels/cuda/decode_work.h),
+  // device, always; and scratch for their partials, at least PagedAttentionWorkspaceBytes(
+  // num_seqs, ...), 256-byte aligned (as cudaMalloc returns), used only by the launch it is
+  // passed to, in stream order.
   const int32_t* decode_work = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
@@ -103,10 +103,11 @@ absl::Status PagedAttentionSupported(int64_t num_heads, int64_t num_kv_heads, in
                                      int64_t block_size);
 
 // out[t, h, :] = softmax(scale * q[t, h] . K[0..pos(t), g]) V[0..pos(t), g], g = h / group,
-// queued on `stream`. Runs the decode kernels when max_query_len <= 1, the prefill kernel
-// otherwise. Shapes must have passed PagedAttentionSupported and the workspace must be large
-// enough; anything else is a bug and aborts with file:line. Device-side contract violations
-// (context_len > max_context_len, a query longer than its context) are not checked.
+// queued on `stream`. Runs the prefill kernel for the sequences of several query tokens (when
+// max_query_len > 1) and the decode kernels for those of one. Shapes must have passed
+// PagedAttentionSupported and the workspace must be large enough; anything else is a bug and aborts
+// with file:line. Device-side contract violations (context_len > max_context_len, a query longer
+// than its context) are not checked.
 void PagedAttention(const PagedAttentionParams& p, cudaStream_t stream);
 
 }  // namespace tpserve::cuda

@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kPrefillThreads) PrefillKernel(PagedAttentionP
   const int m_start = (gridDim.x - 1 - blockIdx.x) * kTileM;
   const int q_begin = p.query_start[seq];
   const int q_len = p.query_start[seq + 1] - q_begin;
-  if (m_start >= q_len) return;
+  if (m_start >= q_len || q_len == 1) return;  // a decode row: the decode kernel's
   const int rows = min(kTileM, q_len - m_start);
   const int first_pos = p.context_lens[seq] - q_len + m_start;
   const int num_keys = first_pos + rows;  // keys [0, num_keys) are visible to some row

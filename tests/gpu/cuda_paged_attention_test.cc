@@ -255,10 +255,12 @@ const std::vector<Sequence> kDecodeBatch = {{1, 1},   {15, 1},  {16, 1},   {17, 
                                             {129, 1}, {700, 1}, {1500, 1}, {2049, 1}};
 
 // Prefill from scratch over several query tiles, chunked prefill after a cached prefix (query
-// tokens at the end of a longer context), exact tile sizes, a decode token mixed in, and a
-// sequence with no token this step.
-const std::vector<Sequence> kPrefillBatch = {{200, 200}, {150, 70}, {300, 5},  {17, 17},   {64, 64},
-                                             {130, 1},   {33, 0},   {129, 65}, {1000, 130}};
+// tokens at the end of a longer context), exact tile sizes, decode tokens mixed in (the decode
+// kernel's, the longer one split into several items and merged), and a sequence with no token
+// this step.
+const std::vector<Sequence> kPrefillBatch = {{200, 200},  {150, 70}, {300, 5}, {17, 17},
+                                             {64, 64},    {130, 1},  {33, 0},  {129, 65},
+                                             {1000, 130}, {2049, 1}};
 
 std::vector<AttentionCase> Cases() {
   std::vector<AttentionCase> cases;
@@ -379,9 +381,9 @@ TEST(CudaPagedAttentionSupportedTest, HeadDims64And128Only) {
   EXPECT_EQ(PagedAttentionSupported(32, 8, 128, 0).code(), absl::StatusCode::kInvalidArgument);
 }
 
-// The work list of every batch in a sweep: within DecodeMaxWorkItems, each sequence with a
+// The work list of every batch in a sweep: within DecodeMaxWorkItems, each sequence with one
 // query token cut into ceil(context / partition_tokens) consecutive items (partitions 0, 1, ...)
-// and the others into none, partition_tokens a multiple of 64.
+// and the others (none, or a prefill's several) into none, partition_tokens a multiple of 64.
 TEST(CudaDecodeWorkTest, CoversEveryContextOnceWithinTheBound) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<int32_t> length(1, 33000);
@@ -392,7 +394,7 @@ TEST(CudaDecodeWorkTest, CoversEveryContextOnceWithinTheBound) {
         std::vector<int32_t> context(seqs), query_start = {0};
         for (int64_t s = 0; s < seqs; ++s) {
           context[s] = round == 0 ? 1 : length(rng);
-          query_start.push_back(query_start.back() + (s % 5 == 4 ? 0 : 1));
+          query_start.push_back(query_start.back() + (s % 5 == 4 ? 0 : s % 7 == 6 ? 3 : 1));
         }
         std::vector<int32_t> work(DecodeWorkWords(seqs, heads, kv_heads), -7);
         BuildDecodeWork(context, query_start, heads, kv_heads, work.data());
@@ -404,8 +406,9 @@ TEST(CudaDecodeWorkTest, CoversEveryContextOnceWithinTheBound) {
         ASSERT_EQ(item_start[0], 0);
         ASSERT_EQ(item_start[seqs], count);
         for (int64_t s = 0; s < seqs; ++s) {
-          const int32_t want =
-              query_start[s + 1] > query_start[s] ? (context[s] + partition - 1) / partition : 0;
+          const int32_t want = query_start[s + 1] - query_start[s] == 1
+                                   ? (context[s] + partition - 1) / partition
+                                   : 0;
           ASSERT_EQ(item_start[s + 1] - item_start[s], want) << "sequence " << s;
           for (int32_t i = item_start[s]; i < item_start[s + 1]; ++i) {
             ASSERT_EQ(items[2 * i], s);

@@ -286,11 +286,19 @@ absl::Status CudaLlamaModel::Upload(const PackedStep& packed) {
     return absl::InvalidArgumentError(absl::StrCat("step inputs of ", packed.layout.total,
                                                    " words exceed the buffer of ", inputs_.size()));
   }
-  // From pageable memory the call returns once the bytes are staged, so `packed` may go.
-  return CudaStatus(
+  // From pageable memory the calls return once the bytes are staged, so `packed` may go.
+  RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(inputs_.data(), packed.data.data(), packed.data.size() * sizeof(int32_t),
                       cudaMemcpyHostToDevice, stream_.get()),
-      "step input upload");
+      "step input upload"));
+  if (packed.shape.num_seqs == 0) return absl::OkStatus();
+  // Each row's used entries into the device rows of shape.blocks_per_seq entries.
+  const size_t row_bytes = packed.used_blocks * sizeof(int32_t);
+  return CudaStatus(cudaMemcpy2DAsync(inputs_.data() + packed.layout.block_tables,
+                                      packed.shape.blocks_per_seq * sizeof(int32_t),
+                                      packed.tables.data(), row_bytes, row_bytes,
+                                      packed.shape.num_seqs, cudaMemcpyHostToDevice, stream_.get()),
+                    "block table upload");
 }
 
 absl::Status CudaLlamaModel::EnqueueLayers(const StepShape& shape, const StepArrays& arrays) {

@@ -48,14 +48,15 @@ TEST(StepInputLayout, ArraysFollowEachOtherAndSlotsAreEightByteAligned) {
   EXPECT_EQ(layout.query_start, 6);
   EXPECT_EQ(layout.context_lens, 9);
   EXPECT_EQ(layout.logits_indices, 11);
-  EXPECT_EQ(layout.block_tables, 13);
-  EXPECT_EQ(layout.decode_work, 21);     // 3 + 2 + 2 * (512 + 2) = 1,033 words
-  EXPECT_EQ(layout.slot_mapping, 1054);  // already even
+  EXPECT_EQ(layout.decode_work, 13);     // 3 + 2 + 2 * (512 + 2) = 1,033 words
+  EXPECT_EQ(layout.slot_mapping, 1046);  // already even
+  EXPECT_EQ(layout.block_tables, 1052);  // last, so the rest is one contiguous copy
   EXPECT_EQ(layout.total, 1060);
-  EXPECT_EQ(StepInputLayout::For(2, 2, 2, 4, kHeads).slot_mapping, 1052);  // already even
+  // 3 sequences: 15 + 3 + 3 + 2 * (512 + 3) = 1,051, rounded up.
+  EXPECT_EQ(StepInputLayout::For(3, 3, 2, 4, kHeads).slot_mapping, 1052);
 }
 
-TEST(PackStep, MixedBatchKeepsEveryArrayAndWidensBlockRows) {
+TEST(PackStep, MixedBatchKeepsEveryArrayAndCarriesOnlyUsedTableEntries) {
   const PackedStep p = PackStep(MixedBatch(), /*blocks_per_seq=*/4, kHeads);
   EXPECT_EQ(p.shape.num_tokens, 4);
   EXPECT_EQ(p.shape.num_seqs, 2);
@@ -63,19 +64,22 @@ TEST(PackStep, MixedBatchKeepsEveryArrayAndWidensBlockRows) {
   EXPECT_EQ(p.shape.max_query_len, 3);
   EXPECT_EQ(p.shape.max_context_len, 18);
   EXPECT_EQ(p.shape.blocks_per_seq, 4);
-  EXPECT_EQ(static_cast<int64_t>(p.data.size()), p.layout.total);
+  EXPECT_EQ(static_cast<int64_t>(p.data.size()), p.layout.block_tables);
   EXPECT_EQ(Slice(p, p.layout.token_ids, 4), (std::vector<int32_t>{11, 12, 13, 21}));
   EXPECT_EQ(Slice(p, p.layout.positions, 4), (std::vector<int32_t>{0, 1, 2, 17}));
   EXPECT_EQ(Slice(p, p.layout.query_start, 3), (std::vector<int32_t>{0, 3, 4}));
   EXPECT_EQ(Slice(p, p.layout.context_lens, 2), (std::vector<int32_t>{3, 18}));
   EXPECT_EQ(Slice(p, p.layout.logits_indices, 2), (std::vector<int32_t>{2, 3}));
-  EXPECT_EQ(Slice(p, p.layout.block_tables, 8), (std::vector<int32_t>{5, 6, 0, 0, 1, 2, 9, 0}));
+  // Rows as wide as the widest table (3 of the 4 the device rows hold): only those are copied.
+  EXPECT_EQ(p.used_blocks, 3);
+  EXPECT_EQ(p.tables, (std::vector<int32_t>{5, 6, 0, 1, 2, 9}));
   EXPECT_EQ(Slots(p), (std::vector<int64_t>{80, 81, 82, 2 * kBlockSize + 1}));
 }
 
 TEST(PackStep, NarrowerRowsCutTheBlockTables) {
   const PackedStep p = PackStep(MixedBatch(), /*blocks_per_seq=*/2, kHeads);
-  EXPECT_EQ(Slice(p, p.layout.block_tables, 4), (std::vector<int32_t>{5, 6, 1, 2}));
+  EXPECT_EQ(p.used_blocks, 2);
+  EXPECT_EQ(p.tables, (std::vector<int32_t>{5, 6, 1, 2}));
 }
 
 TEST(PackStep, DecodePaddingAddsHarmlessSequences) {
@@ -90,7 +94,8 @@ TEST(PackStep, DecodePaddingAddsHarmlessSequences) {
   EXPECT_EQ(Slice(p, p.layout.query_start, 5), (std::vector<int32_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(Slice(p, p.layout.context_lens, 4), (std::vector<int32_t>{5, 21, 1, 1}));
   EXPECT_EQ(Slice(p, p.layout.logits_indices, 4), (std::vector<int32_t>{0, 1, 2, 3}));
-  EXPECT_EQ(Slice(p, p.layout.block_tables, 8), (std::vector<int32_t>{3, 0, 4, 8, 0, 0, 0, 0}));
+  EXPECT_EQ(p.used_blocks, 2);
+  EXPECT_EQ(p.tables, (std::vector<int32_t>{3, 0, 4, 8, 0, 0, 0, 0}));
   EXPECT_EQ(Slots(p), (std::vector<int64_t>{3 * kBlockSize + 4, 8 * kBlockSize + 4, -1, -1}));
   // The work list: 28 context tokens in all against 512 items wanted give the 64-token minimum
   // partition, so one item per sequence, padding included (each has its one token).
@@ -107,17 +112,19 @@ TEST(PackStep, EmptyBatchPaddedIsAllPadding) {
   EXPECT_EQ(Slice(p, p.layout.query_start, 3), (std::vector<int32_t>{0, 1, 2}));
   EXPECT_EQ(Slice(p, p.layout.context_lens, 2), (std::vector<int32_t>{1, 1}));
   EXPECT_EQ(Slots(p), (std::vector<int64_t>{-1, -1}));
+  EXPECT_EQ(p.used_blocks, 1);  // the padding rows' block 0
+  EXPECT_EQ(p.tables, (std::vector<int32_t>{0, 0}));
 }
 
-// Every step carries a list (read only by decode attention): a 3-token prefill and a decode at
-// context 100, 103 tokens in all, take 64-token partitions: one item and two.
-TEST(PackStep, WorkListCutsEachContextIntoPartitions) {
+// Every step carries a list of its decode rows: beside a 3-token prefill (the prefill kernel's),
+// a decode at context 100 takes 64-token partitions, two items.
+TEST(PackStep, WorkListCutsEachDecodeContextIntoPartitions) {
   ForwardBatchBuilder builder(kBlockSize);
   builder.AddSequence({1, 2, 3}, 0, {5}, /*all_logits=*/false);
   builder.AddSequence({9}, 99, {6, 7, 8, 10, 11, 12, 13}, /*all_logits=*/false);
   const PackedStep p = PackStep(builder.Build(), 7, kHeads);
-  EXPECT_EQ(Slice(p, p.layout.decode_work, 3 + 2 + 6),
-            (std::vector<int32_t>{3, 64, 0, 1, 3, 0, 0, 1, 0, 1, 1}));
+  EXPECT_EQ(Slice(p, p.layout.decode_work, 3 + 2 + 4),
+            (std::vector<int32_t>{2, 64, 0, 0, 2, 1, 0, 1, 1}));
 }
 
 TEST(IsDecodeBatch, OnlyOneTokenPerSequenceWithEveryLogit) {
