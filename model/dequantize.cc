@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
+#include "kernels/cpu/fp8_e4m3.h"
 
 namespace tpserve {
 namespace {
@@ -219,6 +220,9 @@ absl::Status Dequantize(GgmlType type, absl::Span<const uint8_t> src, absl::Span
       break;
     case GgmlType::kQ6_K:
       DequantizeQ6_K(s, d, n / 256);
+      break;
+    case GgmlType::kF8E4M3:  // the codes' values; the caller applies the rows' scales
+      for (int64_t i = 0; i < n; ++i) d[i] = cpu::FromE4m3(s[i]);
       break;
   }
   return absl::OkStatus();

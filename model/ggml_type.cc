@@ -25,6 +25,8 @@ std::optional<GgmlTypeTraits> GetGgmlTypeTraits(uint32_t type) {
       return GgmlTypeTraits{"Q5_K", 256, 2 + 2 + 12 + 32 + 128};  // d, dmin, scales, qh, qs
     case GgmlType::kQ6_K:
       return GgmlTypeTraits{"Q6_K", 256, 128 + 64 + 16 + 2};  // ql, qh, scales[16], d
+    case GgmlType::kF8E4M3:
+      return GgmlTypeTraits{"F8_E4M3", 1, 1};
   }
   return std::nullopt;
 }
@@ -36,6 +38,7 @@ const char* GgmlTypeName(uint32_t type) {
       "Q8_0",    "Q8_1",   "Q2_K",    "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K",  "Q8_K",
       "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
       "I8",      "I16",    "I32",     "I64",   "F64",    "IQ1_M", "BF16"};
+  if (type == static_cast<uint32_t>(GgmlType::kF8E4M3)) return "F8_E4M3";
   return type < std::size(kNames) ? kNames[type] : "unknown";
 }
 

@@ -17,6 +17,9 @@ enum class GgmlType : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kBF16 = 30,
+  // Not a ggml type: FP8 E4M3 weights of a Hugging Face folder (model/hf_folder.h), one byte an
+  // element, each row times its scale (GgufTensorInfo::row_scales). A GGUF file may not use it.
+  kF8E4M3 = 1000,
 };
 
 struct GgmlTypeTraits {

@@ -393,7 +393,7 @@ class GgufParser {
     uint32_t raw_type = 0;
     RETURN_IF_ERROR(ReadPod(Field{type_field}, &raw_type));
     const std::optional<GgmlTypeTraits> traits = GetGgmlTypeTraits(raw_type);
-    if (!traits.has_value()) {
+    if (!traits.has_value() || raw_type == static_cast<uint32_t>(GgmlType::kF8E4M3)) {
       return Error(type_offset, type_field,
                    absl::StrCat("ggml type ", raw_type, " (", GgmlTypeName(raw_type),
                                 ") is not supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, "
@@ -517,6 +517,13 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Assemble(GgufParts parts) {
     }
     const absl::StatusOr<uint64_t> bytes = GgmlBytesFor(t.type, t.num_elements);
     if (!bytes.ok()) return error(bytes.status().message());
+    const int64_t rows = t.num_elements / t.dims[0];
+    const size_t scales = t.row_scales.size();
+    if ((t.type == GgmlType::kF8E4M3) != (scales > 0) ||
+        (scales > 1 && static_cast<int64_t>(scales) != rows)) {
+      return error(absl::StrCat(scales, " row scales for a ", rows, "-row ",
+                                GgmlTypeName(static_cast<uint32_t>(t.type)), " tensor"));
+    }
     const uint64_t section_bytes = file->sections_[t.section].size();
     if (*bytes != t.num_bytes || t.offset > section_bytes ||
         t.num_bytes > section_bytes - t.offset) {

@@ -70,6 +70,9 @@ struct GgufTensorInfo {
   uint64_t num_bytes;  // bytes of data
   int64_t num_elements;
   uint32_t section = 0;  // which data section holds it: 0 in a GGUF file (see GgufParts)
+  // kF8E4M3 only: each row's scale (row r's values are its codes' values times row_scales[r]),
+  // or one scale for every row.
+  std::vector<float> row_scales;
   int64_t rows() const;  // product of dims[1..]
 };
 

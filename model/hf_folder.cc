@@ -18,6 +18,7 @@
 #include "common/json_depth.h"
 #include "common/status_macros.h"
 #include "model/gguf_writer.h"
+#include "model/hf_fp8.h"
 #include "model/hf_tokenizer.h"
 #include "model/json_field.h"
 #include "model/mapped_file.h"
@@ -240,8 +241,16 @@ std::optional<GgmlType> GgmlTypeOf(const std::string& dtype) {
   if (dtype == "F32") return GgmlType::kF32;
   if (dtype == "F16") return GgmlType::kF16;
   if (dtype == "BF16") return GgmlType::kBF16;
+  if (dtype == "F8_E4M3") return GgmlType::kF8E4M3;
   return std::nullopt;
 }
+
+// A weight scale found in a weight file, with its bytes, for the FP8 weight it belongs to.
+struct FoundScale {
+  std::string file;
+  SafetensorsTensor tensor;
+  absl::Span<const uint8_t> bytes;
+};
 
 // The shape config.json implies for a tensor of GGUF name `name`, row-major; nullopt when it
 // implies none (the shard loader and ModelConfig check what is left).
@@ -327,12 +336,41 @@ void AddRopeFactors(const std::vector<float>& factors, GgufParts* parts) {
   parts->tensors.push_back(std::move(info));
 }
 
+// Gives each F8_E4M3 weight the scales of its `_scale` tensor; every weight scale must belong to
+// an FP8 weight.
+absl::Status AttachFp8Scales(const std::map<std::string, std::string>& fp8_weights,
+                             std::map<std::string, FoundScale> scales, GgufParts* parts) {
+  for (GgufTensorInfo& info : parts->tensors) {
+    const auto weight = fp8_weights.find(info.name);
+    if (weight == fp8_weights.end()) continue;
+    const auto found = scales.find(weight->second);
+    if (found == scales.end()) {
+      return Error(weight->second,
+                   absl::StrCat("is F8_E4M3, but ", weight->second, "_scale is in no weight file"));
+    }
+    const int64_t rows = info.dims.size() == 2 ? info.dims[1] : 1;
+    absl::StatusOr<std::vector<float>> row_scales =
+        Fp8RowScales(found->second.tensor, found->second.bytes, rows);
+    if (!row_scales.ok()) return Error(found->second.file, row_scales.status().message());
+    info.row_scales = *std::move(row_scales);
+    scales.erase(found);
+  }
+  if (!scales.empty()) {
+    const FoundScale& stray = scales.begin()->second;
+    return Error(stray.file,
+                 absl::StrCat("tensor ", stray.tensor.name, " scales ", scales.begin()->first,
+                              ", which is not an F8_E4M3 weight"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir) {
   ASSIGN_OR_RETURN(const std::optional<std::string> config_text, ReadText(dir, "config.json"));
   if (!config_text.has_value()) return Error(dir.string(), "holds no config.json");
   ASSIGN_OR_RETURN(const json config_json, ParseJson(dir, "config.json", *config_text));
   const Config config(config_json);
   ASSIGN_OR_RETURN(const std::string arch, Architecture(config_json));
+  RETURN_IF_ERROR(CheckFp8Quantization(config_json));
 
   GgufParts parts;
   parts.display_name = dir.string();
@@ -344,7 +382,9 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
 
   // Tensors, file by file.
   ASSIGN_OR_RETURN(const auto files, WeightFiles(dir));
-  std::map<std::string, std::string> where;  // GGUF name -> "file: HF name", for errors
+  std::map<std::string, std::string> where;        // GGUF name -> "file: HF name", for errors
+  std::map<std::string, std::string> fp8_weights;  // GGUF name -> HF name, of F8_E4M3 weights
+  std::map<std::string, FoundScale> scales;        // HF weight name -> its weight_scale
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;  // GGUF name, HF shape
   for (const auto& [file, indexed] : files) {
     absl::StatusOr<std::unique_ptr<MappedFile>> mapping = MappedFile::Open((dir / file).string());
@@ -369,6 +409,12 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
     parts.sections.push_back(header.data);
     parts.mappings.push_back(*std::move(mapping));
     for (const SafetensorsTensor& t : header.tensors) {
+      if (IsScaleReadPast(t.name)) continue;
+      if (IsWeightScale(t.name)) {
+        const std::string weight = t.name.substr(0, t.name.size() - std::string("_scale").size());
+        scales[weight] = FoundScale{file, t, header.data.subspan(t.begin, t.end - t.begin)};
+        continue;
+      }
       const std::optional<std::string> gguf = GgufName(t.name);
       if (!gguf.has_value()) {
         return Error(file, absl::StrCat("tensor ", t.name, " is not part of a ", arch,
@@ -378,8 +424,9 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
       const std::optional<GgmlType> type = GgmlTypeOf(t.dtype);
       if (!type.has_value()) {
         return Error(file, absl::StrCat("tensor ", t.name, " has dtype ", t.dtype,
-                                        " (BF16, F16 and F32 are served)"));
+                                        " (BF16, F16, F32 and F8_E4M3 are served)"));
       }
+      if (*type == GgmlType::kF8E4M3) fp8_weights[*gguf] = t.name;
       if (where.contains(*gguf)) {
         return Error(file, absl::StrCat("tensor ", t.name, " is also in ", where[*gguf]));
       }
@@ -432,6 +479,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
       }
     }
   }
+  RETURN_IF_ERROR(AttachFp8Scales(fp8_weights, scales, &parts));
   AddRopeFactors(rope_factors, &parts);
 
   // The tokenizer.

@@ -6,7 +6,8 @@
 //
 // The folder holds config.json (architectures LlamaForCausalLM, MistralForCausalLM or
 // Qwen2ForCausalLM), model.safetensors or model.safetensors.index.json with its shards (BF16,
-// F16 or F32 tensors), tokenizer.json, and optionally tokenizer_config.json (special tokens,
+// F16 or F32 tensors, or FP8 checkpoints' F8_E4M3 weights with their scales: model/hf_fp8.h),
+// tokenizer.json, and optionally tokenizer_config.json (special tokens,
 // add_bos_token, chat_template) and generation_config.json (bos and eos ids, the recommended
 // sampling: model/sampling_defaults.h). Q/K rows stay in HF's
 // order, so the view sets tpserve.rope.rotate_half (model_config.h).

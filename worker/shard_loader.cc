@@ -33,12 +33,19 @@ absl::StatusOr<const GgufTensorInfo*> FindMatrix(const GgufFile& file, const std
   return tensor;
 }
 
-// Dequantizes rows [rows.begin, rows.end()) of a [*, cols] tensor into `dst`.
+// Dequantizes rows [rows.begin, rows.end()) of a [*, cols] tensor into `dst` (an FP8 tensor's
+// rows times their scales).
 absl::Status ReadRows(const GgufFile& file, const GgufTensorInfo& tensor, int64_t cols, Range rows,
                       float* dst) {
   ASSIGN_OR_RETURN(const uint64_t row_bytes, GgmlBytesFor(tensor.type, cols));
   const auto data = file.TensorData(tensor).subspan(rows.begin * row_bytes, rows.size * row_bytes);
-  return Dequantize(tensor.type, data, absl::MakeSpan(dst, rows.size * cols));
+  RETURN_IF_ERROR(Dequantize(tensor.type, data, absl::MakeSpan(dst, rows.size * cols)));
+  const std::vector<float>& scales = tensor.row_scales;
+  for (int64_t r = 0; r < rows.size && !scales.empty(); ++r) {
+    const float scale = scales.size() == 1 ? scales[0] : scales[rows.begin + r];
+    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] *= scale;
+  }
+  return absl::OkStatus();
 }
 
 // Dequantizes columns [cols.begin, cols.end()) of every row of a [rows, total_cols] tensor.

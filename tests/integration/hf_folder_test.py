@@ -13,7 +13,9 @@ dtype, a shape that disagrees with config.json, a truncated file, a shard outsid
 unknown architecture, an impossible head_dim, untied embeddings without lm_head, JSON nested
 100,000 deep) each stop tpserve-generate with a line naming the file and the tensor or field.
 generation_config.json's sampling is what requests that leave it out get, and every id of its
-eos_token_id list ends generation.
+eos_token_id list ends generation. FP8 checkpoints (F8_E4M3 projections with per-channel or
+per-tensor scales, as llm-compressor and ModelOpt write them) serve the logits of their weights
+dequantized by ml_dtypes, and FP8 folders tpserve cannot read are refused naming why.
 """
 
 import json
@@ -30,7 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tpserve_cluster  # noqa: E402
 from gguf_reader import Gguf  # noqa: E402
-from hf_writer import hf_tensors, write_folder  # noqa: E402
+from hf_writer import fp8_tensors, hf_tensors, write_folder  # noqa: E402
 
 TOLERANCE = 1e-4
 PROMPT_LENGTH = 48
@@ -104,6 +106,52 @@ class HfFolderEqualsGguf(unittest.TestCase):
             self.assertEqual(top1, 1.0, folder)
             self.assertEqual(ids, want_ids, folder)
             self.assertEqual(chat, want_chat, folder)
+
+    def test_fp8_checkpoints_serve_their_dequantized_weights(self):
+        tensors = hf_tensors(self.gguf)
+        channel = {"quant_method": "compressed-tensors", "format": "float-quantized",
+                   "config_groups": {"group_0": {
+                       "targets": ["Linear"],
+                       "weights": {"type": "float", "num_bits": 8, "strategy": "channel",
+                                   "symmetric": True, "dynamic": False},
+                       "input_activations": {"type": "float", "num_bits": 8,
+                                             "strategy": "tensor", "dynamic": False}}},
+                   "ignore": ["lm_head"]}
+        modelopt = {"quant_method": "modelopt", "quant_algo": "FP8"}
+        for tag, per_channel, quantization, shards, tp in [("channel", True, channel, 2, 3),
+                                                           ("tensor", False, modelopt, 1, 1)]:
+            checkpoint, dequantized = fp8_tensors(tensors, per_channel)
+            fp8_folder = os.path.join(self.tmp.name, "fp8-" + tag)
+            reference = os.path.join(self.tmp.name, "fp8-dequantized-" + tag)
+            write_folder(self.gguf, checkpoint, fp8_folder, shards=shards,
+                         quantization=quantization)
+            write_folder(self.gguf, dequantized, reference)
+            want, _, _ = self.serve(reference, 1)
+            got, _, _ = self.serve(fp8_folder, tp)
+            diff = np.abs(got - want).max()
+            top1 = np.mean(got.argmax(axis=1) == want.argmax(axis=1))
+            print("FP8 per-%s, %d file(s), tp=%d: max |logit difference| %.2e, top-1 %.0f%%"
+                  % (tag, shards, tp, diff, 100 * top1), flush=True)
+            self.assertLess(diff, TOLERANCE, tag)
+            self.assertEqual(top1, 1.0, tag)
+
+        checkpoint, _ = fp8_tensors(tensors, True)
+        scale = "model.layers.3.mlp.down_proj.weight_scale"
+        without_scale = {n: t for n, t in checkpoint.items() if n != scale}
+        folder = os.path.join(self.tmp.name, "fp8-no-scale")
+        write_folder(self.gguf, without_scale, folder, quantization=channel)
+        self.assertIn("model.layers.3.mlp.down_proj.weight: is F8_E4M3, but "
+                      "model.layers.3.mlp.down_proj.weight_scale is in no weight file",
+                      self.generate_error(folder))
+        block = json.loads(json.dumps(channel))
+        block["config_groups"]["group_0"]["weights"]["strategy"] = "block"
+        for case, quantization, want in [
+                ("awq", {"quant_method": "awq", "bits": 4}, "quant_method awq"),
+                ("block", block, "group group_0 has strategy block")]:
+            folder = os.path.join(self.tmp.name, "fp8-" + case)
+            write_folder(self.gguf, checkpoint, folder, quantization=quantization)
+            message = self.generate_error(folder)
+            self.assertIn("config.json: quantization_config " + want, message, case)
 
     def complete(self, cluster, prompt, **fields):
         body = json.dumps(dict({"prompt": prompt, "max_tokens": 8}, **fields))

@@ -114,9 +114,38 @@ def tokenizer_files(gguf):
     return tokenizer, config
 
 
-def write_folder(gguf, tensors, folder, shards=1, rope_scaling=None):
+_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def fp8_tensors(tensors, per_channel):
+    """An FP8 checkpoint of `tensors` as llm-compressor (per channel: compressed-tensors) or
+    ModelOpt (per tensor) writes one: each projection's weight as F8_E4M3 codes of weight / scale
+    (ml_dtypes' rounding), scale = max |weight| / 448 over the row or the tensor, in
+    `<name>_scale` (shape [rows, 1] or []), and a static `input_scale` beside it; the rest as they
+    are. Also the same model's weights dequantized in float32 (code * scale): what a server of the
+    checkpoint must compute with. Returns (checkpoint tensors, dequantized tensors)."""
+    import ml_dtypes
+
+    checkpoint, dequantized = {}, {}
+    for name, values in tensors.items():
+        if not any(name.endswith(p + ".weight") for p in _PROJECTIONS):
+            checkpoint[name] = dequantized[name] = values
+            continue
+        w = values.astype(np.float32)
+        amax = np.abs(w).max(axis=1, keepdims=True) if per_channel else np.abs(w).max()
+        scale = np.where(amax > 0, amax / np.float32(448), np.float32(1)).astype(np.float32)
+        codes = (w / scale).astype(ml_dtypes.float8_e4m3fn)
+        checkpoint[name] = codes
+        checkpoint[name + "_scale"] = scale.reshape(-1, 1) if per_channel else scale.reshape(())
+        checkpoint[name[:-len("weight")] + "input_scale"] = np.array([0.02], dtype=np.float32)
+        dequantized[name] = codes.astype(np.float32) * scale
+    return checkpoint, dequantized
+
+
+def write_folder(gguf, tensors, folder, shards=1, rope_scaling=None, quantization=None):
     """The Hugging Face folder of `gguf`'s model with `tensors` (hf_tensors), over `shards`
-    safetensors files (an index when more than one)."""
+    safetensors files (an index when more than one); `quantization` is config.json's
+    quantization_config."""
     from safetensors.numpy import save_file
 
     os.makedirs(folder)
@@ -134,7 +163,10 @@ def write_folder(gguf, tensors, folder, shards=1, rope_scaling=None):
         with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
     tokenizer, tokenizer_config = tokenizer_files(gguf)
-    for name, content in [("config.json", config_json(gguf, rope_scaling)),
+    config = config_json(gguf, rope_scaling)
+    if quantization is not None:
+        config["quantization_config"] = quantization
+    for name, content in [("config.json", config),
                           ("tokenizer.json", tokenizer),
                           ("tokenizer_config.json", tokenizer_config),
                           ("generation_config.json", {"bos_token_id": 1, "eos_token_id": 2})]:

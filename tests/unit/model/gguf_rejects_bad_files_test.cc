@@ -223,6 +223,9 @@ TEST(GgufRejects, BadTensorInfo) {
   EXPECT_THAT(ParseError(image), HasSubstr("ggml type 6 (Q5_0) is not supported"));
   Patch<uint32_t>(&image, q8 + 8 + 4 + 16, 11);  // Q3_K
   EXPECT_THAT(ParseError(image), HasSubstr("ggml type 11 (Q3_K) is not supported"));
+  // The FP8 type of Hugging Face views has no scales in a GGUF file: refused there.
+  Patch<uint32_t>(&image, q8 + 8 + 4 + 16, static_cast<uint32_t>(GgmlType::kF8E4M3));
+  EXPECT_THAT(ParseError(image), HasSubstr("ggml type 1000 (F8_E4M3) is not supported"));
 
   image = valid;
   Patch<uint32_t>(&image, q8 + 8, 5);
