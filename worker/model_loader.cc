@@ -91,7 +91,9 @@ absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOption
   LogInfo("runner", "rank %d/%d: loading %s (%s)", comm->rank(), comm->world_size(),
           options.model_path, runner->config_.DebugString());
   ASSIGN_OR_RETURN(ModelWeights weights,
-                   LoadShard(*runner->file_, runner->config_, layout, options.cpu_weights));
+                   LoadShard(*runner->file_, runner->config_, layout,
+                             ShardFormats{options.cpu_weights,
+                                          /*keep_fp8=*/options.device == Device::kCuda}));
 #if TPSERVE_WITH_CUDA
   if (options.device == Device::kCuda) {
     ASSIGN_OR_RETURN(runner->model_,

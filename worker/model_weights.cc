@@ -43,7 +43,8 @@ bool KeepsBlocks(GgmlType type) {
 
 int64_t Linear::resident_bytes() const {
   int64_t bytes = static_cast<int64_t>(packed.data.size() + packed.super.size() +
-                                       values.size() * sizeof(float));
+                                       values.size() * sizeof(float) + fp8.size() +
+                                       fp8_scales.size() * sizeof(float));
   for (const Linear& part : parts) bytes += part.resident_bytes();
   return bytes;
 }

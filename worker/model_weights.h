@@ -15,9 +15,13 @@ namespace tpserve {
 // cpu::PackedWeight (same bytes, 16 rows side by side, read by cpu::PackedMatmulBT), fp32 for
 // every other type and for slices that cut through blocks.
 struct Linear {
-  GgmlType type = GgmlType::kF32;  // kF32: `values` holds the weight; otherwise `packed` does
+  // kF32: `values` holds the weight; kF8E4M3 (a CUDA rank's FP8 checkpoint only): `fp8` and
+  // `fp8_scales`; otherwise `packed`.
+  GgmlType type = GgmlType::kF32;
   cpu::PackedWeight packed;
-  std::vector<float> values;  // [rows, cols] when type == kF32
+  std::vector<float> values;      // [rows, cols] when type == kF32
+  std::vector<uint8_t> fp8;       // [rows, cols] E4M3 codes when type == kF8E4M3
+  std::vector<float> fp8_scales;  // [rows]: row r's values are its codes' values times this
   // When not empty, the weight is these packed Linears stacked by rows, and `packed` and `values`
   // are empty; `type` is the first part's. Slices of different block types fused into one
   // product: Q4_K_M's Q4_K q/k rows with Q6_K v rows.

@@ -33,6 +33,11 @@ absl::StatusOr<const GgufTensorInfo*> FindMatrix(const GgufFile& file, const std
   return tensor;
 }
 
+// Row r's scale of an FP8 tensor (GgufTensorInfo::row_scales: one per row, or one for all).
+float RowScale(const GgufTensorInfo& tensor, int64_t r) {
+  return tensor.row_scales.size() == 1 ? tensor.row_scales[0] : tensor.row_scales[r];
+}
+
 // Dequantizes rows [rows.begin, rows.end()) of a [*, cols] tensor into `dst` (an FP8 tensor's
 // rows times their scales).
 absl::Status ReadRows(const GgufFile& file, const GgufTensorInfo& tensor, int64_t cols, Range rows,
@@ -42,7 +47,7 @@ absl::Status ReadRows(const GgufFile& file, const GgufTensorInfo& tensor, int64_
   RETURN_IF_ERROR(Dequantize(tensor.type, data, absl::MakeSpan(dst, rows.size * cols)));
   const std::vector<float>& scales = tensor.row_scales;
   for (int64_t r = 0; r < rows.size && !scales.empty(); ++r) {
-    const float scale = scales.size() == 1 ? scales[0] : scales[rows.begin + r];
+    const float scale = RowScale(tensor, rows.begin + r);
     for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] *= scale;
   }
   return absl::OkStatus();
@@ -70,8 +75,9 @@ struct RowSlice {
 // rows, so when every slice has the same block type that GEMV reads, its blocks are copied as
 // they are; slices of different such types become the parts of a stack; otherwise the rows are
 // decoded to fp32.
-absl::StatusOr<Linear> LoadRows(const GgufFile& file, CpuWeights weights, int64_t cols,
+absl::StatusOr<Linear> LoadRows(const GgufFile& file, const ShardFormats& formats, int64_t cols,
                                 absl::Span<const RowSlice> slices) {
+  const CpuWeights weights = formats.cpu_weights;
   Linear w;
   w.cols = cols;
   w.type = slices.begin()->tensor->type;
@@ -87,8 +93,19 @@ absl::StatusOr<Linear> LoadRows(const GgufFile& file, CpuWeights weights, int64_
     for (size_t begin = 0, end = 0; begin < slices.size(); begin = end) {
       while (end < slices.size() && slices[end].tensor->type == slices[begin].tensor->type) ++end;
       ASSIGN_OR_RETURN(Linear part,
-                       LoadRows(file, weights, cols, slices.subspan(begin, end - begin)));
+                       LoadRows(file, formats, cols, slices.subspan(begin, end - begin)));
       w.parts.push_back(std::move(part));
+    }
+    return w;
+  }
+  if (!mixed && w.type == GgmlType::kF8E4M3 && formats.keep_fp8) {
+    for (const RowSlice& slice : slices) {
+      const auto data =
+          file.TensorData(*slice.tensor).subspan(slice.rows.begin * cols, slice.rows.size * cols);
+      w.fp8.insert(w.fp8.end(), data.begin(), data.end());
+      for (int64_t r = slice.rows.begin; r < slice.rows.end(); ++r) {
+        w.fp8_scales.push_back(RowScale(*slice.tensor, r));
+      }
     }
     return w;
   }
@@ -116,12 +133,23 @@ absl::StatusOr<Linear> LoadRows(const GgufFile& file, CpuWeights weights, int64_
 // Columns [cols.begin, cols.end()) of every row of a [rows, total_cols] tensor (row-parallel).
 // When the slice starts and ends on block boundaries each row's blocks in it are copied;
 // otherwise the tensor is decoded to fp32.
-absl::StatusOr<Linear> LoadColumns(const GgufFile& file, CpuWeights weights,
+absl::StatusOr<Linear> LoadColumns(const GgufFile& file, const ShardFormats& formats,
                                    const GgufTensorInfo& tensor, int64_t rows, int64_t total_cols,
                                    Range cols) {
+  const CpuWeights weights = formats.cpu_weights;
   Linear w;
   w.rows = rows;
   w.cols = cols.size;
+  if (tensor.type == GgmlType::kF8E4M3 && formats.keep_fp8) {
+    w.type = GgmlType::kF8E4M3;
+    const auto data = file.TensorData(tensor);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto row = data.subspan(r * total_cols + cols.begin, cols.size);
+      w.fp8.insert(w.fp8.end(), row.begin(), row.end());
+      w.fp8_scales.push_back(RowScale(tensor, r));
+    }
+    return w;
+  }
   const std::optional<GgmlTypeTraits> traits =
       GetGgmlTypeTraits(static_cast<uint32_t>(tensor.type));
   const int64_t block = traits.has_value() ? traits->block_elements : 1;
@@ -153,7 +181,8 @@ absl::StatusOr<std::vector<float>> LoadVector(const GgufFile& file, const std::s
 }
 
 absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& config,
-                                       const ShardLayout& layout, CpuWeights weights, int layer) {
+                                       const ShardLayout& layout, const ShardFormats& formats,
+                                       int layer) {
   const std::string prefix = absl::StrCat("blk.", layer, ".");
   const int64_t hidden = config.hidden_size;
   const int64_t head_dim = config.head_dim;
@@ -172,7 +201,7 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
   const Range q_range{layout.q_heads.begin * head_dim, q_rows};
   const Range kv_range{layout.kv_heads.begin * head_dim, kv_rows};
   ASSIGN_OR_RETURN(
-      w.qkv, LoadRows(file, weights, hidden, {{wq, q_range}, {wk, kv_range}, {wv, kv_range}}));
+      w.qkv, LoadRows(file, formats, hidden, {{wq, q_range}, {wk, kv_range}, {wv, kv_range}}));
   if (config.qkv_bias) {
     // Column-parallel like their weights: this rank's heads' entries, stacked as qkv's rows.
     w.qkv_bias.reserve(w.qkv.rows);
@@ -189,7 +218,7 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
   ASSIGN_OR_RETURN(const GgufTensorInfo* wo, FindMatrix(file, prefix + "attn_output.weight", hidden,
                                                         config.num_heads * head_dim));
   ASSIGN_OR_RETURN(w.attn_output,
-                   LoadColumns(file, weights, *wo, hidden, config.num_heads * head_dim, q_range));
+                   LoadColumns(file, formats, *wo, hidden, config.num_heads * head_dim, q_range));
 
   const int64_t ffn = config.intermediate_size;
   ASSIGN_OR_RETURN(const GgufTensorInfo* gate,
@@ -199,30 +228,33 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
   ASSIGN_OR_RETURN(const GgufTensorInfo* down,
                    FindMatrix(file, prefix + "ffn_down.weight", hidden, ffn));
   ASSIGN_OR_RETURN(w.gate_up,
-                   LoadRows(file, weights, hidden, {{gate, layout.ffn}, {up, layout.ffn}}));
-  ASSIGN_OR_RETURN(w.down, LoadColumns(file, weights, *down, hidden, ffn, layout.ffn));
+                   LoadRows(file, formats, hidden, {{gate, layout.ffn}, {up, layout.ffn}}));
+  ASSIGN_OR_RETURN(w.down, LoadColumns(file, formats, *down, hidden, ffn, layout.ffn));
   return w;
 }
 
 }  // namespace
 
 absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& config,
-                                       const ShardLayout& layout, CpuWeights weights) {
+                                       const ShardLayout& layout, const ShardFormats& formats) {
   const int64_t hidden = config.hidden_size;
+  // The embedding and output head are read as the CPU keeps them, FP8 or not: they are no FP8
+  // products on either device.
+  const ShardFormats decoded{formats.cpu_weights, /*keep_fp8=*/false};
   ModelWeights out;
   ASSIGN_OR_RETURN(const GgufTensorInfo* embedding,
                    FindMatrix(file, "token_embd.weight", config.vocab_size, hidden));
   ASSIGN_OR_RETURN(out.token_embedding,
-                   LoadRows(file, weights, hidden, {{embedding, {0, config.vocab_size}}}));
+                   LoadRows(file, decoded, hidden, {{embedding, {0, config.vocab_size}}}));
   ASSIGN_OR_RETURN(out.output_norm, LoadVector(file, "output_norm.weight", hidden));
   ASSIGN_OR_RETURN(out.rope_inv_freq, RopeInverseFrequencies(file, config));
   if (!config.tie_word_embeddings) {
     ASSIGN_OR_RETURN(const GgufTensorInfo* output,
                      FindMatrix(file, "output.weight", config.vocab_size, hidden));
-    ASSIGN_OR_RETURN(out.lm_head, LoadRows(file, weights, hidden, {{output, layout.vocab}}));
+    ASSIGN_OR_RETURN(out.lm_head, LoadRows(file, decoded, hidden, {{output, layout.vocab}}));
   }
   for (int layer = 0; layer < config.num_layers; ++layer) {
-    ASSIGN_OR_RETURN(LayerWeights w, LoadLayer(file, config, layout, weights, layer));
+    ASSIGN_OR_RETURN(LayerWeights w, LoadLayer(file, config, layout, formats, layer));
     out.layers.push_back(std::move(w));
     if ((layer + 1) % 10 == 0 || layer + 1 == config.num_layers) {
       LogInfo("loader", "rank %d/%d: loaded layer %d/%d", layout.rank, layout.world_size, layer + 1,

@@ -7,14 +7,22 @@
 #include "absl/status/statusor.h"
 #include "model/gguf_file.h"
 #include "model/model_config.h"
-#include "worker/model_weights.h"
 #include "model/shard_layout.h"
 #include "worker/model_runner_options.h"
+#include "worker/model_weights.h"
 
 namespace tpserve {
 
+// How LoadShard keeps what it reads.
+struct ShardFormats {
+  CpuWeights cpu_weights = CpuWeights::kPacked;  // GGUF blocks packed (when they can be), or fp32
+  // The F8_E4M3 projections of an FP8 checkpoint (model/hf_fp8.h) as their codes and row scales,
+  // for a CUDA rank's FP8 products; false: decoded to fp32, as a CPU rank computes.
+  bool keep_fp8 = false;
+};
+
 // Errors name the tensor and the expected and found shapes. Logs progress per layer.
 absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& config,
-                                       const ShardLayout& layout, CpuWeights weights);
+                                       const ShardLayout& layout, const ShardFormats& formats);
 
 }  // namespace tpserve

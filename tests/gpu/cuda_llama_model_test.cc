@@ -24,11 +24,14 @@
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_model.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/unit/worker/fp8_checkpoint_view.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/comm/single_rank_device_communicator.h"
 #include "worker/decode_buckets.h"
 #include "worker/forward_batch.h"
+#include "worker/llama_model.h"
 #include "worker/model_loader.h"
+#include "worker/shard_loader.h"
 
 namespace tpserve {
 namespace {
@@ -292,6 +295,63 @@ TEST_F(CudaLlamaModelTest, Fp8WeightsStayNearTheCpu) {
   EXPECT_LE(error, real ? 0.10 : 0.30);
   EXPECT_LE(decode.vs_reference, real ? 0.10 : 0.30);
   EXPECT_LE(decode.graph_vs_eager, kGraphTolerance);
+  if (real) {
+    EXPECT_GE(agree, static_cast<int>(prompt.size() * 0.85));
+  }
+}
+
+// An FP8 checkpoint (the test model's projections as E4M3 codes with per-channel scales,
+// tests/unit/worker/fp8_checkpoint_view.h) runs on CUDA as it is: its codes and scales go to the
+// device unchanged (no --quantization flag) and the products quantize only the activations. The
+// reference is the CPU model on the same checkpoint decoded (code * scale in fp32), so what
+// differs is the per-token E4M3 rounding of the activations and the bf16 roundings; the bars are
+// the FP8-weights test's, which also allow for the weights' rounding.
+TEST_F(CudaLlamaModelTest, Fp8CheckpointRunsItsOwnCodes) {
+  auto file = GgufFile::Open(gpu_test::GetTestModel().path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto view = testing::Fp8CheckpointView(**file, /*per_channel=*/true);
+  ASSERT_TRUE(view.ok()) << view.status();
+  auto config = ModelConfig::FromGguf(**view);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto layout = ShardLayout::Make(*config, 0, 1);
+  ASSERT_TRUE(layout.ok());
+  auto decoded = LoadShard(**view, *config, *layout, ShardFormats{CpuWeights::kFp32, false});
+  auto codes = LoadShard(**view, *config, *layout, ShardFormats{CpuWeights::kFp32, true});
+  ASSERT_TRUE(decoded.ok() && codes.ok());
+  ASSERT_EQ(codes->layers[0].qkv.type, GgmlType::kF8E4M3);
+  KvCacheShape shape = KvCacheShape::For(config->num_layers, layout->kv_heads.size,
+                                         config->head_dim, kBlockSize, /*cuda=*/false, false);
+  shape.num_blocks = kBlocks;
+  LlamaModel cpu(*config, *layout, *std::move(decoded), &comm_, shape);
+  ModelRunnerOptions options;
+  options.block_size = kBlockSize;
+  options.kv_cache_blocks = kBlocks;
+  options.cuda.max_num_seqs = 8;
+  options.cuda.max_num_batched_tokens = 256;
+  options.cuda.enforce_eager = true;
+  auto device = SelectCudaDevice(0, 0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  auto gpu = cuda::CudaLlamaModel::Create(options, *device, *config, *layout, *std::move(codes),
+                                          &device_comm_);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+
+  const std::vector<int32_t> prompt = Prompt(45, 1);
+  ForwardBatchBuilder whole(kBlockSize);
+  whole.AddSequence(prompt, 0, Table(0, 3), /*all_logits=*/true);
+  const ForwardBatch batch = whole.Build();
+  std::vector<float> want, got;
+  ASSERT_TRUE(cpu.Forward(batch, &want).ok());
+  ASSERT_TRUE((*gpu)->Forward(batch, &got).ok());
+  const int64_t vocab = config->vocab_size;
+  int agree = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    agree += Argmax(&got[i * vocab], vocab) == Argmax(&want[i * vocab], vocab);
+  }
+  const double error = gpu_test::NormalizedError(got, want);
+  std::printf("FP8 checkpoint: prefill error %.4f, greedy agreement %d of %zu\n", error, agree,
+              prompt.size());
+  const bool real = gpu_test::GetTestModel().real;
+  EXPECT_LE(error, real ? 0.10 : 0.30);
   if (real) {
     EXPECT_GE(agree, static_cast<int>(prompt.size() * 0.85));
   }

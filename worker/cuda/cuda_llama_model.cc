@@ -104,7 +104,11 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(
   ASSIGN_OR_RETURN(model->gemm_, Gemm::Create());
   ASSIGN_OR_RETURN(model->weights_,
                    UploadWeights(std::move(weights), options.weights_fp8, model->stream_.get()));
-  if (options.weights_fp8) RETURN_IF_ERROR(model->ChooseFp8Mode());
+  // An FP8 checkpoint computes in FP8 with or without --quantization fp8, as vLLM serves one.
+  const bool fp8_checkpoint =
+      std::any_of(model->weights_.layers.begin(), model->weights_.layers.end(),
+                  [](const DeviceLayerWeights& l) { return l.qkv.is_fp8() || l.gate_up.is_fp8(); });
+  if (options.weights_fp8 || fp8_checkpoint) RETURN_IF_ERROR(model->ChooseFp8Mode());
   RETURN_IF_ERROR(model->AllocateStepBuffers());
   RETURN_IF_ERROR(model->WarmUpCollectives());
   RETURN_IF_ERROR(model->AllocateKvPool(options));

@@ -81,6 +81,11 @@ absl::StatusOr<DeviceLinear> UploadLinear(Linear& w, Staging& staging, cudaStrea
   out.rows = w.rows;
   out.cols = w.cols;
   if (w.rows == 0) return out;
+  if (w.type == GgmlType::kF8E4M3) {  // an FP8 checkpoint's codes and scales, as they are
+    ASSIGN_OR_RETURN(out.fp8, UploadExact(w.fp8, stream));
+    ASSIGN_OR_RETURN(out.fp8_scales, UploadExact(w.fp8_scales, stream));
+    return out;
+  }
   if (w.quantized()) {
     // The GGUF blocks go up and are decoded on the device, part after part for a stack (Q4_K_M's
     // fused qkv: Q4_K q/k rows over Q6_K v rows), each into its rows.
@@ -118,7 +123,7 @@ absl::Status QuantizeToFp8(DeviceLinear& w, cudaStream_t stream) {
 absl::StatusOr<DeviceLinear> UploadLayerLinear(Linear& w, bool fp8, Staging& staging,
                                                cudaStream_t stream) {
   ASSIGN_OR_RETURN(DeviceLinear out, UploadLinear(w, staging, stream));
-  if (fp8 && out.rows > 0) RETURN_IF_ERROR(QuantizeToFp8(out, stream));
+  if (fp8 && out.rows > 0 && !out.is_fp8()) RETURN_IF_ERROR(QuantizeToFp8(out, stream));
   return out;
 }
 

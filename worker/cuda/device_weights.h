@@ -48,10 +48,10 @@ struct DeviceWeights {
 };
 
 // Uploads `host` to the current device through `stream` and returns when done; clears each part
-// of `host` once it is on the device. With `fp8`, each layer's linears are quantized to FP8 as
-// they arrive (the bf16 copy freed at once, so the peak is one linear's bf16 over the FP8
-// model); the embedding and the output head stay bf16. RESOURCE_EXHAUSTED when the device is
-// full.
+// of `host` once it is on the device. An FP8 checkpoint's linears (Linear kF8E4M3) go up as their
+// codes and scales. With `fp8`, each other layer linear is quantized to FP8 as it arrives (the bf16
+// copy freed at once, so the peak is one linear's bf16 over the FP8 model); the embedding and the
+// output head stay bf16. RESOURCE_EXHAUSTED when the device is full.
 absl::StatusOr<DeviceWeights> UploadWeights(ModelWeights host, bool fp8, cudaStream_t stream);
 
 }  // namespace tpserve::cuda
