@@ -412,6 +412,9 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
       if (IsScaleReadPast(t.name)) continue;
       if (IsWeightScale(t.name)) {
         const std::string weight = t.name.substr(0, t.name.size() - std::string("_scale").size());
+        if (const auto seen = scales.find(weight); seen != scales.end()) {
+          return Error(file, absl::StrCat("tensor ", t.name, " is also in ", seen->second.file));
+        }
         scales[weight] = FoundScale{file, t, header.data.subspan(t.begin, t.end - t.begin)};
         continue;
       }

@@ -52,6 +52,7 @@ absl::Status CheckFp8Quantization(const json& config) {
   const json& method = JsonField(q, "quant_method");
   const std::string m = method.is_string() ? method.get<std::string>() : "";
   if (m == "compressed-tensors") {
+    if (!JsonField(q, "sparsity_config").is_null()) return Refuse("has a sparsity_config");
     const json& groups = JsonField(q, "config_groups");
     if (!groups.is_object() || groups.empty()) return Refuse("has no config_groups");
     for (const auto& [name, group] : groups.items()) RETURN_IF_ERROR(CheckGroup(name, group));
@@ -62,7 +63,11 @@ absl::Status CheckFp8Quantization(const json& config) {
     if (algo.is_string() && algo.get<std::string>() == "FP8") return absl::OkStatus();
     return Refuse(absl::StrCat("quant_algo ", Text(algo)));
   }
-  if (m == "fp8") return absl::OkStatus();  // vLLM's own FP8 checkpoints: per-tensor scales
+  if (m == "fp8") {  // vLLM's own FP8 checkpoints: per-tensor scales, or blocks (refused)
+    const json& block = JsonField(q, "weight_block_size");
+    if (block.is_null()) return absl::OkStatus();
+    return Refuse(absl::StrCat("has weight_block_size ", block.dump()));
+  }
   return Refuse(absl::StrCat("quant_method ", Text(method)));
 }
 
@@ -70,7 +75,7 @@ bool IsWeightScale(const std::string& hf_name) { return absl::EndsWith(hf_name, 
 
 bool IsScaleReadPast(const std::string& hf_name) {
   return absl::EndsWith(hf_name, ".input_scale") || absl::EndsWith(hf_name, ".k_scale") ||
-         absl::EndsWith(hf_name, ".v_scale");
+         absl::EndsWith(hf_name, ".v_scale") || absl::EndsWith(hf_name, ".kv_scale");
 }
 
 absl::StatusOr<std::vector<float>> Fp8RowScales(const SafetensorsTensor& scale,

@@ -23,7 +23,7 @@ namespace tpserve {
 absl::Status CheckFp8Quantization(const nlohmann::json& config);
 
 // Whether a tensor of a folder is an FP8 weight's scale (`.weight_scale`), or a scale read past
-// (`.input_scale`, `.k_scale`, `.v_scale`).
+// (`.input_scale`, `.k_scale`, `.v_scale`, `.kv_scale`).
 bool IsWeightScale(const std::string& hf_name);
 bool IsScaleReadPast(const std::string& hf_name);
 

@@ -87,6 +87,7 @@ void ApplyStackedRows(const Linear& w, Range rows, const float* x, int64_t m, fl
 
 void ApplyLinearRows(const Linear& w, Range rows, const float* x, int64_t m, float* y) {
   TP_CHECK(rows.begin >= 0 && rows.size >= 0 && rows.end() <= w.rows);
+  TP_CHECK(w.type != GgmlType::kF8E4M3);  // FP8 codes are a CUDA rank's only
   if (!w.parts.empty()) {
     ApplyStackedRows(w, rows, x, m, y);
   } else if (w.quantized()) {
@@ -101,7 +102,7 @@ void ApplyLinear(const Linear& w, const float* x, int64_t m, float* y) {
 }
 
 void LookupRows(const Linear& w, const int32_t* ids, int64_t n, float* out) {
-  TP_CHECK(w.parts.empty());  // an embedding is one tensor
+  TP_CHECK(w.parts.empty() && w.type != GgmlType::kF8E4M3);  // one decoded or packed tensor
   if (!w.quantized()) {
     cpu::Embedding(w.values.data(), w.rows, w.cols, ids, n, out);
     return;

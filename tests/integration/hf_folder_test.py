@@ -143,11 +143,19 @@ class HfFolderEqualsGguf(unittest.TestCase):
         self.assertIn("model.layers.3.mlp.down_proj.weight: is F8_E4M3, but "
                       "model.layers.3.mlp.down_proj.weight_scale is in no weight file",
                       self.generate_error(folder))
+        stray = dict(checkpoint)
+        stray["model.norm.weight_scale"] = np.array(1.0, dtype=np.float32)
+        folder = os.path.join(self.tmp.name, "fp8-stray-scale")
+        write_folder(self.gguf, stray, folder, quantization=channel)
+        self.assertIn("model.norm.weight_scale scales model.norm.weight, which is not an F8_E4M3 "
+                      "weight", self.generate_error(folder))
         block = json.loads(json.dumps(channel))
         block["config_groups"]["group_0"]["weights"]["strategy"] = "block"
         for case, quantization, want in [
                 ("awq", {"quant_method": "awq", "bits": 4}, "quant_method awq"),
-                ("block", block, "group group_0 has strategy block")]:
+                ("block", block, "group group_0 has strategy block"),
+                ("vllm-block", {"quant_method": "fp8", "weight_block_size": [128, 128]},
+                 "has weight_block_size [128,128]")]:
             folder = os.path.join(self.tmp.name, "fp8-" + case)
             write_folder(self.gguf, checkpoint, folder, quantization=quantization)
             message = self.generate_error(folder)

@@ -105,10 +105,15 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(
   ASSIGN_OR_RETURN(model->weights_,
                    UploadWeights(std::move(weights), options.weights_fp8, model->stream_.get()));
   // An FP8 checkpoint computes in FP8 with or without --quantization fp8, as vLLM serves one.
-  const bool fp8_checkpoint =
-      std::any_of(model->weights_.layers.begin(), model->weights_.layers.end(),
-                  [](const DeviceLayerWeights& l) { return l.qkv.is_fp8() || l.gate_up.is_fp8(); });
-  if (options.weights_fp8 || fp8_checkpoint) RETURN_IF_ERROR(model->ChooseFp8Mode());
+  const bool fp8_checkpoint = std::any_of(
+      model->weights_.layers.begin(), model->weights_.layers.end(),
+      [](const DeviceLayerWeights& l) {
+        return l.qkv.is_fp8() || l.attn_output.is_fp8() || l.gate_up.is_fp8() || l.down.is_fp8();
+      });
+  if (options.weights_fp8 || fp8_checkpoint) {
+    RETURN_IF_ERROR(
+        model->ChooseFp8Mode(options.weights_fp8 ? "--quantization fp8" : "this FP8 checkpoint"));
+  }
   RETURN_IF_ERROR(model->AllocateStepBuffers());
   RETURN_IF_ERROR(model->WarmUpCollectives());
   RETURN_IF_ERROR(model->AllocateKvPool(options));
@@ -133,7 +138,7 @@ absl::Status CudaLlamaModel::WarmUpCollectives() {
   return stream_.Synchronize();
 }
 
-absl::Status CudaLlamaModel::ChooseFp8Mode() {
+absl::Status CudaLlamaModel::ChooseFp8Mode(absl::string_view why) {
   const int64_t hidden = config_.hidden_size;
   const int64_t q_width = layout_.q_width(config_.head_dim);
   const int64_t ffn = layout_.ffn.size;
@@ -146,8 +151,7 @@ absl::Status CudaLlamaModel::ChooseFp8Mode() {
   for (const auto& [n, k] : shapes) {
     absl::StatusOr<Fp8ScaleMode> mode = gemm_->ChooseFp8Mode(n, k, token_capacity_);
     if (!mode.ok()) {
-      return absl::Status(mode.status().code(),
-                          absl::StrCat("--quantization fp8: ", mode.status().message()));
+      return absl::Status(mode.status().code(), absl::StrCat(why, ": ", mode.status().message()));
     }
     if (*mode == Fp8ScaleMode::kEpilogue) fp8_mode_ = Fp8ScaleMode::kEpilogue;
   }

@@ -96,9 +96,10 @@ class CudaLlamaModel : public StepModel {
   CudaLlamaModel(const ModelConfig& config, const ShardLayout& layout, DeviceCommunicator* comm,
                  const CudaRunnerOptions& options, CudaStream stream);
 
-  // --quantization fp8: how the scales enter the products (Gemm::ChooseFp8Mode over the layer's
-  // shapes; the epilogue if any shape needs it), logged.
-  absl::Status ChooseFp8Mode();
+  // FP8 linears (--quantization fp8, or an FP8 checkpoint): how the scales enter the products
+  // (Gemm::ChooseFp8Mode over the layer's shapes; the epilogue if any shape needs it), logged.
+  // Errors begin with `why`, what asked for FP8.
+  absl::Status ChooseFp8Mode(absl::string_view why);
   absl::Status AllocateStepBuffers();
   AttentionHeads heads() const { return {layout_.q_heads.size, layout_.kv_heads.size}; }
   // out[m, w.rows] = x[m, w.cols] · wᵀ, enqueued: a bf16 product, or FP8 W8A8 with x quantized

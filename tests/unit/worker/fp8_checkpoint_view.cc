@@ -25,8 +25,8 @@ bool IsProjection(const std::string& name) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GgufFile>> Fp8CheckpointView(const GgufFile& file,
-                                                            bool per_channel) {
+absl::StatusOr<std::unique_ptr<GgufFile>> Fp8CheckpointView(const GgufFile& file, bool per_channel,
+                                                            bool fp8_embedding) {
   GgufParts parts;
   parts.display_name = "fp8 view";
   parts.identity = per_channel ? "fp8 per channel" : "fp8 per tensor";
@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Fp8CheckpointView(const GgufFile& file
     info.offset = 0;
     info.section = static_cast<uint32_t>(parts.owned.size());
     const absl::Span<const uint8_t> bytes = file.TensorData(t);
-    if (!IsProjection(t.name)) {
+    if (!IsProjection(t.name) && !(fp8_embedding && t.name == "token_embd.weight")) {
       parts.owned.emplace_back(bytes.begin(), bytes.end());
       parts.tensors.push_back(std::move(info));
       continue;

@@ -40,7 +40,9 @@ class ShardLoaderFp8Test : public ::testing::TestWithParam<bool> {
     auto file = GgufFile::Open(path_);
     ASSERT_TRUE(file.ok()) << file.status();
     file_ = *std::move(file);
-    auto view = testing::Fp8CheckpointView(*file_, /*per_channel=*/GetParam());
+    // Per channel, the embedding is FP8 too: every rank must decode it all the same.
+    auto view = testing::Fp8CheckpointView(*file_, /*per_channel=*/GetParam(),
+                                           /*fp8_embedding=*/GetParam());
     ASSERT_TRUE(view.ok()) << view.status();
     view_ = *std::move(view);
     auto config = ModelConfig::FromGguf(*view_);
@@ -118,8 +120,14 @@ TEST_P(ShardLoaderFp8Test, RanksKeepOrDecodeTheirSlices) {
           ExpectRow(l.down, r, "blk.1.ffn_down.weight", r, layout->ffn.begin);
           ExpectRow(l.attn_output, r, "blk.1.attn_output.weight", r, layout->q_heads.begin * hd);
         }
-        // The embedding is no FP8 product: decoded on every rank.
-        EXPECT_EQ(weights->token_embedding.type, GgmlType::kF32);
+        // The embedding is no FP8 product: decoded on every rank, FP8 in the file or not.
+        const Linear& embedding = weights->token_embedding;
+        ASSERT_EQ(embedding.type, GgmlType::kF32);
+        if (GetParam()) {
+          for (int64_t r = 0; r < config_.vocab_size; r += 37) {
+            ExpectRow(embedding, r, "token_embd.weight", r, 0);
+          }
+        }
       }
     }
   }

@@ -385,8 +385,7 @@ TEST_F(WorkerServerTest, TokenBitmaskForcesTheAllowedTokenAndABadOneIsRefused) {
   s->add_token_bitmask(~0u);
   status = Step(step, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(status.error_message().find("sequence 6: token_bitmask has 1 words"),
-            std::string::npos)
+  EXPECT_NE(status.error_message().find("sequence 6: token_bitmask has 1 words"), std::string::npos)
       << status.error_message();
   step = NextStep();
   Schedule(&step, 6, {kAllowed}, static_cast<int32_t>(kPrompt.size()), {}, /*sample=*/true);
