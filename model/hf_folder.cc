@@ -237,14 +237,6 @@ std::optional<std::string> GgufName(const std::string& hf) {
   return absl::StrCat("blk.", layer, ".", it->second, ".", suffix);
 }
 
-std::optional<GgmlType> GgmlTypeOf(const std::string& dtype) {
-  if (dtype == "F32") return GgmlType::kF32;
-  if (dtype == "F16") return GgmlType::kF16;
-  if (dtype == "BF16") return GgmlType::kBF16;
-  if (dtype == "F8_E4M3") return GgmlType::kF8E4M3;
-  return std::nullopt;
-}
-
 // A weight scale found in a weight file, with its bytes, for the FP8 weight it belongs to.
 struct FoundScale {
   std::string file;
@@ -424,7 +416,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
                                         " model tpserve knows"));
       }
       if (gguf->empty()) continue;
-      const std::optional<GgmlType> type = GgmlTypeOf(t.dtype);
+      const std::optional<GgmlType> type = GgmlTypeOfDtype(t.dtype);
       if (!type.has_value()) {
         return Error(file, absl::StrCat("tensor ", t.name, " has dtype ", t.dtype,
                                         " (BF16, F16, F32 and F8_E4M3 are served)"));

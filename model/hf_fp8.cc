@@ -83,14 +83,8 @@ absl::StatusOr<std::vector<float>> Fp8RowScales(const SafetensorsTensor& scale,
   const auto refuse = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", scale.name, " ", what));
   };
-  GgmlType type;
-  if (scale.dtype == "F32") {
-    type = GgmlType::kF32;
-  } else if (scale.dtype == "BF16") {
-    type = GgmlType::kBF16;
-  } else if (scale.dtype == "F16") {
-    type = GgmlType::kF16;
-  } else {
+  const std::optional<GgmlType> type = GgmlTypeOfDtype(scale.dtype);
+  if (!type.has_value() || *type == GgmlType::kF8E4M3) {
     return refuse(absl::StrCat("has dtype ", scale.dtype, " (F32, BF16 or F16 scales are read)"));
   }
   int64_t count = 1;
@@ -103,7 +97,7 @@ absl::StatusOr<std::vector<float>> Fp8RowScales(const SafetensorsTensor& scale,
                                "]: one scale or one per row of its ", rows, "-row weight is read"));
   }
   std::vector<float> values(count);
-  RETURN_IF_ERROR(Dequantize(type, bytes, absl::MakeSpan(values)));
+  RETURN_IF_ERROR(Dequantize(*type, bytes, absl::MakeSpan(values)));
   for (const float v : values) {
     if (!std::isfinite(v) || v <= 0.0f) return refuse(absl::StrCat("holds the scale ", v));
   }

@@ -102,4 +102,12 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensors(absl::Span<const uint8_t> byt
   return header;
 }
 
+std::optional<GgmlType> GgmlTypeOfDtype(const std::string& dtype) {
+  if (dtype == "F32") return GgmlType::kF32;
+  if (dtype == "F16") return GgmlType::kF16;
+  if (dtype == "BF16") return GgmlType::kBF16;
+  if (dtype == "F8_E4M3") return GgmlType::kF8E4M3;
+  return std::nullopt;
+}
+
 }  // namespace tpserve

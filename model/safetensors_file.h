@@ -8,11 +8,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "model/ggml_type.h"
 
 namespace tpserve {
 
@@ -31,6 +33,10 @@ struct SafetensorsHeader {
   absl::Span<const uint8_t> json;          // the header text
   absl::Span<const uint8_t> data;          // the data section
 };
+
+// The element type a dtype ("F32", "F16", "BF16", "F8_E4M3") is served as; nullopt for the
+// others.
+std::optional<GgmlType> GgmlTypeOfDtype(const std::string& dtype);
 
 // The header of the file image `bytes` (named `path` in errors); the spans point into `bytes`.
 absl::StatusOr<SafetensorsHeader> ParseSafetensors(absl::Span<const uint8_t> bytes,

@@ -1,6 +1,7 @@
 #include <cuda_fp8.h>
 
 #include "common/check.h"
+#include "kernels/cpu/fp8_e4m3.h"
 #include "kernels/cuda/fp8_quantize.h"
 #include "kernels/cuda/launch_check.h"
 
@@ -8,7 +9,6 @@ namespace tpserve::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kE4m3Max = 448.0f;
 
 // One block per row: the row's max |x| (a warp reduction, then one over the warps' maxima through
 // shared memory), then its codes. The scale and its inverse are computed as the CPU computes
@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) {
     float m = 0.0f;
     for (int w = 0; w < kThreads / 32; ++w) m = fmaxf(m, warp_max[w]);
-    const float scale = m > 0.0f ? __fdiv_rn(m, kE4m3Max) : 1.0f;
+    const float scale = m > 0.0f ? __fdiv_rn(m, cpu::kE4m3Max) : 1.0f;
     scales[row] = scale;
     row_inverse = __fdiv_rn(1.0f, scale);
   }

@@ -292,10 +292,11 @@ template <int kHeadDim, int kBlockHeads, bool kFp8>
 void LaunchDecode(const PagedAttentionParams& p, DecodeWorkspace ws, cudaStream_t stream) {
   constexpr int kHeads = std::min(kBlockHeads, kDecodeMaxHeadsPerThread);
   constexpr int kSplits = kBlockHeads / kHeads;
-  const int64_t group = p.num_heads / p.num_kv_heads;
+  // The planner's own count of blocks per item (DecodeBlockHeads gives kBlockHeads so that the
+  // two agree): one rule for both.
   const dim3 grid(
       static_cast<unsigned>(DecodeMaxWorkItems(p.num_seqs, p.num_heads, p.num_kv_heads)),
-      static_cast<unsigned>(p.num_kv_heads * ((group + kBlockHeads - 1) / kBlockHeads)));
+      static_cast<unsigned>(p.num_kv_heads * DecodeChunksPerKvHead(p.num_heads, p.num_kv_heads)));
   DecodeKernel<kHeadDim, kHeads, kSplits, kFp8>
       <<<grid, kDecodeThreads * kSplits, 0, stream>>>(p, ws);
   CUDA_CHECK(cudaGetLastError());

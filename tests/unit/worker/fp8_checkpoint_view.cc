@@ -1,13 +1,10 @@
 #include "tests/unit/worker/fp8_checkpoint_view.h"
 
-#include <algorithm>
-#include <cmath>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "common/status_macros.h"
-#include "kernels/cpu/fp8_e4m3.h"
 #include "kernels/cpu/fp8_matmul.h"
 #include "model/dequantize.h"
 
@@ -45,17 +42,12 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Fp8CheckpointView(const GgufFile& file
     const int64_t rows = t.num_elements / cols;
     std::vector<float> values(t.num_elements);
     RETURN_IF_ERROR(Dequantize(t.type, bytes, absl::MakeSpan(values)));
+    // Per tensor: the whole tensor quantized as one row, so one scale.
+    const int64_t scale_rows = per_channel ? rows : 1;
     std::vector<uint8_t> codes(values.size());
-    if (per_channel) {
-      info.row_scales.resize(rows);
-      cpu::QuantizeRowsE4m3(values.data(), rows, cols, codes.data(), info.row_scales.data());
-    } else {
-      float amax = 0.0f;
-      for (const float v : values) amax = std::max(amax, std::fabs(v));
-      const float scale = amax > 0.0f ? amax / cpu::kE4m3Max : 1.0f;
-      cpu::QuantizeE4m3(values.data(), t.num_elements, scale, codes.data());
-      info.row_scales = {scale};
-    }
+    info.row_scales.resize(scale_rows);
+    cpu::QuantizeRowsE4m3(values.data(), scale_rows, t.num_elements / scale_rows, codes.data(),
+                          info.row_scales.data());
     info.type = GgmlType::kF8E4M3;
     info.num_bytes = codes.size();
     parts.owned.push_back(std::move(codes));
