@@ -27,7 +27,9 @@ inline uint16_t LoadU16(const uint8_t* p) {
   return v;
 }
 
-// The reference of the vector paths, and what CPUs without AVX2 run.
+constexpr int64_t kBlocksPerSuper = kSuperBlockElements / kBlockElements;
+
+// The reference of the vector paths, and what CPUs without AVX2 run: Q4_0, Q4_1, Q8_0.
 template <BlockFormat kFormat>
 void TileScalar(const QuantizedActivations& a, int64_t i0, int rows_m, const PackedWeight& w,
                 int64_t group, float* out) {
@@ -40,29 +42,6 @@ void TileScalar(const QuantizedActivations& a, int64_t i0, int rows_m, const Pac
       const int8_t* q = a.q.data() + (i0 + i) * a.k + blk * kBlockElements;
       const int64_t ab = (i0 + i) * blocks + blk;
       for (int r = 0; r < kGroupRows; ++r) {
-        if constexpr (IsKQuant(kFormat)) {
-          const uint8_t* super = w.super_factors(group, blk);
-          const float d = HalfToFloat(LoadU16(super + 2 * r));
-          int32_t isum[2] = {};  // elements 0..15, 16..31
-          for (int e = 0; e < kBlockElements; ++e) {
-            isum[e / 16] += PackedCode(kFormat, record, r, e) * q[e];
-          }
-          if constexpr (kFormat == BlockFormat::kQ4_K || kFormat == BlockFormat::kQ5_K) {
-            const float dw = d * static_cast<float>(scales[r]);
-            const float mw = HalfToFloat(LoadU16(super + 32 + 2 * r)) *
-                             static_cast<float>(scales[kGroupRows + r]);
-            acc[r] = std::fma(static_cast<float>(isum[0] + isum[1]), dw * a.d[ab], acc[r]);
-            acc[r] = std::fma(-mw, a.d_sum[ab], acc[r]);
-          } else {
-            const int32_t sums[2] = {a.sum_lo[ab], a.sum[ab] - a.sum_lo[ab]};
-            for (int h = 0; h < 2; ++h) {
-              const float dw =
-                  d * static_cast<float>(static_cast<int8_t>(scales[kGroupRows * h + r]));
-              acc[r] = std::fma(static_cast<float>(isum[h] - 32 * sums[h]), dw * a.d[ab], acc[r]);
-            }
-          }
-          continue;
-        }
         int32_t isum = 0;
         for (int e = 0; e < kBlockElements; ++e) isum += PackedCode(kFormat, record, r, e) * q[e];
         if constexpr (kFormat == BlockFormat::kQ4_0) isum -= 8 * a.sum[ab];
@@ -78,10 +57,102 @@ void TileScalar(const QuantizedActivations& a, int64_t i0, int rows_m, const Pac
   }
 }
 
+// The reference of the K-quants' vector paths (packed_matmul.h states the operations).
+template <BlockFormat kFormat>
+void KQuantTileScalar(const QuantizedActivations& a, int64_t i0, int rows_m, const PackedWeight& w,
+                      int64_t group, float* out) {
+  const int64_t blocks = a.blocks();
+  for (int i = 0; i < rows_m; ++i) {
+    float acc[kGroupRows] = {};
+    for (int64_t first = 0; first < blocks; first += kBlocksPerSuper) {
+      float scaled[kGroupRows] = {}, mins[kGroupRows] = {};
+      for (int64_t blk = first; blk < first + kBlocksPerSuper; ++blk) {
+        const uint8_t* record = w.record(group, blk);
+        const uint8_t* scales = record + w.code_bytes();
+        const int8_t* q = a.q.data() + (i0 + i) * a.k + blk * kBlockElements;
+        const int64_t ab = (i0 + i) * blocks + blk;
+        for (int r = 0; r < kGroupRows; ++r) {
+          int32_t isum[2] = {};  // elements 0..15, 16..31
+          for (int e = 0; e < kBlockElements; ++e) {
+            isum[e / 16] += PackedCode(kFormat, record, r, e) * q[e];
+          }
+          int32_t t;
+          if constexpr (kFormat == BlockFormat::kQ6_K) {
+            t = (isum[0] - 32 * a.sum_lo[ab]) * static_cast<int8_t>(scales[r]) +
+                (isum[1] - 32 * (a.sum[ab] - a.sum_lo[ab])) *
+                    static_cast<int8_t>(scales[kGroupRows + r]);
+          } else {
+            t = (isum[0] + isum[1]) * scales[r];
+            mins[r] = std::fma(static_cast<float>(scales[kGroupRows + r]), a.d_sum[ab], mins[r]);
+          }
+          scaled[r] = std::fma(static_cast<float>(t), a.d[ab], scaled[r]);
+        }
+      }
+      const uint8_t* super = w.super_factors(group, first);
+      for (int r = 0; r < kGroupRows; ++r) {
+        acc[r] = std::fma(HalfToFloat(LoadU16(super + 2 * r)), scaled[r], acc[r]);
+        if constexpr (kFormat != BlockFormat::kQ6_K) {
+          acc[r] = std::fma(-HalfToFloat(LoadU16(super + 32 + 2 * r)), mins[r], acc[r]);
+        }
+      }
+    }
+    std::copy(acc, acc + kGroupRows, out + i * kGroupRows);
+  }
+}
+
 #if defined(__x86_64__)
 #define TP_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define TP_TARGET_AVX512VNNI \
   __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+
+// The codes of a record as byte-dot operands: lane r of u[g] holds row r's codes of elements
+// 4g .. 4g + 3 (Q8_0: as code + 128, vpdpbusd's unsigned side).
+template <BlockFormat kFormat>
+TP_TARGET_AVX512VNNI inline void UnpackZmm(const uint8_t* record, __m512i u[8]) {
+  if constexpr (kFormat == BlockFormat::kQ8_0) {
+    for (int g = 0; g < 8; ++g) {
+      u[g] = _mm512_xor_si512(_mm512_loadu_si512(record + 64 * g),
+                              _mm512_set1_epi8(static_cast<char>(0x80)));
+    }
+    return;
+  }
+  const __m512i mask = _mm512_set1_epi8(0x0F);
+  for (int p = 0; p < 4; ++p) {
+    const __m512i raw = _mm512_loadu_si512(record + 64 * p);
+    u[2 * p] = _mm512_and_si512(raw, mask);
+    u[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
+  }
+  if constexpr (kFormat == BlockFormat::kQ5_K) {
+    // Bit g moved to bit 4 of its byte: bits crossing into the other byte are masked off.
+    const __m512i raw = _mm512_loadu_si512(record + 256);
+    const __m512i bit4 = _mm512_set1_epi8(0x10);
+    for (int g = 0; g < 8; ++g) {
+      const __m512i moved = g <= 4 ? _mm512_slli_epi16(raw, 4 - g) : _mm512_srli_epi16(raw, g - 4);
+      u[g] = _mm512_or_si512(u[g], _mm512_and_si512(moved, bit4));
+    }
+  }
+  if constexpr (kFormat == BlockFormat::kQ6_K) {
+    for (int h = 0; h < 2; ++h) {
+      // Bits 2k, 2k + 1 moved to bits 4, 5 of their byte (see Q5_K above).
+      const __m512i raw = _mm512_loadu_si512(record + 256 + 64 * h);
+      const __m512i bits45 = _mm512_set1_epi8(0x30);
+      for (int k = 0; k < 4; ++k) {
+        const __m512i moved =
+            k <= 2 ? _mm512_slli_epi16(raw, 4 - 2 * k) : _mm512_srli_epi16(raw, 2 * k - 4);
+        u[4 * h + k] = _mm512_or_si512(u[4 * h + k], _mm512_and_si512(moved, bits45));
+      }
+    }
+  }
+}
+
+// sum + Σ over groups [g0, g1) of u[g] · the activation bytes q[4g .. 4g + 3], per lane.
+TP_TARGET_AVX512VNNI inline __m512i DotZmm(const __m512i u[8], const int8_t* q, int g0, int g1,
+                                           __m512i sum) {
+  for (int g = g0; g < g1; ++g) {
+    sum = _mm512_dpbusd_epi32(sum, u[g], _mm512_set1_epi32(LoadI32(q + 4 * g)));
+  }
+  return sum;
+}
 
 // vpdpbusd multiplies unsigned by signed bytes: Q8_0's signed codes enter as code + 128 (xor 0x80)
 // and Q4_0's codes as they are (0..15); the integer sum is corrected by zero_point * Σ q_x.
@@ -95,98 +166,23 @@ TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0, con
                                   int64_t group, float* out) {
   const int64_t blocks = a.blocks();
   const int64_t record_bytes = w.record_bytes();
+  const int64_t code_bytes = w.code_bytes();
   const uint8_t* record = w.record(group, 0);
   __m512 acc[kM];
   for (int i = 0; i < kM; ++i) acc[i] = _mm512_setzero_ps();
-  __m512 d, dmin;  // K-quants: the super-block's factors, loaded once per 8 blocks
   for (int64_t blk = 0; blk < blocks; ++blk, record += record_bytes) {
-    if constexpr (IsKQuant(kFormat)) {
-      if (blk % (kSuperBlockElements / kBlockElements) == 0) {
-        const uint8_t* super = w.super_factors(group, blk);
-        d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(super)));
-        if constexpr (kFormat == BlockFormat::kQ4_K || kFormat == BlockFormat::kQ5_K) {
-          dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(super + 32)));
-        }
-      }
-    }
     __m512i u[8];
-    if constexpr (kFormat == BlockFormat::kQ8_0) {
-      for (int g = 0; g < 8; ++g) {
-        u[g] = _mm512_xor_si512(_mm512_loadu_si512(record + 64 * g),
-                                _mm512_set1_epi8(static_cast<char>(0x80)));
-      }
-    } else {
-      const __m512i mask = _mm512_set1_epi8(0x0F);
-      for (int p = 0; p < 4; ++p) {
-        const __m512i raw = _mm512_loadu_si512(record + 64 * p);
-        u[2 * p] = _mm512_and_si512(raw, mask);
-        u[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
-      }
-      if constexpr (kFormat == BlockFormat::kQ5_K) {
-        // Bit g moved to bit 4 of its byte: bits crossing into the other byte are masked off.
-        const __m512i raw = _mm512_loadu_si512(record + 256);
-        const __m512i bit4 = _mm512_set1_epi8(0x10);
-        for (int g = 0; g < 8; ++g) {
-          const __m512i moved =
-              g <= 4 ? _mm512_slli_epi16(raw, 4 - g) : _mm512_srli_epi16(raw, g - 4);
-          u[g] = _mm512_or_si512(u[g], _mm512_and_si512(moved, bit4));
-        }
-      }
-      if constexpr (kFormat == BlockFormat::kQ6_K) {
-        for (int h = 0; h < 2; ++h) {
-          // Bits 2k, 2k + 1 moved to bits 4, 5 of their byte (see Q5_K above).
-          const __m512i raw = _mm512_loadu_si512(record + 256 + 64 * h);
-          const __m512i bits45 = _mm512_set1_epi8(0x30);
-          for (int k = 0; k < 4; ++k) {
-            const __m512i moved =
-                k <= 2 ? _mm512_slli_epi16(raw, 4 - 2 * k) : _mm512_srli_epi16(raw, 2 * k - 4);
-            u[4 * h + k] = _mm512_or_si512(u[4 * h + k], _mm512_and_si512(moved, bits45));
-          }
-        }
-      }
-    }
-    const uint8_t* scales = record + w.code_bytes();
-    __m512 dw, mw, dw_hi;
-    if constexpr (IsKQuant(kFormat)) {
-      // The block's factors, exact in fp32: an fp16 times a 6- or 8-bit integer.
-      const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
-      const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16));
-      if constexpr (kFormat == BlockFormat::kQ4_K || kFormat == BlockFormat::kQ5_K) {
-        dw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)));
-        mw = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)));
-      } else {
-        dw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)));
-        dw_hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)));
-      }
-    } else {
-      dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
-      if constexpr (kFormat == BlockFormat::kQ4_1) {
-        mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32)));
-      }
+    UnpackZmm<kFormat>(record, u);
+    const uint8_t* scales = record + code_bytes;
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
+    __m512 mw;
+    if constexpr (kFormat == BlockFormat::kQ4_1) {
+      mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32)));
     }
     for (int i = 0; i < kM; ++i) {
       const int8_t* q = a.q.data() + (i0 + i) * a.k + blk * kBlockElements;
       const int64_t ab = (i0 + i) * blocks + blk;
-      if constexpr (kFormat == BlockFormat::kQ6_K) {
-        __m512i half_sums[2];
-        const int32_t sums[2] = {a.sum_lo[ab], a.sum[ab] - a.sum_lo[ab]};
-        for (int h = 0; h < 2; ++h) {
-          __m512i isum = _mm512_set1_epi32(-32 * sums[h]);
-          for (int g = 4 * h; g < 4 * h + 4; ++g) {
-            isum = _mm512_dpbusd_epi32(isum, u[g], _mm512_set1_epi32(LoadI32(q + 4 * g)));
-          }
-          half_sums[h] = isum;
-        }
-        const __m512 dx = _mm512_set1_ps(a.d[ab]);
-        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(half_sums[0]), _mm512_mul_ps(dw, dx), acc[i]);
-        acc[i] =
-            _mm512_fmadd_ps(_mm512_cvtepi32_ps(half_sums[1]), _mm512_mul_ps(dw_hi, dx), acc[i]);
-        continue;
-      }
-      __m512i isum = _mm512_setzero_si512();
-      for (int g = 0; g < 8; ++g) {
-        isum = _mm512_dpbusd_epi32(isum, u[g], _mm512_set1_epi32(LoadI32(q + 4 * g)));
-      }
+      __m512i isum = DotZmm(u, q, 0, 8, _mm512_setzero_si512());
       if constexpr (kVnniZeroPoint<kFormat> != 0) {
         isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(kVnniZeroPoint<kFormat> * a.sum[ab]));
       }
@@ -194,164 +190,268 @@ TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0, con
                                acc[i]);
       if constexpr (kFormat == BlockFormat::kQ4_1) {
         acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.d_sum[ab]), acc[i]);
-      } else if constexpr (kFormat == BlockFormat::kQ4_K || kFormat == BlockFormat::kQ5_K) {
-        acc[i] = _mm512_fnmadd_ps(mw, _mm512_set1_ps(a.d_sum[ab]), acc[i]);
       }
     }
   }
   for (int i = 0; i < kM; ++i) _mm512_storeu_ps(out + i * kGroupRows, acc[i]);
 }
 
+// The K-quants: per block, each row's integer sum times its integer scale (one vpmulld), then one
+// fp32 fma with the activation scale; the super-block's fp16 factors once per 8 blocks. Three
+// accumulators per activation row: at most kKQuantRowsZmm rows per call.
+template <BlockFormat kFormat, int kM>
+TP_TARGET_AVX512VNNI void KQuantTileZmm(const QuantizedActivations& a, int64_t i0,
+                                        const PackedWeight& w, int64_t group, float* out) {
+  const int64_t blocks = a.blocks();
+  const int64_t record_bytes = w.record_bytes();
+  const int64_t code_bytes = w.code_bytes();
+  const uint8_t* record = w.record(group, 0);
+  __m512 acc[kM];
+  for (int i = 0; i < kM; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t first = 0; first < blocks; first += kBlocksPerSuper) {
+    __m512 scaled[kM], mins[kM];
+    for (int i = 0; i < kM; ++i) scaled[i] = mins[i] = _mm512_setzero_ps();
+    for (int64_t blk = first; blk < first + kBlocksPerSuper; ++blk, record += record_bytes) {
+      __m512i u[8];
+      UnpackZmm<kFormat>(record, u);
+      const uint8_t* scales = record + code_bytes;
+      const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
+      const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16));
+      __m512i s0, s1;
+      __m512 m;
+      if constexpr (kFormat == BlockFormat::kQ6_K) {
+        s0 = _mm512_cvtepi8_epi32(lo);
+        s1 = _mm512_cvtepi8_epi32(hi);
+      } else {
+        s0 = _mm512_cvtepu8_epi32(lo);
+        m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi));
+      }
+      for (int i = 0; i < kM; ++i) {
+        const int8_t* q = a.q.data() + (i0 + i) * a.k + blk * kBlockElements;
+        const int64_t ab = (i0 + i) * blocks + blk;
+        __m512i t;
+        if constexpr (kFormat == BlockFormat::kQ6_K) {
+          const __m512i lo_sum = DotZmm(u, q, 0, 4, _mm512_set1_epi32(-32 * a.sum_lo[ab]));
+          const __m512i hi_sum =
+              DotZmm(u, q, 4, 8, _mm512_set1_epi32(-32 * (a.sum[ab] - a.sum_lo[ab])));
+          t = _mm512_add_epi32(_mm512_mullo_epi32(lo_sum, s0), _mm512_mullo_epi32(hi_sum, s1));
+        } else {
+          t = _mm512_mullo_epi32(DotZmm(u, q, 0, 8, _mm512_setzero_si512()), s0);
+          mins[i] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.d_sum[ab]), mins[i]);
+        }
+        scaled[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(a.d[ab]), scaled[i]);
+      }
+    }
+    const uint8_t* super = w.super_factors(group, first);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(super)));
+    for (int i = 0; i < kM; ++i) acc[i] = _mm512_fmadd_ps(d, scaled[i], acc[i]);
+    if constexpr (kFormat != BlockFormat::kQ6_K) {
+      const __m512 dmin =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(super + 32)));
+      for (int i = 0; i < kM; ++i) acc[i] = _mm512_fnmadd_ps(dmin, mins[i], acc[i]);
+    }
+  }
+  for (int i = 0; i < kM; ++i) _mm512_storeu_ps(out + i * kGroupRows, acc[i]);
+}
+constexpr int kKQuantRowsZmm = 4;
+
 // AVX2 has no byte dot product into 32 bits: vpmaddubsw (unsigned x signed bytes, pairs summed
-// into saturating 16 bits) then vpmaddwd by ones. Q4 codes <= 15 keep eight groups' pair sums
-// under 8 * 2 * 15 * 127 = 30480, so they add in 16 bits before one widening; Q8_0 codes are
-// signed and go through vpsignb (|w| * sign(w) q) one group at a time. A 256-bit vector holds 8 of
-// the group's 16 rows: `half` picks rows 0-7 or 8-15.
+// into saturating 16 bits) then vpmaddwd by ones. A 256-bit vector holds 8 of the group's 16 rows:
+// `half` picks rows 0-7 or 8-15. Q8_0's codes stay signed here (see DotYmm).
+template <BlockFormat kFormat>
+TP_TARGET_AVX2 inline void UnpackYmm(const uint8_t* record, int half, __m256i u[8]) {
+  if constexpr (kFormat == BlockFormat::kQ8_0) {
+    for (int g = 0; g < 8; ++g) {
+      u[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 64 * g + 32 * half));
+    }
+    return;
+  }
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  for (int p = 0; p < 4; ++p) {
+    const __m256i raw =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 64 * p + 32 * half));
+    u[2 * p] = _mm256_and_si256(raw, mask);
+    u[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+  }
+  if constexpr (kFormat == BlockFormat::kQ5_K) {
+    const __m256i raw =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 256 + 32 * half));
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    for (int g = 0; g < 8; ++g) {
+      const __m256i moved = g <= 4 ? _mm256_slli_epi16(raw, 4 - g) : _mm256_srli_epi16(raw, g - 4);
+      u[g] = _mm256_or_si256(u[g], _mm256_and_si256(moved, bit4));
+    }
+  }
+  if constexpr (kFormat == BlockFormat::kQ6_K) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256i raw =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 256 + 64 * h + 32 * half));
+      const __m256i bits45 = _mm256_set1_epi8(0x30);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i moved =
+            k <= 2 ? _mm256_slli_epi16(raw, 4 - 2 * k) : _mm256_srli_epi16(raw, 2 * k - 4);
+        u[4 * h + k] = _mm256_or_si256(u[4 * h + k], _mm256_and_si256(moved, bits45));
+      }
+    }
+  }
+}
+
+// sum + Σ over groups [g0, g1) of u[g] · q[4g .. 4g + 3], per lane. Unsigned codes' pair sums
+// reach 2 * 15 * 127 (Q4), 2 * 31 * 127 (Q5_K) or 2 * 63 * 127 (Q6_K): eight, four or one group
+// add in 16 bits before one widening. Q8_0's signed codes go through vpsignb (|w| * sign(w) q).
+template <BlockFormat kFormat>
+TP_TARGET_AVX2 inline __m256i DotYmm(const __m256i u[8], const int8_t* q, int g0, int g1,
+                                     __m256i sum) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (kFormat == BlockFormat::kQ8_0) {
+    for (int g = g0; g < g1; ++g) {
+      const __m256i x = _mm256_set1_epi32(LoadI32(q + 4 * g));
+      sum = _mm256_add_epi32(
+          sum, _mm256_madd_epi16(
+                   _mm256_maddubs_epi16(_mm256_abs_epi8(u[g]), _mm256_sign_epi8(x, u[g])), ones));
+    }
+    return sum;
+  }
+  constexpr int kGroupsIn16Bits =
+      kFormat == BlockFormat::kQ6_K ? 1 : (kFormat == BlockFormat::kQ5_K ? 4 : 8);
+  for (int start = g0; start < g1; start += kGroupsIn16Bits) {
+    __m256i pairs = _mm256_setzero_si256();
+    for (int g = start; g < std::min(g1, start + kGroupsIn16Bits); ++g) {
+      pairs = _mm256_add_epi16(pairs,
+                               _mm256_maddubs_epi16(u[g], _mm256_set1_epi32(LoadI32(q + 4 * g))));
+    }
+    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones));
+  }
+  return sum;
+}
+
 template <BlockFormat kFormat, int kM>
 TP_TARGET_AVX2 void HalfTileYmm(const QuantizedActivations& a, int64_t i0, const PackedWeight& w,
                                 int64_t group, int half, float* out) {
   const int64_t blocks = a.blocks();
   const int64_t record_bytes = w.record_bytes();
+  const int64_t code_bytes = w.code_bytes();
   const uint8_t* record = w.record(group, 0);
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[kM];
   for (int i = 0; i < kM; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t blk = 0; blk < blocks; ++blk, record += record_bytes) {
     __m256i u[8];
-    if constexpr (kFormat == BlockFormat::kQ8_0) {
-      for (int g = 0; g < 8; ++g) {
-        u[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 64 * g + 32 * half));
-      }
-    } else {
-      const __m256i mask = _mm256_set1_epi8(0x0F);
-      for (int p = 0; p < 4; ++p) {
-        const __m256i raw =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 64 * p + 32 * half));
-        u[2 * p] = _mm256_and_si256(raw, mask);
-        u[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
-      }
-      if constexpr (kFormat == BlockFormat::kQ5_K) {
-        const __m256i raw =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 256 + 32 * half));
-        const __m256i bit4 = _mm256_set1_epi8(0x10);
-        for (int g = 0; g < 8; ++g) {
-          const __m256i moved =
-              g <= 4 ? _mm256_slli_epi16(raw, 4 - g) : _mm256_srli_epi16(raw, g - 4);
-          u[g] = _mm256_or_si256(u[g], _mm256_and_si256(moved, bit4));
-        }
-      }
-      if constexpr (kFormat == BlockFormat::kQ6_K) {
-        for (int h = 0; h < 2; ++h) {
-          const __m256i raw = _mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(record + 256 + 64 * h + 32 * half));
-          const __m256i bits45 = _mm256_set1_epi8(0x30);
-          for (int k = 0; k < 4; ++k) {
-            const __m256i moved =
-                k <= 2 ? _mm256_slli_epi16(raw, 4 - 2 * k) : _mm256_srli_epi16(raw, 2 * k - 4);
-            u[4 * h + k] = _mm256_or_si256(u[4 * h + k], _mm256_and_si256(moved, bits45));
-          }
-        }
-      }
-    }
-    __m256 dw, mw, dw_hi;
-    if constexpr (IsKQuant(kFormat)) {
-      // Rows 8 * half .. 8 * half + 7 of the block's factors, exact in fp32 (see TileZmm).
-      const uint8_t* scales = record + w.code_bytes() + 8 * half;
-      const uint8_t* super = w.super_factors(group, blk) + 16 * half;
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(super)));
-      const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales));
-      const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 16));
-      if constexpr (kFormat == BlockFormat::kQ4_K || kFormat == BlockFormat::kQ5_K) {
-        const __m256 dmin =
-            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(super + 32)));
-        dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)));
-        mw = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)));
-      } else {
-        dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)));
-        dw_hi = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)));
-      }
-    } else {
-      const uint8_t* scales = record + w.code_bytes() + 16 * half;
-      dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
-      if constexpr (kFormat == BlockFormat::kQ4_1) {
-        mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 32)));
-      }
+    UnpackYmm<kFormat>(record, half, u);
+    const uint8_t* scales = record + code_bytes + 16 * half;
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+    __m256 mw;
+    if constexpr (kFormat == BlockFormat::kQ4_1) {
+      mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 32)));
     }
     for (int i = 0; i < kM; ++i) {
       const int8_t* q = a.q.data() + (i0 + i) * a.k + blk * kBlockElements;
       const int64_t ab = (i0 + i) * blocks + blk;
-      if constexpr (kFormat == BlockFormat::kQ6_K) {
-        // Codes up to 63 make pair sums up to 2 * 63 * 127 = 16,002: each group widens before the
-        // next adds.
-        __m256i half_sums[2];
-        const int32_t sums[2] = {a.sum_lo[ab], a.sum[ab] - a.sum_lo[ab]};
-        for (int h = 0; h < 2; ++h) {
-          __m256i isum = _mm256_set1_epi32(-32 * sums[h]);
-          for (int g = 4 * h; g < 4 * h + 4; ++g) {
-            isum = _mm256_add_epi32(
-                isum, _mm256_madd_epi16(
-                          _mm256_maddubs_epi16(u[g], _mm256_set1_epi32(LoadI32(q + 4 * g))), ones));
-          }
-          half_sums[h] = isum;
-        }
-        const __m256 dx = _mm256_set1_ps(a.d[ab]);
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(half_sums[0]), _mm256_mul_ps(dw, dx), acc[i]);
-        acc[i] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(half_sums[1]), _mm256_mul_ps(dw_hi, dx), acc[i]);
-        continue;
-      }
-      __m256i isum;
-      if constexpr (kFormat == BlockFormat::kQ8_0) {
-        isum = _mm256_setzero_si256();
-        for (int g = 0; g < 8; ++g) {
-          const __m256i x = _mm256_set1_epi32(LoadI32(q + 4 * g));
-          isum = _mm256_add_epi32(
-              isum,
-              _mm256_madd_epi16(
-                  _mm256_maddubs_epi16(_mm256_abs_epi8(u[g]), _mm256_sign_epi8(x, u[g])), ones));
-        }
-      } else {
-        // Pair sums reach 2 * 15 * 127 (Q4) or 2 * 31 * 127 (Q5_K): eight, or four, add in 16 bits.
-        constexpr int kGroupsIn16Bits = kFormat == BlockFormat::kQ5_K ? 4 : 8;
-        isum = _mm256_setzero_si256();
-        for (int g0 = 0; g0 < 8; g0 += kGroupsIn16Bits) {
-          __m256i pairs = _mm256_setzero_si256();
-          for (int g = g0; g < g0 + kGroupsIn16Bits; ++g) {
-            pairs = _mm256_add_epi16(
-                pairs, _mm256_maddubs_epi16(u[g], _mm256_set1_epi32(LoadI32(q + 4 * g))));
-          }
-          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, ones));
-        }
-        if constexpr (kFormat == BlockFormat::kQ4_0) {
-          isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * a.sum[ab]));
-        }
+      __m256i isum = DotYmm<kFormat>(u, q, 0, 8, _mm256_setzero_si256());
+      if constexpr (kFormat == BlockFormat::kQ4_0) {
+        isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * a.sum[ab]));
       }
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(a.d[ab])),
                                acc[i]);
       if constexpr (kFormat == BlockFormat::kQ4_1) {
         acc[i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.d_sum[ab]), acc[i]);
-      } else if constexpr (kFormat == BlockFormat::kQ4_K || kFormat == BlockFormat::kQ5_K) {
-        acc[i] = _mm256_fnmadd_ps(mw, _mm256_set1_ps(a.d_sum[ab]), acc[i]);
       }
     }
   }
   for (int i = 0; i < kM; ++i) _mm256_storeu_ps(out + i * kGroupRows + 8 * half, acc[i]);
 }
 
-// Sixteen registers: four activation rows at a time.
+// KQuantTileZmm's operations, on half a group's rows.
+template <BlockFormat kFormat, int kM>
+TP_TARGET_AVX2 void KQuantHalfTileYmm(const QuantizedActivations& a, int64_t i0,
+                                      const PackedWeight& w, int64_t group, int half, float* out) {
+  const int64_t blocks = a.blocks();
+  const int64_t record_bytes = w.record_bytes();
+  const int64_t code_bytes = w.code_bytes();
+  const uint8_t* record = w.record(group, 0);
+  __m256 acc[kM];
+  for (int i = 0; i < kM; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t first = 0; first < blocks; first += kBlocksPerSuper) {
+    __m256 scaled[kM], mins[kM];
+    for (int i = 0; i < kM; ++i) scaled[i] = mins[i] = _mm256_setzero_ps();
+    for (int64_t blk = first; blk < first + kBlocksPerSuper; ++blk, record += record_bytes) {
+      __m256i u[8];
+      UnpackYmm<kFormat>(record, half, u);
+      const uint8_t* scales = record + code_bytes + 8 * half;
+      const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales));
+      const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 16));
+      __m256i s0, s1;
+      __m256 m;
+      if constexpr (kFormat == BlockFormat::kQ6_K) {
+        s0 = _mm256_cvtepi8_epi32(lo);
+        s1 = _mm256_cvtepi8_epi32(hi);
+      } else {
+        s0 = _mm256_cvtepu8_epi32(lo);
+        m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+      }
+      for (int i = 0; i < kM; ++i) {
+        const int8_t* q = a.q.data() + (i0 + i) * a.k + blk * kBlockElements;
+        const int64_t ab = (i0 + i) * blocks + blk;
+        __m256i t;
+        if constexpr (kFormat == BlockFormat::kQ6_K) {
+          const __m256i lo_sum = DotYmm<kFormat>(u, q, 0, 4, _mm256_set1_epi32(-32 * a.sum_lo[ab]));
+          const __m256i hi_sum =
+              DotYmm<kFormat>(u, q, 4, 8, _mm256_set1_epi32(-32 * (a.sum[ab] - a.sum_lo[ab])));
+          t = _mm256_add_epi32(_mm256_mullo_epi32(lo_sum, s0), _mm256_mullo_epi32(hi_sum, s1));
+        } else {
+          t = _mm256_mullo_epi32(DotYmm<kFormat>(u, q, 0, 8, _mm256_setzero_si256()), s0);
+          mins[i] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.d_sum[ab]), mins[i]);
+        }
+        scaled[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(a.d[ab]), scaled[i]);
+      }
+    }
+    const uint8_t* super = w.super_factors(group, first) + 16 * half;
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(super)));
+    for (int i = 0; i < kM; ++i) acc[i] = _mm256_fmadd_ps(d, scaled[i], acc[i]);
+    if constexpr (kFormat != BlockFormat::kQ6_K) {
+      const __m256 dmin =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(super + 32)));
+      for (int i = 0; i < kM; ++i) acc[i] = _mm256_fnmadd_ps(dmin, mins[i], acc[i]);
+    }
+  }
+  for (int i = 0; i < kM; ++i) _mm256_storeu_ps(out + i * kGroupRows + 8 * half, acc[i]);
+}
+
+// Sixteen registers: four activation rows at a time (the K-quants' three accumulators per row:
+// two).
 template <BlockFormat kFormat>
 void TileYmm(const QuantizedActivations& a, int64_t i0, int rows_m, const PackedWeight& w,
              int64_t group, float* out) {
-  constexpr int kRows = 4;
+  constexpr int kRows = IsKQuant(kFormat) ? 2 : 4;
   for (int i = 0; i < rows_m; i += kRows) {
     const int rows = std::min(kRows, rows_m - i);
     for (int half = 0; half < 2; ++half) {
       WithRows(rows, [&]<int kM>() {
         if constexpr (kM <= kRows) {
-          HalfTileYmm<kFormat, kM>(a, i0 + i, w, group, half, out + i * kGroupRows);
+          if constexpr (IsKQuant(kFormat)) {
+            KQuantHalfTileYmm<kFormat, kM>(a, i0 + i, w, group, half, out + i * kGroupRows);
+          } else {
+            HalfTileYmm<kFormat, kM>(a, i0 + i, w, group, half, out + i * kGroupRows);
+          }
         }
       });
     }
+  }
+}
+
+// The VNNI tiles, up to 16 activation rows per call (K-quants kKQuantRowsZmm).
+template <BlockFormat kFormat>
+void TileZmmRows(const QuantizedActivations& a, int64_t i0, int rows_m, const PackedWeight& w,
+                 int64_t group, float* out) {
+  if constexpr (IsKQuant(kFormat)) {
+    for (int i = 0; i < rows_m; i += kKQuantRowsZmm) {
+      WithRows(std::min(kKQuantRowsZmm, rows_m - i), [&]<int kM>() {
+        if constexpr (kM <= kKQuantRowsZmm) {
+          KQuantTileZmm<kFormat, kM>(a, i0 + i, w, group, out + i * kGroupRows);
+        }
+      });
+    }
+  } else {
+    WithRows(rows_m, [&]<int kM>() { TileZmm<kFormat, kM>(a, i0, w, group, out); });
   }
 }
 
@@ -377,14 +477,18 @@ void RunTile(PackedIsa isa, const QuantizedActivations& a, int64_t i0, int rows_
   switch (isa) {
     case PackedIsa::kAmx:
     case PackedIsa::kAvx512Vnni:
-      return WithRows(rows_m, [&]<int kM>() { TileZmm<kFormat, kM>(a, i0, w, group, out); });
+      return TileZmmRows<kFormat>(a, i0, rows_m, w, group, out);
     case PackedIsa::kAvx2:
       return TileYmm<kFormat>(a, i0, rows_m, w, group, out);
     case PackedIsa::kPortable:
       break;
   }
 #endif
-  TileScalar<kFormat>(a, i0, rows_m, w, group, out);
+  if constexpr (IsKQuant(kFormat)) {
+    KQuantTileScalar<kFormat>(a, i0, rows_m, w, group, out);
+  } else {
+    TileScalar<kFormat>(a, i0, rows_m, w, group, out);
+  }
 }
 
 // Below this many activation rows a tile goes through VNNI even where AMX is available: one

@@ -1,10 +1,17 @@
-// c = a · wᵀ against a PackedWeight (Q4_0, Q4_1, Q8_0), CPU.
+// c = a · wᵀ against a PackedWeight (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K), CPU.
 //
 // Numerics, as llama.cpp's CPU backend: the activations are rounded to 8 bits per 32-element
 // block (quantized_activations.h), each block's dot product with the weight codes is exact in
 // integers, and per output the blocks are added in fp32 in order k = 0, 32, 64, ...:
 //   acc = fma(float(isum), d_w * d_x, acc)        isum = Σ code · q_x  (Q4_0: Σ (code - 8) · q_x)
 //   acc = fma(m_w, d_x * Σ q_x, acc)               Q4_1 only: the block minimum
+// The K-quants scale each block's integer sum by its integer scale, still exact (|t| < 2^24), and
+// apply the super-block's fp16 factors once per 8 blocks (scaled, mins start at 0 each time):
+//   t = isum · s                                   Q4_K, Q5_K: s the block's 6-bit scale
+//   t = Σ_h (Σ (code - 32) · q_x over half h) · s_h   Q6_K: an int8 scale per 16 elements
+//   scaled = fma(float(t), d_x, scaled)
+//   mins = fma(float(m), d_x * Σ q_x, mins)       Q4_K, Q5_K: m the block's 6-bit min
+//   after the 8th block: acc = fma(d, scaled, acc); acc = fma(-dmin, mins, acc)  (Q6_K: no dmin)
 // Every instruction set computes exactly these operations, so the result is the same bits on
 // each, and an output does not depend on m or on which other rows share the call.
 #pragma once
