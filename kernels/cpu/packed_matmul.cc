@@ -65,6 +65,7 @@ void KQuantTileScalar(const QuantizedActivations& a, int64_t i0, int rows_m, con
   for (int i = 0; i < rows_m; ++i) {
     float acc[kGroupRows] = {};
     for (int64_t first = 0; first < blocks; first += kBlocksPerSuper) {
+      const uint8_t* super = w.super_factors(group, first);
       float scaled[kGroupRows] = {}, mins[kGroupRows] = {};
       for (int64_t blk = first; blk < first + kBlocksPerSuper; ++blk) {
         const uint8_t* record = w.record(group, blk);
@@ -82,13 +83,14 @@ void KQuantTileScalar(const QuantizedActivations& a, int64_t i0, int rows_m, con
                 (isum[1] - 32 * (a.sum[ab] - a.sum_lo[ab])) *
                     static_cast<int8_t>(scales[kGroupRows + r]);
           } else {
-            t = (isum[0] + isum[1]) * scales[r];
-            mins[r] = std::fma(static_cast<float>(scales[kGroupRows + r]), a.d_sum[ab], mins[r]);
+            int scale, min;
+            KScaleAndMin(super, static_cast<int>(blk - first), r, &scale, &min);
+            t = (isum[0] + isum[1]) * scale;
+            mins[r] = std::fma(static_cast<float>(min), a.d_sum[ab], mins[r]);
           }
           scaled[r] = std::fma(static_cast<float>(t), a.d[ab], scaled[r]);
         }
       }
-      const uint8_t* super = w.super_factors(group, first);
       for (int r = 0; r < kGroupRows; ++r) {
         acc[r] = std::fma(HalfToFloat(LoadU16(super + 2 * r)), scaled[r], acc[r]);
         if constexpr (kFormat != BlockFormat::kQ6_K) {
@@ -170,6 +172,19 @@ TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0, con
   const uint8_t* record = w.record(group, 0);
   __m512 acc[kM];
   for (int i = 0; i < kM; ++i) acc[i] = _mm512_setzero_ps();
+  // Each row's activation pointers, read from the stack: kept in registers, kM rows of them would
+  // not fit beside the loop's own.
+  const int8_t* rows_q[kM];
+  const float* rows_d[kM];
+  const int32_t* rows_sum[kM];
+  const float* rows_d_sum[kM];
+  for (int i = 0; i < kM; ++i) {
+    rows_q[i] = a.q.data() + (i0 + i) * a.k;
+    rows_d[i] = a.d.data() + (i0 + i) * blocks;
+    rows_sum[i] = a.sum.data() + (i0 + i) * blocks;
+    rows_d_sum[i] = a.d_sum.data() + (i0 + i) * blocks;
+  }
+#pragma GCC unroll 1
   for (int64_t blk = 0; blk < blocks; ++blk, record += record_bytes) {
     __m512i u[8];
     UnpackZmm<kFormat>(record, u);
@@ -179,21 +194,41 @@ TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0, con
     if constexpr (kFormat == BlockFormat::kQ4_1) {
       mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32)));
     }
+#pragma GCC unroll 16
     for (int i = 0; i < kM; ++i) {
-      const int8_t* q = a.q.data() + (i0 + i) * a.k + blk * kBlockElements;
-      const int64_t ab = (i0 + i) * blocks + blk;
-      __m512i isum = DotZmm(u, q, 0, 8, _mm512_setzero_si512());
+      __m512i isum = DotZmm(u, rows_q[i] + blk * kBlockElements, 0, 8, _mm512_setzero_si512());
       if constexpr (kVnniZeroPoint<kFormat> != 0) {
-        isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(kVnniZeroPoint<kFormat> * a.sum[ab]));
+        isum =
+            _mm512_sub_epi32(isum, _mm512_set1_epi32(kVnniZeroPoint<kFormat> * rows_sum[i][blk]));
       }
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[ab])),
-                               acc[i]);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                               _mm512_mul_ps(dw, _mm512_set1_ps(rows_d[i][blk])), acc[i]);
       if constexpr (kFormat == BlockFormat::kQ4_1) {
-        acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.d_sum[ab]), acc[i]);
+        acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(rows_d_sum[i][blk]), acc[i]);
       }
     }
   }
   for (int i = 0; i < kM; ++i) _mm512_storeu_ps(out + i * kGroupRows, acc[i]);
+}
+
+// Q4_K's and Q5_K's scales and mins of a super-block entry (packed_weight.h) as bytes, [16 j + r]:
+// four blocks per vector.
+TP_TARGET_AVX512VNNI inline void DecodeKScalesZmm(const uint8_t* super, uint8_t* scales,
+                                                  uint8_t* mins) {
+  const uint8_t* packed = super + kKScalesOffset;
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i top = _mm512_set1_epi8(0x30);
+  const __m512i high = _mm512_loadu_si512(packed + 128);
+  for (int half = 0; half < 2; ++half) {  // blocks 0..3, then 4..7
+    const __m512i low = _mm512_loadu_si512(packed + 64 * half);
+    const __m512i scale_top = half == 0 ? _mm512_slli_epi16(high, 4) : high;
+    const __m512i min_top = half == 0 ? _mm512_slli_epi16(high, 2) : _mm512_srli_epi16(high, 2);
+    _mm512_storeu_si512(scales + 64 * half, _mm512_or_si512(_mm512_and_si512(low, nibble),
+                                                            _mm512_and_si512(scale_top, top)));
+    _mm512_storeu_si512(mins + 64 * half,
+                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(low, 4), nibble),
+                                        _mm512_and_si512(min_top, top)));
+  }
 }
 
 // The K-quants: per block, each row's integer sum times its integer scale (one vpmulld), then one
@@ -208,23 +243,28 @@ TP_TARGET_AVX512VNNI void KQuantTileZmm(const QuantizedActivations& a, int64_t i
   const uint8_t* record = w.record(group, 0);
   __m512 acc[kM];
   for (int i = 0; i < kM; ++i) acc[i] = _mm512_setzero_ps();
+  alignas(64) uint8_t block_scales[kBlocksPerSuper * kGroupRows];
+  alignas(64) uint8_t block_mins[kBlocksPerSuper * kGroupRows];
   for (int64_t first = 0; first < blocks; first += kBlocksPerSuper) {
+    const uint8_t* super = w.super_factors(group, first);
+    if constexpr (kFormat != BlockFormat::kQ6_K) DecodeKScalesZmm(super, block_scales, block_mins);
     __m512 scaled[kM], mins[kM];
     for (int i = 0; i < kM; ++i) scaled[i] = mins[i] = _mm512_setzero_ps();
     for (int64_t blk = first; blk < first + kBlocksPerSuper; ++blk, record += record_bytes) {
       __m512i u[8];
       UnpackZmm<kFormat>(record, u);
-      const uint8_t* scales = record + code_bytes;
-      const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
-      const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16));
       __m512i s0, s1;
       __m512 m;
       if constexpr (kFormat == BlockFormat::kQ6_K) {
-        s0 = _mm512_cvtepi8_epi32(lo);
-        s1 = _mm512_cvtepi8_epi32(hi);
+        const uint8_t* scales = record + code_bytes;
+        s0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+        s1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16)));
       } else {
-        s0 = _mm512_cvtepu8_epi32(lo);
-        m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi));
+        const int64_t j = (blk - first) * kGroupRows;
+        s0 = _mm512_cvtepu8_epi32(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(block_scales + j)));
+        m = _mm512_cvtepi32_ps(
+            _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(block_mins + j))));
       }
       for (int i = 0; i < kM; ++i) {
         const int8_t* q = a.q.data() + (i0 + i) * a.k + blk * kBlockElements;
@@ -242,7 +282,6 @@ TP_TARGET_AVX512VNNI void KQuantTileZmm(const QuantizedActivations& a, int64_t i
         scaled[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(a.d[ab]), scaled[i]);
       }
     }
-    const uint8_t* super = w.super_factors(group, first);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(super)));
     for (int i = 0; i < kM; ++i) acc[i] = _mm512_fmadd_ps(d, scaled[i], acc[i]);
     if constexpr (kFormat != BlockFormat::kQ6_K) {
@@ -360,6 +399,26 @@ TP_TARGET_AVX2 void HalfTileYmm(const QuantizedActivations& a, int64_t i0, const
   for (int i = 0; i < kM; ++i) _mm256_storeu_ps(out + i * kGroupRows + 8 * half, acc[i]);
 }
 
+// DecodeKScalesZmm with 256-bit vectors: two blocks per vector.
+TP_TARGET_AVX2 inline void DecodeKScalesYmm(const uint8_t* super, uint8_t* scales, uint8_t* mins) {
+  const uint8_t* packed = super + kKScalesOffset;
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const __m256i top = _mm256_set1_epi8(0x30);
+  for (int q = 0; q < 4; ++q) {  // blocks 2q, 2q + 1
+    const __m256i low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + 32 * q));
+    const __m256i high =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + 128 + 32 * (q % 2)));
+    const __m256i scale_top = q < 2 ? _mm256_slli_epi16(high, 4) : high;
+    const __m256i min_top = q < 2 ? _mm256_slli_epi16(high, 2) : _mm256_srli_epi16(high, 2);
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(scales + 32 * q),
+        _mm256_or_si256(_mm256_and_si256(low, nibble), _mm256_and_si256(scale_top, top)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(mins + 32 * q),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low, 4), nibble),
+                                        _mm256_and_si256(min_top, top)));
+  }
+}
+
 // KQuantTileZmm's operations, on half a group's rows.
 template <BlockFormat kFormat, int kM>
 TP_TARGET_AVX2 void KQuantHalfTileYmm(const QuantizedActivations& a, int64_t i0,
@@ -370,23 +429,28 @@ TP_TARGET_AVX2 void KQuantHalfTileYmm(const QuantizedActivations& a, int64_t i0,
   const uint8_t* record = w.record(group, 0);
   __m256 acc[kM];
   for (int i = 0; i < kM; ++i) acc[i] = _mm256_setzero_ps();
+  alignas(32) uint8_t block_scales[kBlocksPerSuper * kGroupRows];
+  alignas(32) uint8_t block_mins[kBlocksPerSuper * kGroupRows];
   for (int64_t first = 0; first < blocks; first += kBlocksPerSuper) {
+    const uint8_t* super = w.super_factors(group, first);
+    if constexpr (kFormat != BlockFormat::kQ6_K) DecodeKScalesYmm(super, block_scales, block_mins);
     __m256 scaled[kM], mins[kM];
     for (int i = 0; i < kM; ++i) scaled[i] = mins[i] = _mm256_setzero_ps();
     for (int64_t blk = first; blk < first + kBlocksPerSuper; ++blk, record += record_bytes) {
       __m256i u[8];
       UnpackYmm<kFormat>(record, half, u);
-      const uint8_t* scales = record + code_bytes + 8 * half;
-      const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales));
-      const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 16));
       __m256i s0, s1;
       __m256 m;
       if constexpr (kFormat == BlockFormat::kQ6_K) {
-        s0 = _mm256_cvtepi8_epi32(lo);
-        s1 = _mm256_cvtepi8_epi32(hi);
+        const uint8_t* scales = record + code_bytes + 8 * half;
+        s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales)));
+        s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 16)));
       } else {
-        s0 = _mm256_cvtepu8_epi32(lo);
-        m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+        const int64_t j = (blk - first) * kGroupRows + 8 * half;
+        s0 = _mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block_scales + j)));
+        m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block_mins + j))));
       }
       for (int i = 0; i < kM; ++i) {
         const int8_t* q = a.q.data() + (i0 + i) * a.k + blk * kBlockElements;
@@ -404,12 +468,12 @@ TP_TARGET_AVX2 void KQuantHalfTileYmm(const QuantizedActivations& a, int64_t i0,
         scaled[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(a.d[ab]), scaled[i]);
       }
     }
-    const uint8_t* super = w.super_factors(group, first) + 16 * half;
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(super)));
+    const __m256 d =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(super + 16 * half)));
     for (int i = 0; i < kM; ++i) acc[i] = _mm256_fmadd_ps(d, scaled[i], acc[i]);
     if constexpr (kFormat != BlockFormat::kQ6_K) {
-      const __m256 dmin =
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(super + 32)));
+      const __m256 dmin = _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(super + 32 + 16 * half)));
       for (int i = 0; i < kM; ++i) acc[i] = _mm256_fnmadd_ps(dmin, mins[i], acc[i]);
     }
   }

@@ -112,8 +112,10 @@ void PackKRow(const uint8_t* blocks, int64_t row, PackedWeight* w) {
       DecodeQ4KScales(block + 4, scales, mins);
       for (int j = 0; j < 8; ++j) {
         uint8_t* record = records + j * w->record_bytes();
-        record[w->code_bytes() + r] = scales[j];
-        record[w->code_bytes() + 16 + r] = mins[j];
+        super[kKScalesOffset + 16 * j + r] =
+            static_cast<uint8_t>((scales[j] & 0x0F) | mins[j] << 4);
+        super[kKScalesOffset + 128 + 16 * (j % 4) + r] |=
+            static_cast<uint8_t>((scales[j] >> 4 | (mins[j] >> 4) << 2) << (4 * (j / 4)));
         for (int e = 0; e < 32; ++e) {
           const CodePlace at = PlaceOf(r, e);
           record[at.low] |= static_cast<uint8_t>(Q4KCode(qs, 32 * j + e) << at.low_shift);
@@ -183,8 +185,10 @@ void UnpackKRow(const PackedWeight& w, int64_t row, uint8_t* blocks) {
       uint8_t scales[8], mins[8];
       for (int j = 0; j < 8; ++j) {
         const uint8_t* record = w.record(row / kGroupRows, sb * 8 + j);
-        scales[j] = record[w.code_bytes() + r];
-        mins[j] = record[w.code_bytes() + 16 + r];
+        int scale, min;
+        KScaleAndMin(super, j, r, &scale, &min);
+        scales[j] = static_cast<uint8_t>(scale);
+        mins[j] = static_cast<uint8_t>(min);
         for (int e = 0; e < 32; ++e) {
           const int n = 32 * j + e;
           const int code = PackedCode(w.format, record, r, e);
@@ -245,15 +249,23 @@ int64_t PackedWeight::code_bytes() const {
 }
 
 int64_t PackedWeight::record_bytes() const {
-  // Two bytes a row per fp16 scale; the K-quants' two 8-bit scales (or scale and min) a row.
-  return code_bytes() + (IsKQuant(format) ? 2 : ScaleCount(format) * 2) * kGroupRows;
+  // Two bytes a row per fp16 scale; Q6_K's two int8 scales a row; Q4_K's and Q5_K's are in `super`.
+  switch (format) {
+    case BlockFormat::kQ4_K:
+    case BlockFormat::kQ5_K:
+      return code_bytes();
+    case BlockFormat::kQ6_K:
+      return code_bytes() + 2 * kGroupRows;
+    default:
+      return code_bytes() + ScaleCount(format) * 2 * kGroupRows;
+  }
 }
 
 int64_t PackedWeight::super_bytes() const {
   switch (format) {
     case BlockFormat::kQ4_K:
     case BlockFormat::kQ5_K:
-      return 4 * kGroupRows;
+      return kKScalesOffset + 12 * kGroupRows;
     case BlockFormat::kQ6_K:
       return 2 * kGroupRows;
     default:
@@ -339,9 +351,11 @@ void DequantizePackedRows(const PackedWeight& w, int64_t first, int64_t count, f
                      static_cast<float>(PackedCode(w.format, record, r, e) - 32);
           }
         } else {  // Q4_K, Q5_K: the block's scale and min, once
-          const float scale = d * static_cast<float>(scales[r]);
+          int block_scale, block_min;
+          KScaleAndMin(super, static_cast<int>(b % 8), r, &block_scale, &block_min);
+          const float scale = d * static_cast<float>(block_scale);
           const float min =
-              HalfToFloat(LoadU16(super + 32 + 2 * r)) * static_cast<float>(scales[16 + r]);
+              HalfToFloat(LoadU16(super + 32 + 2 * r)) * static_cast<float>(block_min);
           for (int e = 0; e < kBlockElements; ++e) {
             dst[e] = scale * static_cast<float>(PackedCode(w.format, record, r, e)) - min;
           }

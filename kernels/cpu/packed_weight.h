@@ -12,15 +12,16 @@
 //                bits 2k, 2k + 1 of byte 4r + e are the top 2 bits of element 16h + 4k + e.
 //          Q8_0: 8 chunks of 64 bytes. In chunk g, byte 4r + e is q of element 4g + e of row r.
 //   scales Q4_0, Q8_0: 16 fp16 d, each row's block scale; Q4_1: then 16 fp16 m, the minimums.
-//          Q4_K, Q5_K: 16 uint8 6-bit scales, then 16 uint8 6-bit mins: the block's entries of
-//                its super-block's scales.
+//          Q4_K, Q5_K: none (in the super-block entry below).
 //          Q6_K: 16 int8 scales of elements 0..15, then 16 of elements 16..31.
 // K-quants keep their super-block factors (per 256 elements) apart, one entry per group and
-// super-block: Q4_K and Q5_K 16 fp16 d then 16 fp16 dmin, Q6_K 16 fp16 d.
+// super-block: Q6_K 16 fp16 d; Q4_K and Q5_K 16 fp16 d, 16 fp16 dmin, then the 6-bit scales and
+// mins of the 8 blocks (KScaleAndMin): byte 16j + r holds the low 4 bits of row r's scale of block
+// j in its low nibble and those of its min in its high nibble; byte 128 + 16(j % 4) + r, from bit
+// 4(j / 4) up, the top 2 bits of that scale, then of that min.
 // Unpacked, the codes are 8 rows of 16 x 4 bytes: the operand of one vpdpbusd per 4 elements
 // against a broadcast activation dword, and exactly AMX's B tile for K = 32. The same bits as the
-// GGUF blocks, rearranged: Q4_K and Q5_K are 2.8% and 2.3% larger (their 12 scale bytes per 256
-// elements and row are kept unpacked, 16), the others no larger, but for the padding rows.
+// GGUF blocks, rearranged, and no larger, but for the padding rows.
 #pragma once
 
 #include <cstdint>
@@ -80,6 +81,16 @@ struct PackedWeight {
                super_bytes();
   }
 };
+
+// Q4_K, Q5_K: where the 8 blocks' scales and mins start in a super-block entry (after the fp16 d
+// and dmin of its 16 rows), and row r's scale and min of block j (0..7).
+inline constexpr int64_t kKScalesOffset = 4 * kGroupRows;
+inline void KScaleAndMin(const uint8_t* super, int j, int r, int* scale, int* min) {
+  const int low = super[kKScalesOffset + 16 * j + r];
+  const int top = super[kKScalesOffset + 128 + 16 * (j % 4) + r] >> (4 * (j / 4));
+  *scale = (low & 0x0F) | (top & 3) << 4;
+  *min = low >> 4 | (top >> 2 & 3) << 4;
+}
 
 // The code of element e (0..31) of row r (0..15) in a record of `format`: 0..15 for Q4_x and Q4_K,
 // 0..31 for Q5_K, 0..63 for Q6_K, the signed q for Q8_0.

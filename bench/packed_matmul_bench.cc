@@ -1,0 +1,94 @@
+// The CPU packed products of one decoder layer (cpu::PackedMatmulBT), per weight format: the qkv,
+// o, gate_up and down projections of a Llama-like layer (hidden 2048, ffn 5632, 16 heads over 4
+// KV heads: bench/compare_quant_types.sh's shape) against m activation rows, on this machine's
+// best instruction set and the kernels' thread pool. Bytes/s counts the packed weight bytes read
+// once per iteration: at m = 1 this is a decode step's GEMV, which memory bandwidth bounds once
+// the weights outgrow the caches.
+//
+//   tpserve-bench-packed [--benchmark_filter=BM_PackedLayer/Q4_K] [--benchmark_min_time=...]
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/packed_matmul.h"
+#include "kernels/cpu/packed_weight.h"
+#include "kernels/cpu/quantized_activations.h"
+#include "model/ggml_type.h"
+#include "model/quantize.h"
+
+namespace tpserve {
+namespace {
+
+struct Projection {
+  int64_t rows, cols;
+};
+constexpr Projection kLayer[] = {{3072, 2048}, {2048, 2048}, {2 * 5632, 2048}, {2048, 5632}};
+
+struct FormatCase {
+  const char* name;
+  cpu::BlockFormat format;
+  GgmlType type;
+};
+constexpr FormatCase kFormats[] = {{"Q4_0", cpu::BlockFormat::kQ4_0, GgmlType::kQ4_0},
+                                   {"Q4_1", cpu::BlockFormat::kQ4_1, GgmlType::kQ4_1},
+                                   {"Q8_0", cpu::BlockFormat::kQ8_0, GgmlType::kQ8_0},
+                                   {"Q4_K", cpu::BlockFormat::kQ4_K, GgmlType::kQ4_K},
+                                   {"Q5_K", cpu::BlockFormat::kQ5_K, GgmlType::kQ5_K},
+                                   {"Q6_K", cpu::BlockFormat::kQ6_K, GgmlType::kQ6_K}};
+
+std::vector<float> Normal(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+void BM_PackedLayer(benchmark::State& state, FormatCase format) {
+  const int64_t m = state.range(0);
+  std::vector<cpu::PackedWeight> weights;
+  int64_t bytes = 0;
+  for (const Projection& p : kLayer) {
+    const std::vector<uint8_t> blocks =
+        EncodeBlocks(Normal(p.rows * p.cols, weights.size() + 1), format.type);
+    weights.push_back(cpu::PackWeight(format.format, blocks.data(), p.rows, p.cols));
+    bytes += static_cast<int64_t>(weights.back().data.size() + weights.back().super.size());
+  }
+  std::vector<cpu::QuantizedActivations> inputs(weights.size());
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const std::vector<float> x = Normal(m * weights[i].cols, 100 + i);
+    cpu::QuantizeActivations(x.data(), m, weights[i].cols, &inputs[i]);
+  }
+  std::vector<float> out(m * 2 * 5632);
+  const cpu::PackedIsa isa = cpu::BestPackedIsa();
+  for (auto _ : state) {
+    for (size_t i = 0; i < weights.size(); ++i) {
+      cpu::PackedMatmulBT(inputs[i], weights[i], 0, weights[i].rows, out.data(), isa);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.SetLabel(cpu::PackedIsaName(isa));
+}
+
+}  // namespace
+}  // namespace tpserve
+
+int main(int argc, char** argv) {
+  for (const tpserve::FormatCase& f : tpserve::kFormats) {
+    benchmark::RegisterBenchmark((std::string("BM_PackedLayer/") + f.name).c_str(),
+                                 tpserve::BM_PackedLayer, f)
+        ->Arg(1)
+        ->Arg(8)
+        ->Arg(64)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  }
+  std::fprintf(stderr, "tpserve-bench-packed: quantizing a layer per format before each run\n");
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
