@@ -42,8 +42,12 @@ import statistics, sys
 args = sys.argv[1:]
 k, q = args[:args.index("--")], args[args.index("--") + 1:]
 k, q = [float(x) for x in k], [float(x) for x in q]
-print("decode tok/s  Q4_K_M: %s (median %.2f)  Q4_0: %s (median %.2f)  ratio %.2f"
+# Each round runs the two models back to back: the median of the rounds' own ratios follows the
+# machine's load less than the ratio of the two medians.
+print("decode tok/s  Q4_K_M: %s (median %.2f)  Q4_0: %s (median %.2f)  ratio %.2f,"
+      " median of the rounds' ratios %.2f"
       % (" ".join("%.2f" % x for x in k), statistics.median(k),
          " ".join("%.2f" % x for x in q), statistics.median(q),
-         statistics.median(k) / statistics.median(q)))
+         statistics.median(k) / statistics.median(q),
+         statistics.median(a / b for a, b in zip(k, q))))
 PY
