@@ -188,12 +188,8 @@ TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0, con
   for (int64_t blk = 0; blk < blocks; ++blk, record += record_bytes) {
     __m512i u[8];
     UnpackZmm<kFormat>(record, u);
-    const uint8_t* scales = record + code_bytes;
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
-    __m512 mw;
-    if constexpr (kFormat == BlockFormat::kQ4_1) {
-      mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32)));
-    }
+    __m512 dw, mw;
+    LoadBlockScalesZmm<kFormat>(record + code_bytes, &dw, &mw);
 #pragma GCC unroll 16
     for (int i = 0; i < kM; ++i) {
       __m512i isum = DotZmm(u, rows_q[i] + blk * kBlockElements, 0, 8, _mm512_setzero_si512());

@@ -56,12 +56,8 @@ TP_TARGET_AMX __attribute__((always_inline)) inline void ScaleIn(const Quantized
                                                                  int64_t group, int64_t blk,
                                                                  const int32_t* c, __m512* acc) {
   const int64_t blocks = a.blocks();
-  const uint8_t* scales = w.record(group, blk) + w.code_bytes();
-  const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
-  __m512 mw;
-  if constexpr (kFormat == BlockFormat::kQ4_1) {
-    mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32)));
-  }
+  __m512 dw, mw;
+  LoadBlockScalesZmm<kFormat>(w.record(group, blk) + w.code_bytes(), &dw, &mw);
 #pragma GCC unroll 16
   for (int i = 0; i < kM; ++i) {
     const int64_t ab = (i0 + i) * blocks + blk;

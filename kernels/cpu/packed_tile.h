@@ -10,6 +10,7 @@
 
 #include "common/check.h"
 #include "kernels/cpu/packed_weight.h"
+#include "kernels/cpu/x86_intrinsics.h"
 
 namespace tpserve::cpu {
 
@@ -29,5 +30,18 @@ template <typename Run>
 void WithRows(int rows, Run&& run) {
   WithRows(rows, std::forward<Run>(run), std::make_integer_sequence<int, kGroupRows>());
 }
+
+#if defined(__x86_64__)
+// A Q4_0/Q4_1/Q8_0 record's fp16 block scales of its 16 rows (`scales` points past its codes),
+// and Q4_1's minimums into *mw.
+template <BlockFormat kFormat>
+__attribute__((target("avx512f,f16c"))) inline void LoadBlockScalesZmm(const uint8_t* scales,
+                                                                       __m512* dw, __m512* mw) {
+  *dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
+  if constexpr (kFormat == BlockFormat::kQ4_1) {
+    *mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32)));
+  }
+}
+#endif
 
 }  // namespace tpserve::cpu
