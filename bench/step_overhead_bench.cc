@@ -2,8 +2,10 @@
 // a decode step, sends StepRequest to every worker over gRPC, the workers run a 1-layer synthetic
 // model (two all-reduces per layer at T > 1), rank 0 samples and answers. The model is tiny, so
 // the time is almost all overhead: gRPC, collectives, scheduling. BM_StepRoundTrip/auto lets the
-// workers choose their transport as they do by default (shared memory on one host);
-// BM_StepRoundTrip/gloo forces Gloo over TCP for comparison.
+// workers choose their transport as they do by default (shared memory on one host, where the
+// coordinator sends each step to rank 0 alone, which relays it to the others through the
+// segment); BM_StepRoundTrip/every_rank sends each step to every rank over gRPC
+// (--no-step-relay); BM_StepRoundTrip/gloo forces Gloo over TCP, each step to every rank.
 //
 //   tpserve-bench-step [--benchmark_filter=...]
 //
@@ -53,11 +55,12 @@ const std::string& ModelPath() {
   return *path;
 }
 
-// `cpu_comm`: the workers' --cpu-comm.
-void BM_StepRoundTrip(benchmark::State& state, const char* cpu_comm) {
+// `cpu_comm`: the workers' --cpu-comm; `relay`: whether the coordinator may relay steps.
+void BM_StepRoundTrip(benchmark::State& state, const char* cpu_comm, bool relay) {
   const int world = static_cast<int>(state.range(0));
   LocalClusterOptions options;
   options.worker_args = {"--cpu-comm", cpu_comm};
+  if (!relay) options.coordinator_args = {"--no-step-relay"};
   options.bin_dir = BinDir();
   options.model = ModelPath();
   options.world_size = world;
@@ -93,13 +96,14 @@ void BM_StepRoundTrip(benchmark::State& state, const char* cpu_comm) {
   state.counters["step_us"] = absl::ToDoubleMicroseconds(absl::Now() - start) /
                               (static_cast<double>(state.iterations()) * kSteps);
 }
-BENCHMARK_CAPTURE(BM_StepRoundTrip, auto, "auto")
-    ->Arg(1)
+BENCHMARK_CAPTURE(BM_StepRoundTrip, auto, "auto", true) -> Arg(1) -> Arg(3) -> Iterations(8)
+    -> UseRealTime() -> Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_StepRoundTrip, every_rank, "auto", false)
     ->Arg(3)
     ->Iterations(8)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_StepRoundTrip, gloo, "gloo")
+BENCHMARK_CAPTURE(BM_StepRoundTrip, gloo, "gloo", false)
     ->Arg(3)
     ->Iterations(8)
     ->UseRealTime()

@@ -75,6 +75,7 @@ struct Flags {
   int max_num_seqs = 256;
   bool no_prefix_cache = false;
   bool no_jump_forward = false;
+  bool no_step_relay = false;
   // "ngram": prompt-lookup proposals; "draft": a draft model; "self": the model's first layers
   std::string speculative = "none";
   std::string draft_model;
@@ -401,6 +402,7 @@ int Run(const Flags& flags) {
   init.kv_cache_bytes = flags.kv_cache_memory_mib << 20;
   init.kv_cache_fp8 = flags.kv_cache_dtype != "auto";
   init.weights_fp8 = flags.quantization == "fp8";
+  init.relay_steps = !flags.no_step_relay;
   init.device = flags.device == "cuda" ? v1::DEVICE_CUDA : v1::DEVICE_CPU;
   init.max_num_seqs = flags.max_num_seqs;
   init.max_num_batched_tokens = flags.max_num_batched_tokens;
@@ -570,6 +572,9 @@ int main(int argc, char** argv) {
                "turn off the RadixAttention prefix cache");
   app.add_flag("--no-jump-forward", flags.no_jump_forward,
                "sample every token of constrained output, also where the constraint forces it");
+  app.add_flag("--no-step-relay", flags.no_step_relay,
+               "send every step to every rank, also where the ranks share memory (by default "
+               "rank 0 alone gets it and relays it to the others through the segment)");
   app.add_option("--speculative", flags.speculative,
                  "speculative decoding: 'ngram' proposes the tokens that followed the latest "
                  "earlier occurrence of a sequence's last tokens (prompt lookup), verified "

@@ -71,9 +71,10 @@ std::vector<RankReport> WorkerPool::Reports() const {
 }
 
 std::vector<grpc::Status> WorkerPool::CallAll(absl::Duration timeout, bool cancel_on_failure,
-                                              const StartCall& start, bool abandonable) const {
-  const int n = world_size();
-  std::vector<grpc::Status> statuses(n);
+                                              const StartCall& start, bool abandonable,
+                                              int ranks) const {
+  const int n = ranks == kEveryRank ? world_size() : ranks;
+  std::vector<grpc::Status> statuses(world_size());
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
   const auto deadline = absl::ToChronoTime(absl::Now() + timeout);
   for (auto& context : contexts) {
@@ -179,10 +180,14 @@ std::string WorkerPool::ExplainStepFailure(const std::vector<grpc::Status>& stat
                               });
   std::vector<std::string> down;
   std::vector<std::string> peers;
-  for (int rank : FailedRanks(statuses)) {
-    if (probes[rank].ok()) {
+  const std::vector<int> failed = FailedRanks(statuses);
+  for (int rank = 0; rank < world_size(); ++rank) {
+    const bool call_failed = std::find(failed.begin(), failed.end(), rank) != failed.end();
+    if (!call_failed && !probes[rank].ok()) {
+      down.push_back(DescribeFailure(rank, probes[rank], kProbeTimeout, " is down: "));
+    } else if (call_failed && probes[rank].ok()) {
       peers.push_back(DescribeFailure(rank, statuses[rank], timeout));
-    } else {
+    } else if (call_failed) {
       down.push_back(DescribeFailure(rank, statuses[rank], timeout, " is down: "));
     }
   }
@@ -215,6 +220,7 @@ absl::Status WorkerPool::Init(const WorkerInitOptions& options, absl::Duration t
     r.set_self_spec_layers(options.self_spec_layers);
     r.set_kv_cache_fp8(options.kv_cache_fp8);
     r.set_weights_fp8(options.weights_fp8);
+    r.set_relay_steps(options.relay_steps);
   }
   auto statuses = CallAll(timeout, /*cancel_on_failure=*/true,
                           [&](int rank, auto* stub, auto* context, auto done) {
@@ -269,6 +275,10 @@ absl::StatusOr<LoadedModel> WorkerPool::LoadShard(absl::Duration timeout) {
     absl::MutexLock lock(&reports_mutex_);
     for (int rank = 0; rank < world_size(); ++rank) reports_[rank].loaded = responses[rank];
   }
+  const bool relay = world_size() > 1 && std::all_of(responses.begin(), responses.end(),
+                                                     [](auto& r) { return r.relays_steps(); });
+  relay_steps_ = relay;
+  if (relay) LogInfo(kLog, "steps go to rank 0, which relays them to the other ranks");
   LoadedModel model;
   model.kv_cache_blocks = first.kv_cache_blocks();
   model.vocab_size = first.vocab_size();
@@ -296,7 +306,7 @@ absl::StatusOr<v1::StepResponse> WorkerPool::Step(const v1::StepRequest& request
       [&](int rank, auto* stub, auto* context, auto done) {
         stub->Step(context, &request, &responses[rank], done);
       },
-      /*abandonable=*/true);
+      /*abandonable=*/true, relay_steps_ ? 1 : kEveryRank);
   {
     absl::MutexLock lock(&step_mutex_);
     if (!abandoned_.ok()) {

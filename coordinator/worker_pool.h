@@ -1,10 +1,12 @@
 // gRPC clients for the N worker ranks. Every collective-bearing call (Init, LoadShard, Step) goes
 // to all ranks at once: the ranks meet inside collectives, so a call sent to one rank after
-// another would deadlock. See DESIGN.md "Worker protocol" and "Failure model".
+// another would deadlock. The exception is a Step to a group that relays steps, which goes to
+// rank 0 alone (worker/step_relay.h). See DESIGN.md "Worker protocol" and "Failure model".
 //
 // Thread-safe: Step (engine thread), Heartbeat (heartbeat thread) and Shutdown may overlap.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -40,6 +42,7 @@ struct WorkerInitOptions {
   int32_t self_spec_layers = 0;  // or the target's first this many layers as the draft; 0: none
   bool kv_cache_fp8 = false;     // the KV pool holds FP8 E4M3 codes (InitRequest.kv_cache_fp8)
   bool weights_fp8 = false;      // FP8 W8A8 linears (InitRequest.weights_fp8)
+  bool relay_steps = true;       // steps to rank 0 alone where it can relay them (InitRequest)
 };
 
 // What the ranks agreed on after LoadShard.
@@ -82,7 +85,8 @@ class WorkerPool {
   // LoadShard on every rank at once, then checks that the ranks loaded the same file:
   // FAILED_PRECONDITION naming the ranks whose size or fingerprint differ from rank 0's.
   absl::StatusOr<LoadedModel> LoadShard(absl::Duration timeout);
-  // Sends `request` to every rank at once and waits for all; returns rank 0's answer.
+  // Sends `request` to every rank at once and waits for all, or to rank 0 alone when the last
+  // LoadShard found that the group relays steps; returns rank 0's answer.
   // UNAVAILABLE naming the failing rank(s), their addresses and causes when any rank fails or
   // misses `timeout`; ranks that no longer answer Status come first, as "down". A second after the
   // first failure the calls still outstanding are cancelled, since their ranks would otherwise sit
@@ -113,11 +117,14 @@ class WorkerPool {
       std::function<void(int rank, v1::WorkerService::StubInterface::async_interface* stub,
                          grpc::ClientContext* context, std::function<void(grpc::Status)> done)>;
 
-  // Starts a call on every rank at once and waits for all of them; statuses by rank. With
+  static constexpr int kEveryRank = 0;
+  // Starts a call on every rank at once, or on ranks [0, `ranks`), and waits for all of them;
+  // statuses by rank (OK for a rank not called). With
   // `cancel_on_failure`, the calls still running a second after the first failure are
   // cancelled. `abandonable` calls (Step) are the ones AbandonStep cancels.
   std::vector<grpc::Status> CallAll(absl::Duration timeout, bool cancel_on_failure,
-                                    const StartCall& start, bool abandonable = false) const;
+                                    const StartCall& start, bool abandonable = false,
+                                    int ranks = kEveryRank) const;
   // The ranks whose call failed; calls we cancelled ourselves are left out when another rank
   // failed first.
   std::vector<int> FailedRanks(const std::vector<grpc::Status>& statuses) const;
@@ -128,9 +135,9 @@ class WorkerPool {
   std::string DescribeFailures(const std::vector<grpc::Status>& statuses,
                                absl::Duration timeout) const;
   // Like DescribeFailures, but probes every rank with Status first and names the ranks that no
-  // longer answer first ("rank 1 (addr) is down: UNAVAILABLE: Socket closed; ranks that failed
-  // with it: rank 0 ..."): when one rank dies its peers' collectives fail too, and the dead
-  // rank is the cause.
+  // longer answer first, whether their own call failed or they were not called ("rank 1 (addr) is
+  // down: UNAVAILABLE: Socket closed; ranks that failed with it: rank 0 ..."): when one rank dies
+  // its peers' collectives fail too, and the dead rank is the cause.
   std::string ExplainStepFailure(const std::vector<grpc::Status>& statuses,
                                  absl::Duration timeout) const;
 
@@ -138,6 +145,8 @@ class WorkerPool {
   std::string Address(int rank) const;
 
   const int world_size_;
+  // Every rank's last LoadShard answered relays_steps: Step goes to rank 0 alone.
+  std::atomic<bool> relay_steps_{false};
   // Lock order: reports_mutex_, then ranks_mutex_ (Address under reports_mutex_).
   mutable absl::Mutex ranks_mutex_;
   std::vector<Rank> ranks_ ABSL_GUARDED_BY(ranks_mutex_);  // [world_size]

@@ -33,6 +33,11 @@ void ExecutionThread::Run(std::function<void()> fn, absl::Duration period,
   }
 }
 
+void ExecutionThread::Post(std::function<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(new Task{std::move(fn), false, true});
+}
+
 void ExecutionThread::Loop() {
   while (true) {
     Task* task;
@@ -48,6 +53,10 @@ void ExecutionThread::Loop() {
       queue_.pop_front();
     }
     task->fn();
+    if (task->posted) {
+      delete task;
+      continue;
+    }
     absl::MutexLock lock(&mu_);
     task->done = true;
   }

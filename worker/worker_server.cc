@@ -96,6 +96,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
 WorkerServer::~WorkerServer() { Stop(); }
 
 void WorkerServer::Stop() {
+  StopFollowing("the worker is stopping");
   if (server_ == nullptr) return;
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_->Wait();
@@ -164,6 +165,7 @@ grpc::Status WorkerServer::Init(grpc::ServerContext* context, const v1::InitRequ
   if (grpc::Status s = CheckClusterToken(*context, "WorkerService.Init"); !s.ok()) return s;
   const CoordinatorCall call(this);
   response->set_hostname(hostname_);
+  StopFollowing("Init re-forms the group");
   const grpc::Status status = Execute([&] { return DoInit(*request); });
   absl::MutexLock lock(&status_mu_);
   coordinator_known_ = true;
@@ -175,12 +177,24 @@ grpc::Status WorkerServer::LoadShard(grpc::ServerContext* context, const v1::Loa
                                      v1::LoadShardResponse* response) {
   if (grpc::Status s = CheckClusterToken(*context, "WorkerService.LoadShard"); !s.ok()) return s;
   const CoordinatorCall call(this);
-  return Execute([&] { return DoLoadShard(response); });
+  const grpc::Status status = Execute([&] { return DoLoadShard(response); });
+  if (status.ok() && response->relays_steps() && options_.rank != 0) {
+    absl::MutexLock lock(&status_mu_);
+    if (!following_) {
+      following_ = true;
+      exec_.Post([this] { FollowSteps(); });
+    }
+  }
+  return status;
 }
 
 grpc::Status WorkerServer::Step(grpc::ServerContext* context, const v1::StepRequest* request,
                                 v1::StepResponse* response) {
   if (grpc::Status s = CheckClusterToken(*context, "WorkerService.Step"); !s.ok()) return s;
+  if (following()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this rank takes its steps from rank 0 (relay_steps), not over gRPC");
+  }
   const CoordinatorCall call(this);
   absl::Status status;
   bool abandoned = false;
@@ -284,6 +298,7 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   }
   std::unique_ptr<Communicator> comm;
   DeviceCommunicator* device_comm = nullptr;  // a CUDA group's, for the CUDA model
+  ShmCommunicator* relay_shm = nullptr;       // `comm`, when it relays the steps
   if (world == 1) {
     comm = std::make_unique<SingleRankCommunicator>();
     if (cuda) {
@@ -312,8 +327,12 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
       cpu.gloo.host = options_.host;
       absl::StatusOr<CpuGroup> group = CreateCpuGroup(rank, world, std::move(store), cpu);
       if (group.ok()) {
-        LogInfo("worker", "rank %d: the CPU group of %d ranks all-reduces through %s", rank, world,
-                group->transport);
+        LogInfo("worker", "rank %d: the CPU group of %d ranks all-reduces through %s%s", rank,
+                world, group->transport,
+                group->shm != nullptr && request.relay_steps()
+                    ? (rank == 0 ? " and relays the steps to the others" : ", steps from rank 0")
+                    : "");
+        if (request.relay_steps()) relay_shm = group->shm;
         group_comm = std::move(group->comm);
       } else {
         group_comm = group.status();
@@ -325,6 +344,7 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
     }
     comm = *std::move(group_comm);
   }
+  relay_.reset();  // it points into the communicator replaced below
   v1::InitRequest group = request;
   if (group.block_size() == 0) group.set_block_size(kDefaultBlockSize);
   if (!request.model_path().empty() && !MayLoad(request.model_path())) {
@@ -350,22 +370,22 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
       request.model_path().empty() ? options_.model_path : request.model_path();
   // A CUDA model of several ranks is reloaded: its decode graphs captured NCCL calls on the old
   // communicator, and NCCL does not destroy a communicator while a graph still references it.
-  const bool keep_shard = runner_ != nullptr && comm_->world_size() == world &&
-                          model_path == model_path_ && group.block_size() == group_.block_size() &&
-                          group.kv_cache_blocks() == group_.kv_cache_blocks() &&
-                          group.kv_cache_bytes() == group_.kv_cache_bytes() &&
-                          group.device() == group_.device() && (!cuda || world == 1) &&
-                          group.max_num_seqs() == group_.max_num_seqs() &&
-                          group.max_num_batched_tokens() == group_.max_num_batched_tokens() &&
-                          group.enforce_eager() == group_.enforce_eager() &&
-                          group.draft_model_path() == group_.draft_model_path() &&
-                          group.self_spec_layers() == group_.self_spec_layers() &&
-                          group.kv_cache_fp8() == group_.kv_cache_fp8() &&
-                          group.weights_fp8() == group_.weights_fp8();
+  const bool keep_shard =
+      runner_ != nullptr && comm_->world_size() == world && model_path == model_path_ &&
+      group.block_size() == group_.block_size() &&
+      group.kv_cache_blocks() == group_.kv_cache_blocks() &&
+      group.kv_cache_bytes() == group_.kv_cache_bytes() && group.device() == group_.device() &&
+      (!cuda || world == 1) && group.max_num_seqs() == group_.max_num_seqs() &&
+      group.max_num_batched_tokens() == group_.max_num_batched_tokens() &&
+      group.enforce_eager() == group_.enforce_eager() &&
+      group.draft_model_path() == group_.draft_model_path() &&
+      group.self_spec_layers() == group_.self_spec_layers() &&
+      group.kv_cache_fp8() == group_.kv_cache_fp8() && group.weights_fp8() == group_.weights_fp8();
   // Before the communicators it points to change. A kept CUDA shard is a world of one, whose
   // device communicator lives for the whole process.
   if (!keep_shard) runner_.reset();
   comm_->Reset(std::move(comm));
+  if (relay_shm != nullptr) relay_ = std::make_unique<StepRelay>(relay_shm);
   device_comm_ = device_comm;
   initialized_ = true;
   group_ = std::move(group);
@@ -389,6 +409,7 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
 absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
   if (!initialized_) return absl::FailedPreconditionError("LoadShard before Init");
   if (runner_ != nullptr) {  // Already loaded for this group: the same answer.
+    loaded_.set_relays_steps(relay_ != nullptr);
     *response = loaded_;
     return absl::OkStatus();
   }
@@ -429,6 +450,7 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
   loaded_.set_model_fingerprint(Fingerprint(model.file().header_bytes()));
   loaded_.set_vocab_size(model.config().vocab_size);
   loaded_.set_context_length(model.config().context_length);
+  loaded_.set_relays_steps(relay_ != nullptr);
   *response = loaded_;
   {
     absl::MutexLock lock(&status_mu_);
@@ -454,7 +476,10 @@ absl::Status WorkerServer::DoStep(const v1::StepRequest& request, v1::StepRespon
   }
   last_step_id_ = request.step_id();  // Consumed even when the step is rejected below.
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<v1::StepResponse> result = runner_->Step(request);
+  const absl::Status relayed =
+      relay_ != nullptr && comm_->rank() == 0 ? relay_->Send(request) : absl::OkStatus();
+  absl::StatusOr<v1::StepResponse> result =
+      relayed.ok() ? runner_->Step(request) : absl::StatusOr<v1::StepResponse>(relayed);
   const absl::Status status = result.status();
   if (result.ok()) {
     *response = *std::move(result);
@@ -480,6 +505,38 @@ absl::Status WorkerServer::DoStep(const v1::StepRequest& request, v1::StepRespon
                static_cast<unsigned long long>(request.step_id()), ms, request.sequences_size());
   }
   return status;
+}
+
+void WorkerServer::FollowSteps() {
+  LogInfo("worker", "rank %d: taking the steps from rank 0", options_.rank);
+  for (;;) {
+    absl::StatusOr<v1::StepRequest> request = relay_->Receive();
+    if (!request.ok()) {
+      SetState(WorkerState::kFailed, std::string(request.status().message()));
+      LogWarning("worker", "rank %d: no longer taking the steps from rank 0: %s", options_.rank,
+                 request.status().message());
+      break;
+    }
+    v1::StepResponse response;
+    const absl::Status status = DoStep(*request, &response);
+    // A rejected step is rejected alike on every rank (rank 0 tells the coordinator); any other
+    // failure broke the group, and DoStep logged it.
+    if (!status.ok() && status.code() != absl::StatusCode::kInvalidArgument) {
+      SetState(WorkerState::kFailed, std::string(status.message()));
+      break;
+    }
+  }
+  absl::MutexLock lock(&status_mu_);
+  following_ = false;
+}
+
+bool WorkerServer::following() {
+  absl::MutexLock lock(&status_mu_);
+  return following_;
+}
+
+void WorkerServer::StopFollowing(absl::string_view why) {
+  if (following()) comm_->Abort(why);
 }
 
 }  // namespace tpserve

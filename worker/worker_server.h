@@ -7,6 +7,10 @@
 // communicator from the waiting gRPC thread, the one call made off the execution thread, so a
 // collective whose peers will not come ends at once and the next Init finds the thread free.
 //
+// A rank other than 0 of a group that relays steps (step_relay.h) takes them from rank 0 instead:
+// after LoadShard its execution thread waits for rank 0's next step and runs it, until the group
+// breaks, or Init or Stop aborts the communicator to take the thread back.
+//
 // Lifecycle: Init (rank, world, communicator) → LoadShard → Step (step_id 1, 2, …) → Shutdown.
 // Init may come again to re-form the group: it replaces the communicator, drops every sequence
 // and restarts step ids at 1; the loaded shard is kept when rank, world size, model path, block
@@ -23,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "tpserve/v1/worker.grpc.pb.h"
 #include "worker/comm/cpu_group.h"
@@ -30,6 +35,7 @@
 #include "worker/execution_thread.h"
 #include "worker/model_runner.h"
 #include "worker/model_runner_options.h"
+#include "worker/step_relay.h"
 
 namespace tpserve {
 
@@ -118,6 +124,12 @@ class WorkerServer final : public v1::WorkerService::Service {
   absl::Status DoInit(const v1::InitRequest& request);
   absl::Status DoLoadShard(v1::LoadShardResponse* response);
   absl::Status DoStep(const v1::StepRequest& request, v1::StepResponse* response);
+  // Runs the steps rank 0 relays until the relay fails (Init and Stop abort it) or a step fails
+  // otherwise than by rejecting its input.
+  void FollowSteps();
+  // Any thread: whether FollowSteps has the execution thread, and taking it back.
+  bool following();
+  void StopFollowing(absl::string_view why);
   void SetState(WorkerState state, const std::string& error);
 
   // Constant after Start.
@@ -138,7 +150,8 @@ class WorkerServer final : public v1::WorkerService::Service {
   const std::unique_ptr<SwappableCommunicator> comm_;
   DeviceCommunicator* device_comm_ = nullptr;
   std::unique_ptr<ModelRunner> runner_;
-  v1::LoadShardResponse loaded_;  // answer for the loaded shard
+  std::unique_ptr<StepRelay> relay_;  // set by Init for a group that relays steps
+  v1::LoadShardResponse loaded_;      // answer for the loaded shard
   uint64_t last_step_id_ = 0;
 
   // The snapshot Status answers from, and the shutdown flag.
@@ -151,6 +164,7 @@ class WorkerServer final : public v1::WorkerService::Service {
   uint64_t status_last_step_id_ ABSL_GUARDED_BY(status_mu_) = 0;
   std::deque<double> step_ms_ ABSL_GUARDED_BY(status_mu_);  // the most recent steps
   bool shutdown_requested_ ABSL_GUARDED_BY(status_mu_) = false;
+  bool following_ ABSL_GUARDED_BY(status_mu_) = false;  // FollowSteps is queued or running
   // The silence check: armed by Init, disarmed by registering; the time of the last call's start
   // or end, and how many are in flight.
   bool coordinator_known_ ABSL_GUARDED_BY(status_mu_) = false;

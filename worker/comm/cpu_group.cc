@@ -21,7 +21,10 @@ absl::StatusOr<CpuGroup> CreateCpuGroup(int rank, int world_size,
   shm.decline = options.transport == CpuTransport::kGloo;
   absl::StatusOr<std::unique_ptr<ShmCommunicator>> shared =
       ShmCommunicator::Create(rank, world_size, store, shm);
-  if (shared.ok()) return CpuGroup{*std::move(shared), "shared memory"};
+  if (shared.ok()) {
+    ShmCommunicator* shm = shared->get();
+    return CpuGroup{*std::move(shared), shm, "shared memory"};
+  }
   if (shared.status().code() != absl::StatusCode::kFailedPrecondition ||
       options.transport == CpuTransport::kShm) {
     return shared.status();
@@ -29,7 +32,7 @@ absl::StatusOr<CpuGroup> CreateCpuGroup(int rank, int world_size,
   absl::StatusOr<std::unique_ptr<GlooCommunicator>> gloo =
       GlooCommunicator::Create(rank, world_size, std::move(store), options.gloo);
   if (!gloo.ok()) return gloo.status();
-  return CpuGroup{*std::move(gloo),
+  return CpuGroup{*std::move(gloo), nullptr,
                   absl::StrCat("Gloo over TCP (", shared.status().message(), ")")};
 }
 

@@ -28,7 +28,8 @@ struct CpuGroupOptions {
 
 struct CpuGroup {
   std::unique_ptr<Communicator> comm;
-  std::string transport;  // for the log: "shared memory" or "Gloo over TCP (why)"
+  ShmCommunicator* shm = nullptr;  // `comm`, when the group shares memory
+  std::string transport;           // for the log: "shared memory" or "Gloo over TCP (why)"
 };
 
 // Joins the group of `world_size` ranks as `rank`; every rank calls it with the same store. All

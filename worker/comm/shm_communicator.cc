@@ -438,6 +438,15 @@ absl::Status ShmCommunicator::CheckPending(const char* op, uint32_t target) {
   return absl::OkStatus();
 }
 
+absl::Status ShmCommunicator::CheckNoneLeft(const char* op) {
+  for (int r = 0; r < world_size_; ++r) {
+    if (r != rank_ && (segment_->slot(r).arrived.load(std::memory_order_acquire) & kLeftBit)) {
+      return absl::UnavailableError(absl::StrCat(Context(op), ": rank ", r, " has left the group"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ShmCommunicator::WaitFor(const char* op, int peer, uint32_t target,
                                       absl::Time deadline, absl::Duration timeout) {
   RankSlot& slot = segment_->slot(peer);
@@ -467,6 +476,7 @@ absl::Status ShmCommunicator::WaitFor(const char* op, int peer, uint32_t target,
       return absl::DeadlineExceededError(absl::StrCat(
           Context(op), ": rank ", peer, " did not arrive within ", absl::FormatDuration(timeout)));
     }
+    if (absl::Status s = CheckNoneLeft(op); !s.ok()) return s;
   }
 }
 
@@ -537,6 +547,34 @@ absl::Status ShmCommunicator::AllReduceSum(float* data, int64_t count) {
     const int64_t end = std::min(len, begin + per_rank);
     for (int r = 0; r < world_size_; ++r) src[r] = In(barrier, r) + begin;
     SumInRankOrder(Out(barrier) + begin, src.data(), world_size_, end - begin);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmCommunicator::BroadcastBytes(std::string* bytes, bool await_root) {
+  if (!error_.ok() || world_size_ == 1) return error_;
+  const int64_t chunk = chunk_floats_ * static_cast<int64_t>(sizeof(float));
+  uint64_t size = rank_ == 0 ? bytes->size() : 0;
+  uint64_t done = 0;
+  for (int64_t piece = 0; piece == 0 || done < size; ++piece) {
+    char* buffer = reinterpret_cast<char*>(In(barrier_ + 1, 0));
+    const int64_t header = piece == 0 ? sizeof(size) : 0;
+    auto piece_bytes = [&] { return std::min<uint64_t>(chunk - header, size - done); };
+    if (rank_ == 0) {
+      if (piece == 0) std::memcpy(buffer, &size, sizeof(size));
+      std::memcpy(buffer + header, bytes->data() + done, piece_bytes());
+    }
+    const absl::Duration wait =
+        piece == 0 && await_root ? absl::InfiniteDuration() : operation_timeout_;
+    if (absl::Status s = Barrier("BroadcastBytes", absl::Now() + wait, wait); !s.ok()) return s;
+    if (rank_ != 0) {
+      if (piece == 0) {
+        std::memcpy(&size, buffer, sizeof(size));
+        bytes->resize(size);
+      }
+      std::memcpy(bytes->data() + done, buffer + header, piece_bytes());
+    }
+    done += piece_bytes();
   }
   return absl::OkStatus();
 }

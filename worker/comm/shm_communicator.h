@@ -16,8 +16,9 @@
 // Waiting spins briefly, then sleeps on a futex in the segment (the ranks may have fewer cores
 // than there are of them; a waiter must hand its core to the rank it waits for). While asleep it
 // wakes every 20 ms to see whether a rank it still waits for has exited (each rank holds a lock on
-// the segment that the kernel drops when its process ends, in any pid namespace) or left the group
-// (its communicator failed or was destroyed): then the collective fails with UNAVAILABLE. A rank
+// the segment that the kernel drops when its process ends, in any pid namespace) or whether any
+// rank has left the group (its communicator failed or was destroyed): then the collective fails
+// with UNAVAILABLE. A rank
 // that is only slow is waited for until the operation timeout (DEADLINE_EXCEEDED), or until
 // Abort: a rank that is stopped, not gone, looks alive here, and only the coordinator's
 // heartbeats can tell. After a failure
@@ -99,6 +100,12 @@ class ShmCommunicator : public Communicator {
   absl::Status GatherToRoot(const float* send, absl::Span<const int64_t> counts,
                             float* recv) override;
 
+  // Rank 0's `*bytes` replace every other rank's (the step rank 0 relays, worker/step_relay.h):
+  // one chunk per barrier, the first led by the length, each waited for up to the operation
+  // timeout, except that with `await_root` a rank waits for rank 0's first chunk without a
+  // deadline (for the next step): until rank 0 sends, leaves the group or exits, or until Abort.
+  absl::Status BroadcastBytes(std::string* bytes, bool await_root);
+
   // A wait in progress or to come fails with UNAVAILABLE within one liveness period (20 ms), and
   // this rank leaves the group, so the ranks waiting for it fail too.
   void Abort(absl::string_view reason) override;
@@ -118,6 +125,11 @@ class ShmCommunicator : public Communicator {
                        absl::Duration timeout);
   // UNAVAILABLE when a rank that has not reached `target` has exited or left the group.
   absl::Status CheckPending(const char* op, uint32_t target);
+  // UNAVAILABLE when any rank has left the group, also one that had arrived: it left while
+  // waiting (aborted), so it will not come to the next barrier, though no rank this one waits
+  // for is known gone. A rank that takes its steps from rank 0 (step_relay.h) learns so only
+  // here, having no coordinator call that would abort its wait for a stopped third rank.
+  absl::Status CheckNoneLeft(const char* op);
   // Records the first failure and leaves the group.
   absl::Status Fail(absl::Status status);
   // Marks this rank's barrier word as left and wakes whoever sleeps on it.

@@ -1,7 +1,8 @@
 // Three WorkerServers in this process form a CPU group (shared memory, the automatic choice on one
 // host) through CoordinatorStore on a minimal in-process ClusterService, and decode greedily in
 // lockstep; rank 0's tokens must match a world-of-one loaded model. Then the group is re-formed
-// under a new group id (a new segment) and serves again.
+// under a new group id (a new segment) and serves again. Steps go to every rank, or, relayed, to
+// rank 0 alone (step_relay.h): the others then refuse Step calls and run rank 0's steps.
 #include <grpcpp/grpcpp.h>
 
 #include <future>
@@ -79,7 +80,7 @@ std::vector<grpc::Status> CallAll(std::vector<Rank>& ranks, Method method,
 }
 
 void InitGroup(std::vector<Rank>& ranks, const std::string& coordinator,
-               const std::string& group_id) {
+               const std::string& group_id, bool relay) {
   std::vector<v1::InitRequest> requests(kWorld);
   for (int r = 0; r < kWorld; ++r) {
     requests[r].set_rank(r);
@@ -88,6 +89,7 @@ void InitGroup(std::vector<Rank>& ranks, const std::string& coordinator,
     requests[r].set_group_id(group_id);
     requests[r].set_coordinator_address(coordinator);
     requests[r].set_kv_cache_blocks(kBlocks);
+    requests[r].set_relay_steps(relay);
   }
   std::vector<v1::InitResponse> responses;
   for (const grpc::Status& s :
@@ -101,10 +103,19 @@ void InitGroup(std::vector<Rank>& ranks, const std::string& coordinator,
   }
   EXPECT_EQ(loads[0].model_fingerprint(), loads[2].model_fingerprint());
   EXPECT_EQ(loads[1].kv_cache_blocks(), kBlocks);
+  for (const v1::LoadShardResponse& load : loads) EXPECT_EQ(load.relays_steps(), relay);
 }
 
-// Prefill then greedy decode of `steps` tokens on every rank; returns rank 0's tokens.
-std::vector<int32_t> Decode(std::vector<Rank>& ranks, int steps) {
+uint64_t LastStepId(Rank& rank) {
+  grpc::ClientContext context;
+  v1::WorkerStatusResponse status;
+  EXPECT_TRUE(rank.stub->Status(&context, v1::WorkerStatusRequest(), &status).ok());
+  return status.last_step_id();
+}
+
+// Prefill then greedy decode of `steps` tokens on every rank (`relay`: sent to rank 0 alone);
+// returns rank 0's tokens.
+std::vector<int32_t> Decode(std::vector<Rank>& ranks, int steps, bool relay) {
   std::vector<int32_t> tokens;
   std::vector<int32_t> run = kPrompt;
   int32_t position = 0;
@@ -125,12 +136,19 @@ std::vector<int32_t> Decode(std::vector<Rank>& ranks, int steps) {
     if (step == 1) s->add_new_block_ids(2);
     if (position <= 16 && position + static_cast<int>(run.size()) > 16) s->add_new_block_ids(7);
     s->set_sample(true);
-    std::vector<v1::StepResponse> responses;
-    const auto statuses = CallAll(ranks, &v1::WorkerService::Stub::Step,
-                                  std::vector<v1::StepRequest>(kWorld, request), &responses);
-    for (const grpc::Status& status : statuses) {
+    std::vector<v1::StepResponse> responses(kWorld);
+    if (relay) {
+      grpc::ClientContext context;
+      const grpc::Status status = ranks[0].stub->Step(&context, request, &responses[0]);
       EXPECT_TRUE(status.ok()) << status.error_message();
       if (!status.ok()) return tokens;
+    } else {
+      const auto statuses = CallAll(ranks, &v1::WorkerService::Stub::Step,
+                                    std::vector<v1::StepRequest>(kWorld, request), &responses);
+      for (const grpc::Status& status : statuses) {
+        EXPECT_TRUE(status.ok()) << status.error_message();
+        if (!status.ok()) return tokens;
+      }
     }
     EXPECT_EQ(responses[1].outputs_size(), 0);
     EXPECT_EQ(responses[2].outputs_size(), 0);
@@ -142,7 +160,10 @@ std::vector<int32_t> Decode(std::vector<Rank>& ranks, int steps) {
   return tokens;
 }
 
-TEST(WorkerGroup, ThreeCpuRanksDecodeLikeOneAndSurviveReforming) {
+class WorkerGroup : public testing::TestWithParam<bool> {};  // relay_steps
+
+TEST_P(WorkerGroup, ThreeCpuRanksDecodeLikeOneAndSurviveReforming) {
+  const bool relay = GetParam();
   constexpr int kSteps = 8;
   std::vector<int32_t> expected;
   {
@@ -188,14 +209,39 @@ TEST(WorkerGroup, ThreeCpuRanksDecodeLikeOneAndSurviveReforming) {
         ranks[r].server->address(), grpc::InsecureChannelCredentials(), args));
   }
 
-  InitGroup(ranks, coordinator_address, "group-1");
-  EXPECT_EQ(Decode(ranks, kSteps), expected);
-  // Re-form under a new id: the shards stay, sequences and step ids start over.
-  InitGroup(ranks, coordinator_address, "group-2");
-  EXPECT_EQ(Decode(ranks, kSteps), expected);
+  InitGroup(ranks, coordinator_address, "group-1", relay);
+  EXPECT_EQ(Decode(ranks, kSteps, relay), expected);
+  if (relay) {
+    // Every rank ran every step (rank 0's step returns once the others have all-reduced with it;
+    // their Status catches up when each finishes the step's last collective).
+    for (int r = 1; r < kWorld; ++r) {
+      const absl::Time deadline = absl::Now() + absl::Seconds(10);
+      while (LastStepId(ranks[r]) != kSteps && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+      EXPECT_EQ(LastStepId(ranks[r]), kSteps) << "rank " << r;
+    }
+    grpc::ClientContext context;
+    v1::StepResponse response;
+    v1::StepRequest request;
+    request.set_step_id(kSteps + 1);
+    const grpc::Status refused = ranks[1].stub->Step(&context, request, &response);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(refused.error_message().find("from rank 0"), std::string::npos)
+        << refused.error_message();
+  }
+  // Re-form under a new id, the followers waiting for rank 0: the shards stay, sequences and step
+  // ids start over.
+  InitGroup(ranks, coordinator_address, "group-2", relay);
+  EXPECT_EQ(Decode(ranks, kSteps, relay), expected);
+  // Stop ends the followers' wait for a step that never comes.
   for (Rank& rank : ranks) rank.server->Stop();
   coordinator->Shutdown();
 }
+
+INSTANTIATE_TEST_SUITE_P(StepsTo, WorkerGroup, testing::Bool(), [](const auto& info) {
+  return info.param ? "RankZeroWhichRelaysThem" : "EveryRank";
+});
 
 }  // namespace
 }  // namespace tpserve

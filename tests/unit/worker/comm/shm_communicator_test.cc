@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -120,11 +121,41 @@ TEST_P(ShmWorldTest, GatherToRootConcatenatesInRankOrder) {
 // Inexact sums, for a message below the one-barrier limit and for a chunked one.
 TEST_P(ShmWorldTest, EveryRankGetsTheRankOrderSum) {
   const int n = world_size();
+  ExpectAllPassed(RunRanks(AllRanks(n), kWorldTimeout,
+                           [&](int rank, Store store) -> absl::StatusOr<std::string> {
+                             auto comm = Join(rank, n, store, TestOptions(chunk_bytes()));
+                             if (!comm.ok()) return comm.status();
+                             return CheckRankOrderSum(**comm, {999, 200003});
+                           }));
+}
+
+// Byte i of a message of `size`: differs between messages and positions.
+std::string Message(size_t size) {
+  std::string bytes(size, '\0');
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>((i * 131 + size * 7) % 251);
+  return bytes;
+}
+
+// Nothing; fewer bytes than fit after the length; exactly a 4 KiB chunk with it and one more;
+// messages of several chunks at either chunk size. Another rank's old bytes are replaced.
+TEST_P(ShmWorldTest, BroadcastBytesReplacesEveryRanksBytesWithRank0s) {
+  const std::vector<size_t> sizes = {0, 5, 4088, 4089, 100000, (size_t{3} << 20) + 17};
   ExpectAllPassed(RunRanks(
-      AllRanks(n), kWorldTimeout, [&](int rank, Store store) -> absl::StatusOr<std::string> {
-        auto comm = Join(rank, n, store, TestOptions(chunk_bytes()));
+      AllRanks(world_size()), kWorldTimeout,
+      [&](int rank, Store store) -> absl::StatusOr<std::string> {
+        auto comm = Join(rank, world_size(), store, TestOptions(chunk_bytes()));
         if (!comm.ok()) return comm.status();
-        return CheckRankOrderSum(**comm, {999, 200003});
+        for (size_t size : sizes) {
+          std::string bytes = rank == 0 ? Message(size) : std::string(size + 3, 'x');
+          if (absl::Status s = (*comm)->BroadcastBytes(&bytes, /*await_root=*/false); !s.ok()) {
+            return s;
+          }
+          if (bytes != Message(size)) {
+            return absl::InternalError(absl::StrCat("a message of ", size, " bytes arrived as ",
+                                                    bytes.size(), " other bytes"));
+          }
+        }
+        return "ok";
       }));
 }
 
@@ -256,6 +287,105 @@ TEST(ShmCommunicatorTest, SlowPeerIsWaitedForWithoutSpinning) {
           return absl::InternalError(absl::StrCat("waiting 2 s took ", cpu, " s of CPU"));
         }
         return checked;
+      }));
+}
+
+// Ranks waiting for rank 0's next message with no deadline outlast the 1 s operation timeout,
+// asleep, and get the message rank 0 sends after 3 s.
+TEST(ShmCommunicatorTest, BroadcastWaitsForRank0WithoutADeadlineOrSpinning) {
+  ExpectAllPassed(RunRanks(
+      AllRanks(3), kWorldTimeout, [](int rank, Store store) -> absl::StatusOr<std::string> {
+        auto comm = Join(rank, 3, store, TestOptions(ShmOptions().chunk_bytes, absl::Seconds(1)));
+        if (!comm.ok()) return comm.status();
+        std::string bytes = rank == 0 ? "step 1" : "";
+        if (rank == 0) absl::SleepFor(absl::Seconds(3));
+        const double cpu_before = CpuSeconds();
+        if (absl::Status s = (*comm)->BroadcastBytes(&bytes, /*await_root=*/true); !s.ok()) {
+          return s;
+        }
+        const double cpu = CpuSeconds() - cpu_before;
+        if (bytes != "step 1") return absl::InternalError(absl::StrCat("got '", bytes, "'"));
+        if (rank != 0 && cpu > 0.2) {
+          return absl::InternalError(absl::StrCat("waiting 3 s took ", cpu, " s of CPU"));
+        }
+        return "ok";
+      }));
+}
+
+// Rank 0 dies while the others wait for its next message: they fail with UNAVAILABLE naming it
+// at once, not never.
+TEST(ShmCommunicatorTest, BroadcastWaitEndsWhenRank0Exits) {
+  ExpectAllPassed(RunRanks(
+      AllRanks(3), kWorldTimeout, [](int rank, Store store) -> absl::StatusOr<std::string> {
+        auto comm = Join(rank, 3, store);
+        if (!comm.ok()) return comm.status();
+        if (rank == 0) {
+          absl::SleepFor(absl::Milliseconds(500));
+          _exit(0);  // no destructor: it dies without leaving the group
+        }
+        std::string bytes;
+        const absl::Time begin = absl::Now();
+        const absl::Status status = (*comm)->BroadcastBytes(&bytes, /*await_root=*/true);
+        return ExpectError(status, absl::StatusCode::kUnavailable, "rank 0 (pid",
+                           absl::Now() - begin, absl::Milliseconds(400), absl::Seconds(2));
+      }));
+}
+
+// Abort from another thread ends a wait for rank 0's next message, and the rank leaves the
+// group: it had arrived at the broadcast's barrier, so rank 0's broadcast passes, and the
+// collective after it fails.
+TEST(ShmCommunicatorTest, AbortEndsAWaitForTheNextBroadcast) {
+  ExpectAllPassed(RunRanks(
+      AllRanks(2), kWorldTimeout, [](int rank, Store store) -> absl::StatusOr<std::string> {
+        auto comm = Join(rank, 2, store);
+        if (!comm.ok()) return comm.status();
+        std::string bytes = "step";
+        if (rank == 0) {
+          absl::SleepFor(absl::Seconds(2));
+          (*comm)->BroadcastBytes(&bytes, /*await_root=*/false).IgnoreError();
+          float x = 1;
+          return ExpectError((*comm)->AllReduceSum(&x, 1), absl::StatusCode::kUnavailable,
+                             "rank 1 has left the group");
+        }
+        std::thread aborter([&] {
+          absl::SleepFor(absl::Milliseconds(500));
+          (*comm)->Abort("re-forming the group");
+        });
+        const absl::Time begin = absl::Now();
+        const absl::Status status = (*comm)->BroadcastBytes(&bytes, /*await_root=*/true);
+        const absl::Duration took = absl::Now() - begin;
+        aborter.join();
+        return ExpectError(status, absl::StatusCode::kUnavailable, "re-forming the group", took,
+                           absl::Milliseconds(400), absl::Seconds(2));
+      }));
+}
+
+// Rank 2 stalls; rank 0, waiting for it beside rank 1, is aborted: rank 1 fails at once naming
+// rank 0, although rank 0 had arrived (it left while waiting, so the group is broken), rather than
+// wait for rank 2 until its 20 s timeout.
+TEST(ShmCommunicatorTest, RankThatLeavesWhileWaitingFailsTheOthersWaitingBesideIt) {
+  ExpectAllPassed(RunRanks(
+      AllRanks(3), kWorldTimeout, [](int rank, Store store) -> absl::StatusOr<std::string> {
+        auto comm = Join(rank, 3, store);
+        if (!comm.ok()) return comm.status();
+        float x = 1;
+        if (rank == 2) {
+          absl::SleepFor(absl::Seconds(3));
+          return "stalled";
+        }
+        std::thread aborter([&] {
+          absl::SleepFor(absl::Milliseconds(300));
+          if (rank == 0) (*comm)->Abort("the coordinator gave the step up");
+        });
+        const absl::Time begin = absl::Now();
+        const absl::Status status = (*comm)->AllReduceSum(&x, 1);
+        const absl::Duration took = absl::Now() - begin;
+        aborter.join();
+        if (rank == 0) {
+          return ExpectError(status, absl::StatusCode::kUnavailable, "gave the step up");
+        }
+        return ExpectError(status, absl::StatusCode::kUnavailable, "rank 0 has left the group",
+                           took, absl::Milliseconds(250), absl::Seconds(2));
       }));
 }
 
