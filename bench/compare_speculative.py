@@ -10,11 +10,14 @@ from /metrics) and mean acceptance length (accepted tokens per verified proposal
 serves the bundled model rewritten at F32 (tpserve-quantize, into build/bench-models/ the first
 time) with --speculative draft and the bundled Q4_1 file as the draft: the same weights, the
 draft 4x fewer bytes to read per token. --method self serves the bundled model with
---speculative self, its own first --self-spec-layers layers as the draft.
+--speculative self, its own first --self-spec-layers layers as the draft. --f32-target serves
+the F32 rewrite with --method ngram or self too: decode then reads 4x the bytes per token and
+is bound by memory bandwidth, as a large model's is on any CPU, where the packed Q4_1 model's
+is bound by the integer products, so that each verified row costs a share of a step.
 
     bench/compare_speculative.py [--method ngram|draft|self] [--self-spec-layers L]
                                  [--concurrency C] [--rounds R] [--tp T]
-                                 [--num-speculative-tokens K] [--free-form]
+                                 [--num-speculative-tokens K] [--free-form] [--f32-target]
 
 At --concurrency 32 the speculating server stops proposing above --spec-disable-batch-size
 (8) decoding sequences, which is what keeps a loaded server as fast as without.
@@ -111,9 +114,11 @@ def main():
     parser.add_argument("--num-speculative-tokens", type=int, default=4)
     parser.add_argument("--free-form", action="store_true",
                         help="free-form questions instead of input-grounded ones")
+    parser.add_argument("--f32-target", action="store_true",
+                        help="serve the F32 rewrite (always so with --method draft)")
     args = parser.parse_args()
     prompts = FREE_FORM if args.free_form else GROUNDED
-    model = f32_target() if args.method == "draft" else MODEL
+    model = f32_target() if args.method == "draft" or args.f32_target else MODEL
     rates = {args.method: [], "none": []}
     proposed = accepted = runs = 0
     for r in range(1, args.rounds + 1):

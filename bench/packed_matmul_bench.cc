@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/packed_matmul.h"
 #include "kernels/cpu/packed_weight.h"
 #include "kernels/cpu/quantized_activations.h"
@@ -72,6 +73,38 @@ void BM_PackedLayer(benchmark::State& state, FormatCase format) {
   state.SetBytesProcessed(state.iterations() * bytes);
   state.SetLabel(cpu::PackedIsaName(isa));
 }
+
+// The same layer's fp32 products (cpu::MatmulBT): an F32, F16 or BF16 model on the CPU, which
+// reads 4 bytes per weight, so at a few rows (a decode step, or the verification of speculated
+// tokens) reading the weights is the whole cost.
+void BM_Fp32Layer(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  std::vector<std::vector<float>> weights, inputs;
+  int64_t bytes = 0;
+  for (const Projection& p : kLayer) {
+    weights.push_back(Normal(p.rows * p.cols, weights.size() + 1));
+    inputs.push_back(Normal(m * p.cols, 100 + inputs.size()));
+    bytes += p.rows * p.cols * static_cast<int64_t>(sizeof(float));
+  }
+  std::vector<float> out(m * 2 * 5632);
+  for (auto _ : state) {
+    for (size_t i = 0; i < weights.size(); ++i) {
+      cpu::MatmulBT(inputs[i].data(), weights[i].data(), m, kLayer[i].rows, kLayer[i].cols,
+                    out.data());
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+}
+BENCHMARK(BM_Fp32Layer)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(5)
+    ->Arg(9)
+    ->Arg(16)
+    ->Arg(64)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace tpserve

@@ -47,8 +47,13 @@ TEST(MatmulBTTest, HandComputed) {
 }
 
 TEST(MatmulBTTest, MatchesNaiveLoop) {
-  const Shape shapes[] = {{1, 1, 1},    {1, 49, 576},  {7, 192, 576}, {33, 65, 17},
-                          {64, 64, 64}, {3, 1536, 64}, {130, 70, 300}};
+  // Every row count of the streamed path (1 to kStreamedRowsMax: groups of 4 and each remainder),
+  // weight rows in passes of 4 and a remainder, k below one vector, with a masked tail, across
+  // several 2,048-float slices; then OpenBLAS's sizes.
+  const Shape shapes[] = {{1, 1, 1},     {1, 49, 576},  {2, 5, 15},    {3, 7, 4113}, {4, 9, 33},
+                          {5, 6, 2048},  {6, 3, 100},   {7, 192, 576}, {8, 4, 31},   {9, 11, 4096},
+                          {13, 10, 17},  {16, 66, 577}, {17, 30, 40},  {33, 65, 17}, {64, 64, 64},
+                          {3, 1536, 64}, {130, 70, 300}};
   uint64_t seed = 1;
   for (const Shape& s : shapes) {
     const std::vector<float> a = RandomVector(s.m * s.k, 1.0f, seed++);
@@ -57,6 +62,25 @@ TEST(MatmulBTTest, MatchesNaiveLoop) {
     std::vector<float> c(s.m * s.n, std::numeric_limits<float>::quiet_NaN());
     MatmulBT(a.data(), b.data(), s.m, s.n, s.k, c.data());
     ExpectMatchesNaive(a, b, c, {}, s);
+  }
+}
+
+// Up to kStreamedRowsMax rows, a row's outputs are the same bits whatever the other rows (a
+// decode row alone or beside the verification of speculated tokens), and whichever thread takes
+// which weight rows.
+TEST(MatmulBTTest, RowsDoNotDependOnTheBatch) {
+  const int64_t n = 37, k = 2500;
+  const std::vector<float> a = RandomVector(kStreamedRowsMax * k, 1.0f, 21);
+  const std::vector<float> b = RandomVector(n * k, 1.0f, 22);
+  std::vector<float> all(kStreamedRowsMax * n);
+  MatmulBT(a.data(), b.data(), kStreamedRowsMax, n, k, all.data());
+  for (int64_t first = 0; first < kStreamedRowsMax; first += 5) {
+    const int64_t rows = std::min<int64_t>(first % 4 + 1, kStreamedRowsMax - first);
+    std::vector<float> some(rows * n);
+    MatmulBT(a.data() + first * k, b.data(), rows, n, k, some.data());
+    for (int64_t i = 0; i < rows * n; ++i) {
+      ASSERT_EQ(some[i], all[first * n + i]) << "row " << first + i / n << " of " << rows;
+    }
   }
 }
 
