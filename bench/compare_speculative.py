@@ -3,7 +3,9 @@
 alternated: chat requests at temperature 0 whose answers are grounded in their input (repeat,
 copy or lightly edit a passage or a function), the task n-gram proposals exist for, and
 free-form questions, where they seldom help. Each mode starts its own server per round. Prints
-output tokens/s per round, the ratio of medians, and the acceptance (accepted / proposed tokens,
+output tokens/s per round (prefill included), decode tokens/s per stream (each answer's tokens
+after its first, over the time after its first: batch-1 decode at concurrency 1), the ratios of
+medians, and the acceptance (accepted / proposed tokens,
 from /metrics) and mean acceptance length (accepted tokens per verified proposal run).
 
 --method ngram (the default) serves the bundled model with --speculative ngram. --method draft
@@ -56,13 +58,27 @@ OUTPUT_TOKENS = 128
 
 
 def chat(port, prompt):
+    """Streams one answer: (its tokens, seconds from its first content to its end)."""
     body = {"messages": [{"role": "user", "content": prompt}], "temperature": 0,
-            "max_tokens": OUTPUT_TOKENS}
+            "max_tokens": OUTPUT_TOKENS, "stream": True,
+            "stream_options": {"include_usage": True}}
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
                                      json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})
+    first = last = None
+    tokens = 0
     with urllib.request.urlopen(request, timeout=600) as reply:
-        return json.load(reply)["usage"]["completion_tokens"]
+        for line in reply:
+            line = line.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[len("data: "):])
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            if any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
+                last = time.monotonic()
+                first = first or last
+    return tokens, (last - first) if first is not None else 0.0
 
 
 def spec_counters(port):
@@ -96,9 +112,13 @@ def run(mode, model, prompts, concurrency, tp, k, self_spec_layers):
         work = prompts * max(1, concurrency // len(prompts))
         start = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
-            tokens = sum(pool.map(lambda p: chat(port, p), work))
+            answers = list(pool.map(lambda p: chat(port, p), work))
+        tokens = sum(t for t, _ in answers)
         rate = tokens / (time.monotonic() - start)
-        return rate, spec_counters(port)
+        # Decode alone, each stream after its first token (prefill and time to first token are
+        # the same with and without speculation): tokens after the first per second, per stream.
+        decode = sum(t - 1 for t, _ in answers) / max(sum(s for _, s in answers), 1e-9)
+        return rate, decode, tokens, spec_counters(port)
     finally:
         server.stop()
 
@@ -120,22 +140,35 @@ def main():
     prompts = FREE_FORM if args.free_form else GROUNDED
     model = f32_target() if args.method == "draft" or args.f32_target else MODEL
     rates = {args.method: [], "none": []}
-    proposed = accepted = runs = 0
+    decode_rates = {args.method: [], "none": []}
+    proposed = accepted = runs = spec_output = 0
     for r in range(1, args.rounds + 1):
         for mode in (args.method, "none"):
-            rate, counters = run(mode, model, prompts, args.concurrency, args.tp,
-                                 args.num_speculative_tokens, args.self_spec_layers)
+            rate, decode, tokens, counters = run(mode, model, prompts, args.concurrency, args.tp,
+                                                 args.num_speculative_tokens,
+                                                 args.self_spec_layers)
             rates[mode].append(rate)
+            decode_rates[mode].append(decode)
+            if mode == args.method:
+                spec_output += tokens
             proposed += counters.get("spec_decode_num_draft_tokens", 0)
             accepted += counters.get("spec_decode_num_accepted_tokens", 0)
             runs += counters.get("spec_decode_num_drafts", 0)
-            print(f"round {r} speculative {mode}: {rate:.1f} output tok/s", file=sys.stderr)
+            print(f"round {r} speculative {mode}: {rate:.1f} output tok/s, "
+                  f"{decode:.1f} decode tok/s per stream", file=sys.stderr)
     on, off = statistics.median(rates[args.method]), statistics.median(rates["none"])
+    don, doff = (statistics.median(decode_rates[args.method]),
+                 statistics.median(decode_rates["none"]))
+    print("decode tok/s per stream  %s: %s (median %.1f)  none: %s (median %.1f)  ratio %.2f"
+          % (args.method, " ".join("%.1f" % x for x in decode_rates[args.method]), don,
+             " ".join("%.1f" % x for x in decode_rates["none"]), doff, don / doff))
     print("output tok/s  %s: %s (median %.1f)  none: %s (median %.1f)  ratio %.2f  "
-          "accepted %d of %d proposed tokens (%.0f%%), %.2f per verified run"
+          "accepted %d of %d proposed tokens (%.0f%%), %.2f per verified run; verified runs "
+          "gave %.0f%% of the output (their accepted tokens and the one each samples after them)"
           % (args.method, " ".join("%.1f" % x for x in rates[args.method]), on,
              " ".join("%.1f" % x for x in rates["none"]), off, on / off, accepted, proposed,
-             100.0 * accepted / max(proposed, 1), accepted / max(runs, 1)))
+             100.0 * accepted / max(proposed, 1), accepted / max(runs, 1),
+             100.0 * (accepted + runs) / max(spec_output, 1)))
 
 
 if __name__ == "__main__":
