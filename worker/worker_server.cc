@@ -512,9 +512,15 @@ void WorkerServer::FollowSteps() {
   for (;;) {
     absl::StatusOr<v1::StepRequest> request = relay_->Receive();
     if (!request.ok()) {
-      SetState(WorkerState::kFailed, std::string(request.status().message()));
-      LogWarning("worker", "rank %d: no longer taking the steps from rank 0: %s", options_.rank,
-                 request.status().message());
+      absl::MutexLock lock(&status_mu_);
+      if (stop_following_) {  // Init or Stop took the thread back: nothing failed
+        LogInfo("worker", "rank %d: stopped taking the steps from rank 0", options_.rank);
+      } else {
+        state_ = WorkerState::kFailed;
+        error_ = std::string(request.status().message());
+        LogWarning("worker", "rank %d: no longer taking the steps from rank 0: %s", options_.rank,
+                   request.status().message());
+      }
       break;
     }
     v1::StepResponse response;
@@ -528,6 +534,7 @@ void WorkerServer::FollowSteps() {
   }
   absl::MutexLock lock(&status_mu_);
   following_ = false;
+  stop_following_ = false;
 }
 
 bool WorkerServer::following() {
@@ -536,7 +543,12 @@ bool WorkerServer::following() {
 }
 
 void WorkerServer::StopFollowing(absl::string_view why) {
-  if (following()) comm_->Abort(why);
+  {
+    absl::MutexLock lock(&status_mu_);
+    if (!following_) return;
+    stop_following_ = true;
+  }
+  comm_->Abort(why);
 }
 
 }  // namespace tpserve

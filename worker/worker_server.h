@@ -164,7 +164,8 @@ class WorkerServer final : public v1::WorkerService::Service {
   uint64_t status_last_step_id_ ABSL_GUARDED_BY(status_mu_) = 0;
   std::deque<double> step_ms_ ABSL_GUARDED_BY(status_mu_);  // the most recent steps
   bool shutdown_requested_ ABSL_GUARDED_BY(status_mu_) = false;
-  bool following_ ABSL_GUARDED_BY(status_mu_) = false;  // FollowSteps is queued or running
+  bool following_ ABSL_GUARDED_BY(status_mu_) = false;       // FollowSteps is queued or running
+  bool stop_following_ ABSL_GUARDED_BY(status_mu_) = false;  // StopFollowing ended it
   // The silence check: armed by Init, disarmed by registering; the time of the last call's start
   // or end, and how many are in flight.
   bool coordinator_known_ ABSL_GUARDED_BY(status_mu_) = false;
