@@ -26,7 +26,8 @@ class ExecutionThread {
   // The same; while waiting, calls `waiting` on this thread every `period`, each time before
   // `fn` has returned: the work queued after `fn` has not started, so `waiting` may act on the
   // state `fn` runs with (abort its collective).
-  void Run(std::function<void()> fn, absl::Duration period, absl::FunctionRef<void()> waiting);
+  void Run(std::function<void()> fn, absl::Duration period,
+           absl::FunctionRef<void()> waiting);
   // Queues `fn` and returns at once: work that runs until something ends it (a rank following
   // rank 0's steps), which whoever queues work behind it must end first.
   void Post(std::function<void()> fn);

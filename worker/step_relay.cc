@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 
 namespace tpserve {
+
 absl::Status StepRelay::Send(const v1::StepRequest& request) {
   std::string bytes;
   if (!request.SerializeToString(&bytes)) {

@@ -327,12 +327,12 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
       cpu.gloo.host = options_.host;
       absl::StatusOr<CpuGroup> group = CreateCpuGroup(rank, world, std::move(store), cpu);
       if (group.ok()) {
+        if (request.relay_steps()) relay_shm = group->shm;
         LogInfo("worker", "rank %d: the CPU group of %d ranks all-reduces through %s%s", rank,
                 world, group->transport,
-                group->shm != nullptr && request.relay_steps()
-                    ? (rank == 0 ? " and relays the steps to the others" : ", steps from rank 0")
-                    : "");
-        if (request.relay_steps()) relay_shm = group->shm;
+                relay_shm == nullptr ? ""
+                : rank == 0          ? " and relays the steps to the others"
+                                     : ", steps from rank 0");
         group_comm = std::move(group->comm);
       } else {
         group_comm = group.status();
@@ -370,17 +370,18 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
       request.model_path().empty() ? options_.model_path : request.model_path();
   // A CUDA model of several ranks is reloaded: its decode graphs captured NCCL calls on the old
   // communicator, and NCCL does not destroy a communicator while a graph still references it.
-  const bool keep_shard =
-      runner_ != nullptr && comm_->world_size() == world && model_path == model_path_ &&
-      group.block_size() == group_.block_size() &&
-      group.kv_cache_blocks() == group_.kv_cache_blocks() &&
-      group.kv_cache_bytes() == group_.kv_cache_bytes() && group.device() == group_.device() &&
-      (!cuda || world == 1) && group.max_num_seqs() == group_.max_num_seqs() &&
-      group.max_num_batched_tokens() == group_.max_num_batched_tokens() &&
-      group.enforce_eager() == group_.enforce_eager() &&
-      group.draft_model_path() == group_.draft_model_path() &&
-      group.self_spec_layers() == group_.self_spec_layers() &&
-      group.kv_cache_fp8() == group_.kv_cache_fp8() && group.weights_fp8() == group_.weights_fp8();
+  const bool keep_shard = runner_ != nullptr && comm_->world_size() == world &&
+                          model_path == model_path_ && group.block_size() == group_.block_size() &&
+                          group.kv_cache_blocks() == group_.kv_cache_blocks() &&
+                          group.kv_cache_bytes() == group_.kv_cache_bytes() &&
+                          group.device() == group_.device() && (!cuda || world == 1) &&
+                          group.max_num_seqs() == group_.max_num_seqs() &&
+                          group.max_num_batched_tokens() == group_.max_num_batched_tokens() &&
+                          group.enforce_eager() == group_.enforce_eager() &&
+                          group.draft_model_path() == group_.draft_model_path() &&
+                          group.self_spec_layers() == group_.self_spec_layers() &&
+                          group.kv_cache_fp8() == group_.kv_cache_fp8() &&
+                          group.weights_fp8() == group_.weights_fp8();
   // Before the communicators it points to change. A kept CUDA shard is a world of one, whose
   // device communicator lives for the whole process.
   if (!keep_shard) runner_.reset();
