@@ -118,6 +118,26 @@ TP_TARGET_AVX512VNNI inline void UnpackZmm(const uint8_t* record, __m512i u[8]) 
     }
     return;
   }
+  if constexpr (kFormat == BlockFormat::kQ6_K) {
+    // Elements 0..15 whole; 16..31 have their top bits moved from bits 6, 7 of the chunk of the
+    // element 16 before to bits 4, 5 (bits crossing from the other byte of a 16-bit lane are
+    // masked off).
+    const __m512i nibble = _mm512_set1_epi8(0x0F);
+    const __m512i top = _mm512_set1_epi8(0x30);
+    __m512i whole[4];
+    for (int g = 0; g < 4; ++g) {
+      whole[g] = _mm512_loadu_si512(record + 64 * g);
+      u[g] = _mm512_and_si512(whole[g], _mm512_set1_epi8(0x3F));
+    }
+    for (int c = 0; c < 2; ++c) {
+      const __m512i raw = _mm512_loadu_si512(record + 256 + 64 * c);
+      u[4 + 2 * c] = _mm512_or_si512(_mm512_and_si512(raw, nibble),
+                                     _mm512_and_si512(_mm512_srli_epi16(whole[2 * c], 2), top));
+      u[5 + 2 * c] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble),
+                                     _mm512_and_si512(_mm512_srli_epi16(whole[2 * c + 1], 2), top));
+    }
+    return;
+  }
   const __m512i mask = _mm512_set1_epi8(0x0F);
   for (int p = 0; p < 4; ++p) {
     const __m512i raw = _mm512_loadu_si512(record + 64 * p);
@@ -133,17 +153,18 @@ TP_TARGET_AVX512VNNI inline void UnpackZmm(const uint8_t* record, __m512i u[8]) 
       u[g] = _mm512_or_si512(u[g], _mm512_and_si512(moved, bit4));
     }
   }
-  if constexpr (kFormat == BlockFormat::kQ6_K) {
-    for (int h = 0; h < 2; ++h) {
-      // Bits 2k, 2k + 1 moved to bits 4, 5 of their byte (see Q5_K above).
-      const __m512i raw = _mm512_loadu_si512(record + 256 + 64 * h);
-      const __m512i bits45 = _mm512_set1_epi8(0x30);
-      for (int k = 0; k < 4; ++k) {
-        const __m512i moved =
-            k <= 2 ? _mm512_slli_epi16(raw, 4 - 2 * k) : _mm512_srli_epi16(raw, 2 * k - 4);
-        u[4 * h + k] = _mm512_or_si512(u[4 * h + k], _mm512_and_si512(moved, bits45));
-      }
-    }
+}
+
+// A decode step streams every weight once, and at one activation row the hardware prefetchers
+// alone left the AVX-512 tiles waiting on memory: each record asks for the one 16 records ahead
+// (4-9 KB; near a group's end, the next group's, which the same thread mostly takes next). Reading
+// past the last record is harmless: a prefetch never faults.
+constexpr int64_t kPrefetchRecords = 16;
+template <BlockFormat kFormat>
+inline void PrefetchAhead(const uint8_t* record) {
+  const uint8_t* ahead = record + kPrefetchRecords * RecordBytes(kFormat);
+  for (int64_t at = 0; at < RecordBytes(kFormat); at += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T0);
   }
 }
 
@@ -167,8 +188,8 @@ template <BlockFormat kFormat, int kM>
 TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0, const PackedWeight& w,
                                   int64_t group, float* out) {
   const int64_t blocks = a.blocks();
-  const int64_t record_bytes = w.record_bytes();
-  const int64_t code_bytes = w.code_bytes();
+  constexpr int64_t record_bytes = RecordBytes(kFormat);
+  constexpr int64_t code_bytes = CodeBytes(kFormat);
   const uint8_t* record = w.record(group, 0);
   __m512 acc[kM];
   for (int i = 0; i < kM; ++i) acc[i] = _mm512_setzero_ps();
@@ -186,6 +207,7 @@ TP_TARGET_AVX512VNNI void TileZmm(const QuantizedActivations& a, int64_t i0, con
   }
 #pragma GCC unroll 1
   for (int64_t blk = 0; blk < blocks; ++blk, record += record_bytes) {
+    PrefetchAhead<kFormat>(record);
     __m512i u[8];
     UnpackZmm<kFormat>(record, u);
     __m512 dw, mw;
@@ -234,8 +256,8 @@ template <BlockFormat kFormat, int kM>
 TP_TARGET_AVX512VNNI void KQuantTileZmm(const QuantizedActivations& a, int64_t i0,
                                         const PackedWeight& w, int64_t group, float* out) {
   const int64_t blocks = a.blocks();
-  const int64_t record_bytes = w.record_bytes();
-  const int64_t code_bytes = w.code_bytes();
+  constexpr int64_t record_bytes = RecordBytes(kFormat);
+  constexpr int64_t code_bytes = CodeBytes(kFormat);
   const uint8_t* record = w.record(group, 0);
   __m512 acc[kM];
   for (int i = 0; i < kM; ++i) acc[i] = _mm512_setzero_ps();
@@ -247,6 +269,7 @@ TP_TARGET_AVX512VNNI void KQuantTileZmm(const QuantizedActivations& a, int64_t i
     __m512 scaled[kM], mins[kM];
     for (int i = 0; i < kM; ++i) scaled[i] = mins[i] = _mm512_setzero_ps();
     for (int64_t blk = first; blk < first + kBlocksPerSuper; ++blk, record += record_bytes) {
+      PrefetchAhead<kFormat>(record);
       __m512i u[8];
       UnpackZmm<kFormat>(record, u);
       __m512i s0, s1;
@@ -301,6 +324,24 @@ TP_TARGET_AVX2 inline void UnpackYmm(const uint8_t* record, int half, __m256i u[
     }
     return;
   }
+  if constexpr (kFormat == BlockFormat::kQ6_K) {  // as UnpackZmm
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    const __m256i top = _mm256_set1_epi8(0x30);
+    __m256i whole[4];
+    for (int g = 0; g < 4; ++g) {
+      whole[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 64 * g + 32 * half));
+      u[g] = _mm256_and_si256(whole[g], _mm256_set1_epi8(0x3F));
+    }
+    for (int c = 0; c < 2; ++c) {
+      const __m256i raw =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 256 + 64 * c + 32 * half));
+      u[4 + 2 * c] = _mm256_or_si256(_mm256_and_si256(raw, nibble),
+                                     _mm256_and_si256(_mm256_srli_epi16(whole[2 * c], 2), top));
+      u[5 + 2 * c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble),
+                                     _mm256_and_si256(_mm256_srli_epi16(whole[2 * c + 1], 2), top));
+    }
+    return;
+  }
   const __m256i mask = _mm256_set1_epi8(0x0F);
   for (int p = 0; p < 4; ++p) {
     const __m256i raw =
@@ -315,18 +356,6 @@ TP_TARGET_AVX2 inline void UnpackYmm(const uint8_t* record, int half, __m256i u[
     for (int g = 0; g < 8; ++g) {
       const __m256i moved = g <= 4 ? _mm256_slli_epi16(raw, 4 - g) : _mm256_srli_epi16(raw, g - 4);
       u[g] = _mm256_or_si256(u[g], _mm256_and_si256(moved, bit4));
-    }
-  }
-  if constexpr (kFormat == BlockFormat::kQ6_K) {
-    for (int h = 0; h < 2; ++h) {
-      const __m256i raw =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 256 + 64 * h + 32 * half));
-      const __m256i bits45 = _mm256_set1_epi8(0x30);
-      for (int k = 0; k < 4; ++k) {
-        const __m256i moved =
-            k <= 2 ? _mm256_slli_epi16(raw, 4 - 2 * k) : _mm256_srli_epi16(raw, 2 * k - 4);
-        u[4 * h + k] = _mm256_or_si256(u[4 * h + k], _mm256_and_si256(moved, bits45));
-      }
     }
   }
 }
@@ -364,8 +393,8 @@ template <BlockFormat kFormat, int kM>
 TP_TARGET_AVX2 void HalfTileYmm(const QuantizedActivations& a, int64_t i0, const PackedWeight& w,
                                 int64_t group, int half, float* out) {
   const int64_t blocks = a.blocks();
-  const int64_t record_bytes = w.record_bytes();
-  const int64_t code_bytes = w.code_bytes();
+  constexpr int64_t record_bytes = RecordBytes(kFormat);
+  constexpr int64_t code_bytes = CodeBytes(kFormat);
   const uint8_t* record = w.record(group, 0);
   __m256 acc[kM];
   for (int i = 0; i < kM; ++i) acc[i] = _mm256_setzero_ps();
@@ -420,8 +449,8 @@ template <BlockFormat kFormat, int kM>
 TP_TARGET_AVX2 void KQuantHalfTileYmm(const QuantizedActivations& a, int64_t i0,
                                       const PackedWeight& w, int64_t group, int half, float* out) {
   const int64_t blocks = a.blocks();
-  const int64_t record_bytes = w.record_bytes();
-  const int64_t code_bytes = w.code_bytes();
+  constexpr int64_t record_bytes = RecordBytes(kFormat);
+  constexpr int64_t code_bytes = CodeBytes(kFormat);
   const uint8_t* record = w.record(group, 0);
   __m256 acc[kM];
   for (int i = 0; i < kM; ++i) acc[i] = _mm256_setzero_ps();

@@ -21,8 +21,6 @@ inline uint16_t LoadU16(const uint8_t* p) {
   return v;
 }
 
-int64_t ScaleCount(BlockFormat format) { return format == BlockFormat::kQ4_1 ? 2 : 1; }
-
 // Row r's codes of one GGUF block into its place in a record (zeroed before): the layout of
 // packed_weight.h, written out per format so that loading a large model stays fast.
 template <BlockFormat kFormat>
@@ -60,18 +58,12 @@ void EncodeQ4KScales(const uint8_t* scales, const uint8_t* mins, uint8_t* bytes)
   }
 }
 
-// Where the code of element e of row r lies in a record: the byte of its low 4 bits and their
-// shift, and (Q6_K) the byte of its top 2 bits and their shift.
+// Where the 4-bit code of element e (0..31) of row r lies in a record: its byte and shift.
 struct CodePlace {
   int low;
   int low_shift;
-  int high;
-  int high_shift;
 };
-inline CodePlace PlaceOf(int r, int e) {
-  return {64 * (e / 8) + 4 * r + e % 4, (e / 4) % 2 * 4, 256 + 64 * (e / 16) + 4 * r + e % 4,
-          2 * ((e / 4) % 4)};
-}
+inline CodePlace PlaceOf(int r, int e) { return {64 * (e / 8) + 4 * r + e % 4, (e / 4) % 2 * 4}; }
 
 // Q4_K super-block element n's code: chunk n / 64 of qs, low nibbles first, then high.
 inline int Q4KCode(const uint8_t* qs, int n) {
@@ -131,11 +123,16 @@ void PackKRow(const uint8_t* blocks, int64_t row, PackedWeight* w) {
         uint8_t* record = records + j * w->record_bytes();
         for (int e = 0; e < 32; ++e) {
           const Q6KPlace from = Q6KPlaceOf(32 * j + e);
-          const CodePlace at = PlaceOf(r, e);
           const int low = from.ql_high ? block[from.ql] >> 4 : block[from.ql] & 0x0F;
-          record[at.low] |= static_cast<uint8_t>(low << at.low_shift);
-          record[at.high] |=
-              static_cast<uint8_t>(((block[128 + from.qh] >> from.qh_shift) & 3) << at.high_shift);
+          const int high = (block[128 + from.qh] >> from.qh_shift) & 3;
+          const int whole = 64 * (e / 4 % 4) + 4 * r + e % 4;  // packed_weight.h's chunk g < 4
+          if (e < 16) {
+            record[whole] |= static_cast<uint8_t>(low | high << 4);
+          } else {
+            const CodePlace at = PlaceOf(r, e - 16);
+            record[256 + at.low] |= static_cast<uint8_t>(low << at.low_shift);
+            record[whole] |= static_cast<uint8_t>(high << 6);
+          }
           if (e % 16 == 0) record[384 + 16 * (e / 16) + r] = block[192 + from.scale];
         }
       }
@@ -233,44 +230,6 @@ int64_t BlockBytes(BlockFormat format) {
   }
   TP_CHECK(false);
   return 0;
-}
-
-int64_t PackedWeight::code_bytes() const {
-  switch (format) {
-    case BlockFormat::kQ8_0:
-      return 512;
-    case BlockFormat::kQ5_K:
-      return 256 + 64;
-    case BlockFormat::kQ6_K:
-      return 256 + 128;
-    default:
-      return 256;
-  }
-}
-
-int64_t PackedWeight::record_bytes() const {
-  // Two bytes a row per fp16 scale; Q6_K's two int8 scales a row; Q4_K's and Q5_K's are in `super`.
-  switch (format) {
-    case BlockFormat::kQ4_K:
-    case BlockFormat::kQ5_K:
-      return code_bytes();
-    case BlockFormat::kQ6_K:
-      return code_bytes() + 2 * kGroupRows;
-    default:
-      return code_bytes() + ScaleCount(format) * 2 * kGroupRows;
-  }
-}
-
-int64_t PackedWeight::super_bytes() const {
-  switch (format) {
-    case BlockFormat::kQ4_K:
-    case BlockFormat::kQ5_K:
-      return kKScalesOffset + 12 * kGroupRows;
-    case BlockFormat::kQ6_K:
-      return 2 * kGroupRows;
-    default:
-      return 0;
-  }
 }
 
 PackedWeight PackWeight(BlockFormat format, const uint8_t* blocks, int64_t rows, int64_t cols) {

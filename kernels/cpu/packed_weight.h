@@ -8,8 +8,10 @@
 //                code of element 8p + e of row r, in its high nibble that of element 8p + 4 + e.
 //          Q5_K: the low 4 bits as Q4_x, then 64 bytes of fifth bits: bit g of byte 4r + e is
 //                the fifth bit of element 4g + e.
-//          Q6_K: the low 4 bits as Q4_x, then 2 chunks of 64 bytes of top bits: in chunk h,
-//                bits 2k, 2k + 1 of byte 4r + e are the top 2 bits of element 16h + 4k + e.
+//          Q6_K: 6 chunks of 64 bytes. In chunk g < 4, byte 4r + e holds in bits 0-5 the code of
+//                element 4g + e of row r, in bits 6 and 7 the top 2 bits of element 16 + 4g + e;
+//                chunks 4 and 5 hold the low 4 bits of elements 16..31 as Q4_x's chunks 0 and 1
+//                do those of elements 0..15. Half the codes are then unpacked by one mask.
 //          Q8_0: 8 chunks of 64 bytes. In chunk g, byte 4r + e is q of element 4g + e of row r.
 //   scales Q4_0, Q8_0: 16 fp16 d, each row's block scale; Q4_1: then 16 fp16 m, the minimums.
 //          Q4_K, Q5_K: none (in the super-block entry below).
@@ -58,6 +60,53 @@ constexpr int64_t GgufBlockElements(BlockFormat format) {
 // Bytes of one GGUF block of `format`.
 int64_t BlockBytes(BlockFormat format);
 
+// Bytes of the codes of one (group, block) record of `format`, and of the whole record: the
+// scales follow the codes, two bytes a row per fp16 scale, Q6_K's two int8 scales a row; Q4_K's
+// and Q5_K's are in PackedWeight::super.
+constexpr int64_t CodeBytes(BlockFormat format) {
+  switch (format) {
+    case BlockFormat::kQ8_0:
+      return 512;
+    case BlockFormat::kQ5_K:
+      return 256 + 64;
+    case BlockFormat::kQ6_K:
+      return 256 + 128;
+    default:
+      return 256;
+  }
+}
+constexpr int64_t RecordBytes(BlockFormat format) {
+  switch (format) {
+    case BlockFormat::kQ4_K:
+    case BlockFormat::kQ5_K:
+      return CodeBytes(format);
+    case BlockFormat::kQ6_K:
+    case BlockFormat::kQ4_0:
+    case BlockFormat::kQ8_0:
+      return CodeBytes(format) + 2 * kGroupRows;
+    case BlockFormat::kQ4_1:
+      return CodeBytes(format) + 4 * kGroupRows;
+  }
+  return 0;
+}
+// Q4_K, Q5_K: where the 8 blocks' scales and mins start in a super-block entry (after the fp16 d
+// and dmin of its 16 rows).
+inline constexpr int64_t kKScalesOffset = 4 * kGroupRows;
+
+// K-quants: bytes of one (group, super-block) entry of PackedWeight::super: the fp16 d of its 16
+// rows; Q4_K and Q5_K then dmin and the 6-bit scales and mins of the 8 blocks (12 bytes a row).
+constexpr int64_t SuperBytes(BlockFormat format) {
+  switch (format) {
+    case BlockFormat::kQ4_K:
+    case BlockFormat::kQ5_K:
+      return kKScalesOffset + 12 * kGroupRows;
+    case BlockFormat::kQ6_K:
+      return 2 * kGroupRows;
+    default:
+      return 0;
+  }
+}
+
 struct PackedWeight {
   BlockFormat format = BlockFormat::kQ8_0;
   int64_t rows = 0;
@@ -67,14 +116,13 @@ struct PackedWeight {
 
   int64_t blocks() const { return cols / kBlockElements; }
   int64_t groups() const { return (rows + kGroupRows - 1) / kGroupRows; }
-  // Bytes of one (group, block) record, and of its codes (the scales follow them).
-  int64_t record_bytes() const;
-  int64_t code_bytes() const;
+  int64_t record_bytes() const { return RecordBytes(format); }
+  int64_t code_bytes() const { return CodeBytes(format); }
   const uint8_t* record(int64_t group, int64_t block) const {
     return data.data() + (group * blocks() + block) * record_bytes();
   }
   // K-quants: bytes of one (group, super-block) entry of `super`, and the entry of a block's.
-  int64_t super_bytes() const;
+  int64_t super_bytes() const { return SuperBytes(format); }
   const uint8_t* super_factors(int64_t group, int64_t block) const {
     return super.data() +
            (group * (cols / kSuperBlockElements) + block / (kSuperBlockElements / kBlockElements)) *
@@ -82,9 +130,7 @@ struct PackedWeight {
   }
 };
 
-// Q4_K, Q5_K: where the 8 blocks' scales and mins start in a super-block entry (after the fp16 d
-// and dmin of its 16 rows), and row r's scale and min of block j (0..7).
-inline constexpr int64_t kKScalesOffset = 4 * kGroupRows;
+// Row r's scale and min of block j (0..7) in a Q4_K or Q5_K super-block entry.
 inline void KScaleAndMin(const uint8_t* super, int j, int r, int* scale, int* min) {
   const int low = super[kKScalesOffset + 16 * j + r];
   const int top = super[kKScalesOffset + 128 + 16 * (j % 4) + r] >> (4 * (j / 4));
@@ -97,12 +143,15 @@ inline void KScaleAndMin(const uint8_t* super, int j, int r, int* scale, int* mi
 inline int PackedCode(BlockFormat format, const uint8_t* record, int r, int e) {
   if (format == BlockFormat::kQ8_0)
     return static_cast<int8_t>(record[64 * (e / 4) + 4 * r + e % 4]);
+  if (format == BlockFormat::kQ6_K) {
+    if (e < 16) return record[64 * (e / 4) + 4 * r + e % 4] & 0x3F;
+    return PackedCode(BlockFormat::kQ4_0, record + 256, r, e - 16) |
+           (record[64 * (e / 4 - 4) + 4 * r + e % 4] >> 6) << 4;
+  }
   const int low = (record[64 * (e / 8) + 4 * r + e % 4] >> ((e / 4) % 2 * 4)) & 0x0F;
   if (format == BlockFormat::kQ5_K)
     return low | ((record[256 + 4 * r + e % 4] >> (e / 4)) & 1) << 4;
-  if (format != BlockFormat::kQ6_K) return low;
-  const int high = (record[256 + 64 * (e / 16) + 4 * r + e % 4] >> (2 * ((e / 4) % 4))) & 3;
-  return low | high << 4;
+  return low;
 }
 
 // Rearranges `rows` rows of `cols` elements (cols a multiple of GgufBlockElements(format)) held
