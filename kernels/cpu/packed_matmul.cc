@@ -263,8 +263,8 @@ TP_TARGET_AVX512VNNI void KQuantTileZmm(const QuantizedActivations& a, int64_t i
   for (int i = 0; i < kM; ++i) acc[i] = _mm512_setzero_ps();
   alignas(64) uint8_t block_scales[kBlocksPerSuper * kGroupRows];
   alignas(64) uint8_t block_mins[kBlocksPerSuper * kGroupRows];
-  for (int64_t first = 0; first < blocks; first += kBlocksPerSuper) {
-    const uint8_t* super = w.super_factors(group, first);
+  const uint8_t* super = w.super_factors(group, 0);
+  for (int64_t first = 0; first < blocks; first += kBlocksPerSuper, super += SuperBytes(kFormat)) {
     if constexpr (kFormat != BlockFormat::kQ6_K) DecodeKScalesZmm(super, block_scales, block_mins);
     __m512 scaled[kM], mins[kM];
     for (int i = 0; i < kM; ++i) scaled[i] = mins[i] = _mm512_setzero_ps();
@@ -456,8 +456,8 @@ TP_TARGET_AVX2 void KQuantHalfTileYmm(const QuantizedActivations& a, int64_t i0,
   for (int i = 0; i < kM; ++i) acc[i] = _mm256_setzero_ps();
   alignas(32) uint8_t block_scales[kBlocksPerSuper * kGroupRows];
   alignas(32) uint8_t block_mins[kBlocksPerSuper * kGroupRows];
-  for (int64_t first = 0; first < blocks; first += kBlocksPerSuper) {
-    const uint8_t* super = w.super_factors(group, first);
+  const uint8_t* super = w.super_factors(group, 0);
+  for (int64_t first = 0; first < blocks; first += kBlocksPerSuper, super += SuperBytes(kFormat)) {
     if constexpr (kFormat != BlockFormat::kQ6_K) DecodeKScalesYmm(super, block_scales, block_mins);
     __m256 scaled[kM], mins[kM];
     for (int i = 0; i < kM; ++i) scaled[i] = mins[i] = _mm256_setzero_ps();
