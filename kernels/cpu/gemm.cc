@@ -21,6 +21,11 @@ constexpr int kPassRows = 4;
 // The k range of one round over every activation row: the pass's weight rows' slice (32 KiB)
 // stays in the first-level cache while each group of activation rows reads it.
 constexpr int64_t kSliceFloats = 2048;
+// How far ahead in each weight row the loads ask for memory: with a few activation rows the FMAs
+// between two loads of a row left the hardware prefetchers behind (a layer at 5 rows 12-19%
+// faster with this, tpserve-bench-packed BM_Fp32Layer). Past a row's end it asks for the next row's
+// first floats, or past the matrix, which a prefetch never faults on.
+constexpr int64_t kPrefetchFloats = 256;
 
 bool HasAvx512() {
   static const bool has = __builtin_cpu_supports("avx512f");
@@ -41,6 +46,10 @@ TP_TARGET_AVX512 void StreamSlice(const float* a, const float* b, int64_t k, int
     const __mmask16 mask = kk1 - kk >= 16 ? static_cast<__mmask16>(0xFFFF)
                                           : static_cast<__mmask16>((1u << (kk1 - kk)) - 1);
     __m512 bw[kW];
+    for (int w = 0; w < kW; ++w) {
+      _mm_prefetch(reinterpret_cast<const char*>(b + (j0 + w) * k + kk + kPrefetchFloats),
+                   _MM_HINT_T0);
+    }
     for (int w = 0; w < kW; ++w) bw[w] = _mm512_maskz_loadu_ps(mask, b + (j0 + w) * k + kk);
     for (int i = 0; i < kI; ++i) {
       const __m512 ai = _mm512_maskz_loadu_ps(mask, a + (i0 + i) * k + kk);
