@@ -19,7 +19,8 @@ is bound by the integer products, so that each verified row costs a share of a s
 
     bench/compare_speculative.py [--method ngram|draft|self] [--self-spec-layers L]
                                  [--concurrency C] [--rounds R] [--tp T]
-                                 [--num-speculative-tokens K] [--free-form] [--f32-target]
+                                 [--num-speculative-tokens K] [--ngram-min N] [--free-form]
+                                 [--f32-target]
 
 At --concurrency 32 the speculating server stops proposing above --spec-disable-batch-size
 (8) decoding sequences, which is what keeps a loaded server as fast as without.
@@ -97,7 +98,7 @@ def f32_target():
     return path
 
 
-def run(mode, model, prompts, concurrency, tp, k, self_spec_layers):
+def run(mode, model, prompts, concurrency, tp, k, self_spec_layers, ngram_min):
     port = free_port()
     argv = [os.path.join(ROOT, "build", "bin", "tpserve"), "--model", model, "--tp", str(tp),
             "--http-port", str(port), "--speculative", mode, "--num-speculative-tokens", str(k)]
@@ -105,6 +106,8 @@ def run(mode, model, prompts, concurrency, tp, k, self_spec_layers):
         argv += ["--draft-model", MODEL]
     if mode == "self":
         argv += ["--self-spec-layers", str(self_spec_layers)]
+    if mode == "ngram" and ngram_min:
+        argv += ["--ngram-min", str(ngram_min)]
     server = Server(f"tpserve-{mode}", argv, port)
     try:
         server.wait_ready("/health/ready")
@@ -132,6 +135,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--num-speculative-tokens", type=int, default=4)
+    parser.add_argument("--ngram-min", type=int, default=0,
+                        help="--method ngram: the server's --ngram-min (0: its default)")
     parser.add_argument("--free-form", action="store_true",
                         help="free-form questions instead of input-grounded ones")
     parser.add_argument("--f32-target", action="store_true",
@@ -146,7 +151,7 @@ def main():
         for mode in (args.method, "none"):
             rate, decode, tokens, counters = run(mode, model, prompts, args.concurrency, args.tp,
                                                  args.num_speculative_tokens,
-                                                 args.self_spec_layers)
+                                                 args.self_spec_layers, args.ngram_min)
             rates[mode].append(rate)
             decode_rates[mode].append(decode)
             if mode == args.method:

@@ -124,6 +124,11 @@ class SpecGreedyIdentical(unittest.TestCase):
     def test_ngram_tp3(self):
         self.check(3, self.ngram)
 
+    def test_ngram_one_token_suffixes_eight_proposals(self):
+        # The setting docs/PERFORMANCE.md measures for input-grounded answers, passed through the
+        # tpserve launcher: more and longer proposals, still the same output.
+        self.check(1, self.ngram + ["--ngram-min", "1", "--num-speculative-tokens", "8"])
+
     def test_ngram_under_preemption(self):
         counters = self.check(1, self.ngram, ["--kv-cache-blocks", "20"])
         self.assertGreater(counters["num_preemptions"], 0)
