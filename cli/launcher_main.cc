@@ -31,6 +31,7 @@
 #include "common/status_macros.h"
 #include "common/subprocess.h"
 #include "common/tls_flags.h"
+#include "coordinator/ngram_flags.h"
 #include "grpcpp/grpcpp.h"
 #include "model/chat_template.h"
 #include "model/gguf_file.h"
@@ -85,8 +86,7 @@ struct Flags {
   int num_speculative_tokens = 4;
   int spec_disable_batch_size = 8;
   double spec_min_acceptance = 0.2;
-  int ngram_min = 2;
-  int ngram_max = 4;
+  NgramOptions ngram;
   int ready_timeout_s = 600;
   std::string prompt;
   int max_tokens = 64;
@@ -207,8 +207,8 @@ absl::Status Serve(const Flags& flags) {
       absl::StrCat("--spec-disable-batch-size=", flags.spec_disable_batch_size));
   options.coordinator_args.push_back(
       absl::StrCat("--spec-min-acceptance=", flags.spec_min_acceptance));
-  options.coordinator_args.push_back(absl::StrCat("--ngram-min=", flags.ngram_min));
-  options.coordinator_args.push_back(absl::StrCat("--ngram-max=", flags.ngram_max));
+  options.coordinator_args.push_back(absl::StrCat("--ngram-min=", flags.ngram.min_n));
+  options.coordinator_args.push_back(absl::StrCat("--ngram-max=", flags.ngram.max_n));
   if (!flags.chat_template.empty()) {
     options.coordinator_args.push_back(absl::StrCat("--chat-template=", flags.chat_template));
   }
@@ -387,12 +387,7 @@ int main(int argc, char** argv) {
                  "no proposals in steps with more decoding sequences than this")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 16));
-  app.add_option("--ngram-min", flags.ngram_min, "ngram: shortest suffix matched")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  app.add_option("--ngram-max", flags.ngram_max, "ngram: longest suffix tried first")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
+  AddNgramFlags(app, &flags.ngram);
   app.add_option("--ready-timeout", flags.ready_timeout_s, "seconds to wait for the cluster")
       ->check(CLI::PositiveNumber);
   app.add_option("--prompt", flags.prompt, "answer this chat prompt once the cluster is ready");

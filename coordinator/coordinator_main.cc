@@ -34,6 +34,7 @@
 #include "coordinator/http_server.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/metrics.h"
+#include "coordinator/ngram_flags.h"
 #include "coordinator/worker_pool.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -83,8 +84,7 @@ struct Flags {
   int num_speculative_tokens = 4;
   int spec_disable_batch_size = 8;
   double spec_min_acceptance = 0.2;
-  int ngram_min = 2;
-  int ngram_max = 4;
+  NgramOptions ngram;
   int http_port = 8000;   // -1: no HTTP
   std::string http_host;  // empty: --host
   std::string http_port_file;
@@ -449,8 +449,8 @@ int Run(const Flags& flags) {
   options.draft_model = flags.speculative == "draft" || flags.speculative == "self";
   options.spec_disable_batch_size = flags.spec_disable_batch_size;
   options.spec_min_acceptance = flags.spec_min_acceptance;
-  options.ngram.min_n = flags.ngram_min;
-  options.ngram.max_n = std::max(flags.ngram_min, flags.ngram_max);
+  options.ngram.min_n = flags.ngram.min_n;
+  options.ngram.max_n = std::max(flags.ngram.min_n, flags.ngram.max_n);
   options.max_queued_requests = flags.max_queued_requests;
   options.recovery_grace = absl::Seconds(flags.recovery_grace_s);
   Engine engine(options, &pool, tokenizer->get());
@@ -604,12 +604,7 @@ int main(int argc, char** argv) {
                  "no proposals in steps with more decoding sequences than this")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 16));
-  app.add_option("--ngram-min", flags.ngram_min, "ngram: shortest suffix matched")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  app.add_option("--ngram-max", flags.ngram_max, "ngram: longest suffix tried first")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
+  AddNgramFlags(app, &flags.ngram);
   app.add_option("--block-size", flags.block_size, "tokens per KV block")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
