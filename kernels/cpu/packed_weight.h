@@ -89,6 +89,7 @@ constexpr int64_t RecordBytes(BlockFormat format) {
   }
   return 0;
 }
+
 // Q4_K, Q5_K: where the 8 blocks' scales and mins start in a super-block entry (after the fp16 d
 // and dmin of its 16 rows).
 inline constexpr int64_t kKScalesOffset = 4 * kGroupRows;
