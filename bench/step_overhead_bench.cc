@@ -96,8 +96,12 @@ void BM_StepRoundTrip(benchmark::State& state, const char* cpu_comm, bool relay)
   state.counters["step_us"] = absl::ToDoubleMicroseconds(absl::Now() - start) /
                               (static_cast<double>(state.iterations()) * kSteps);
 }
-BENCHMARK_CAPTURE(BM_StepRoundTrip, auto, "auto", true) -> Arg(1) -> Arg(3) -> Iterations(8)
-    -> UseRealTime() -> Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_StepRoundTrip, auto, "auto", true)
+    ->Arg(1)
+    ->Arg(3)
+    ->Iterations(8)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_StepRoundTrip, every_rank, "auto", false)
     ->Arg(3)
     ->Iterations(8)

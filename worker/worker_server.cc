@@ -177,7 +177,12 @@ grpc::Status WorkerServer::LoadShard(grpc::ServerContext* context, const v1::Loa
                                      v1::LoadShardResponse* response) {
   if (grpc::Status s = CheckClusterToken(*context, "WorkerService.LoadShard"); !s.ok()) return s;
   const CoordinatorCall call(this);
-  const grpc::Status status = Execute([&] { return DoLoadShard(response); });
+  // Whether steps are relayed belongs to the group Init formed, not to the shard `loaded_` holds.
+  const grpc::Status status = Execute([&] {
+    const absl::Status loaded = DoLoadShard(response);
+    response->set_relays_steps(relay_ != nullptr);
+    return loaded;
+  });
   if (status.ok() && response->relays_steps() && options_.rank != 0) {
     absl::MutexLock lock(&status_mu_);
     if (!following_) {
@@ -410,7 +415,6 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
 absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
   if (!initialized_) return absl::FailedPreconditionError("LoadShard before Init");
   if (runner_ != nullptr) {  // Already loaded for this group: the same answer.
-    loaded_.set_relays_steps(relay_ != nullptr);
     *response = loaded_;
     return absl::OkStatus();
   }
@@ -451,7 +455,6 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
   loaded_.set_model_fingerprint(Fingerprint(model.file().header_bytes()));
   loaded_.set_vocab_size(model.config().vocab_size);
   loaded_.set_context_length(model.config().context_length);
-  loaded_.set_relays_steps(relay_ != nullptr);
   *response = loaded_;
   {
     absl::MutexLock lock(&status_mu_);

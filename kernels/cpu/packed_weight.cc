@@ -60,8 +60,8 @@ void EncodeQ4KScales(const uint8_t* scales, const uint8_t* mins, uint8_t* bytes)
 
 // Where the 4-bit code of element e (0..31) of row r lies in a record: its byte and shift.
 struct CodePlace {
-  int low;
-  int low_shift;
+  int byte;
+  int shift;
 };
 inline CodePlace PlaceOf(int r, int e) { return {64 * (e / 8) + 4 * r + e % 4, (e / 4) % 2 * 4}; }
 
@@ -110,7 +110,7 @@ void PackKRow(const uint8_t* blocks, int64_t row, PackedWeight* w) {
             static_cast<uint8_t>((scales[j] >> 4 | (mins[j] >> 4) << 2) << (4 * (j / 4)));
         for (int e = 0; e < 32; ++e) {
           const CodePlace at = PlaceOf(r, e);
-          record[at.low] |= static_cast<uint8_t>(Q4KCode(qs, 32 * j + e) << at.low_shift);
+          record[at.byte] |= static_cast<uint8_t>(Q4KCode(qs, 32 * j + e) << at.shift);
           if constexpr (kQ5) {  // the fifth bit: bit j of qh[e], to bit e / 4 of its byte
             record[256 + 4 * r + e % 4] |=
                 static_cast<uint8_t>(((block[16 + e] >> j) & 1) << e / 4);
@@ -130,7 +130,7 @@ void PackKRow(const uint8_t* blocks, int64_t row, PackedWeight* w) {
             record[whole] |= static_cast<uint8_t>(low | high << 4);
           } else {
             const CodePlace at = PlaceOf(r, e - 16);
-            record[256 + at.low] |= static_cast<uint8_t>(low << at.low_shift);
+            record[256 + at.byte] |= static_cast<uint8_t>(low << at.shift);
             record[whole] |= static_cast<uint8_t>(high << 6);
           }
           if (e % 16 == 0) record[384 + 16 * (e / 16) + r] = block[192 + from.scale];

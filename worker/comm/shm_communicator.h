@@ -18,12 +18,11 @@
 // wakes every 20 ms to see whether a rank it still waits for has exited (each rank holds a lock on
 // the segment that the kernel drops when its process ends, in any pid namespace) or whether any
 // rank has left the group (its communicator failed or was destroyed): then the collective fails
-// with UNAVAILABLE. A rank
-// that is only slow is waited for until the operation timeout (DEADLINE_EXCEEDED), or until
-// Abort: a rank that is stopped, not gone, looks alive here, and only the coordinator's
-// heartbeats can tell. After a failure
-// the communicator stays broken and every later call returns the first error (the GlooCommunicator
-// contract); recover by forming a new group.
+// with UNAVAILABLE. A rank that is only slow is waited for until the operation timeout
+// (DEADLINE_EXCEEDED), or until Abort: a rank that is stopped, not gone, looks alive here, and
+// only the coordinator's heartbeats can tell. After a failure the communicator stays broken and
+// every later call returns the first error (the GlooCommunicator contract); recover by forming a
+// new group.
 //
 // Results are identical on every rank and independent of the message size: each element is summed
 // in rank order, ((x0 + x1) + x2) + ..., whichever rank computes it.
