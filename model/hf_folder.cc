@@ -205,6 +205,37 @@ absl::Status AddModelKeys(const Config& c, const std::string& arch, GgufWriter* 
   return absl::OkStatus();
 }
 
+// The layer and the rest of a `model.layers.N.<part>` name, or nullopt.
+std::optional<std::pair<int64_t, std::string>> LayerPart(const std::string& hf) {
+  constexpr std::string_view kPrefix = "model.layers.";
+  if (hf.rfind(kPrefix, 0) != 0) return std::nullopt;
+  const std::string rest = hf.substr(kPrefix.size());
+  const size_t dot = rest.find('.');
+  int64_t layer = 0;
+  if (dot == std::string::npos || !absl::SimpleAtoi(rest.substr(0, dot), &layer) || layer < 0) {
+    return std::nullopt;
+  }
+  return std::pair{layer, rest.substr(dot + 1)};
+}
+
+// The view's names of a calibrated KV-cache scale (hf_fp8.h): `self_attn.k_scale` and
+// `self_attn.v_scale` as llm-compressor writes them, `self_attn.k_proj.k_scale` and
+// `self_attn.v_proj.v_scale` as ModelOpt does, `self_attn.kv_scale` (both) as AutoFP8 did; empty
+// for any other tensor.
+std::vector<std::string> KvCacheScaleNames(const std::string& hf) {
+  const std::optional<std::pair<int64_t, std::string>> layer_part = LayerPart(hf);
+  if (!layer_part.has_value()) return {};
+  const auto& [layer, part] = *layer_part;
+  if (part == "self_attn.k_scale" || part == "self_attn.k_proj.k_scale") {
+    return {KCacheScaleName(layer)};
+  }
+  if (part == "self_attn.v_scale" || part == "self_attn.v_proj.v_scale") {
+    return {VCacheScaleName(layer)};
+  }
+  if (part == "self_attn.kv_scale") return {KCacheScaleName(layer), VCacheScaleName(layer)};
+  return {};
+}
+
 // The GGUF name of a Hugging Face tensor; "" for one the forward pass never reads; nullopt for
 // one it does not know.
 std::optional<std::string> GgufName(const std::string& hf) {
@@ -219,15 +250,9 @@ std::optional<std::string> GgufName(const std::string& hf) {
       {"mlp.gate_proj", "ffn_gate"},    {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"}};
   if (const auto it = kTop->find(hf); it != kTop->end()) return it->second;
-  constexpr std::string_view kPrefix = "model.layers.";
-  if (hf.rfind(kPrefix, 0) != 0) return std::nullopt;
-  const std::string rest = hf.substr(kPrefix.size());
-  const size_t dot = rest.find('.');
-  int64_t layer = 0;
-  if (dot == std::string::npos || !absl::SimpleAtoi(rest.substr(0, dot), &layer) || layer < 0) {
-    return std::nullopt;
-  }
-  const std::string part = rest.substr(dot + 1);
+  const std::optional<std::pair<int64_t, std::string>> layer_part = LayerPart(hf);
+  if (!layer_part.has_value()) return std::nullopt;
+  const auto& [layer, part] = *layer_part;
   if (part == "self_attn.rotary_emb.inv_freq") return "";
   const size_t last = part.rfind('.');
   if (last == std::string::npos) return std::nullopt;
@@ -402,6 +427,31 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
     parts.mappings.push_back(*std::move(mapping));
     for (const SafetensorsTensor& t : header.tensors) {
       if (IsScaleReadPast(t.name)) continue;
+      if (const std::vector<std::string> names = KvCacheScaleNames(t.name); !names.empty()) {
+        const std::optional<GgmlType> type = GgmlTypeOfDtype(t.dtype);
+        if (!type.has_value() || *type == GgmlType::kF8E4M3) {
+          return Error(file, absl::StrCat("tensor ", t.name, " has dtype ", t.dtype,
+                                          " (F32, BF16 or F16 scales are read)"));
+        }
+        int64_t count = 1;
+        for (const int64_t d : t.shape) count *= d;
+        for (const std::string& name : names) {
+          if (where.contains(name)) {
+            return Error(file, absl::StrCat("tensor ", t.name, " scales the KV cache of a layer ",
+                                            where[name], " scales too"));
+          }
+          where[name] = absl::StrCat(file, ": ", t.name);
+          GgufTensorInfo info;
+          info.name = name;
+          info.dims = {count};
+          info.type = *type;
+          info.offset = t.begin;
+          info.num_bytes = t.end - t.begin;
+          info.section = section;
+          parts.tensors.push_back(std::move(info));
+        }
+        continue;
+      }
       if (IsWeightScale(t.name)) {
         const std::string weight = t.name.substr(0, t.name.size() - std::string("_scale").size());
         if (const auto seen = scales.find(weight); seen != scales.end()) {

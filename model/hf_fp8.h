@@ -2,10 +2,12 @@
 // as F8_E4M3 with a `<name>_scale` tensor beside each (`q_proj.weight` and
 // `q_proj.weight_scale`), one scale for the tensor or one per output row, in the layouts that
 // llm-compressor ("compressed-tensors", strategy "tensor" or "channel") and NVIDIA ModelOpt
-// ("modelopt", quant_algo "FP8") write. Static activation scales (`input_scale`) and KV-cache
-// scales (`k_scale`, `v_scale`) are read past: activations are quantized per token at run time,
-// and --kv-cache-dtype fp8 stores values at scale 1. The weights keep their codes
-// in the mapped files; the view gives each its row scales (GgufTensorInfo::row_scales).
+// ("modelopt", quant_algo "FP8") write. Static activation scales (`input_scale`) are read past:
+// activations are quantized per token at run time. Calibrated KV-cache scales (`k_scale`,
+// `v_scale`, or one `kv_scale` for both; one per layer or one per KV head) become the view's
+// KCacheScaleName/VCacheScaleName tensors, which --kv-cache-dtype fp8 stores K and V at. The
+// weights keep their codes in the mapped files; the view gives each its row scales
+// (GgufTensorInfo::row_scales).
 #pragma once
 
 #include <string>
@@ -23,9 +25,15 @@ namespace tpserve {
 absl::Status CheckFp8Quantization(const nlohmann::json& config);
 
 // Whether a tensor of a folder is an FP8 weight's scale (`.weight_scale`), or a scale read past
-// (`.input_scale`, `.k_scale`, `.v_scale`, `.kv_scale`).
+// (`.input_scale`).
 bool IsWeightScale(const std::string& hf_name);
 bool IsScaleReadPast(const std::string& hf_name);
+
+// The names a model file gives layer `layer`'s KV-cache scales: one value for the layer or one per
+// KV head, F32, BF16 or F16 (worker/shard_loader.h reads them). GGUF files have none; a folder's
+// view makes them from its `k_scale`, `v_scale` and `kv_scale` tensors.
+std::string KCacheScaleName(int64_t layer);
+std::string VCacheScaleName(int64_t layer);
 
 // The scales of a [rows, cols] FP8 weight from its scale tensor (F32, BF16 or F16; shape [], [1],
 // [rows] or [rows, 1]) whose data are `bytes`: one value, or one per row. INVALID_ARGUMENT naming

@@ -15,9 +15,9 @@ struct KvCacheShape {
   int64_t num_kv_heads = 0;  // local to this rank
   int64_t head_dim = 0;
   int64_t bytes_per_element = sizeof(float);  // fp32 on the CPU, bf16 on CUDA, 1 with fp8
-  // K and V stored as FP8 E4M3 codes of value / fp8_scale (kernels/cpu/fp8_e4m3.h), one byte each.
+  // K and V stored as FP8 E4M3 codes (kernels/cpu/fp8_e4m3.h), one byte each, of value / the
+  // layer's scale for the KV head (LayerWeights::k_cache_scales, v_cache_scales).
   bool fp8 = false;
-  float fp8_scale = 1.0f;
 
   // A rank's pool shape (num_blocks 0): fp32 values on a CPU worker, bf16 on a CUDA one, one-byte
   // E4M3 codes with `fp8` on either.

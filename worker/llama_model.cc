@@ -96,7 +96,8 @@ void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* no
                  style);
   const KvCacheShape& kv = kv_cache_.shape();
   if (kv.fp8) {
-    cpu::WriteKvCacheFp8(k, v, batch.slot_mapping.data(), n, kv_heads, head_dim, kv.fp8_scale,
+    cpu::WriteKvCacheFp8(k, v, batch.slot_mapping.data(), n, kv_heads, head_dim,
+                         w.k_cache_scales.data(), w.v_cache_scales.data(),
                          kv_cache_.fp8_keys(layer), kv_cache_.fp8_values(layer));
   } else {
     cpu::WriteKvCache(k, v, batch.slot_mapping.data(), n, kv_heads, head_dim, kv_cache_.keys(layer),
@@ -110,7 +111,8 @@ void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* no
   params.v_cache = kv_cache_.values(layer);
   params.k_cache_fp8 = kv_cache_.fp8_keys(layer);
   params.v_cache_fp8 = kv_cache_.fp8_values(layer);
-  params.kv_scale = kv.fp8_scale;
+  params.k_scales = w.k_cache_scales.data();
+  params.v_scales = w.v_cache_scales.data();
   params.num_seqs = batch.num_seqs();
   params.query_start = batch.query_start.data();
   params.context_lens = batch.context_lens.data();

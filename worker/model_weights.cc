@@ -117,8 +117,10 @@ int64_t ModelWeights::resident_bytes() const {
   int64_t bytes = token_embedding.resident_bytes() + lm_head.resident_bytes() +
                   static_cast<int64_t>(output_norm.size() * sizeof(float));
   for (const LayerWeights& layer : layers) {
-    bytes += static_cast<int64_t>(
-        (layer.attn_norm.size() + layer.ffn_norm.size() + layer.qkv_bias.size()) * sizeof(float));
+    bytes += static_cast<int64_t>((layer.attn_norm.size() + layer.ffn_norm.size() +
+                                   layer.qkv_bias.size() + layer.k_cache_scales.size() +
+                                   layer.v_cache_scales.size()) *
+                                  sizeof(float));
     bytes += layer.qkv.resident_bytes() + layer.attn_output.resident_bytes() +
              layer.gate_up.resident_bytes() + layer.down.resident_bytes();
   }

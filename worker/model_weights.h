@@ -64,6 +64,10 @@ struct LayerWeights {
   std::vector<float> ffn_norm;  // [hidden]
   Linear gate_up;               // [2 * ffn_local, hidden]: gate rows, then up rows
   Linear down;                  // [hidden, ffn_local] (row-parallel)
+  // [kv_heads local]: what an FP8 KV cache stores of this layer's K and V of each local KV head is
+  // value / scale. 1 unless the checkpoint has calibrated scales (k_scale, v_scale).
+  std::vector<float> k_cache_scales;
+  std::vector<float> v_cache_scales;
 };
 
 struct ModelWeights {

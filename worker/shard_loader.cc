@@ -1,5 +1,6 @@
 #include "worker/shard_loader.h"
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -12,6 +13,7 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/packed_weight.h"
 #include "model/dequantize.h"
+#include "model/hf_fp8.h"
 #include "model/rope_frequencies.h"
 
 namespace tpserve {
@@ -180,6 +182,36 @@ absl::StatusOr<std::vector<float>> LoadVector(const GgufFile& file, const std::s
   return out;
 }
 
+// The scales an FP8 KV cache stores this layer's K (or V) of the rank's KV heads at: the model's
+// `name` tensor, one value for the layer or one per KV head, or 1 where it has none.
+absl::StatusOr<std::vector<float>> LoadCacheScales(const GgufFile& file, const std::string& name,
+                                                   const ModelConfig& config,
+                                                   const ShardLayout& layout) {
+  std::vector<float> scales(layout.kv_heads.size, 1.0f);
+  const GgufTensorInfo* tensor = file.FindTensor(name);
+  if (tensor == nullptr) return scales;
+  int64_t count = 1;
+  for (const int64_t d : tensor->dims) count *= d;
+  if (count != 1 && count != config.num_kv_heads) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " holds ", count,
+                                                   " scales: one for the layer or one per KV "
+                                                   "head (",
+                                                   config.num_kv_heads, ") is read"));
+  }
+  std::vector<float> all(count);
+  RETURN_IF_ERROR(Dequantize(tensor->type, file.TensorData(*tensor), absl::MakeSpan(all)));
+  for (const float v : all) {
+    if (!std::isfinite(v) || v <= 0.0f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", name, " holds the scale ", v, " (finite and positive is read)"));
+    }
+  }
+  for (int64_t g = 0; g < layout.kv_heads.size; ++g) {
+    scales[g] = all[count == 1 ? 0 : layout.kv_heads.begin + g];
+  }
+  return scales;
+}
+
 absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& config,
                                        const ShardLayout& layout, const ShardFormats& formats,
                                        int layer) {
@@ -230,6 +262,8 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
   ASSIGN_OR_RETURN(w.gate_up,
                    LoadRows(file, formats, hidden, {{gate, layout.ffn}, {up, layout.ffn}}));
   ASSIGN_OR_RETURN(w.down, LoadColumns(file, formats, *down, hidden, ffn, layout.ffn));
+  ASSIGN_OR_RETURN(w.k_cache_scales, LoadCacheScales(file, KCacheScaleName(layer), config, layout));
+  ASSIGN_OR_RETURN(w.v_cache_scales, LoadCacheScales(file, VCacheScaleName(layer), config, layout));
   return w;
 }
 
@@ -253,13 +287,22 @@ absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& 
                      FindMatrix(file, "output.weight", config.vocab_size, hidden));
     ASSIGN_OR_RETURN(out.lm_head, LoadRows(file, decoded, hidden, {{output, layout.vocab}}));
   }
+  int scaled_layers = 0;
   for (int layer = 0; layer < config.num_layers; ++layer) {
+    scaled_layers += file.FindTensor(KCacheScaleName(layer)) != nullptr ||
+                     file.FindTensor(VCacheScaleName(layer)) != nullptr;
     ASSIGN_OR_RETURN(LayerWeights w, LoadLayer(file, config, layout, formats, layer));
     out.layers.push_back(std::move(w));
     if ((layer + 1) % 10 == 0 || layer + 1 == config.num_layers) {
       LogInfo("loader", "rank %d/%d: loaded layer %d/%d", layout.rank, layout.world_size, layer + 1,
               config.num_layers);
     }
+  }
+  if (scaled_layers > 0) {
+    LogInfo("loader",
+            "rank %d/%d: KV-cache scales from the model for %d of %d layers (1 for the "
+            "rest); an FP8 KV cache stores K and V at them",
+            layout.rank, layout.world_size, scaled_layers, config.num_layers);
   }
   return out;
 }

@@ -54,11 +54,11 @@ inline void Scale(float w, const float* x, float* y, int64_t n) {
 bool Fp8(const PagedAttentionParams& p) { return p.k_cache_fp8 != nullptr; }
 
 // The head_dim values of K (or V) at element `offset` of the cache: in place in an fp32 cache,
-// decoded into `row` from an FP8 one.
+// decoded into `row` from an FP8 one, times the head's `scale`.
 const float* CacheRow(const PagedAttentionParams& p, const float* cache, const uint8_t* fp8,
-                      int64_t offset, float* row) {
+                      float scale, int64_t offset, float* row) {
   if (fp8 == nullptr) return cache + offset;
-  for (int64_t d = 0; d < p.head_dim; ++d) row[d] = FromE4m3(fp8[offset + d]) * p.kv_scale;
+  for (int64_t d = 0; d < p.head_dim; ++d) row[d] = FromE4m3(fp8[offset + d]) * scale;
   return row;
 }
 
@@ -86,13 +86,15 @@ void AttendGroup(const PagedAttentionParams& p, int64_t group, const float* q, c
   std::fill(acc, acc + group * head_dim, 0.0f);
   std::fill(running_max, running_max + group, -std::numeric_limits<float>::infinity());
   std::fill(running_sum, running_sum + group, 0.0f);
+  const float k_scale = Fp8(p) ? p.k_scales[kv_head] : 1.0f;
+  const float v_scale = Fp8(p) ? p.v_scales[kv_head] : 1.0f;
 
   for (int64_t b = 0; b * block_size < num_positions; ++b) {
     const int64_t in_block = std::min(block_size, num_positions - b * block_size);
     const int64_t base = int64_t{table[b]} * block_size * slot_stride + kv_head * head_dim;
 
     for (int64_t j = 0; j < in_block; ++j) {
-      const float* kj = CacheRow(p, p.k_cache, p.k_cache_fp8, base + j * slot_stride, row);
+      const float* kj = CacheRow(p, p.k_cache, p.k_cache_fp8, k_scale, base + j * slot_stride, row);
       for (int64_t h = 0; h < group; ++h) {
         scores[h * block_size + j] = Dot(q + h * head_dim, kj, head_dim) * p.scale;
       }
@@ -113,7 +115,7 @@ void AttendGroup(const PagedAttentionParams& p, int64_t group, const float* q, c
       }
     }
     for (int64_t j = 0; j < in_block; ++j) {
-      const float* vj = CacheRow(p, p.v_cache, p.v_cache_fp8, base + j * slot_stride, row);
+      const float* vj = CacheRow(p, p.v_cache, p.v_cache_fp8, v_scale, base + j * slot_stride, row);
       for (int64_t h = 0; h < group; ++h) {
         Axpy(scores[h * block_size + j], vj, acc + h * head_dim, head_dim);
       }
@@ -165,7 +167,8 @@ template <int kChunks, int kGroup, bool kFp8>
 TP_TARGET_AVX512 void AttendGroupAvx512(const PagedAttentionParams& p, const float* q,
                                         const int32_t* table, int64_t num_positions,
                                         int64_t kv_head, float* out) {
-  const __m512 kv_scale = _mm512_set1_ps(p.kv_scale);
+  const __m512 k_scale = _mm512_set1_ps(kFp8 ? p.k_scales[kv_head] : 1.0f);
+  const __m512 v_scale = _mm512_set1_ps(kFp8 ? p.v_scales[kv_head] : 1.0f);
   const int64_t block_size = p.block_size;
   const int64_t slot_stride = p.num_kv_heads * kChunks * 16;
   __m512 qv[kGroup][kChunks];
@@ -190,8 +193,7 @@ TP_TARGET_AVX512 void AttendGroupAvx512(const PagedAttentionParams& p, const flo
       for (int j = 0; j < n; ++j) {
         __m512 kv[kChunks];
         for (int c = 0; c < kChunks; ++c) {
-          kv[c] =
-              Load16<kFp8>(p.k_cache, p.k_cache_fp8, first + j * slot_stride + c * 16, kv_scale);
+          kv[c] = Load16<kFp8>(p.k_cache, p.k_cache_fp8, first + j * slot_stride + c * 16, k_scale);
         }
         for (int h = 0; h < kGroup; ++h) {
           __m512 dot = _mm512_mul_ps(qv[h][0], kv[0]);
@@ -219,8 +221,7 @@ TP_TARGET_AVX512 void AttendGroupAvx512(const PagedAttentionParams& p, const flo
       for (int j = 0; j < n; ++j) {
         __m512 vv[kChunks];
         for (int c = 0; c < kChunks; ++c) {
-          vv[c] =
-              Load16<kFp8>(p.v_cache, p.v_cache_fp8, first + j * slot_stride + c * 16, kv_scale);
+          vv[c] = Load16<kFp8>(p.v_cache, p.v_cache_fp8, first + j * slot_stride + c * 16, v_scale);
         }
         for (int h = 0; h < kGroup; ++h) {
           const __m512 wj = _mm512_set1_ps(weights[h][j]);
@@ -284,15 +285,21 @@ void WriteKvCache(const float* k, const float* v, const int64_t* slot_mapping, i
 }
 
 void WriteKvCacheFp8(const float* k, const float* v, const int64_t* slot_mapping,
-                     int64_t num_tokens, int64_t num_kv_heads, int64_t head_dim, float scale,
-                     uint8_t* k_cache, uint8_t* v_cache) {
-  TP_CHECK(num_tokens >= 0 && num_kv_heads > 0 && head_dim > 0 && scale > 0.0f);
+                     int64_t num_tokens, int64_t num_kv_heads, int64_t head_dim,
+                     const float* k_scales, const float* v_scales, uint8_t* k_cache,
+                     uint8_t* v_cache) {
+  TP_CHECK(num_tokens >= 0 && num_kv_heads > 0 && head_dim > 0);
+  TP_CHECK(k_scales != nullptr && v_scales != nullptr);
   const int64_t row = num_kv_heads * head_dim;
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;
-    QuantizeE4m3(k + t * row, row, scale, k_cache + slot * row);
-    QuantizeE4m3(v + t * row, row, scale, v_cache + slot * row);
+    for (int64_t g = 0; g < num_kv_heads; ++g) {
+      const int64_t from = t * row + g * head_dim;
+      const int64_t to = slot * row + g * head_dim;
+      QuantizeE4m3(k + from, head_dim, k_scales[g], k_cache + to);
+      QuantizeE4m3(v + from, head_dim, v_scales[g], v_cache + to);
+    }
   }
 }
 
@@ -301,7 +308,7 @@ void PagedAttention(const PagedAttentionParams& p) {
   TP_CHECK_MSG((p.k_cache != nullptr && p.v_cache != nullptr && p.k_cache_fp8 == nullptr &&
                 p.v_cache_fp8 == nullptr) ||
                    (p.k_cache == nullptr && p.v_cache == nullptr && p.k_cache_fp8 != nullptr &&
-                    p.v_cache_fp8 != nullptr && p.kv_scale > 0.0f),
+                    p.v_cache_fp8 != nullptr && p.k_scales != nullptr && p.v_scales != nullptr),
                "one cache, fp32 or FP8");
   TP_CHECK(p.num_heads % p.num_kv_heads == 0);
   TP_CHECK(p.block_size > 0 && p.max_blocks_per_seq >= 0);

@@ -18,20 +18,25 @@ namespace tpserve::cpu {
 void WriteKvCache(const float* k, const float* v, const int64_t* slot_mapping, int64_t num_tokens,
                   int64_t num_kv_heads, int64_t head_dim, float* k_cache, float* v_cache);
 
-// The same into an FP8 cache: each value stored as ToE4m3(value / scale) (kernels/cpu/fp8_e4m3.h).
+// The same into an FP8 cache: each value of KV head g stored as QuantizeE4m3's code of
+// value / k_scales[g] (of V: v_scales[g]) (kernels/cpu/fp8_e4m3.h).
+//   k_scales, v_scales: [num_kv_heads], finite and positive
 void WriteKvCacheFp8(const float* k, const float* v, const int64_t* slot_mapping,
-                     int64_t num_tokens, int64_t num_kv_heads, int64_t head_dim, float scale,
-                     uint8_t* k_cache, uint8_t* v_cache);
+                     int64_t num_tokens, int64_t num_kv_heads, int64_t head_dim,
+                     const float* k_scales, const float* v_scales, uint8_t* k_cache,
+                     uint8_t* v_cache);
 
 struct PagedAttentionParams {
   const float* q =
       nullptr;  // [num_tokens, num_heads, head_dim], num_tokens = query_start[num_seqs]
   const float* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
   const float* v_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
-  // Or an FP8 cache (k_cache and v_cache null), laid out the same: FromE4m3(code) * kv_scale.
+  // Or an FP8 cache (k_cache and v_cache null), laid out the same: KV head g's K values are
+  // FromE4m3(code) * k_scales[g], its V values FromE4m3(code) * v_scales[g].
   const uint8_t* k_cache_fp8 = nullptr;
   const uint8_t* v_cache_fp8 = nullptr;
-  float kv_scale = 1.0f;
+  const float* k_scales = nullptr;  // [num_kv_heads], with an FP8 cache
+  const float* v_scales = nullptr;  // [num_kv_heads], with an FP8 cache
   int64_t num_seqs = 0;
   // [num_seqs + 1] prefix offsets into q's tokens: sequence s owns tokens
   // [query_start[s], query_start[s + 1]). query_start[0] == 0; a sequence may have 0 tokens.

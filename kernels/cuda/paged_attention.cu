@@ -56,7 +56,7 @@ void PagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
   TP_CHECK(Aligned(p.q, 16) && Aligned(p.out, 16));
   TP_CHECK(fp8 ? Aligned(p.k_cache_fp8, 8) && Aligned(p.v_cache_fp8, 8)
                : Aligned(p.k_cache, 16) && Aligned(p.v_cache, 16));
-  TP_CHECK(p.kv_scale > 0.0f);
+  TP_CHECK(!fp8 || (p.k_scales != nullptr && p.v_scales != nullptr));
   // Sequences with one query token go through the decode kernel, in a mixed batch too; the
   // prefill kernel takes the others (the two write disjoint rows of `out`).
   if (p.max_query_len > 1) internal::PagedAttentionPrefill(p, stream);

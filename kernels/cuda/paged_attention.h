@@ -41,7 +41,7 @@
 // FP8 E4M3 caches (k_cache_fp8, v_cache_fp8): both kernels decode the codes in registers (the
 // decode kernel reads 8 bytes per lane per row instead of 16; the prefill kernel converts each
 // tile to bf16 on its way into shared memory, exactly, with plain loads instead of cp.async) and
-// apply kv_scale to the scores and the output.
+// apply the KV head's k_scales entry to the scores and its v_scales entry to the output.
 //
 // Supported: head_dim 64 and 128 (PagedAttentionSupported), any group size (groups over 8 are
 // processed 8 query heads per decode block), any block_size >= 1.
@@ -63,11 +63,13 @@ struct PagedAttentionParams {
   const bf16* q = nullptr;        // [num_tokens, num_heads, head_dim]
   const bf16* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
   const bf16* v_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
-  // Or an FP8 cache (k_cache and v_cache null), laid out the same, holding E4M3 codes of
-  // value / kv_scale (WriteKvCacheFp8); 8-byte aligned. The kernels read half the bytes.
+  // Or an FP8 cache (k_cache and v_cache null), laid out the same, holding E4M3 codes of KV head
+  // g's values / k_scales[g] (of V: v_scales[g]) (SplitQkvRopeWriteKv); 8-byte aligned. The
+  // kernels read half the bytes.
   const uint8_t* k_cache_fp8 = nullptr;
   const uint8_t* v_cache_fp8 = nullptr;
-  float kv_scale = 1.0f;
+  const float* k_scales = nullptr;        // [num_kv_heads], with an FP8 cache
+  const float* v_scales = nullptr;        // [num_kv_heads], with an FP8 cache
   const int32_t* query_start = nullptr;   // [num_seqs + 1]
   const int32_t* context_lens = nullptr;  // [num_seqs], including this step's tokens
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]

@@ -59,8 +59,8 @@ __device__ __forceinline__ uint4 Pack8(const float (&f)[8]) {
 // (paged_attention_prefill.cu), queued on `stream`. PagedAttention has checked `p`
 // (PagedAttentionSupported, the batch bounds, alignment, one cache format set) and that the batch
 // is not empty; the prefill runs (when max_query_len > 1) for the sequences of more than one query
-// token, the decode for those of one (its work list holds no others). An FP8 cache's kv_scale
-// multiplies the scores and the output once rather than each value.
+// token, the decode for those of one (its work list holds no others). An FP8 cache's K and V
+// scales multiply the scores and the output once rather than each value.
 void PagedAttentionDecode(const PagedAttentionParams& p, cudaStream_t stream);
 void PagedAttentionPrefill(const PagedAttentionParams& p, cudaStream_t stream);
 

@@ -56,8 +56,8 @@ struct DecodeWorkspace {
 // tokens row, row + kRows, ... of the partition, kTokensPerLane of them per iteration with all
 // loads issued before any is used. Each row keeps its own online-softmax state for its kHeads
 // heads in registers (q: kHeads x 8 fp32, acc: the same); the rows are merged through shared
-// memory at the end. kFp8: the cache holds E4M3 codes (8 bytes per lane and row), and kv_scale
-// joins the score scale and multiplies the output.
+// memory at the end. kFp8: the cache holds E4M3 codes (8 bytes per lane and row); the KV head's
+// K scale joins the score scale and its V scale multiplies the output.
 template <int kHeadDim, int kHeads, int kSplits, bool kFp8,
           int kThreads = (kSplits * kDecodeThreads)>
 __global__ void __launch_bounds__(kThreads)
@@ -101,8 +101,9 @@ __global__ void __launch_bounds__(kThreads)
   const int row = threadIdx.x % kDecodeThreads / kLanesPerRow;
   const int my_heads = split * kHeads;  // the first of this thread's heads, in the block
   float q[kHeads][8];
-  const float kv_scale = kFp8 ? p.kv_scale : 1.0f;
-  const float q_scale = p.scale * kLog2e * kv_scale;
+  const float k_scale = kFp8 ? p.k_scales[kv_head] : 1.0f;
+  const float v_scale = kFp8 ? p.v_scales[kv_head] : 1.0f;
+  const float q_scale = p.scale * kLog2e * k_scale;
 #pragma unroll
   for (int g = 0; g < kHeads; ++g) {
     if (my_heads + g < heads) {
@@ -248,7 +249,7 @@ __global__ void __launch_bounds__(kThreads)
       sum = fmaf(w, row_sum[r][g], sum);
       o = fmaf(w, row_acc[r][g][d], o);
     }
-    o *= kv_scale;  // the partials are linear in V: the merge needs no scale
+    o *= v_scale;  // the partials are linear in V: the merge needs no scale
     const int head = first_head + g;
     if (whole_context) {
       p.out[(static_cast<int64_t>(q_token) * p.num_heads + head) * kHeadDim + d] = ToBf16(o / sum);

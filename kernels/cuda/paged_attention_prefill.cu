@@ -106,7 +106,8 @@ __device__ __forceinline__ void LoadTileFp8(bf16* dst, int valid_rows, RowSrc ro
 // and rescales its rows of O in shared memory; O += P V. Between the steps the next K tile loads
 // during softmax and P V, the next V tile during the next Q K^T (cp.async groups, always
 // committed, possibly empty, so the wait counts stay fixed). kFp8: K/V tiles come from an FP8
-// cache (LoadTileFp8) and kv_scale joins the score scale and the output's normalizer.
+// cache (LoadTileFp8); the KV head's K scale joins the score scale and its V scale the output's
+// normalizer.
 template <int kHeadDim, bool kFp8>
 __global__ void __launch_bounds__(kPrefillThreads) PrefillKernel(PagedAttentionParams p) {
   namespace wmma = nvcuda::wmma;
@@ -175,8 +176,9 @@ __global__ void __launch_bounds__(kPrefillThreads) PrefillKernel(PagedAttentionP
   const int my_pos = first_pos + my_row;
   float run_max = -INFINITY;  // log2 domain
   float run_sum = 0.0f;
-  const float kv_scale = kFp8 ? p.kv_scale : 1.0f;
-  const float scale_log2 = p.scale * kLog2e * kv_scale;
+  const float k_scale = kFp8 ? p.k_scales[kv_head] : 1.0f;
+  const float v_scale = kFp8 ? p.v_scales[kv_head] : 1.0f;
+  const float scale_log2 = p.scale * kLog2e * k_scale;
 
   wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> q_frag[kHeadDim / 16];
 
@@ -288,7 +290,7 @@ __global__ void __launch_bounds__(kPrefillThreads) PrefillKernel(PagedAttentionP
   }
 
   if (row_valid) {
-    const float inv_sum = kv_scale / run_sum;
+    const float inv_sum = v_scale / run_sum;
     const float* o_row = o_s + my_row * L::kLdO + half * kHalfD;
     uint4* dst = reinterpret_cast<uint4*>(
         p.out + (static_cast<int64_t>(q_begin + m_start + my_row) * p.num_heads + head) * kHeadDim +

@@ -37,7 +37,7 @@ __device__ __forceinline__ void RopeAngles(double position, const double* inv_fr
 // half of RopeRotate's result, so each pair is computed twice, to the same bits.
 template <bool kFp8>
 __global__ void __launch_bounds__(kThreads)
-    SplitQkvRopeKernel(QkvRopeParams p, int64_t half, bool adjacent, float inverse) {
+    SplitQkvRopeKernel(QkvRopeParams p, int64_t half, bool adjacent) {
   extern __shared__ float cos_sin[];  // [2 * half]
   float* cos_a = cos_sin;
   float* sin_a = cos_sin + half;
@@ -78,6 +78,9 @@ __global__ void __launch_bounds__(kThreads)
     const bool is_k = e < q_width + kv_width;
     const int64_t offset = slot * kv_width + (e - q_width - (is_k ? 0 : kv_width));
     if constexpr (kFp8) {
+      // IEEE division (no fast math here), as QuantizeE4m3's 1.0f / scale.
+      const int64_t kv_head = (e - q_width - (is_k ? 0 : kv_width)) / hd;
+      const float inverse = 1.0f / (is_k ? p.k_scales : p.v_scales)[kv_head];
       (is_k ? p.k_cache_fp8 : p.v_cache_fp8)[offset] =
           __nv_cvt_float_to_fp8(ToFloat(value) * inverse, __NV_SATFINITE, __NV_E4M3);
     } else {
@@ -95,17 +98,17 @@ void SplitQkvRopeWriteKv(const QkvRopeParams& p, cudaStream_t stream) {
   TP_CHECK(p.num_tokens <= int64_t{0x7FFFFFFF});
   const bool fp8 = p.k_cache_fp8 != nullptr;
   TP_CHECK(fp8 == (p.v_cache_fp8 != nullptr) && fp8 == (p.k_cache == nullptr) &&
-           fp8 == (p.v_cache == nullptr) && p.kv_scale > 0.0f);
+           fp8 == (p.v_cache == nullptr));
+  TP_CHECK(!fp8 || (p.k_scales != nullptr && p.v_scales != nullptr));
   if (p.num_tokens == 0) return;
   const int64_t half = p.rope_dims / 2;
   const bool adjacent = p.style == RopeStyle::kAdjacentPairs;
   const size_t shared_bytes = 2 * static_cast<size_t>(half) * sizeof(float);
   const unsigned blocks = static_cast<unsigned>(p.num_tokens);
   if (fp8) {
-    SplitQkvRopeKernel<true>
-        <<<blocks, kThreads, shared_bytes, stream>>>(p, half, adjacent, 1.0f / p.kv_scale);
+    SplitQkvRopeKernel<true><<<blocks, kThreads, shared_bytes, stream>>>(p, half, adjacent);
   } else {
-    SplitQkvRopeKernel<false><<<blocks, kThreads, shared_bytes, stream>>>(p, half, adjacent, 1.0f);
+    SplitQkvRopeKernel<false><<<blocks, kThreads, shared_bytes, stream>>>(p, half, adjacent);
   }
   TP_CUDA_CHECK_LAUNCH();
 }

@@ -299,7 +299,7 @@ struct SplitCase {
   int64_t num_tokens, q_heads, kv_heads, head_dim, rope_dims;
   RopeStyle style = RopeStyle::kAdjacentPairs;
   bool fp8 = false;
-  float kv_scale = 1.0f;
+  std::vector<float> k_scales, v_scales;  // [kv_heads], with fp8
 };
 
 struct SplitResult {
@@ -331,11 +331,14 @@ class SplitQkvTest : public CudaOpsTest {
         OrDie(DeviceBuffer<bf16>::Allocate(c.num_tokens * c.q_heads * c.head_dim), "Allocate");
     DeviceBuffer<uint8_t> k_pool = Upload(pool);
     DeviceBuffer<uint8_t> v_pool = Upload(pool);
+    DeviceBuffer<float> k_scales = Upload(c.k_scales);
+    DeviceBuffer<float> v_scales = Upload(c.v_scales);
     QkvRopeParams p;
     if (c.fp8) {
       p.k_cache_fp8 = k_pool.data();
       p.v_cache_fp8 = v_pool.data();
-      p.kv_scale = c.kv_scale;
+      p.k_scales = k_scales.data();
+      p.v_scales = v_scales.data();
     } else {
       p.k_cache = reinterpret_cast<bf16*>(k_pool.data());
       p.v_cache = reinterpret_cast<bf16*>(v_pool.data());
@@ -458,16 +461,25 @@ TEST_F(SplitQkvTest, WritesEachTokenToItsSlotOnly) {
   }
 }
 
-// An FP8 pool: V's codes are cpu::QuantizeE4m3's, bit for bit (the reference checked against
+// An FP8 pool: V's codes are cpu::WriteKvCacheFp8's, bit for bit (its E4M3 checked against
 // ml_dtypes by the fp8_e4m3 test): E4M3 subnormals, values past the saturation point, zeros of
 // both signs, a NaN and, at scale 1, exact ties between neighbouring codes (1.0625 between 1 and
 // 1.125, 0.01171875 between two subnormals: the even code wins). K is the E4M3 of its rotation:
-// within E4M3's rounding (at most 1/16 of each value, about 2.7% RMS) of the CPU's rotation.
-// Untouched slots keep their bytes.
+// within E4M3's rounding (at most 1/16 of each value, about 2.7% RMS) of the CPU's rotation. Each
+// KV head has its own K and V scale. Untouched slots keep their bytes.
 TEST_F(SplitQkvTest, Fp8PoolHoldsTheCpusCodes) {
   const int64_t num_slots = 40;
   for (const float scale : {1.0f, 0.37f}) {
-    const SplitCase c{9, 4, 2, 64, 64, RopeStyle::kRotateHalf, /*fp8=*/true, scale};
+    // The specials are in V's head 0, at `scale`.
+    const SplitCase c{9,
+                      4,
+                      2,
+                      64,
+                      64,
+                      RopeStyle::kRotateHalf,
+                      /*fp8=*/true,
+                      {1.5f * scale, 0.5f * scale},
+                      {scale, 3.0f * scale}};
     const int64_t kv_width = c.kv_heads * c.head_dim, q_width = c.q_heads * c.head_dim;
     const int64_t width = q_width + 2 * kv_width;
     std::vector<int64_t> slots(num_slots);
@@ -496,14 +508,15 @@ TEST_F(SplitQkvTest, Fp8PoolHoldsTheCpusCodes) {
     const std::vector<float> v = Columns(qkv, width, q_width + kv_width, kv_width);
     cpu::ApplyRope(k.data(), positions.data(), c.num_tokens, c.kv_heads, c.head_dim, c.rope_dims,
                    inv_freq.data(), c.style);
-    std::vector<uint8_t> v_want(num_slots * kv_width, 0xAB);
+    std::vector<uint8_t> k_codes(num_slots * kv_width, 0xAB), v_want(num_slots * kv_width, 0xAB);
+    cpu::WriteKvCacheFp8(k.data(), v.data(), slots.data(), c.num_tokens, c.kv_heads, c.head_dim,
+                         c.k_scales.data(), c.v_scales.data(), k_codes.data(), v_want.data());
     std::vector<float> k_got, k_want;
     for (int64_t t = 0; t < c.num_tokens; ++t) {
       if (slots[t] < 0) continue;
-      cpu::QuantizeE4m3(v.data() + t * kv_width, kv_width, scale,
-                        v_want.data() + slots[t] * kv_width);
       for (int64_t e = 0; e < kv_width; ++e) {
-        k_got.push_back(cpu::FromE4m3(got.k_pool[slots[t] * kv_width + e]) * scale);
+        k_got.push_back(cpu::FromE4m3(got.k_pool[slots[t] * kv_width + e]) *
+                        c.k_scales[e / c.head_dim]);
         k_want.push_back(k[t * kv_width + e]);
       }
     }

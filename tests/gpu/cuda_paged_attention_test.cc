@@ -57,7 +57,9 @@ struct AttentionCase {
   int64_t num_kv_heads = 2;
   int64_t block_size = 16;
   float q_magnitude = 1.0f;  // q elements uniform in [-q_magnitude, q_magnitude]
-  // FP8 E4M3 caches holding value / kv_scale; the CPU op reads the same codes.
+  // FP8 E4M3 caches holding value / the KV head's scale; the CPU op reads the same codes. KV head
+  // g's K scale is kv_scale * (1 + g), its V scale kv_scale * (2 + g) / 2: every head's differs,
+  // and K's from V's.
   bool fp8 = false;
   float kv_scale = 1.0f;
 };
@@ -147,17 +149,28 @@ std::vector<double> RunAndCompare(const AttentionCase& c) {
 
   std::vector<float> want(num_tokens * num_heads * head_dim, nan);
   cpu::PagedAttentionParams cp;
-  // FP8: the codes of value / kv_scale; the unused blocks' NaN become the NaN code 0x7F.
+  // FP8: the codes of value / the head's scale; the unused blocks' NaN become the NaN code 0x7F.
   std::vector<uint8_t> k_codes, v_codes;
+  std::vector<float> k_scales, v_scales;
+  for (int64_t g = 0; g < kv_heads; ++g) {
+    k_scales.push_back(c.kv_scale * static_cast<float>(1 + g));
+    v_scales.push_back(c.kv_scale * static_cast<float>(2 + g) / 2);
+  }
   cp.q = q.data();
   if (c.fp8) {
     k_codes.resize(k_cache.size());
     v_codes.resize(v_cache.size());
-    cpu::QuantizeE4m3(k_cache.data(), k_cache.size(), c.kv_scale, k_codes.data());
-    cpu::QuantizeE4m3(v_cache.data(), v_cache.size(), c.kv_scale, v_codes.data());
+    for (int64_t r = 0; r * head_dim < static_cast<int64_t>(k_cache.size()); ++r) {
+      const int64_t g = r % kv_heads;
+      cpu::QuantizeE4m3(k_cache.data() + r * head_dim, head_dim, k_scales[g],
+                        k_codes.data() + r * head_dim);
+      cpu::QuantizeE4m3(v_cache.data() + r * head_dim, head_dim, v_scales[g],
+                        v_codes.data() + r * head_dim);
+    }
     cp.k_cache_fp8 = k_codes.data();
     cp.v_cache_fp8 = v_codes.data();
-    cp.kv_scale = c.kv_scale;
+    cp.k_scales = k_scales.data();
+    cp.v_scales = v_scales.data();
   } else {
     cp.k_cache = k_cache.data();
     cp.v_cache = v_cache.data();
@@ -180,6 +193,8 @@ std::vector<double> RunAndCompare(const AttentionCase& c) {
   DeviceBuffer<bf16> d_v = Upload(ToBf16(c.fp8 ? std::vector<float>() : v_cache));
   DeviceBuffer<uint8_t> d_k8 = Upload(k_codes);
   DeviceBuffer<uint8_t> d_v8 = Upload(v_codes);
+  DeviceBuffer<float> d_k_scales = Upload(k_scales);
+  DeviceBuffer<float> d_v_scales = Upload(v_scales);
   DeviceBuffer<bf16> d_out = Upload(ToBf16(std::vector<float>(want.size(), nan)));
   DeviceBuffer<int32_t> d_query_start = Upload(query_start);
   DeviceBuffer<int32_t> d_context_lens = Upload(context_lens);
@@ -198,7 +213,8 @@ std::vector<double> RunAndCompare(const AttentionCase& c) {
   if (c.fp8) {
     p.k_cache_fp8 = d_k8.data();
     p.v_cache_fp8 = d_v8.data();
-    p.kv_scale = c.kv_scale;
+    p.k_scales = d_k_scales.data();
+    p.v_scales = d_v_scales.data();
   } else {
     p.k_cache = d_k.data();
     p.v_cache = d_v.data();

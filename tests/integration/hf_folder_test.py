@@ -15,7 +15,10 @@ unknown architecture, an impossible head_dim, untied embeddings without lm_head,
 generation_config.json's sampling is what requests that leave it out get, and every id of its
 eos_token_id list ends generation. FP8 checkpoints (F8_E4M3 projections with per-channel or
 per-tensor scales, as llm-compressor and ModelOpt write them) serve the logits of their weights
-dequantized by ml_dtypes, and FP8 folders tpserve cannot read are refused naming why.
+dequantized by ml_dtypes, and FP8 folders tpserve cannot read are refused naming why. A folder's
+KV-cache scales (per KV head or per layer, under each of the names checkpoints use) are the ones
+--kv-cache-dtype fp8 stores K and V at, at tp 1 and 3: the logits are those of hf_reference's model
+with K and V rounded to E4M3 by ml_dtypes at those scales.
 """
 
 import json
@@ -32,6 +35,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tpserve_cluster  # noqa: E402
 from gguf_reader import Gguf  # noqa: E402
+from hf_reference import HfConfig, default_inv_freq, reference_logits  # noqa: E402
 from hf_writer import fp8_tensors, hf_tensors, write_folder  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -160,6 +164,79 @@ class HfFolderEqualsGguf(unittest.TestCase):
             write_folder(self.gguf, checkpoint, folder, quantization=quantization)
             message = self.generate_error(folder)
             self.assertIn("config.json: quantization_config " + want, message, case)
+
+    def test_calibrated_kv_cache_scales_are_the_ones_fp8_kv_stores_at(self):
+        import ml_dtypes
+
+        # Calibration as llm-compressor does it, on the prompt itself: per KV head for K
+        # (compressed-tensors' attn_head strategy), per layer for V, scale = max |x| / 448.
+        c = HfConfig(self.gguf)
+        inv_freq = default_inv_freq(c.theta, c.head_dim)
+        amax = {}
+
+        def calibrate(layer, k, v):
+            amax[layer] = (np.abs(k).max(axis=(1, 2)), np.abs(v).max())
+            return k, v
+
+        reference_logits(self.gguf, self.tokens, inv_freq, kv_cache=calibrate)
+        k_scales = {layer: (a / 448).astype(np.float32) for layer, (a, _) in amax.items()}
+        v_scales = {layer: np.array(a / 448, dtype=np.float32) for layer, (_, a) in amax.items()}
+        # Every way checkpoints name them: llm-compressor's self_attn.k_scale / v_scale, ModelOpt's
+        # on k_proj and v_proj, and AutoFP8's one kv_scale for both. Layer 0's is V's, 20 times
+        # smaller than K's largest values, which saturate: a server that stored K at another scale,
+        # or gave a rank another head's, or V K's, would miss the reference by as much as one
+        # that stored everything at scale 1 (the bar: a fifth of that).
+        k_scales[0] = v_scales[0]
+        tensors = hf_tensors(self.gguf)
+        for layer in range(c.layers):
+            prefix = "model.layers.%d.self_attn." % layer
+            if layer == 0:
+                tensors[prefix + "kv_scale"] = v_scales[0].reshape(())
+            elif layer % 2:
+                tensors[prefix + "k_scale"] = k_scales[layer]
+                tensors[prefix + "v_scale"] = v_scales[layer].reshape(())
+            else:
+                tensors[prefix + "k_proj.k_scale"] = k_scales[layer]
+                tensors[prefix + "v_proj.v_scale"] = v_scales[layer].reshape([1])
+        folder = os.path.join(self.tmp.name, "SmolLM2-kv-scales")
+        write_folder(self.gguf, tensors, folder, shards=2)
+
+        def fp8(x, scale):  # what an E4M3 cache holds of x at `scale`, saturating at 448
+            codes = np.clip(x / scale, -448, 448).astype(ml_dtypes.float8_e4m3fn)
+            return codes.astype(np.float64) * scale
+
+        def cached(k_scale, v_scale):
+            return reference_logits(self.gguf, self.tokens, inv_freq, kv_cache=lambda layer, k, v: (
+                fp8(k, np.reshape(k_scale(layer), (-1, 1, 1))), fp8(v, v_scale(layer))))
+
+        def rms(a, b):
+            return float(np.sqrt(np.mean((a - b) ** 2)))
+
+        want = cached(lambda layer: k_scales[layer], lambda layer: v_scales[layer])
+        at_one = cached(lambda layer: 1.0, lambda layer: 1.0)
+        for tp in (1, 3):  # at tp 3 each rank holds one KV head and its scale
+            got, _, _ = self.serve(folder, tp, ["--kv-cache-dtype", "fp8"])
+            top1 = np.mean(got.argmax(axis=1) == want.argmax(axis=1))
+            print("checkpoint KV scales, FP8 KV, tp=%d: RMS logit difference %.4f from the NumPy "
+                  "cache at those scales (max %.3f, top-1 %.0f%%), %.4f from it at scale 1 (which "
+                  "is %.4f from the first)" % (tp, rms(got, want), np.abs(got - want).max(),
+                                                100 * top1, rms(got, at_one), rms(want, at_one)),
+                  flush=True)
+            self.assertLess(rms(got, want), rms(want, at_one) / 5, tp)
+            self.assertGreaterEqual(top1, 0.95, tp)
+
+        # Scales tpserve cannot use are refused naming the tensor.
+        for case, extra, want_error in [
+                ("twice", {"model.layers.1.self_attn.kv_scale": np.array(0.1, np.float32)},
+                 "model.layers.1.self_attn.kv_scale scales the KV cache of a layer"),
+                ("count", {"model.layers.1.self_attn.k_scale": np.ones(2, np.float32)},
+                 "tensor blk.1.k_cache_scale holds 2 scales: one for the layer or one per KV "
+                 "head (3) is read"),
+                ("zero", {"model.layers.2.self_attn.k_proj.k_scale": np.zeros(3, np.float32)},
+                 "tensor blk.2.k_cache_scale holds the scale 0")]:
+            broken = os.path.join(self.tmp.name, "kv-scales-" + case)
+            write_folder(self.gguf, dict(tensors, **extra), broken)
+            self.assertIn(want_error, self.generate_error(broken), case)
 
     def complete(self, cluster, prompt, **fields):
         body = json.dumps(dict({"prompt": prompt, "max_tokens": 8}, **fields))

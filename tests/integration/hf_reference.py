@@ -68,10 +68,12 @@ def silu(x):
     return x / (1 + np.exp(-x))
 
 
-def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True):
+def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True, kv_cache=None):
     """[tokens, vocab] logits of the HF model the GGUF file holds. `permuted_qk`: whether the
     file's Q/K rows are the converter's permutation of HF's (by default: for llama files only);
-    `biases`: add the q/k/v biases the file has."""
+    `biases`: add the q/k/v biases the file has; `kv_cache(layer, k, v)`, when given, returns the
+    K and V ([kv_heads, tokens, head_dim], K rotated) that attention reads, as a KV cache stores
+    them."""
     c = HfConfig(gguf)
     if permuted_qk is None:
         permuted_qk = c.arch == "llama"
@@ -103,6 +105,8 @@ def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True):
         v = v.reshape(n, c.kv_heads, c.head_dim).transpose(1, 0, 2)
         q = apply_rope(q, positions, inv_freq)
         k = apply_rope(k, positions, inv_freq)
+        if kv_cache is not None:
+            k, v = kv_cache(layer, k, v)
         k = np.repeat(k, group, axis=0)  # repeat_kv
         v = np.repeat(v, group, axis=0)
         scores = q @ k.transpose(0, 2, 1) / math.sqrt(c.head_dim)

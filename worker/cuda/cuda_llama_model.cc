@@ -356,10 +356,12 @@ absl::Status CudaLlamaModel::EnqueueAttention(int layer, const StepShape& shape,
   if (kv_shape_.fp8) {
     split.k_cache_fp8 = k_pool;
     split.v_cache_fp8 = v_pool;
-    split.kv_scale = kv_shape_.fp8_scale;
+    split.k_scales = w.k_cache_scales.data();
+    split.v_scales = w.v_cache_scales.data();
     p.k_cache_fp8 = k_pool;
     p.v_cache_fp8 = v_pool;
-    p.kv_scale = kv_shape_.fp8_scale;
+    p.k_scales = split.k_scales;
+    p.v_scales = split.v_scales;
   } else {
     split.k_cache = reinterpret_cast<bf16*>(k_pool);
     split.v_cache = reinterpret_cast<bf16*>(v_pool);

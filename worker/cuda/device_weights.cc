@@ -133,7 +133,8 @@ int64_t DeviceWeights::bytes() const {
   int64_t total = token_embedding.bytes() + output_norm.bytes() + lm_head.bytes();
   for (const DeviceLayerWeights& l : layers) {
     total += l.attn_norm.bytes() + l.qkv.bytes() + l.qkv_bias.bytes() + l.attn_output.bytes() +
-             l.ffn_norm.bytes() + l.gate_up.bytes() + l.down.bytes();
+             l.ffn_norm.bytes() + l.gate_up.bytes() + l.down.bytes() + l.k_cache_scales.bytes() +
+             l.v_cache_scales.bytes();
   }
   return total;
 }
@@ -155,6 +156,8 @@ absl::StatusOr<DeviceWeights> UploadWeights(ModelWeights host, bool fp8, cudaStr
     ASSIGN_OR_RETURN(d.ffn_norm, UploadVector(layer.ffn_norm, staging, stream));
     ASSIGN_OR_RETURN(d.gate_up, UploadLayerLinear(layer.gate_up, fp8, staging, stream));
     ASSIGN_OR_RETURN(d.down, UploadLayerLinear(layer.down, fp8, staging, stream));
+    ASSIGN_OR_RETURN(d.k_cache_scales, UploadExact(layer.k_cache_scales, stream));
+    ASSIGN_OR_RETURN(d.v_cache_scales, UploadExact(layer.v_cache_scales, stream));
   }
   RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "weight upload"));
   return out;

@@ -35,6 +35,10 @@ struct DeviceLayerWeights {
   DeviceBuffer<bf16> ffn_norm;   // [hidden]
   DeviceLinear gate_up;          // [2 * ffn_local, hidden]: gate rows, then up rows
   DeviceLinear down;             // [hidden, ffn_local]
+  // [kv_heads local] each: LayerWeights::k_cache_scales and v_cache_scales, read by an FP8 KV
+  // cache's writes and attention.
+  DeviceBuffer<float> k_cache_scales;
+  DeviceBuffer<float> v_cache_scales;
 };
 
 struct DeviceWeights {

@@ -9,6 +9,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/fp8_e4m3.h"
@@ -61,8 +62,9 @@ struct AttentionCase {
   int64_t block_size;
   int64_t head_dim = 64;
   float q_magnitude = 1.0f;  // |q| elements up to this; large values test the stable softmax
-  // 0: an fp32 cache. Else an FP8 E4M3 cache of value / fp8_scale, and the reference attends to
-  // the values it holds.
+  // 0: an fp32 cache. Else an FP8 E4M3 cache of value / the KV head's scale, and the reference
+  // attends to the values it holds. The scales differ by head and between K and V
+  // (KvScales), around fp8_scale.
   float fp8_scale = 0.0f;
 };
 
@@ -80,6 +82,12 @@ const std::vector<Sequence>& MixedBatch() {
       {37, 37}, {50, 1}, {40, 7}, {1, 1}, {16, 1}, {33, 0}, {21, 5},
   };
   return kBatch;
+}
+
+// The two KV heads' K scales and V scales of an FP8 case: each differs from the others, so a
+// kernel that takes one head's (or K's for V's) scale misses the reference.
+std::pair<std::vector<float>, std::vector<float>> KvScales(float base) {
+  return {{base, 4 * base}, {2 * base, base / 2}};
 }
 
 // Runs PagedAttention on the MixedBatch with K/V scattered over non-sequential blocks and
@@ -123,6 +131,7 @@ double MaxErrorAgainstNaive(const AttentionCase& c) {
   // (NaN everywhere else, so reading an unwritten slot poisons the output).
   std::vector<std::vector<float>> k_full(num_seqs), v_full(num_seqs);
   const bool fp8 = c.fp8_scale > 0;
+  const auto [k_scales, v_scales] = KvScales(c.fp8_scale);
   std::vector<float> k_cache(fp8 ? 0 : num_blocks * bs * row, kNaN);
   std::vector<float> v_cache(fp8 ? 0 : num_blocks * bs * row, kNaN);
   constexpr uint8_t kNaNCode = 0x7F;
@@ -142,10 +151,13 @@ double MaxErrorAgainstNaive(const AttentionCase& c) {
       continue;
     }
     WriteKvCacheFp8(k_full[s].data(), v_full[s].data(), slots.data(), ctx, kv_heads, head_dim,
-                    c.fp8_scale, k_fp8.data(), v_fp8.data());
+                    k_scales.data(), v_scales.data(), k_fp8.data(), v_fp8.data());
     // The reference attends to what the cache holds, decoded as on paper.
-    for (std::vector<float>* full : {&k_full[s], &v_full[s]}) {
-      for (float& x : *full) x = FromE4m3(ToE4m3(x / c.fp8_scale)) * c.fp8_scale;
+    for (const auto& [full, scales] : {std::pair{&k_full[s], &k_scales}, {&v_full[s], &v_scales}}) {
+      for (int64_t i = 0; i < ctx * row; ++i) {
+        const float scale = (*scales)[i % row / head_dim];
+        (*full)[i] = FromE4m3(ToE4m3((*full)[i] / scale)) * scale;
+      }
     }
   }
 
@@ -163,7 +175,8 @@ double MaxErrorAgainstNaive(const AttentionCase& c) {
   if (fp8) {
     p.k_cache_fp8 = k_fp8.data();
     p.v_cache_fp8 = v_fp8.data();
-    p.kv_scale = c.fp8_scale;
+    p.k_scales = k_scales.data();
+    p.v_scales = v_scales.data();
   } else {
     p.k_cache = k_cache.data();
     p.v_cache = v_cache.data();
@@ -229,8 +242,10 @@ INSTANTIATE_TEST_SUITE_P(
                     AttentionCase{3, 5}, AttentionCase{3, 32}, AttentionCase{8, 16},
                     AttentionCase{2, 16, /*head_dim=*/128}, AttentionCase{1, 16, /*head_dim=*/12},
                     // FP8 caches: scales that put the values among normals and among subnormals,
-                    // on the vector paths (64, 128) and the portable one (12).
+                    // or past E4M3's largest (saturated), on the vector paths (64, 128) and the
+                    // portable one (12).
                     AttentionCase{3, 16, 64, 1.0f, /*fp8_scale=*/0.01f},
+                    AttentionCase{2, 16, 64, 1.0f, /*fp8_scale=*/0.001f},
                     AttentionCase{2, 16, 128, 1.0f, /*fp8_scale=*/1.0f},
                     AttentionCase{4, 5, 64, 1.0f, /*fp8_scale=*/0.5f},
                     AttentionCase{1, 16, 12, 1.0f, /*fp8_scale=*/0.01f}),
