@@ -299,7 +299,7 @@ struct SplitCase {
   int64_t num_tokens, q_heads, kv_heads, head_dim, rope_dims;
   RopeStyle style = RopeStyle::kAdjacentPairs;
   bool fp8 = false;
-  std::vector<float> k_scales, v_scales;  // [kv_heads], with fp8
+  std::vector<float> k_scales = {}, v_scales = {};  // [kv_heads], with fp8
 };
 
 struct SplitResult {

@@ -225,6 +225,21 @@ class HfFolderEqualsGguf(unittest.TestCase):
             self.assertLess(rms(got, want), rms(want, at_one) / 5, tp)
             self.assertGreaterEqual(top1, 0.95, tp)
 
+        # Scales as calibrated (layer 0's kv_scale covering K and V), against the cache at scale
+        # 1: how far each serves from the unquantized model. Printed, not asserted: one 48-token
+        # prompt is too few to rank them.
+        exact = reference_logits(self.gguf, self.tokens, inv_freq)
+        both = np.array(max(amax[0][0].max(), amax[0][1]) / 448, dtype=np.float32)
+        tensors["model.layers.0.self_attn.kv_scale"] = both
+        calibrated = os.path.join(self.tmp.name, "SmolLM2-kv-calibrated")
+        write_folder(self.gguf, tensors, calibrated)
+        for name, model in [("calibrated", calibrated), ("scale 1", self.folder)]:
+            got, _, _ = self.serve(model, 1, ["--kv-cache-dtype", "fp8"])
+            print("FP8 KV at %s: RMS logit difference %.4f from the unquantized NumPy model, top-1 "
+                  "%.0f%%" % (name, rms(got, exact),
+                              100 * np.mean(got.argmax(axis=1) == exact.argmax(axis=1))),
+                  flush=True)
+
         # Scales tpserve cannot use are refused naming the tensor.
         for case, extra, want_error in [
                 ("twice", {"model.layers.1.self_attn.kv_scale": np.array(0.1, np.float32)},
