@@ -53,18 +53,10 @@ int main(int argc, char** argv) {
   auto file = tpserve::GgufFile::Open(input);
   if (!file.ok()) return Fail(std::string(file.status().message()));
   tpserve::GgufWriter writer;
-  for (const std::string& key : (*file)->keys()) {
-    if (key == "general.alignment") continue;  // SetAlignment writes it
-    writer.SetValue(key, *(*file)->Find(key));
+  if (auto status = writer.CopyKeys(**file); !status.ok()) {
+    return Fail(std::string(status.message()));
   }
   writer.SetUint32("general.file_type", file_type);
-  // Written only where the original has it: the other files are at GGUF's default of 32.
-  if ((*file)->Find("general.alignment") != nullptr) {
-    if (auto status = writer.SetAlignment(static_cast<uint32_t>((*file)->alignment()));
-        !status.ok()) {
-      return Fail(std::string(status.message()));
-    }
-  }
 
   const auto& tensors = (*file)->tensors();
   int converted = 0;

@@ -141,6 +141,15 @@ absl::Status GgufWriter::SetAlignment(uint32_t alignment) {
   return absl::OkStatus();
 }
 
+absl::Status GgufWriter::CopyKeys(const GgufFile& file) {
+  for (const std::string& key : file.keys()) {
+    if (key == "general.alignment") continue;  // SetAlignment writes it
+    SetValue(key, *file.Find(key));
+  }
+  if (file.Find("general.alignment") == nullptr) return absl::OkStatus();
+  return SetAlignment(static_cast<uint32_t>(file.alignment()));
+}
+
 absl::Status GgufWriter::AddTensor(std::string name, GgmlType type, std::vector<int64_t> dims,
                                    absl::Span<const uint8_t> data) {
   const std::string what = absl::StrCat("gguf writer: tensor '", name, "'");

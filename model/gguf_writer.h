@@ -38,6 +38,10 @@ class GgufWriter {
   // Sets `general.alignment`; INVALID_ARGUMENT unless a power of two in [1, kGgufMaxAlignment].
   absl::Status SetAlignment(uint32_t alignment);
 
+  // Sets every key of `file` (its alignment only where it has one: the others are at GGUF's
+  // default of 32), for a tool that rewrites a model.
+  absl::Status CopyKeys(const GgufFile& file);
+
   // Adds a tensor with ggml-order `dims` (dims[0] innermost). INVALID_ARGUMENT naming the tensor
   // for a duplicate name, more than kGgufMaxDims dims, dims[0] not a whole number of blocks, or
   // `data` not exactly the bytes those elements occupy. The data is copied.

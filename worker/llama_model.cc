@@ -94,6 +94,7 @@ void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* no
                  style);
   cpu::ApplyRope(k, batch.positions.data(), n, kv_heads, head_dim, config_.rope_dims, inv_freq,
                  style);
+  if (kv_observer_) kv_observer_(layer, k, v, n);
   const KvCacheShape& kv = kv_cache_.shape();
   if (kv.fp8) {
     cpu::WriteKvCacheFp8(k, v, batch.slot_mapping.data(), n, kv_heads, head_dim,

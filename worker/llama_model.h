@@ -9,15 +9,18 @@
 // for the tokens whose logits are wanted, and the logits are gathered on rank 0.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "model/model_config.h"
+#include "model/shard_layout.h"
 #include "worker/comm/communicator.h"
 #include "worker/forward_batch.h"
 #include "worker/kv_cache.h"
 #include "worker/model_weights.h"
-#include "model/shard_layout.h"
 #include "worker/step_model.h"
 
 namespace tpserve {
@@ -33,6 +36,13 @@ class LlamaModel : public StepModel {
   int64_t weight_bytes() const override { return weights_.resident_bytes(); }
   std::string device_name() const override { return "cpu"; }
 
+  // Called in every layer with the K (rotated) and V about to be written to the pool, each
+  // [num_tokens, local KV heads, head_dim]: what KV-cache calibration (worker/kv_calibration.h)
+  // measures. None by default.
+  using KvObserver =
+      std::function<void(int layer, const float* k, const float* v, int64_t num_tokens)>;
+  void set_kv_observer(KvObserver observer) { kv_observer_ = std::move(observer); }
+
  private:
   void Attention(int layer, const ForwardBatch& batch, const float* normed, float* out);
   void Mlp(int layer, const float* normed, int64_t num_tokens, float* out);
@@ -43,10 +53,11 @@ class LlamaModel : public StepModel {
   const ModelWeights weights_;
   Communicator* const comm_;
   KvCache kv_cache_;
+  KvObserver kv_observer_;
   // A step's activations, kept between steps at the largest size seen.
   struct Buffers {
-    std::vector<float> residual, normed, partial, qkv, q, k, v, attn, gate_up, act, selected,
-        local, gathered;
+    std::vector<float> residual, normed, partial, qkv, q, k, v, attn, gate_up, act, selected, local,
+        gathered;
   };
   Buffers buffers_;
 };

@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tpserve_cluster  # noqa: E402
 from gguf_reader import Gguf  # noqa: E402
-from hf_reference import HfConfig, default_inv_freq, reference_logits  # noqa: E402
+from hf_reference import HfConfig, default_inv_freq, fp8_kv_cache, reference_logits  # noqa: E402
 from hf_writer import fp8_tensors, hf_tensors, write_folder  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -166,8 +166,6 @@ class HfFolderEqualsGguf(unittest.TestCase):
             self.assertIn("config.json: quantization_config " + want, message, case)
 
     def test_calibrated_kv_cache_scales_are_the_ones_fp8_kv_stores_at(self):
-        import ml_dtypes
-
         # Calibration as llm-compressor does it, on the prompt itself: per KV head for K
         # (compressed-tensors' attn_head strategy), per layer for V, scale = max |x| / 448.
         c = HfConfig(self.gguf)
@@ -201,13 +199,9 @@ class HfFolderEqualsGguf(unittest.TestCase):
         folder = os.path.join(self.tmp.name, "SmolLM2-kv-scales")
         write_folder(self.gguf, tensors, folder, shards=2)
 
-        def fp8(x, scale):  # what an E4M3 cache holds of x at `scale`, saturating at 448
-            codes = np.clip(x / scale, -448, 448).astype(ml_dtypes.float8_e4m3fn)
-            return codes.astype(np.float64) * scale
-
         def cached(k_scale, v_scale):
-            return reference_logits(self.gguf, self.tokens, inv_freq, kv_cache=lambda layer, k, v: (
-                fp8(k, np.reshape(k_scale(layer), (-1, 1, 1))), fp8(v, v_scale(layer))))
+            return reference_logits(self.gguf, self.tokens, inv_freq,
+                                    kv_cache=fp8_kv_cache(k_scale, v_scale))
 
         def rms(a, b):
             return float(np.sqrt(np.mean((a - b) ** 2)))

@@ -123,3 +123,17 @@ def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True, kv_c
     x = rms_norm(x, t["output_norm.weight"], c.eps)
     head = t.get("output.weight", t["token_embd.weight"])  # tied when output.weight is absent
     return x @ head.T
+
+
+def fp8_kv_cache(k_scale, v_scale):
+    """A `kv_cache` for reference_logits: K and V as an FP8 E4M3 cache holds them, rounded by
+    ml_dtypes at layer l's scales k_scale(l) and v_scale(l) (one value, or one per KV head),
+    saturating at 448."""
+    import ml_dtypes
+
+    def fp8(x, scale):
+        scale = np.reshape(scale, (-1, 1, 1))
+        codes = np.clip(x / scale, -448, 448).astype(ml_dtypes.float8_e4m3fn)
+        return codes.astype(np.float64) * scale
+
+    return lambda layer, k, v: (fp8(k, k_scale(layer)), fp8(v, v_scale(layer)))

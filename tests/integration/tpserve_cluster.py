@@ -160,3 +160,18 @@ def start_class_grpc(test_class, tp):
     test_class.addClassCleanup(admin_channel.close)
     grpc.channel_ready_future(admin_channel).result(timeout=10)
     return protos, cluster, channel, admin_channel
+
+
+def score_logits(protos, cluster, tokens):
+    """[len(tokens), vocab] float64: the logits the cluster's gRPC Score gives each token."""
+    import grpc
+    import numpy as np
+
+    pb = protos.inference_pb2
+    # A logits row per token is past gRPC's 4 MiB default for a few dozen tokens.
+    options = [("grpc.max_receive_message_length", 256 << 20)]
+    with grpc.insecure_channel(cluster.grpc_address, options=options) as channel:
+        grpc.channel_ready_future(channel).result(timeout=10)
+        stub = protos.inference_pb2_grpc.InferenceServiceStub(channel)
+        reply = stub.Score(pb.ScoreRequest(prompt=pb.TokenIds(ids=tokens)), timeout=120)
+    return np.array([list(p.logits) for p in reply.positions], dtype=np.float64)

@@ -1,0 +1,45 @@
+// KV-cache calibration: the scales at which an FP8 KV cache (--kv-cache-dtype fp8) stores a
+// model's K and V, measured by running the model over calibration text, as llm-compressor
+// calibrates the `k_scale`/`v_scale` of Hugging Face checkpoints: scale = max |value| / 448
+// (E4M3's largest) over every token, per layer and KV head (or per layer), K after RoPE. Written
+// into a copy of a GGUF model as the tensors the shard loader reads (model/hf_fp8.h's
+// KCacheScaleName, VCacheScaleName). tpserve-calibrate-kv is the tool.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "model/gguf_file.h"
+#include "worker/model_runner_options.h"
+
+namespace tpserve {
+
+struct KvCacheScales {
+  // [layers][KV heads]; one value per layer, repeated over its heads, when per_layer.
+  std::vector<std::vector<float>> k, v;
+};
+
+struct KvCalibrationOptions {
+  int64_t chunk_tokens = 512;  // the text runs as sequences of this many tokens, each from 0
+  bool per_layer = false;      // one K and one V scale per layer instead of one per KV head
+  CpuWeights cpu_weights = CpuWeights::kPacked;
+  // Called after each chunk with the tokens run so far and in all.
+  std::function<void(int64_t done, int64_t total)> progress;
+};
+
+// Runs `file`'s model on this process's CPU (all of it: tensor parallel 1) over `tokens`.
+// INVALID_ARGUMENT for no tokens or a chunk longer than the model's context.
+absl::StatusOr<KvCacheScales> CalibrateKvScales(const GgufFile& file,
+                                                absl::Span<const int32_t> tokens,
+                                                const KvCalibrationOptions& options);
+
+// `file` written to `path` with `scales` as its KV-cache scale tensors (F32, one per KV head),
+// replacing any it had; every other key and tensor as it is.
+absl::Status WriteWithKvScales(const GgufFile& file, const KvCacheScales& scales,
+                               const std::string& path);
+
+}  // namespace tpserve
