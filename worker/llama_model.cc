@@ -38,6 +38,10 @@ LlamaModel::LlamaModel(const ModelConfig& config, const ShardLayout& layout, Mod
   TP_CHECK(kv_shape.num_kv_heads == layout_.kv_heads.size);
   TP_CHECK(kv_shape.head_dim == config_.head_dim);
   TP_CHECK(static_cast<int64_t>(weights_.rope_inv_freq.size()) == config_.rope_dims / 2);
+  for (const LayerWeights& w : weights_.layers) {
+    TP_CHECK(static_cast<int64_t>(w.k_cache_scales.size()) == layout_.kv_heads.size &&
+             static_cast<int64_t>(w.v_cache_scales.size()) == layout_.kv_heads.size);
+  }
 }
 
 absl::Status LlamaModel::Forward(const ForwardBatch& batch, std::vector<float>* logits) {

@@ -290,6 +290,7 @@ void WriteKvCacheFp8(const float* k, const float* v, const int64_t* slot_mapping
                      uint8_t* v_cache) {
   TP_CHECK(num_tokens >= 0 && num_kv_heads > 0 && head_dim > 0);
   TP_CHECK(k_scales != nullptr && v_scales != nullptr);
+  for (int64_t g = 0; g < num_kv_heads; ++g) TP_CHECK(k_scales[g] > 0.0f && v_scales[g] > 0.0f);
   const int64_t row = num_kv_heads * head_dim;
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];

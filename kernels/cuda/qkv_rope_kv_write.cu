@@ -78,9 +78,9 @@ __global__ void __launch_bounds__(kThreads)
     const bool is_k = e < q_width + kv_width;
     const int64_t offset = slot * kv_width + (e - q_width - (is_k ? 0 : kv_width));
     if constexpr (kFp8) {
-      // IEEE division (no fast math here), as QuantizeE4m3's 1.0f / scale.
+      // Rounded to nearest whatever the build's flags, as QuantizeE4m3's 1.0f / scale.
       const int64_t kv_head = (e - q_width - (is_k ? 0 : kv_width)) / hd;
-      const float inverse = 1.0f / (is_k ? p.k_scales : p.v_scales)[kv_head];
+      const float inverse = __fdiv_rn(1.0f, (is_k ? p.k_scales : p.v_scales)[kv_head]);
       (is_k ? p.k_cache_fp8 : p.v_cache_fp8)[offset] =
           __nv_cvt_float_to_fp8(ToFloat(value) * inverse, __NV_SATFINITE, __NV_E4M3);
     } else {

@@ -49,7 +49,9 @@ absl::Status CheckShapes(const ModelConfig& config, const ShardLayout& layout,
                     (w.qkv_bias.empty() || static_cast<int64_t>(w.qkv_bias.size()) == w.qkv.rows) &&
                     w.attn_output.rows == hidden && w.attn_output.cols == q_width &&
                     w.gate_up.rows == 2 * layout.ffn.size && w.gate_up.cols == hidden &&
-                    w.down.rows == hidden && w.down.cols == layout.ffn.size;
+                    w.down.rows == hidden && w.down.cols == layout.ffn.size &&
+                    static_cast<int64_t>(w.k_cache_scales.size()) == layout.kv_heads.size &&
+                    static_cast<int64_t>(w.v_cache_scales.size()) == layout.kv_heads.size;
     if (!ok) {
       return absl::InternalError(
           absl::StrCat("CUDA model: layer ", i, "'s weight shapes do not match the layout"));
