@@ -37,6 +37,8 @@ struct Flags {
   int threads = 0;
   std::string device = "cpu";
   bool enforce_eager = false;
+  std::string kv_cache_dtype = "auto";
+  std::string quantization = "none";
 };
 
 absl::Status Generate(const Flags& flags) {
@@ -46,6 +48,8 @@ absl::Status Generate(const Flags& flags) {
   ModelRunnerOptions options;
   options.model_path = flags.model;
   options.block_size = kBlockSize;
+  options.kv_cache_fp8 = flags.kv_cache_dtype != "auto";
+  options.weights_fp8 = flags.quantization == "fp8";
   // The pool only has to hold this one sequence; it is sized after tokenizing below.
   ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, OpenModel(flags.model));
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromGguf(*file));
@@ -147,6 +151,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--enforce-eager", flags.enforce_eager, "cuda: decode without the CUDA graph");
+  app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
+                 "fp8 (= fp8_e4m3): K and V as E4M3 codes, at the model's KV-cache scales")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}));
+  app.add_option("--quantization", flags.quantization,
+                 "cuda: fp8 quantizes the linears' weights to E4M3 at load (W8A8)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "fp8"}));
   app.add_flag("--ignore-eos", flags.ignore_eos, "keep generating past end-of-generation tokens");
   CLI11_PARSE(app, argc, argv);
   const absl::Status status = tpserve::Generate(flags);

@@ -6,7 +6,8 @@
 #   3. tpserve-bench-cuda (decode-shaped bf16 and FP8 GEMMs, bf16 and FP8-KV decode attention,
 #      vs peak HBM bandwidth);
 #   4. T=1 decode tokens/s on SmolLM2-135M and on a Llama-3-8B-shaped random-weight model, through
-#      tpserve-generate --device cuda (decode through the CUDA graph of batch 1).
+#      tpserve-generate --device cuda (decode through the CUDA graph of batch 1), the latter also
+#      with FP8 weights and KV cache (--quantization fp8 --kv-cache-dtype fp8).
 # Each part has a time share (the plan, cheapest and most telling first). A part may also use
 # what earlier parts left unspent, never what later parts' shares need; a part whose share no
 # longer fits the budget (GPU_CHECK_BUDGET_S, default 420 s after unpacking) is reported SKIP
@@ -56,7 +57,7 @@ fi
 # clusters get more than the single-kernel ones.
 test_share() {
   case "$(basename "$1")" in
-    cuda_llama_model_test | cuda_cluster_test) echo 45 ;;
+    cuda_llama_model_test | cuda_cluster_test) echo 40 ;;
     cuda_paged_attention_test | cuda_families_test | cuda_model_sampling_test) echo 30 ;;
     *) echo 10 ;;
   esac
@@ -64,11 +65,12 @@ test_share() {
 plan_names=() plan_shares=()
 plan() { plan_names+=("$1"); plan_shares+=("$2"); }
 for test in "${gpu_tests[@]}"; do plan "$(basename "$test")" "$(test_share "$test")"; done
-plan tpserve-bench-cuda 45
+plan tpserve-bench-cuda 40
 plan mkmodel-smollm2 10
 plan decode-smollm2 20
-plan mkmodel-llama3-8b 30
-plan decode-llama3-8b 35
+plan mkmodel-llama3-8b 25
+plan decode-llama3-8b 30
+plan decode-llama3-8b-fp8 25
 
 planned=0
 for share in "${plan_shares[@]}"; do planned=$(( planned + share )); done
@@ -219,11 +221,13 @@ if [[ $part_status == fail ]]; then
 fi
 
 echo "== T=1 decode"
-# decode NAME MODEL: 128 tokens after a short prompt, greedy, EOS ignored; prints the decode line.
+# decode NAME MODEL [FLAGS...]: 128 tokens after a short prompt, greedy, EOS ignored; prints the
+# decode line.
 decode() {
   local name=$1 model=$2
+  shift 2
   run_part "$name" tpserve-generate --device cuda --model "$model" \
-    --prompt "The history of the" --max-tokens 128 --ignore-eos
+    --prompt "The history of the" --max-tokens 128 --ignore-eos "$@"
   case $part_status in
     ok) say "$name: $(grep -E '^decode:' "$logs/$name.log" || echo 'no decode line in its output')" ;;
     fail)
@@ -273,6 +277,11 @@ else
   if mkmodel mkmodel-llama3-8b "$llama" --layers "$llama_layers" --hidden 4096 --heads 32 \
        --kv-heads 8 --ffn 14336 --vocab 128256 --context 8192; then
     decode decode-llama3-8b "$llama"
+    if [[ $generate_help == *--quantization* ]]; then
+      decode decode-llama3-8b-fp8 "$llama" --quantization fp8 --kv-cache-dtype fp8
+    else
+      say "this package's tpserve-generate has no --quantization flag: no FP8 decode number"
+    fi
   fi
   rm -f "$llama"
 fi

@@ -47,7 +47,8 @@ class GpuCheckPlan(unittest.TestCase):
         self.assertLessEqual(total, BAR_S)
         self.assertTrue(all(share > 0 for share in parts.values()), parts)
         wanted = gpu_test_executables() + ["tpserve-bench-cuda", "decode-smollm2",
-                                           "mkmodel-llama3-8b", "decode-llama3-8b"]
+                                           "mkmodel-llama3-8b", "decode-llama3-8b",
+                                           "decode-llama3-8b-fp8"]
         self.assertGreaterEqual(len(wanted), 14)
         for name in wanted:
             self.assertIn(name, parts)
