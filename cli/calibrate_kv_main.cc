@@ -2,6 +2,7 @@
 // K and V (worker/kv_calibration.h) by running the model over calibration text on this machine's
 // CPU, and writes a copy of the model that carries them. Served with --kv-cache-dtype fp8, the
 // copy's KV cache uses them; other servers (llama.cpp) do not know the extra tensors.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +31,10 @@ struct Flags {
 };
 
 absl::Status Calibrate(const Flags& flags) {
+  std::error_code same_error;
+  if (std::filesystem::equivalent(flags.input, flags.output, same_error)) {
+    return absl::InvalidArgumentError("the output is the input: write the copy elsewhere");
+  }
   if (std::filesystem::is_directory(flags.input)) {
     return absl::InvalidArgumentError(
         absl::StrCat(flags.input,
@@ -44,11 +49,13 @@ absl::Status Calibrate(const Flags& flags) {
   text << in.rdbuf();
   ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> file, GgufFile::Open(flags.input));
   ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromGguf(*file));
-  ASSIGN_OR_RETURN(std::vector<int32_t> tokens, tokenizer->EncodePrompt(text.str()));
+  ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
+                   tokenizer->Encode(text.str(), /*parse_special=*/false));
   if (flags.max_tokens > 0 && static_cast<int64_t>(tokens.size()) > flags.max_tokens) {
     tokens.resize(flags.max_tokens);
   }
   KvCalibrationOptions options;
+  if (tokenizer->add_bos()) options.bos_id = tokenizer->bos_id();
   options.chunk_tokens = flags.chunk_tokens;
   options.per_layer = flags.per_layer;
   options.cpu_weights = flags.cpu_weights == "fp32" ? CpuWeights::kFp32 : CpuWeights::kPacked;
@@ -58,7 +65,15 @@ absl::Status Calibrate(const Flags& flags) {
     if (done == total) std::fputc('\n', stderr);
   };
   ASSIGN_OR_RETURN(const KvCacheScales scales, CalibrateKvScales(*file, tokens, options));
-  RETURN_IF_ERROR(WriteWithKvScales(*file, scales, flags.output));
+  // Written aside and renamed: a failed write leaves no half file behind.
+  const std::string partial = flags.output + ".partial";
+  RETURN_IF_ERROR(WriteWithKvScales(*file, scales, partial));
+  std::error_code error;
+  std::filesystem::rename(partial, flags.output, error);
+  if (error) {
+    std::filesystem::remove(partial, error);
+    return absl::InternalError(absl::StrCat("cannot rename ", partial, " to ", flags.output));
+  }
   float low = scales.k[0][0], high = low;
   for (const auto* rows : {&scales.k, &scales.v}) {
     for (const std::vector<float>& row : *rows) {

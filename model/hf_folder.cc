@@ -397,6 +397,9 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
   RETURN_IF_ERROR(AddModelKeys(config, arch, &keys, &rope_factors));
   keys.SetString("general.name", dir.filename().string());
 
+  ASSIGN_OR_RETURN(const int64_t heads, config.Int("num_attention_heads"));
+  ASSIGN_OR_RETURN(const int64_t kv_heads, config.Int("num_key_value_heads", heads));
+
   // Tensors, file by file.
   ASSIGN_OR_RETURN(const auto files, WeightFiles(dir));
   std::map<std::string, std::string> where;        // GGUF name -> "file: HF name", for errors
@@ -426,7 +429,6 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
     parts.sections.push_back(header.data);
     parts.mappings.push_back(*std::move(mapping));
     for (const SafetensorsTensor& t : header.tensors) {
-      if (IsScaleReadPast(t.name)) continue;
       if (const std::vector<std::string> names = KvCacheScaleNames(t.name); !names.empty()) {
         const std::optional<GgmlType> type = GgmlTypeOfDtype(t.dtype);
         if (!type.has_value() || *type == GgmlType::kF8E4M3) {
@@ -435,6 +437,11 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
         }
         int64_t count = 1;
         for (const int64_t d : t.shape) count *= d;
+        if (count != 1 && count != kv_heads) {
+          return Error(file, absl::StrCat("tensor ", t.name, " holds ", count,
+                                          " scales: one for the layer or one per KV head (",
+                                          kv_heads, ") is read"));
+        }
         for (const std::string& name : names) {
           if (where.contains(name)) {
             return Error(file, absl::StrCat("tensor ", t.name, " scales the KV cache of a layer ",
@@ -460,6 +467,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
         scales[weight] = FoundScale{file, t, header.data.subspan(t.begin, t.end - t.begin)};
         continue;
       }
+      if (IsScaleReadPast(t.name)) continue;
       const std::optional<std::string> gguf = GgufName(t.name);
       if (!gguf.has_value()) {
         return Error(file, absl::StrCat("tensor ", t.name, " is not part of a ", arch,

@@ -73,7 +73,10 @@ absl::Status CheckFp8Quantization(const json& config) {
 
 bool IsWeightScale(const std::string& hf_name) { return absl::EndsWith(hf_name, ".weight_scale"); }
 
-bool IsScaleReadPast(const std::string& hf_name) { return absl::EndsWith(hf_name, ".input_scale"); }
+bool IsScaleReadPast(const std::string& hf_name) {
+  return absl::EndsWith(hf_name, ".input_scale") || absl::EndsWith(hf_name, ".k_scale") ||
+         absl::EndsWith(hf_name, ".v_scale") || absl::EndsWith(hf_name, ".kv_scale");
+}
 
 std::string KCacheScaleName(int64_t layer) { return absl::StrCat("blk.", layer, ".k_cache_scale"); }
 std::string VCacheScaleName(int64_t layer) { return absl::StrCat("blk.", layer, ".v_cache_scale"); }

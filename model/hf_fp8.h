@@ -4,8 +4,9 @@
 // llm-compressor ("compressed-tensors", strategy "tensor" or "channel") and NVIDIA ModelOpt
 // ("modelopt", quant_algo "FP8") write. Static activation scales (`input_scale`) are read past:
 // activations are quantized per token at run time. Calibrated KV-cache scales (`k_scale`,
-// `v_scale`, or one `kv_scale` for both; one per layer or one per KV head) become the view's
-// KCacheScaleName/VCacheScaleName tensors, which --kv-cache-dtype fp8 stores K and V at. The
+// `v_scale`, or one `kv_scale` for both; one per layer or one per KV head) where llm-compressor,
+// ModelOpt and AutoFP8 put them become the view's KCacheScaleName/VCacheScaleName tensors, which
+// --kv-cache-dtype fp8 stores K and V at; such scales anywhere else are read past. The
 // weights keep their codes in the mapped files; the view gives each its row scales
 // (GgufTensorInfo::row_scales).
 #pragma once
@@ -25,12 +26,12 @@ namespace tpserve {
 absl::Status CheckFp8Quantization(const nlohmann::json& config);
 
 // Whether a tensor of a folder is an FP8 weight's scale (`.weight_scale`), or a scale read past
-// (`.input_scale`).
+// (`.input_scale`, and `.k_scale`, `.v_scale`, `.kv_scale` the view does not map).
 bool IsWeightScale(const std::string& hf_name);
 bool IsScaleReadPast(const std::string& hf_name);
 
 // The names a model file gives layer `layer`'s KV-cache scales: one value for the layer or one per
-// KV head, F32, BF16 or F16 (worker/shard_loader.h reads them). GGUF files have none; a folder's
+// KV head (LoadShard, worker/shard_loader.cc, reads them). GGUF files have none; a folder's
 // view makes them from its `k_scale`, `v_scale` and `kv_scale` tensors.
 std::string KCacheScaleName(int64_t layer);
 std::string VCacheScaleName(int64_t layer);

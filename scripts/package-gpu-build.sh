@@ -30,6 +30,10 @@ max_lib_mib="${GPU_PKG_MAX_LIB_MIB:-16}"
 # The payload's bound: the device tool carries 64 MiB with the working tree, and a smaller
 # package leaves the lent minutes to the check rather than the transfer.
 max_payload_mib="${GPU_PKG_MAX_MIB:-40}"
+if [[ ! $max_payload_mib =~ ^[0-9]+$ ]]; then
+  echo "package-gpu-build: GPU_PKG_MAX_MIB must be a whole number of MiB" >&2
+  exit 2
+fi
 
 binaries=(tpserve tpserve-coordinator tpserve-worker tpserve-mkmodel tpserve-generate
           tpserve-bench-cuda)
@@ -113,7 +117,14 @@ done
 echo "package-gpu-build: compressing $(du -sm "$staging" | cut -f1) MiB (xz)"
 # -9: a 64 MiB dictionary, so that the many binaries' shared code compresses once.
 tar -C "$staging" -cf - bin lib | xz -T"$jobs" -9 >"$pkg/payload.tar.xz"
-payload_mib=$(( $(stat -c %s "$pkg/payload.tar.xz") >> 20 ))
+payload_bytes=$(stat -c %s "$pkg/payload.tar.xz")
+payload_mib=$(( (payload_bytes + (1 << 20) - 1) >> 20 ))  # rounded up, as the bound is
+if (( payload_bytes > max_payload_mib << 20 )); then
+  echo "package-gpu-build: the payload is ${payload_mib} MiB, over its ${max_payload_mib} MiB bound" \
+       "(GPU_PKG_MAX_MIB); the device tool carries at most 64 MiB with the working tree" >&2
+  rm -rf "$pkg"  # so that gpu-check.sh cannot take it for a package
+  exit 1
+fi
 
 {
   echo "# gpu-pkg: made by scripts/package-gpu-build.sh, run by scripts/gpu-check.sh"
@@ -137,9 +148,4 @@ payload_mib=$(( $(stat -c %s "$pkg/payload.tar.xz") >> 20 ))
 } >"$pkg/MANIFEST"
 
 echo "package-gpu-build: wrote $pkg/ (payload ${payload_mib} MiB; ${#copied[@]} libraries packed, ${#from_target[@]} left to the target: ${!from_target[*]})"
-if (( payload_mib > max_payload_mib )); then
-  echo "package-gpu-build: the payload is ${payload_mib} MiB, over its ${max_payload_mib} MiB bound" \
-       "(GPU_PKG_MAX_MIB); the device tool carries at most 64 MiB with the working tree" >&2
-  exit 1
-fi
 echo "package-gpu-build: on the GPU machine: carry gpu-pkg and run scripts/gpu-check.sh"

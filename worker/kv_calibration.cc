@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -24,15 +25,18 @@ namespace {
 
 constexpr int64_t kBlockSize = 16;
 
-// max |x| / kE4m3Max for each row of `amax` (1 where a head never saw a value other than 0),
-// or each row's largest for all of its heads with `per_layer`.
+// max |x| / kE4m3Max for each row of `amax` (1 where a head never saw a value other than 0; at
+// least FLT_MIN, whose reciprocal the cache writes can still multiply by), or each row's largest
+// for all of its heads with `per_layer`.
 std::vector<std::vector<float>> ScalesOf(const std::vector<std::vector<float>>& amax,
                                          bool per_layer) {
   std::vector<std::vector<float>> scales;
   for (const std::vector<float>& heads : amax) {
     std::vector<float> row = heads;
     if (per_layer) std::fill(row.begin(), row.end(), *std::max_element(row.begin(), row.end()));
-    for (float& x : row) x = x > 0.0f ? x / cpu::kE4m3Max : 1.0f;
+    for (float& x : row) {
+      x = x > 0.0f ? std::max(x / cpu::kE4m3Max, std::numeric_limits<float>::min()) : 1.0f;
+    }
     scales.push_back(std::move(row));
   }
   return scales;
@@ -45,10 +49,11 @@ absl::StatusOr<KvCacheScales> CalibrateKvScales(const GgufFile& file,
                                                 const KvCalibrationOptions& options) {
   if (tokens.empty()) return absl::InvalidArgumentError("the calibration text has no tokens");
   ASSIGN_OR_RETURN(const ModelConfig config, ModelConfig::FromGguf(file));
-  if (options.chunk_tokens < 1 || options.chunk_tokens > config.context_length) {
-    return absl::InvalidArgumentError(absl::StrCat("chunks of ", options.chunk_tokens,
-                                                   " tokens: between 1 and the model's context (",
-                                                   config.context_length, ") are run"));
+  const int64_t first = options.bos_id >= 0 ? 2 : 1;  // BOS and a text token at least
+  if (options.chunk_tokens < first || options.chunk_tokens > config.context_length) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunks of ", options.chunk_tokens, " tokens: between ", first,
+                     " and the model's context (", config.context_length, ") are run"));
   }
   ASSIGN_OR_RETURN(const ShardLayout layout, ShardLayout::Make(config, 0, 1));
   ASSIGN_OR_RETURN(ModelWeights weights,
@@ -81,11 +86,16 @@ absl::StatusOr<KvCacheScales> CalibrateKvScales(const GgufFile& file,
   std::vector<int32_t> table(shape.num_blocks);
   for (int32_t b = 0; b < shape.num_blocks; ++b) table[b] = b;
   std::vector<float> logits;
+  std::vector<int32_t> chunk;
   const int64_t total = static_cast<int64_t>(tokens.size());
-  for (int64_t begin = 0; begin < total; begin += options.chunk_tokens) {
-    const int64_t size = std::min(options.chunk_tokens, total - begin);
+  const int64_t text_per_chunk = options.chunk_tokens - (options.bos_id >= 0 ? 1 : 0);
+  for (int64_t begin = 0; begin < total; begin += text_per_chunk) {
+    const int64_t size = std::min(text_per_chunk, total - begin);
+    chunk.clear();
+    if (options.bos_id >= 0) chunk.push_back(options.bos_id);
+    chunk.insert(chunk.end(), tokens.begin() + begin, tokens.begin() + begin + size);
     ForwardBatchBuilder builder(kBlockSize);
-    builder.AddSequence(tokens.subspan(begin, size), 0, table, /*all_logits=*/false);
+    builder.AddSequence(chunk, 0, table, /*all_logits=*/false);
     RETURN_IF_ERROR(model.Forward(builder.Build(), &logits));
     if (!finite) {
       return absl::InvalidArgumentError(

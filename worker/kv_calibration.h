@@ -25,14 +25,19 @@ struct KvCacheScales {
 
 struct KvCalibrationOptions {
   int64_t chunk_tokens = 512;  // the text runs as sequences of this many tokens, each from 0
-  bool per_layer = false;      // one K and one V scale per layer instead of one per KV head
+  // Put before each chunk's text tokens (within chunk_tokens) when not negative: a model that
+  // asks for BOS sees it at the start of every sequence it serves, and its first token's K and V
+  // differ from a mid-text token's.
+  int32_t bos_id = -1;
+  bool per_layer = false;  // one K and one V scale per layer instead of one per KV head
   CpuWeights cpu_weights = CpuWeights::kPacked;
   // Called after each chunk with the tokens run so far and in all.
   std::function<void(int64_t done, int64_t total)> progress;
 };
 
-// Runs `file`'s model on this process's CPU (all of it: tensor parallel 1) over `tokens`.
-// INVALID_ARGUMENT for no tokens or a chunk longer than the model's context.
+// Runs `file`'s model on this process's CPU (all of it: tensor parallel 1) over `tokens`, the
+// text's tokens without BOS. INVALID_ARGUMENT for no tokens, a chunk longer than the model's
+// context (or with BOS, shorter than 2), or K or V that are not finite.
 absl::StatusOr<KvCacheScales> CalibrateKvScales(const GgufFile& file,
                                                 absl::Span<const int32_t> tokens,
                                                 const KvCalibrationOptions& options);

@@ -1,6 +1,7 @@
 #include "worker/shard_loader.h"
 
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -201,9 +202,11 @@ absl::StatusOr<std::vector<float>> LoadCacheScales(const GgufFile& file, const s
   std::vector<float> all(count);
   RETURN_IF_ERROR(Dequantize(tensor->type, file.TensorData(*tensor), absl::MakeSpan(all)));
   for (const float v : all) {
-    if (!std::isfinite(v) || v <= 0.0f) {
+    // Under FLT_MIN, 1 / scale (what the cache writes multiply by) is infinite.
+    if (!std::isfinite(v) || v < std::numeric_limits<float>::min()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", name, " holds the scale ", v, " (finite and positive is read)"));
+          absl::StrCat("tensor ", name, " holds the scale ", v, " (finite and at least ",
+                       std::numeric_limits<float>::min(), " is read)"));
     }
   }
   for (int64_t g = 0; g < layout.kv_heads.size; ++g) {

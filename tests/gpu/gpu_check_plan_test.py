@@ -2,10 +2,13 @@
 test executable and for the benchmark and decode parts, and its shares add up to at most 420 s
 (a device is lent for 15 minutes in all, its start and the transfers included). A budget the plan
 does not fit is refused, so the script's own check can fail."""
+import glob
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -19,15 +22,22 @@ def dry_run(budget=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK_")}
     if budget is not None:
         env["GPU_CHECK_BUDGET_S"] = str(budget)
-    # From a scratch directory: the plan must not depend on where it is started, nor on a gpu-pkg
-    # left in the tree (the plan is the package's when there is one, tests/gpu's otherwise).
-    return subprocess.run(["bash", SCRIPT, "--dry-run"], capture_output=True, text=True,
-                          env=env, cwd="/", timeout=60)
+    # The script and tests/gpu's CMakeLists.txt in a tree of their own: a gpu-pkg left in the
+    # checkout (whose MANIFEST the script would plan by) cannot change what is checked.
+    with tempfile.TemporaryDirectory(prefix="tpserve-gpu-plan-") as root:
+        os.makedirs(os.path.join(root, "scripts"))
+        os.makedirs(os.path.join(root, "tests", "gpu"))
+        shutil.copy(SCRIPT, os.path.join(root, "scripts"))
+        shutil.copy(os.path.join(ROOT, "tests", "gpu", "CMakeLists.txt"),
+                    os.path.join(root, "tests", "gpu"))
+        return subprocess.run(["bash", os.path.join(root, "scripts", "gpu-check.sh"), "--dry-run"],
+                              capture_output=True, text=True, env=env, cwd="/", timeout=60)
 
 
 def gpu_test_executables():
-    with open(os.path.join(ROOT, "tests", "gpu", "CMakeLists.txt")) as f:
-        return re.findall(r"^add_executable\(([A-Za-z0-9_-]+)[ )]", f.read(), re.M)
+    # One executable per tests/gpu/*_test.cc.
+    return [os.path.basename(path)[:-len(".cc")]
+            for path in glob.glob(os.path.join(ROOT, "tests", "gpu", "*_test.cc"))]
 
 
 class GpuCheckPlan(unittest.TestCase):

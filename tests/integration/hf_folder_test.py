@@ -234,13 +234,22 @@ class HfFolderEqualsGguf(unittest.TestCase):
                               100 * np.mean(got.argmax(axis=1) == exact.argmax(axis=1))),
                   flush=True)
 
+        # A KV scale where no checkpoint format tpserve knows puts one is read past, as before.
+        elsewhere = os.path.join(self.tmp.name, "kv-scale-elsewhere")
+        write_folder(self.gguf, dict(tensors, **{
+            "model.layers.1.self_attn.attn.k_scale": np.array(0.1, np.float32)}), elsewhere)
+        result = subprocess.run(
+            [os.path.join(self.args.bin_dir, "tpserve-generate"), "--model", elsewhere,
+             "--prompt", "hi", "--max-tokens", "1"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+
         # Scales tpserve cannot use are refused naming the tensor.
         for case, extra, want_error in [
                 ("twice", {"model.layers.1.self_attn.kv_scale": np.array(0.1, np.float32)},
                  "model.layers.1.self_attn.kv_scale scales the KV cache of a layer"),
                 ("count", {"model.layers.1.self_attn.k_scale": np.ones(2, np.float32)},
-                 "tensor blk.1.k_cache_scale holds 2 scales: one for the layer or one per KV "
-                 "head (3) is read"),
+                 "tensor model.layers.1.self_attn.k_scale holds 2 scales: one for the layer or "
+                 "one per KV head (3) is read"),
                 ("zero", {"model.layers.2.self_attn.k_proj.k_scale": np.zeros(3, np.float32)},
                  "tensor blk.2.k_cache_scale holds the scale 0")]:
             broken = os.path.join(self.tmp.name, "kv-scales-" + case)

@@ -2,7 +2,7 @@
 // own KV heads, from a tensor with one per KV head or one for the layer, F32 or BF16; a layer
 // without one gets 1. Tensor parallel 1, 2 and 4 split the 4 KV heads; 8 replicates them (each
 // rank holds the KV head of its query heads). A tensor of another size, or a scale that is not
-// finite and positive, is refused naming the tensor.
+// finite and at least FLT_MIN, is refused naming the tensor.
 #include <unistd.h>
 
 #include <cmath>
@@ -162,6 +162,8 @@ TEST_F(ShardLoaderKvScalesTest, BadScalesAreRefusedNamingTheTensor) {
       {{-0.5f}, "holds the scale -0.5"},
       {{std::nanf("")}, "holds the scale nan"},
       {{INFINITY}, "holds the scale inf"},
+      // A positive subnormal: 1 / scale is infinite, and 0 * inf would store NaN.
+      {{1e-39f}, "holds the scale 1e-39"},
   };
   for (const auto& c : cases) {
     auto view = WithScales(*file_, {{VCacheScaleName(1), GgmlType::kF32, c.values}});
