@@ -430,11 +430,8 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
     parts.mappings.push_back(*std::move(mapping));
     for (const SafetensorsTensor& t : header.tensors) {
       if (const std::vector<std::string> names = KvCacheScaleNames(t.name); !names.empty()) {
-        const std::optional<GgmlType> type = GgmlTypeOfDtype(t.dtype);
-        if (!type.has_value() || *type == GgmlType::kF8E4M3) {
-          return Error(file, absl::StrCat("tensor ", t.name, " has dtype ", t.dtype,
-                                          " (F32, BF16 or F16 scales are read)"));
-        }
+        const absl::StatusOr<GgmlType> type = ScaleType(t);
+        if (!type.ok()) return Error(file, type.status().message());
         int64_t count = 1;
         for (const int64_t d : t.shape) count *= d;
         if (count != 1 && count != kv_heads) {

@@ -81,15 +81,21 @@ bool IsScaleReadPast(const std::string& hf_name) {
 std::string KCacheScaleName(int64_t layer) { return absl::StrCat("blk.", layer, ".k_cache_scale"); }
 std::string VCacheScaleName(int64_t layer) { return absl::StrCat("blk.", layer, ".v_cache_scale"); }
 
+absl::StatusOr<GgmlType> ScaleType(const SafetensorsTensor& scale) {
+  const std::optional<GgmlType> type = GgmlTypeOfDtype(scale.dtype);
+  if (!type.has_value() || *type == GgmlType::kF8E4M3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", scale.name, " has dtype ", scale.dtype, " (F32, BF16 or F16 scales are read)"));
+  }
+  return *type;
+}
+
 absl::StatusOr<std::vector<float>> Fp8RowScales(const SafetensorsTensor& scale,
                                                 absl::Span<const uint8_t> bytes, int64_t rows) {
   const auto refuse = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", scale.name, " ", what));
   };
-  const std::optional<GgmlType> type = GgmlTypeOfDtype(scale.dtype);
-  if (!type.has_value() || *type == GgmlType::kF8E4M3) {
-    return refuse(absl::StrCat("has dtype ", scale.dtype, " (F32, BF16 or F16 scales are read)"));
-  }
+  ASSIGN_OR_RETURN(const GgmlType type, ScaleType(scale));
   int64_t count = 1;
   for (const int64_t d : scale.shape) count *= d;
   const bool per_tensor = count == 1 && scale.shape.size() <= 1;
@@ -100,7 +106,7 @@ absl::StatusOr<std::vector<float>> Fp8RowScales(const SafetensorsTensor& scale,
                                "]: one scale or one per row of its ", rows, "-row weight is read"));
   }
   std::vector<float> values(count);
-  RETURN_IF_ERROR(Dequantize(*type, bytes, absl::MakeSpan(values)));
+  RETURN_IF_ERROR(Dequantize(type, bytes, absl::MakeSpan(values)));
   for (const float v : values) {
     if (!std::isfinite(v) || v <= 0.0f) return refuse(absl::StrCat("holds the scale ", v));
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/ggml_type.h"
 #include "model/safetensors_file.h"
 #include "nlohmann/json.hpp"
 
@@ -35,6 +36,10 @@ bool IsScaleReadPast(const std::string& hf_name);
 // view makes them from its `k_scale`, `v_scale` and `kv_scale` tensors.
 std::string KCacheScaleName(int64_t layer);
 std::string VCacheScaleName(int64_t layer);
+
+// The element type of a scale tensor (weight, KV-cache): F32, BF16 or F16; INVALID_ARGUMENT naming
+// the tensor and its dtype otherwise.
+absl::StatusOr<GgmlType> ScaleType(const SafetensorsTensor& scale);
 
 // The scales of a [rows, cols] FP8 weight from its scale tensor (F32, BF16 or F16; shape [], [1],
 // [rows] or [rows, 1]) whose data are `bytes`: one value, or one per row. INVALID_ARGUMENT naming
