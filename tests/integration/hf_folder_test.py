@@ -67,14 +67,10 @@ class HfFolderEqualsGguf(unittest.TestCase):
         pb = self.protos.inference_pb2
         with tpserve_cluster.Cluster(self.args.bin_dir, model, tp=tp,
                                      extra_args=list(extra_args)) as cluster:
-            # A logits row per prompt token: 48 x 49,152 floats, past gRPC's 4 MiB default.
-            options = [("grpc.max_receive_message_length", 64 << 20)]
-            with grpc.insecure_channel(cluster.grpc_address, options=options) as channel:
+            logits = tpserve_cluster.score_logits(self.protos, cluster, self.tokens)
+            with grpc.insecure_channel(cluster.grpc_address) as channel:
                 grpc.channel_ready_future(channel).result(timeout=10)
                 stub = self.protos.inference_pb2_grpc.InferenceServiceStub(channel)
-                reply = stub.Score(pb.ScoreRequest(prompt=pb.TokenIds(ids=self.tokens)),
-                                   timeout=120)
-                logits = np.array([list(p.logits) for p in reply.positions], dtype=np.float64)
                 ids = [list(stub.Tokenize(pb.TokenizeRequest(text=t), timeout=30).token_ids)
                        for t in TEXTS]
                 name = stub.ListModels(pb.ListModelsRequest(), timeout=30).models[0].id

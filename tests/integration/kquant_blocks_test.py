@@ -57,17 +57,13 @@ class KquantBlocks(unittest.TestCase):
         """The logits of `tokens` and rank 0's resident weight bytes."""
         import grpc
 
-        pb, admin_pb = self.protos.inference_pb2, self.protos.admin_pb2
+        admin_pb = self.protos.admin_pb2
         with tpserve_cluster.Cluster(self.args.bin_dir, path, tp=tp,
                                      extra_args=["--cpu-weights", weights]) as cluster:
-            with grpc.insecure_channel(cluster.grpc_address) as channel:
-                grpc.channel_ready_future(channel).result(timeout=10)
-                stub = self.protos.inference_pb2_grpc.InferenceServiceStub(channel)
-                reply = stub.Score(pb.ScoreRequest(prompt=pb.TokenIds(ids=tokens)), timeout=120)
+            logits = tpserve_cluster.score_logits(self.protos, cluster, tokens)
             with grpc.insecure_channel(cluster.admin_address) as channel:
                 admin = self.protos.admin_pb2_grpc.AdminServiceStub(channel)
                 status = admin.ClusterStatus(admin_pb.ClusterStatusRequest(), timeout=30)
-        logits = np.array([list(p.logits) for p in reply.positions], dtype=np.float64)
         return logits, status.shards[0].weight_bytes
 
     def test_q4_k_m_served_from_blocks(self):

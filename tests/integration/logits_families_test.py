@@ -113,12 +113,11 @@ class LogitsFamilies(unittest.TestCase):
         import grpc
 
         pb = self.protos.inference_pb2
+        logits = tpserve_cluster.score_logits(self.protos, cluster, tokens)
         with grpc.insecure_channel(cluster.grpc_address) as channel:
             grpc.channel_ready_future(channel).result(timeout=10)
             stub = self.protos.inference_pb2_grpc.InferenceServiceStub(channel)
             context = stub.ListModels(pb.ListModelsRequest(), timeout=30).models[0].context_length
-            reply = stub.Score(pb.ScoreRequest(prompt=pb.TokenIds(ids=tokens)), timeout=120)
-            logits = np.array([list(p.logits) for p in reply.positions], dtype=np.float64)
             refused = None
             if over_length is not None:
                 try:
