@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "grammar bench: vocabulary of %d tokens, %d walks\n", vocab, walks);
 
   auto start = std::chrono::steady_clock::now();
-  GrammarCompiler compiler(**tokenizer, int64_t{256} << 20);
+  GrammarCompiler compiler(**tokenizer, int64_t{256} << 20, int64_t{64} << 10);
   const double index_s = Seconds(std::chrono::steady_clock::now() - start);
   tpserve::OutputConstraint constraint;
   constraint.kind = tpserve::OutputConstraint::Kind::kJsonSchema;

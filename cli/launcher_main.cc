@@ -32,6 +32,7 @@
 #include "common/subprocess.h"
 #include "common/tls_flags.h"
 #include "coordinator/ngram_flags.h"
+#include "coordinator/request_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "model/chat_template.h"
 #include "model/gguf_file.h"
@@ -87,6 +88,7 @@ struct Flags {
   int spec_disable_batch_size = 8;
   double spec_min_acceptance = 0.2;
   NgramOptions ngram;
+  RequestLimits limits;
   int ready_timeout_s = 600;
   std::string prompt;
   int max_tokens = 64;
@@ -209,6 +211,9 @@ absl::Status Serve(const Flags& flags) {
       absl::StrCat("--spec-min-acceptance=", flags.spec_min_acceptance));
   options.coordinator_args.push_back(absl::StrCat("--ngram-min=", flags.ngram.min_n));
   options.coordinator_args.push_back(absl::StrCat("--ngram-max=", flags.ngram.max_n));
+  for (std::string& arg : RequestLimitArgs(flags.limits)) {
+    options.coordinator_args.push_back(std::move(arg));
+  }
   if (!flags.chat_template.empty()) {
     options.coordinator_args.push_back(absl::StrCat("--chat-template=", flags.chat_template));
   }
@@ -388,6 +393,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 16));
   AddNgramFlags(app, &flags.ngram);
+  AddRequestLimitFlags(app, &flags.limits);
   app.add_option("--ready-timeout", flags.ready_timeout_s, "seconds to wait for the cluster")
       ->check(CLI::PositiveNumber);
   app.add_option("--prompt", flags.prompt, "answer this chat prompt once the cluster is ready");

@@ -33,6 +33,8 @@ std::shared_ptr<grpc::Channel> ClusterChannel(const std::string& address,
 // OK when the call carries this process's token, or none is in force; otherwise
 // UNAUTHENTICATED, recorded (RecordAuthRefusal, surface "cluster") with the method and the peer.
 grpc::Status CheckClusterToken(const grpc::ServerContext& context, const char* method);
+// The same check of an `authorization` value alone, unrecorded (coordinator/header_gate.h).
+bool ClusterTokenAccepts(const std::string& authorization);
 
 // Constant-time equality of two secrets (the time depends on the lengths only).
 bool SecretsEqual(const std::string& a, const std::string& b);

@@ -28,13 +28,14 @@
 #include "coordinator/admin_service.h"
 #include "coordinator/bearer_keys.h"
 #include "coordinator/cluster_service.h"
+#include "coordinator/coordinator_flags.h"
 #include "coordinator/engine.h"
 #include "coordinator/group_reformer.h"
+#include "coordinator/header_gate.h"
 #include "coordinator/heartbeat_monitor.h"
 #include "coordinator/http_server.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/metrics.h"
-#include "coordinator/ngram_flags.h"
 #include "coordinator/worker_pool.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -53,57 +54,11 @@ constexpr char kLog[] = "coordinator";
 constexpr absl::Duration kLoadTimeout = absl::Minutes(10);
 constexpr absl::Duration kShutdownTimeout = absl::Seconds(5);
 constexpr absl::Duration kRegisterProbeTimeout = absl::Seconds(1);
+// The largest message the client and admin ports take: a prompt's text for a long context, a
+// schema, token ids. gRPC buffers a message whole before it checks the size, so this bounds what
+// one authenticated call can cost.
+constexpr int kMaxClientMessageBytes = 64 << 20;
 
-struct Flags {
-  std::string model;
-  std::string chat_template;  // a Jinja file that replaces the model's tokenizer.chat_template
-  std::string sampling_defaults = "model";  // "model": the file's recommended sampling; "builtin"
-  int world_size = 0;
-  std::string host = "127.0.0.1";
-  int port = 0;
-  std::string port_file;
-  double startup_timeout_s = 60;
-  double step_timeout_s = 30;
-  double heartbeat_interval_s = 1;
-  double recovery_grace_s = 60;
-  int64_t kv_cache_blocks = 0;
-  int64_t kv_cache_memory_mib = 0;
-  std::string kv_cache_dtype = "auto";
-  std::string quantization = "none";
-  int block_size = 16;
-  int max_num_batched_tokens = 2048;
-  int64_t max_step_attention = int64_t{2048} * 2048;
-  int max_num_seqs = 256;
-  bool no_prefix_cache = false;
-  bool no_jump_forward = false;
-  bool no_step_relay = false;
-  // "ngram": prompt-lookup proposals; "draft": a draft model; "self": the model's first layers
-  std::string speculative = "none";
-  std::string draft_model;
-  int self_spec_layers = 0;  // 0: a quarter of the model's layers
-  int num_speculative_tokens = 4;
-  int spec_disable_batch_size = 8;
-  double spec_min_acceptance = 0.2;
-  NgramOptions ngram;
-  int http_port = 8000;   // -1: no HTTP
-  std::string http_host;  // empty: --host
-  std::string http_port_file;
-  int http_max_connections = HttpLimits().max_connections;
-  int64_t http_max_body_bytes = HttpLimits().max_body_bytes;
-  double http_header_timeout_s = absl::ToDoubleSeconds(HttpLimits().header_timeout);
-  std::string served_model_name;  // empty: the model file's (or folder's) name without ".gguf"
-  int max_queued_requests = 0;
-  std::string device = "cpu";
-  bool enforce_eager = false;
-  std::string cluster_token_file;
-  std::vector<std::string> api_keys;
-  std::string api_key_file;
-  std::string admin_key_file;
-  std::string admin_host;  // empty: --host
-  int admin_port = 0;
-  std::string admin_port_file;
-  TlsFiles tls;
-};
 
 std::string JoinHostPort(const std::string& host, int port) {
   if (host.find(':') != std::string::npos) return absl::StrCat("[", host, "]:", port);
@@ -154,7 +109,7 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-std::string ServedModelName(const Flags& flags) {
+std::string ServedModelName(const CoordinatorFlags& flags) {
   if (!flags.served_model_name.empty()) return flags.served_model_name;
   std::filesystem::path path = std::filesystem::path(flags.model).lexically_normal();
   if (!path.has_filename()) path = path.parent_path();  // a folder given as "dir/"
@@ -202,16 +157,23 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const GgufFile& f
   return std::make_unique<ChatTemplate>(*std::move(chat_template));
 }
 
-// Serves `services` on host:port (0: a free one) with the process's TLS; reports the address as
-// "tpserve-coordinator <what>listening on ADDRESS" and in `port_file`. Null when it cannot.
+// Serves `services` on host:port (0: a free one) with the process's TLS and `gate` on every call's
+// headers; reports the address as "tpserve-coordinator <what>listening on ADDRESS" and in
+// `port_file`. Null when it cannot.
 std::unique_ptr<grpc::Server> Listen(const std::string& host, int port,
-                                     const std::vector<grpc::Service*>& services,
+                                     const std::vector<grpc::Service*>& services, HeaderGate gate,
                                      const std::string& what, const std::string& port_file,
                                      std::string* address) {
   grpc::ServerBuilder builder;
   int chosen = 0;
-  builder.AddListeningPort(JoinHostPort(host, port), ProcessTls().ServerCredentials(), &chosen);
-  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  builder.AddListeningPort(
+      JoinHostPort(host, port),
+      GatedServerCredentials(ProcessTls().enabled() ? ProcessTls().ServerCredentials() : nullptr,
+                             std::move(gate)),
+      &chosen);
+  // What clients, operators and registering ranks send is small; the large replies (Score's
+  // logits) go the other way.
+  builder.SetMaxReceiveMessageSize(kMaxClientMessageBytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   for (grpc::Service* service : services) builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -227,7 +189,7 @@ std::unique_ptr<grpc::Server> Listen(const std::string& host, int port,
   return server;
 }
 
-int Run(const Flags& flags) {
+int Run(const CoordinatorFlags& flags) {
   if (absl::Status s = LoadClusterToken(flags.cluster_token_file); !s.ok()) {
     return Fail(absl::StrCat("--cluster-token-file: ", s.message()));
   }
@@ -356,16 +318,34 @@ int Run(const Flags& flags) {
   // Service can expose one without the others.
   const std::string admin_host = flags.admin_host.empty() ? flags.host : flags.admin_host;
   std::string admin_address;
-  std::unique_ptr<grpc::Server> admin_server = Listen(
-      admin_host, flags.admin_port, {&admin}, "admin ", flags.admin_port_file, &admin_address);
+  // AdminService checks its keys per operation (its status views are open).
+  std::unique_ptr<grpc::Server> admin_server =
+      Listen(admin_host, flags.admin_port, {&admin},
+             [](std::string_view, std::string_view) { return true; }, "admin ",
+             flags.admin_port_file, &admin_address);
   if (admin_server == nullptr) {
     return Fail(absl::StrCat("cannot serve AdminService on ",
                              JoinHostPort(admin_host, flags.admin_port),
                              " (--admin-host, --admin-port, --admin-port-file)"));
   }
   std::string address;
+  // Keys are checked before a message is read: a stranger's 250 MB Generate costs its headers.
+  const BearerKeys* keys = &*api_keys;
+  HeaderGate client_gate = [keys](std::string_view path, std::string_view authorization) {
+    auto under = [path](std::string_view service) {
+      return path.substr(0, service.size()) == service;
+    };
+    if (under("/tpserve.v1.ClusterService/")) {
+      return ClusterTokenAccepts(std::string(authorization));
+    }
+    if (under("/tpserve.v1.InferenceService/") && path != "/tpserve.v1.InferenceService/Health") {
+      return keys->Accepts(std::string(authorization));
+    }
+    return true;
+  };
   std::unique_ptr<grpc::Server> server =
-      Listen(flags.host, flags.port, {&cluster, &inference}, "", flags.port_file, &address);
+      Listen(flags.host, flags.port, {&cluster, &inference}, std::move(client_gate), "",
+             flags.port_file, &address);
   // On every way out, failed start-ups included: the destructor's Shutdown would wait without a
   // deadline for the calls in flight (a launcher's readiness polls), delaying the exit status.
   absl::Cleanup shutdown_servers = [&server, &admin_server] {
@@ -453,6 +433,9 @@ int Run(const Flags& flags) {
   options.ngram.max_n = std::max(flags.ngram.min_n, flags.ngram.max_n);
   options.max_queued_requests = flags.max_queued_requests;
   options.recovery_grace = absl::Seconds(flags.recovery_grace_s);
+  options.limits = flags.limits;
+  options.grammar.timeout = absl::Seconds(flags.limits.grammar_compile_timeout_s);
+  options.grammar.max_bytes = flags.limits.max_constraint_bytes;
   Engine engine(options, &pool, tokenizer->get());
   engine.SetMetrics(&metrics);
   GroupReformer reformer(&cluster, &pool, init, *loaded, absl::Seconds(flags.startup_timeout_s),
@@ -490,180 +473,9 @@ int Run(const Flags& flags) {
 }  // namespace tpserve
 
 int main(int argc, char** argv) {
-  tpserve::Flags flags;
+  tpserve::CoordinatorFlags flags;
   CLI::App app{"tpserve coordinator: drives tensor-parallel workers and serves InferenceService"};
-  app.add_option("--model", flags.model,
-                 "GGUF model file or Hugging Face folder (tokenizer and config are read here)")
-      ->required()
-      ->check(CLI::ExistingPath);
-  app.add_option("--chat-template", flags.chat_template,
-                 "Jinja chat template file to use instead of the model's tokenizer.chat_template")
-      ->check(CLI::ExistingFile);
-  app.add_option("--sampling-defaults", flags.sampling_defaults,
-                 "what a request's absent sampling fields take: 'model' (the model's recommended "
-                 "sampling: general.sampling.* or generation_config.json) or 'builtin' "
-                 "(temperature 1, every filter off)")
-      ->check(CLI::IsMember({"model", "builtin"}))
-      ->capture_default_str();
-  app.add_option("--world-size", flags.world_size, "number of worker ranks (tensor-parallel size)")
-      ->required()
-      ->check(CLI::Range(1, 1024));
-  app.add_option("--host", flags.host, "address to listen on")->capture_default_str();
-  app.add_option("--port", flags.port, "port to listen on; 0 picks a free one")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 65535));
-  app.add_option("--port-file", flags.port_file, "write the chosen port to this file");
-  app.add_option("--startup-timeout", flags.startup_timeout_s,
-                 "seconds to wait for every rank to register (and for Init)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--step-timeout", flags.step_timeout_s,
-                 "the least time, in seconds, a step may take before the cluster is degraded; a "
-                 "step of more work gets proportionally longer (dead ranks are found by the "
-                 "heartbeats)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--recovery-grace", flags.recovery_grace_s,
-                 "seconds requests in flight are held after a rank is lost, waiting for the group "
-                 "to re-form, before they fail; they then recompute and go on streaming where they "
-                 "stopped. New requests meanwhile queue up to --max-queued-requests (refused with "
-                 "503 when it is 0). 0 = requests in flight fail at once")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 86400.0));
-  app.add_option("--heartbeat-interval", flags.heartbeat_interval_s,
-                 "seconds between heartbeats to every rank; a rank that does not answer within "
-                 "half of it has missed one, which fails the step in flight and degrades the "
-                 "cluster")
-      ->capture_default_str()
-      ->check(CLI::Range(0.05, 60.0));
-  app.add_option("--kv-cache-blocks", flags.kv_cache_blocks,
-                 "KV blocks per rank; 0 sizes the pool from --kv-cache-memory")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--kv-cache-memory", flags.kv_cache_memory_mib,
-                 "MiB of KV cache per rank when --kv-cache-blocks is 0; 0 = the worker's default")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
-  app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
-                 "the KV cache's element type: auto (fp32 on CPU workers, bf16 on CUDA), or fp8 "
-                 "(= fp8_e4m3: E4M3 codes, a quarter of the CPU's bytes per token and half of "
-                 "CUDA's)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}));
-  app.add_option("--quantization", flags.quantization,
-                 "none (the model file's own weights), or fp8: CUDA workers quantize every "
-                 "linear's weights at load to FP8 E4M3 with per-output-channel scales and its "
-                 "activations per token (W8A8; half the bytes of bf16 weights)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"none", "fp8"}));
-  app.add_option("--max-num-batched-tokens", flags.max_num_batched_tokens,
-                 "tokens run per step: decodes plus prefill chunks")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--max-step-attention", flags.max_step_attention,
-                 "attention work per step, in tokens times the context they attend to: a long "
-                 "prompt's later chunks get shorter so that no step runs long")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
-  app.add_option("--max-num-seqs", flags.max_num_seqs, "sequences running at once")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 16));
-  app.add_flag("--no-prefix-cache", flags.no_prefix_cache,
-               "turn off the RadixAttention prefix cache");
-  app.add_flag("--no-jump-forward", flags.no_jump_forward,
-               "sample every token of constrained output, also where the constraint forces it");
-  app.add_flag("--no-step-relay", flags.no_step_relay,
-               "send every step to every rank, also where the ranks share memory (by default "
-               "rank 0 alone gets it and relays it to the others through the segment)");
-  app.add_option("--speculative", flags.speculative,
-                 "speculative decoding: 'ngram' proposes the tokens that followed the latest "
-                 "earlier occurrence of a sequence's last tokens (prompt lookup), verified "
-                 "losslessly by rank 0; 'draft' has rank 0 run --draft-model, a smaller model "
-                 "with the same tokenizer, to propose them; 'self' has it run the model's own "
-                 "first --self-spec-layers layers; 'none' to decode one token per step")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"none", "ngram", "draft", "self"}));
-  app.add_option("--draft-model", flags.draft_model,
-                 "--speculative draft: the draft model (GGUF file or Hugging Face folder), which "
-                 "every worker must be started with too (tpserve-worker --draft-model)");
-  app.add_option("--self-spec-layers", flags.self_spec_layers,
-                 "--speculative self: the draft is the model's first this many layers, then its "
-                 "final norm and output head (0: a quarter of its layers)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--num-speculative-tokens", flags.num_speculative_tokens,
-                 "most tokens proposed per sequence and step")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 16));
-  app.add_option("--spec-min-acceptance", flags.spec_min_acceptance,
-                 "a request whose share of accepted proposals falls below this, once it has "
-                 "proposed 16 tokens, speculates no more (0: never switched off)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--spec-disable-batch-size", flags.spec_disable_batch_size,
-                 "no proposals in steps with more decoding sequences than this")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 16));
-  AddNgramFlags(app, &flags.ngram);
-  app.add_option("--block-size", flags.block_size, "tokens per KV block")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
-  app.add_option("--http-port", flags.http_port,
-                 "port of the OpenAI-compatible HTTP API; 0 picks a free one, -1 turns it off")
-      ->capture_default_str()
-      ->check(CLI::Range(-1, 65535));
-  app.add_option("--http-host", flags.http_host,
-                 "address the HTTP API listens on (default: --host)");
-  app.add_option("--http-port-file", flags.http_port_file,
-                 "write the chosen HTTP port to this file");
-  app.add_option("--http-max-connections", flags.http_max_connections,
-                 "open HTTP connections beyond which new ones get 503 (idle and slow ones count)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--http-max-body-bytes", flags.http_max_body_bytes,
-                 "largest request body accepted; larger ones get 413 before they are read")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32));
-  app.add_option("--http-header-timeout", flags.http_header_timeout_s,
-                 "seconds a request's head may take to arrive (and an idle connection may stay "
-                 "open) before the connection is closed")
-      ->capture_default_str()
-      ->check(CLI::Range(0.1, 3600.0));
-  app.add_option("--served-model-name", flags.served_model_name,
-                 "the model name clients pass in OpenAI requests (default: the model file's name "
-                 "without .gguf)");
-  app.add_option("--max-queued-requests", flags.max_queued_requests,
-                 "requests waiting to start beyond which new ones get 429 / RESOURCE_EXHAUSTED; "
-                 "0 = no limit")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--device", flags.device,
-                 "where the workers run the model: cpu, or cuda (one GPU per rank)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_flag("--enforce-eager", flags.enforce_eager,
-               "cuda: every worker runs every step eagerly, without decode CUDA graphs");
-  app.add_option("--cluster-token-file", flags.cluster_token_file,
-                 "file holding the token every coordinator-worker call carries (default: $" +
-                     std::string(tpserve::kClusterTokenEnv) + "; neither: an open cluster)");
-  app.add_option("--api-key", flags.api_keys,
-                 "a key clients must send as 'Authorization: Bearer' (HTTP /v1/*) or gRPC "
-                 "metadata 'authorization' (InferenceService); repeatable");
-  app.add_option("--api-key-file", flags.api_key_file,
-                 "file of API keys, one per line (also $" + std::string(tpserve::kApiKeyEnv) + ")");
-  app.add_option("--admin-key-file", flags.admin_key_file,
-                 "file of keys (one per line) that AdminService's Drain, Undrain and "
-                 "FlushPrefixCache need as 'authorization: Bearer' (also $" +
-                     std::string(tpserve::kAdminKeyEnv) + "; tpctl --admin-key-file)");
-  app.add_option("--admin-port", flags.admin_port,
-                 "port of AdminService (tpctl); 0 picks a free one")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 65535));
-  app.add_option("--admin-host", flags.admin_host,
-                 "address AdminService listens on (default: --host)");
-  app.add_option("--admin-port-file", flags.admin_port_file,
-                 "write the chosen admin port to this file");
-  tpserve::AddTlsFlags(app, &flags.tls);
+  tpserve::AddCoordinatorFlags(app, &flags);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -35,9 +35,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/block_pool.h"
+#include "coordinator/constraint_compiler.h"
 #include "coordinator/jump_forward.h"
 #include "coordinator/metrics.h"
 #include "coordinator/prefix_cache.h"
+#include "coordinator/request_limits.h"
 #include "coordinator/request_stream.h"
 #include "coordinator/scheduled_batch.h"
 #include "coordinator/scheduler.h"
@@ -81,6 +83,9 @@ struct EngineOptions {
   // that kills a rank each time it runs would otherwise loop through restarts for ever (the
   // other sequences in those same steps share its fate, as they cannot be told apart).
   int32_t max_request_holds = 3;
+  // Output constraints compile on this pool, each within its timeout.
+  ConstraintCompilerOptions grammar;
+  RequestLimits limits;
 };
 
 // Requests held for lost ranks since start.
@@ -126,7 +131,11 @@ class Engine {
   // [1, kMaxSamples], logprobs outside [-1, kMaxLogprobs], too many or empty stop strings, or
   // impossible sampling parameters; RESOURCE_EXHAUSTED when max_queued_requests are waiting
   // (the message says to retry); UNAVAILABLE when degraded, draining or stopping.
-  absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> SubmitGenerate(GenerateParams params);
+  // A constrained request's compile (ConstraintCompiler) runs first: INVALID_ARGUMENT naming the
+  // constraint when it does not compile within its timeout or its language is empty, CANCELLED
+  // when `client_gone` (may be empty) says the client left meanwhile.
+  absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> SubmitGenerate(
+      GenerateParams params, const std::function<bool()>& client_gone = {});
   // Queues teacher-forced scoring of `prompt`: every position's logits, computed in chunks that
   // keep each step's reply under kMaxScoreLogitBytes. The same prompt checks, plus
   // INVALID_ARGUMENT when all the logits would not fit the client's one reply message.
@@ -178,6 +187,10 @@ class Engine {
   bool TakeSubmitted(absl::Duration wait);
   // Drops requests whose client went away (CANCELLED to the stream, blocks freed).
   void DropCancelled();
+  // Runs `batch` on every rank. A step the workers refuse for one sequence's data
+  // (StepResponse.refused) fails that sequence alone, and the rest of the batch runs as the next
+  // step; only a transport error, a timeout or a lost rank is returned (a cluster fault).
+  absl::StatusOr<v1::StepResponse> RunStep(ScheduledBatch& batch);
   // Hands rank 0's outputs to the scheduler (Postprocess) and streams what it returns.
   void Apply(const ScheduledBatch& batch, const v1::StepResponse& response);
   // Observes the queue time of sequences scheduled for the first time.
@@ -224,9 +237,7 @@ class Engine {
   const EngineOptions options_;
   WorkerPool* const pool_;
   const Tokenizer* const tokenizer_;
-  // Made on the first constrained request (building its vocabulary index takes a moment).
-  absl::Mutex grammar_mutex_;
-  std::unique_ptr<GrammarCompiler> grammar_ ABSL_GUARDED_BY(grammar_mutex_);
+  ConstraintCompiler constraints_;
   const std::unique_ptr<const JumpForward> jump_forward_;  // null with jump_forward off
 
   // Engine thread only. Destroyed in reverse order: the scheduler releases its blocks into the

@@ -2,13 +2,19 @@
 
 #include <dlpack/dlpack.h>
 
+#include <algorithm>
 #include <exception>
+#include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/json_depth.h"
 #include "common/status_macros.h"
 #include "coordinator/schema_keywords.h"
@@ -26,8 +32,6 @@ class CompiledConstraint {
 namespace {
 
 using nlohmann::json;
-
-constexpr int kMaxSchemaDepth = 64;
 
 absl::Status Invalid(const OutputConstraint& c, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(c.param, ": ", what));
@@ -58,9 +62,36 @@ std::vector<std::string> GrammarVocabulary(const Tokenizer& tokenizer) {
   return vocab;
 }
 
+// xgrammar keeps a repetition count ({m}, {m,n}) in 32 bits without checking it: 2^32 + 1 becomes
+// 1, and 2^31 a negative bound. Counts past INT32_MAX in a regex, a grammar or a schema's
+// `pattern` are refused before it sees them.
+std::optional<std::string> RepetitionBoundOverflow(absl::string_view text) {
+  constexpr uint64_t kMax = std::numeric_limits<int32_t>::max();
+  for (size_t open = text.find('{'); open != absl::string_view::npos;
+       open = text.find('{', open + 1)) {
+    size_t i = open + 1;
+    bool any_digit = false;
+    while (i < text.size() && (absl::ascii_isdigit(text[i]) || text[i] == ',')) {
+      any_digit |= text[i] != ',';
+      ++i;
+    }
+    if (!any_digit || i >= text.size() || text[i] != '}') continue;
+    for (absl::string_view count : absl::StrSplit(text.substr(open + 1, i - open - 1), ',')) {
+      // Longer than 10 digits is past the bound whatever they are.
+      uint64_t value = 0;
+      if (count.size() > 10 || (!count.empty() && absl::SimpleAtoi(count, &value) && value > kMax)) {
+        return std::string(text.substr(open, std::min<size_t>(i - open + 1, 40)));
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
-GrammarCompiler::GrammarCompiler(const Tokenizer& tokenizer, int64_t cache_bytes) {
+GrammarCompiler::GrammarCompiler(const Tokenizer& tokenizer, int64_t cache_bytes,
+                                 int64_t max_bytes)
+    : max_bytes_(max_bytes) {
   const absl::flat_hash_set<int32_t>& eog = tokenizer.end_of_generation_ids();
   xgrammar::TokenizerInfo info(GrammarVocabulary(tokenizer), xgrammar::VocabType::RAW,
                                tokenizer.vocab_size(),
@@ -73,8 +104,13 @@ GrammarCompiler::~GrammarCompiler() = default;
 
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compile(
     const OutputConstraint& c) {
-  if (c.spec.size() > kMaxConstraintBytes) {
-    return Invalid(c, absl::StrCat("is ", c.spec.size(), " bytes; at most ", kMaxConstraintBytes));
+  if (static_cast<int64_t>(c.spec.size()) > max_bytes_) {
+    return Invalid(c, absl::StrCat("is ", c.spec.size(), " bytes; at most ", max_bytes_,
+                                   " are allowed (--max-constraint-bytes)"));
+  }
+  if (std::optional<std::string> bound = RepetitionBoundOverflow(c.spec)) {
+    return Invalid(c, absl::StrCat("the repetition ", *bound, " is over ",
+                                   std::numeric_limits<int32_t>::max()));
   }
   try {
     switch (c.kind) {
@@ -86,10 +122,10 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compi
             R"({"type": "object"})", /*any_whitespace=*/false, /*indent=*/std::nullopt,
             std::make_pair(std::string(","), std::string(":")), /*strict_mode=*/false));
       case OutputConstraint::Kind::kJsonSchema: {
-        if (JsonNestingDepth(c.spec) > kMaxSchemaDepth) {
-          return Invalid(c, absl::StrCat("the schema nests deeper than ", kMaxSchemaDepth));
+        if (JsonNestingDepth(c.spec) > kMaxJsonDepth) {
+          return Invalid(c, absl::StrCat("the schema nests deeper than ", kMaxJsonDepth));
         }
-        const json schema = json::parse(c.spec, nullptr, /*allow_exceptions=*/false);
+        const json schema = ParseBoundedJson<json>(c.spec);
         if (schema.is_discarded()) return Invalid(c, "the schema is not valid JSON");
         if (!schema.is_object() && !schema.is_boolean()) {
           return Invalid(c, "the schema must be a JSON object");
@@ -110,9 +146,9 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compi
           if (choice.empty()) return Invalid(c, "a choice is the empty string");
           bytes += choice.size();
         }
-        if (bytes > kMaxConstraintBytes) {
-          return Invalid(
-              c, absl::StrCat("the choices hold ", bytes, " bytes; at most ", kMaxConstraintBytes));
+        if (static_cast<int64_t>(bytes) > max_bytes_) {
+          return Invalid(c, absl::StrCat("the choices hold ", bytes, " bytes; at most ", max_bytes_,
+                                         " are allowed (--max-constraint-bytes)"));
         }
         return std::make_shared<const CompiledConstraint>(
             compiler_->CompileGrammar(ChoiceGrammar(c.choices)));
@@ -145,6 +181,18 @@ TokenMatcher::TokenMatcher(std::shared_ptr<const CompiledConstraint> compiled)
 
 TokenMatcher::~TokenMatcher() = default;
 
+template <typename Call>
+bool TokenMatcher::Guard(Call&& call) {
+  if (!status_.ok()) return false;
+  try {
+    call();
+    return true;
+  } catch (const std::exception& e) {
+    status_ = absl::InternalError(absl::StrCat("the grammar matcher failed: ", e.what()));
+  }
+  return false;
+}
+
 void TokenMatcher::FillBitmask(absl::Span<uint32_t> row) {
   int64_t shape[1] = {static_cast<int64_t>(row.size())};
   DLTensor tensor;
@@ -155,15 +203,42 @@ void TokenMatcher::FillBitmask(absl::Span<uint32_t> row) {
   tensor.shape = shape;
   tensor.strides = nullptr;
   tensor.byte_offset = 0;
-  matcher_->FillNextTokenBitmask(&tensor);
+  if (!Guard([&] { matcher_->FillNextTokenBitmask(&tensor); })) {
+    std::fill(row.begin(), row.end(), 0u);
+  }
 }
 
-bool TokenMatcher::Accept(int32_t token) { return matcher_->AcceptToken(token); }
+absl::Span<const uint32_t> TokenMatcher::NextMask() {
+  if (!mask_fresh_) {
+    mask_.assign(bitmask_words_, 0u);
+    FillBitmask(absl::MakeSpan(mask_));
+    mask_fresh_ = true;
+  }
+  return mask_;
+}
 
-bool TokenMatcher::terminated() const { return matcher_->IsTerminated(); }
+bool TokenMatcher::AllowsNothing() {
+  const absl::Span<const uint32_t> mask = NextMask();
+  return std::all_of(mask.begin(), mask.end(), [](uint32_t word) { return word == 0; });
+}
 
-std::string TokenMatcher::ForcedContinuation() { return matcher_->FindJumpForwardString(); }
+bool TokenMatcher::Accept(int32_t token) {
+  mask_fresh_ = false;
+  bool accepted = false;
+  return Guard([&] { accepted = matcher_->AcceptToken(token); }) && accepted;
+}
 
-void TokenMatcher::Rollback(int num_tokens) { matcher_->Rollback(num_tokens); }
+bool TokenMatcher::terminated() const { return status_.ok() && matcher_->IsTerminated(); }
+
+std::string TokenMatcher::ForcedContinuation() {
+  std::string forced;
+  Guard([&] { forced = matcher_->FindJumpForwardString(); });
+  return forced;
+}
+
+void TokenMatcher::Rollback(int num_tokens) {
+  mask_fresh_ = false;
+  Guard([&] { matcher_->Rollback(num_tokens); });
+}
 
 }  // namespace tpserve

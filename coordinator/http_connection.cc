@@ -94,6 +94,13 @@ void HttpConnection::OnHead(beast::error_code error) {
   const auto& head = parser_->get();
   method_ = std::string(head.method_string());
   path_ = std::string(head.target().substr(0, head.target().find('?')));
+  const HttpRequest request_head{method_, path_, std::string(head[http::field::authorization]), "",
+                                 peer_};
+  if (std::optional<HttpReply> refusal = shared_->admit(request_head)) {
+    ended_.store(true);
+    keep_alive_ = false;
+    return WriteReply(*std::move(refusal));
+  }
   if (parser_->is_done()) return OnRequest();
   // curl and others send a large body only after this interim answer (or a 1 s wait).
   if (absl::EqualsIgnoreCase(std::string(head[http::field::expect]), "100-continue")) {

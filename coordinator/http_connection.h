@@ -43,6 +43,9 @@ class HttpConnection : public HttpExchange, public std::enable_shared_from_this<
     std::function<void(std::shared_ptr<HttpExchange>, HttpRequest)> dispatch;
     // The body of a refusal the connection makes itself, in the API's error format.
     std::function<HttpReply(int status, const std::string& message)> error_reply;
+    // Called on the I/O thread with a request's head (the body empty, not read yet): a reply
+    // refuses the request before its body costs anything, and closes the connection.
+    std::function<std::optional<HttpReply>(const HttpRequest& head)> admit;
     std::atomic<int> open{0};  // connections counted against limits.max_connections
     std::atomic<bool> stopping{false};
   };

@@ -98,9 +98,11 @@ void HttpListener::Impl::Remember(const std::shared_ptr<HttpConnection>& connect
   connections.push_back(connection);
 }
 
-HttpListener::HttpListener(HttpLimits limits, Dispatch dispatch, ErrorReply error_reply)
+HttpListener::HttpListener(HttpLimits limits, Admit admit, Dispatch dispatch,
+                           ErrorReply error_reply)
     : impl_(std::make_unique<Impl>()) {
   impl_->shared->limits = limits;
+  impl_->shared->admit = std::move(admit);
   impl_->shared->dispatch = std::move(dispatch);
   impl_->shared->error_reply = std::move(error_reply);
 }

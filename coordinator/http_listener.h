@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -17,8 +18,10 @@ class HttpListener {
  public:
   using Dispatch = std::function<void(std::shared_ptr<HttpExchange>, HttpRequest)>;
   using ErrorReply = std::function<HttpReply(int status, const std::string& message)>;
+  // HttpConnection::Shared::admit: a reply refuses a request from its head alone.
+  using Admit = std::function<std::optional<HttpReply>(const HttpRequest& head)>;
 
-  HttpListener(HttpLimits limits, Dispatch dispatch, ErrorReply error_reply);
+  HttpListener(HttpLimits limits, Admit admit, Dispatch dispatch, ErrorReply error_reply);
   ~HttpListener();  // Stop()
 
   // Listens on host:port (0: any free port) and starts the I/O thread; returns the port.

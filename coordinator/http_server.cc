@@ -8,7 +8,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth_refusal.h"
-#include "common/json_depth.h"
 #include "common/logging.h"
 #include "coordinator/openai_error.h"
 #include "coordinator/openai_response.h"
@@ -232,7 +231,7 @@ HttpServer::~HttpServer() { Stop(); }
 
 absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
   listener_ = std::make_unique<HttpListener>(
-      options_.limits,
+      options_.limits, [this](const HttpRequest& head) { return Admit(head); },
       [this](std::shared_ptr<HttpExchange> exchange, HttpRequest request) {
         Dispatch(std::move(exchange), std::move(request));
       },
@@ -255,14 +254,18 @@ void HttpServer::Stop() {
   listener_->Stop();
 }
 
+std::optional<HttpReply> HttpServer::Admit(const HttpRequest& head) const {
+  if (options_.api_keys == nullptr || !absl::StartsWith(head.path, "/v1/") ||
+      options_.api_keys->Accepts(head.authorization)) {
+    return std::nullopt;
+  }
+  LogWarning(kLog, "%s %s from %s refused: no valid API key", head.method, head.path, head.peer);
+  options_.metrics->AddAuthFailure(kSurfaceHttp);
+  return ErrorReply(InvalidApiKey());
+}
+
 void HttpServer::Dispatch(std::shared_ptr<HttpExchange> exchange, HttpRequest request) {
   const std::string& path = request.path;
-  if (options_.api_keys != nullptr && absl::StartsWith(path, "/v1/") &&
-      !options_.api_keys->Accepts(request.authorization)) {
-    LogWarning(kLog, "%s %s from %s refused: no valid API key", request.method, path, request.peer);
-    options_.metrics->AddAuthFailure(kSurfaceHttp);
-    return exchange->Reply(ErrorReply(InvalidApiKey()));
-  }
   const Route* route = nullptr;
   for (const Route& r : kRoutes) {
     if (path == r.path) route = &r;
@@ -325,19 +328,17 @@ void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& requ
   if (engine == nullptr) {
     return exchange.Reply(ErrorReply(absl::UnavailableError(StartingMessage())));
   }
-  if (JsonNestingDepth(request.body) > kMaxJsonDepth) {
-    return exchange.Reply(ErrorReply(absl::InvalidArgumentError(
-        absl::StrCat("the request body nests JSON deeper than ", kMaxJsonDepth, " levels"))));
-  }
-  const ServedModel model{options_.model_name, engine->options().context_length, options_.tokenizer,
-                          options_.chat_template, options_.default_sampling};
+  const ServedModel model{options_.model_name,     engine->options().context_length,
+                          options_.tokenizer,      options_.chat_template,
+                          options_.default_sampling, engine->options().limits};
   absl::StatusOr<OpenAiRequest> parsed = endpoint == OpenAiEndpoint::kCompletions
                                              ? ParseCompletionRequest(request.body, model)
                                              : ParseChatRequest(request.body, model);
   if (!parsed.ok()) return exchange.Reply(ErrorReply(parsed.status()));
   const bool with_logprobs = parsed->params.logprobs >= 0;
   const std::optional<ToolCallSyntax> tool_syntax = parsed->tool_syntax;
-  absl::StatusOr<Streams> streams = engine->SubmitGenerate(std::move(parsed->params));
+  absl::StatusOr<Streams> streams = engine->SubmitGenerate(
+      std::move(parsed->params), [&exchange] { return exchange.client_gone(); });
   if (!streams.ok()) {
     // The request's own fields are checked already: what the engine refuses is the prompt
     // (too long for the context or the KV pool) unless it names another field (max_tokens, when

@@ -43,9 +43,6 @@
 
 namespace tpserve {
 
-// Request bodies nesting JSON deeper than this are refused (400) before they are parsed.
-inline constexpr size_t kMaxJsonDepth = 64;
-
 struct HttpServerOptions {
   std::string model_name;  // what clients pass as "model" and /v1/models lists
   // Listed by /v1/models until the engine runs; after that the engine's is used.
@@ -75,6 +72,8 @@ class HttpServer {
   void SetEngine(Engine* engine) { engine_.store(engine); }
 
  private:
+  // On the I/O thread, from a request's head: 401 before its body is read when /v1/* lacks a key.
+  std::optional<HttpReply> Admit(const HttpRequest& head) const;
   // On the I/O thread: routes one request.
   void Dispatch(std::shared_ptr<HttpExchange> exchange, HttpRequest request);
   // Runs HandleGenerate on a thread of its own, counted in running_.

@@ -105,11 +105,13 @@ absl::StatusOr<Engine*> InferenceServiceImpl::GetEngine() const {
 }
 
 absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(
-    const v1::GenerateRequest& request) const {
+    const v1::GenerateRequest& request, const Engine& engine) const {
   GenerateParams params;
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {
-      ASSIGN_OR_RETURN(params.prompt, tokenizer_->EncodePrompt(request.text()));
+      ASSIGN_OR_RETURN(params.prompt, EncodeBoundedPrompt(request.text(),
+                                                          engine.options().context_length,
+                                                          *tokenizer_));
       break;
     }
     case v1::GenerateRequest::kTokenIds:
@@ -152,10 +154,10 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
   if (grpc::Status s = CheckKey(*context, "InferenceService.Generate"); !s.ok()) return s;
   absl::StatusOr<Engine*> engine = GetEngine();
   if (!engine.ok()) return ToGrpc(engine.status());
-  absl::StatusOr<GenerateParams> params = ToParams(*request);
+  absl::StatusOr<GenerateParams> params = ToParams(*request, **engine);
   if (!params.ok()) return ToGrpc(params.status());
   absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> stream =
-      (*engine)->SubmitGenerate(*std::move(params));
+      (*engine)->SubmitGenerate(*std::move(params), [context] { return context->IsCancelled(); });
   if (!stream.ok()) {
     LogInfo(kLog, "Generate from %s refused: %s", context->peer(), stream.status().ToString());
     return ToGrpc(stream.status());

@@ -49,7 +49,8 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
                                 : api_keys_->Check(context, method, kSurfaceInference);
   }
   // The request as the engine takes it: prompt tokenized, sampling defaults filled in.
-  absl::StatusOr<GenerateParams> ToParams(const v1::GenerateRequest& request) const;
+  absl::StatusOr<GenerateParams> ToParams(const v1::GenerateRequest& request,
+                                          const Engine& engine) const;
   // The engine, or UNAVAILABLE while starting.
   absl::StatusOr<Engine*> GetEngine() const;
   // Waits for the stream's final update; CANCELLED (and the stream cancelled) when the client

@@ -22,8 +22,9 @@ bool JumpForward::IsStrictPrefixOfAnother(std::string_view bytes) const {
          std::string_view(*it).substr(0, bytes.size()) == bytes;
 }
 
-std::vector<int32_t> JumpForward::Extend(TokenMatcher& matcher, int32_t sampled) const {
-  if (matcher.terminated()) return {};
+std::vector<int32_t> JumpForward::Extend(TokenMatcher& matcher, int32_t sampled,
+                                         int32_t max_tokens) const {
+  if (matcher.terminated() || max_tokens < 2) return {};
   const std::string forced = matcher.ForcedContinuation();
   if (forced.empty()) return {};
   const std::string_view head = tokenizer_.TokenBytes(sampled);
@@ -36,7 +37,13 @@ std::vector<int32_t> JumpForward::Extend(TokenMatcher& matcher, int32_t sampled)
   std::string joined;
   for (int32_t id : tokens) joined += tokenizer_.TokenBytes(id);
   if (joined != text) return {};
-  if (!tokens.empty() && IsStrictPrefixOfAnother(tokenizer_.TokenBytes(tokens.back()))) {
+  if (static_cast<int64_t>(tokens.size()) > max_tokens) {
+    // The forced text goes on past the cut, so the last token kept is the tokenizer's own.
+    for (size_t i = max_tokens; i < tokens.size(); ++i) {
+      joined.resize(joined.size() - tokenizer_.TokenBytes(tokens[i]).size());
+    }
+    tokens.resize(max_tokens);
+  } else if (!tokens.empty() && IsStrictPrefixOfAnother(tokenizer_.TokenBytes(tokens.back()))) {
     joined.resize(joined.size() - tokenizer_.TokenBytes(tokens.back()).size());
     tokens.pop_back();
   }

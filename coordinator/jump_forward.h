@@ -19,16 +19,20 @@
 
 namespace tpserve {
 
+// Tokens one jump may append: a forced text runs as the next step's chunk, which must stay short.
+inline constexpr int32_t kMaxJumpForwardTokens = 256;
+
 class JumpForward {
  public:
   // `tokenizer` must outlive this.
   explicit JumpForward(const Tokenizer& tokenizer);
 
   // `sampled` was just accepted by `matcher`. Returns the tokens that take its place in the
-  // output (the first is `sampled` itself unless the boundary rule replaced it), with `matcher`
-  // advanced over them; or empty, with `matcher` unchanged, when nothing is forced or the forced
-  // text does not tokenize back to itself.
-  std::vector<int32_t> Extend(TokenMatcher& matcher, int32_t sampled) const;
+  // output (the first is `sampled` itself unless the boundary rule replaced it), at most
+  // `max_tokens` of them, with `matcher` advanced over them; or empty, with `matcher` unchanged,
+  // when nothing is forced or the forced text does not tokenize back to itself. The forced text
+  // searched is at most TPSERVE_JUMP_FORWARD_MAX_BYTES long (the bound built into xgrammar).
+  std::vector<int32_t> Extend(TokenMatcher& matcher, int32_t sampled, int32_t max_tokens) const;
 
  private:
   // A token whose bytes begin another, longer token's.

@@ -9,8 +9,11 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_depth.h"
 #include "common/status_macros.h"
+#include "coordinator/openai_constraint.h"
 #include "coordinator/openai_error.h"
+#include "coordinator/openai_fields.h"
 #include "coordinator/schema_keywords.h"
 #include "coordinator/tool_calls.h"
 #include "nlohmann/json.hpp"
@@ -22,57 +25,6 @@ using nlohmann::json;
 using nlohmann::ordered_json;
 
 constexpr int64_t kDefaultCompletionMaxTokens = 16;  // OpenAI's default for /v1/completions
-// Integers beyond this arrive from JSON as doubles that no longer hold every integer exactly.
-constexpr double kMaxExactDouble = 9007199254740992.0;  // 2^53
-
-// The value of `name`, or null when it is absent or JSON null: OpenAI clients send null for
-// "not given".
-const json* Find(const json& object, absl::string_view name) {
-  const auto it = object.find(std::string(name));
-  if (it == object.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-absl::Status WrongType(absl::string_view param, absl::string_view want, const json& value) {
-  return InvalidField(param, absl::StrCat("must be ", want, ", not ", value.type_name()));
-}
-
-absl::StatusOr<int64_t> AsInt(const json& value, absl::string_view param) {
-  if (value.is_number_unsigned()) {
-    const uint64_t v = value.get<uint64_t>();
-    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return InvalidField(param, absl::StrCat(v, " is out of range"));
-    }
-    return static_cast<int64_t>(v);
-  }
-  if (value.is_number_integer()) return value.get<int64_t>();
-  // Some clients write every number as a float: 4.0 is the integer 4, 4.5 is an error.
-  if (value.is_number_float()) {
-    const double v = value.get<double>();
-    if (std::isfinite(v) && std::trunc(v) == v && std::abs(v) <= kMaxExactDouble) {
-      return static_cast<int64_t>(v);
-    }
-    return InvalidField(param, absl::StrCat("must be an integer, got ", v));
-  }
-  return WrongType(param, "an integer", value);
-}
-
-absl::StatusOr<std::optional<int64_t>> GetInt(const json& object, absl::string_view name) {
-  const json* value = Find(object, name);
-  if (value == nullptr) return std::nullopt;
-  return AsInt(*value, name);
-}
-
-// `name` in [lo, hi], or `fallback` when unset.
-absl::StatusOr<int64_t> GetIntIn(const json& object, absl::string_view name, int64_t fallback,
-                                 int64_t lo, int64_t hi) {
-  ASSIGN_OR_RETURN(std::optional<int64_t> value, GetInt(object, name));
-  if (!value.has_value()) return fallback;
-  if (*value < lo || *value > hi) {
-    return InvalidField(name, absl::StrCat("must be in [", lo, ", ", hi, "], got ", *value));
-  }
-  return *value;
-}
 
 // The float sampling parameters OpenAI (or vLLM) names, each read into its SamplingParams field;
 // absent ones keep the served model's defaults, and SamplingParams::Validate judges the ranges.
@@ -118,20 +70,9 @@ absl::Status GetSampling(const json& body, SamplingParams* s) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<bool>> GetBool(const json& object, absl::string_view name) {
-  const json* value = Find(object, name);
-  if (value == nullptr) return std::nullopt;
-  if (!value->is_boolean()) return WrongType(name, "a boolean", *value);
-  return value->get<bool>();
-}
 
-// Refuses a field whose feature is not implemented unless it holds its default value.
-absl::Status RejectUnlessDefault(const json& object, absl::string_view name,
-                                 bool (*is_default)(const json&)) {
-  const json* value = Find(object, name);
-  if (value == nullptr || is_default(*value)) return absl::OkStatus();
-  return InvalidField(name, "is not supported by this server");
-}
+// The value of `name`, or null when it is absent or JSON null: OpenAI clients send null for
+// "not given".
 
 absl::Status CheckModel(const json& body, const ServedModel& model) {
   const json* name = Find(body, "model");
@@ -143,7 +84,7 @@ absl::Status CheckModel(const json& body, const ServedModel& model) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> GetStop(const json& body) {
+absl::StatusOr<std::vector<std::string>> GetStop(const json& body, const RequestLimits& limits) {
   const json* stop = Find(body, "stop");
   std::vector<std::string> result;
   if (stop == nullptr) return result;
@@ -152,20 +93,16 @@ absl::StatusOr<std::vector<std::string>> GetStop(const json& body) {
       return InvalidField("stop", "must not be empty");
     }
     result.push_back(stop->get<std::string>());
-    return result;
+  } else if (!stop->is_array()) {
+    return WrongType("stop", "a string or an array of strings", *stop);
+  } else {
+    for (size_t i = 0; i < stop->size(); ++i) {
+      const json& s = (*stop)[i];
+      if (!s.is_string()) return WrongType(absl::StrCat("stop[", i, "]"), "a string", s);
+      result.push_back(s.get<std::string>());
+    }
   }
-  if (!stop->is_array()) return WrongType("stop", "a string or an array of strings", *stop);
-  if (stop->size() > static_cast<size_t>(kMaxStopStrings)) {
-    return InvalidField("stop", absl::StrCat("holds ", stop->size(), " strings; at most ",
-                                             kMaxStopStrings, " are allowed"));
-  }
-  for (size_t i = 0; i < stop->size(); ++i) {
-    const json& s = (*stop)[i];
-    const std::string param = absl::StrCat("stop[", i, "]");
-    if (!s.is_string()) return WrongType(param, "a string", s);
-    if (s.get_ref<const std::string&>().empty()) return InvalidField(param, "must not be empty");
-    result.push_back(s.get<std::string>());
-  }
+  RETURN_IF_ERROR(CheckStopStrings(result, limits));
   return result;
 }
 
@@ -187,10 +124,11 @@ absl::StatusOr<std::vector<int32_t>> GetTokenIds(const json& ids, absl::string_v
   return result;
 }
 
-// Tokenizer::EncodePrompt, with an error that names the request field.
+// EncodeBoundedPrompt, with an error that names the request field.
 absl::StatusOr<std::vector<int32_t>> EncodePrompt(const std::string& text, absl::string_view param,
-                                                  const Tokenizer& tokenizer) {
-  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.EncodePrompt(text);
+                                                  const ServedModel& model) {
+  absl::StatusOr<std::vector<int32_t>> ids =
+      EncodeBoundedPrompt(text, model.context_length, *model.tokenizer);
   if (!ids.ok()) return InvalidField(param, ids.status().message());
   return ids;
 }
@@ -211,7 +149,7 @@ absl::StatusOr<std::vector<int32_t>> GetCompletionPrompt(const json& body,
     param = "prompt[0]";
   }
   if (one->is_string()) {
-    return EncodePrompt(one->get_ref<const std::string&>(), param, *model.tokenizer);
+    return EncodePrompt(one->get_ref<const std::string&>(), param, model);
   }
   if (!one->is_array()) return WrongType(param, "a string or an array of token ids", *one);
   if (one->empty()) return InvalidField(param, "must not be empty");
@@ -237,6 +175,12 @@ absl::Status CheckToolCalls(const json& calls, const std::string& param) {
     if (arguments != nullptr && !arguments->is_string() && !arguments->is_object()) {
       return WrongType(call_param + ".function.arguments", "a string or an object", *arguments);
     }
+    // The text is parsed again to render the turn: its depth is bounded like the body's.
+    if (arguments != nullptr && arguments->is_string() &&
+        JsonNestingDepth(arguments->get_ref<const std::string&>()) > kMaxJsonDepth) {
+      return InvalidField(call_param + ".function.arguments",
+                          absl::StrCat("nests JSON deeper than ", kMaxJsonDepth, " levels"));
+    }
   }
   return absl::OkStatus();
 }
@@ -259,10 +203,15 @@ bool IsToolName(const std::string& name) {
 // `tools` ([{"type": "function", "function": {"name", "description"?, "parameters"?}}]),
 // `tool_choice` (none, auto, required, or {"type": "function", "function": {"name"}}; auto when
 // there are tools, else none) and `parallel_tool_calls` (default true).
-absl::StatusOr<RequestTools> GetTools(const json& body, const ordered_json& ordered_body) {
+absl::StatusOr<RequestTools> GetTools(const json& body, const ordered_json& ordered_body,
+                                      const RequestLimits& limits) {
   RequestTools out;
   if (const json* tools = Find(body, "tools")) {
     if (!tools->is_array()) return WrongType("tools", "an array", *tools);
+    if (tools->size() > static_cast<size_t>(limits.max_tools)) {
+      return InvalidField("tools", absl::StrCat("holds ", tools->size(), " tools; at most ",
+                                                limits.max_tools, " are allowed (--max-tools)"));
+    }
     for (size_t i = 0; i < tools->size(); ++i) {
       const std::string param = absl::StrCat("tools[", i, "]");
       const json& tool = (*tools)[i];
@@ -429,140 +378,7 @@ absl::StatusOr<ordered_json> GetMessages(const json& body, const ordered_json& o
   return result;
 }
 
-bool IsFalse(const json& v) { return v == false; }
-bool IsEmpty(const json& v) {
-  return (v.is_string() || v.is_array() || v.is_object()) && v.empty();
-}
 
-// The body's member at `path`, printed with its keys in the order sent (a schema's property
-// order is the order the output follows).
-std::string OrderedText(absl::string_view body, std::initializer_list<const char*> path) {
-  ordered_json value = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-  for (const char* key : path) value = ordered_json(value[key]);
-  return value.dump();
-}
-
-// A JSON schema given as an object (or, as vLLM also takes it, as its text) at `path` of `body`.
-absl::StatusOr<std::string> SchemaText(const json& value, absl::string_view param,
-                                       absl::string_view body,
-                                       std::initializer_list<const char*> path) {
-  if (value.is_object() || value.is_boolean()) return OrderedText(body, path);
-  if (value.is_string()) return value.get<std::string>();
-  return WrongType(param, "a JSON schema object", value);
-}
-
-absl::StatusOr<std::string> StringField(const json& value, absl::string_view param) {
-  if (!value.is_string()) return WrongType(param, "a string", value);
-  return value.get<std::string>();
-}
-
-absl::StatusOr<std::vector<std::string>> Choices(const json& value, absl::string_view param) {
-  if (!value.is_array()) return WrongType(param, "an array of strings", value);
-  std::vector<std::string> choices;
-  for (size_t i = 0; i < value.size(); ++i) {
-    ASSIGN_OR_RETURN(std::string choice, StringField(value[i], absl::StrCat(param, "[", i, "]")));
-    choices.push_back(std::move(choice));
-  }
-  return choices;
-}
-
-// OpenAI's response_format: text (no constraint), json_object, json_schema.
-absl::StatusOr<OutputConstraint> ResponseFormat(const json& format, absl::string_view body) {
-  OutputConstraint c;
-  c.param = "response_format";
-  if (!format.is_object()) return WrongType("response_format", "an object", format);
-  const json* type = Find(format, "type");
-  if (type == nullptr || !type->is_string()) {
-    return InvalidField("response_format.type",
-                        "must be \"text\", \"json_object\" or \"json_schema\"");
-  }
-  const std::string name = type->get<std::string>();
-  if (name == "text") return c;
-  if (name == "json_object") {
-    c.kind = OutputConstraint::Kind::kJson;
-    return c;
-  }
-  if (name != "json_schema") {
-    return InvalidField(
-        "response_format.type",
-        absl::StrCat("\"", name, "\" is not one of \"text\", \"json_object\", \"json_schema\""));
-  }
-  const json* spec = Find(format, "json_schema");
-  if (spec == nullptr || !spec->is_object()) {
-    return InvalidField("response_format.json_schema", "must be an object with a schema");
-  }
-  const json* schema = Find(*spec, "schema");
-  if (schema == nullptr) {
-    return InvalidField("response_format.json_schema.schema", "is required");
-  }
-  c.kind = OutputConstraint::Kind::kJsonSchema;
-  c.param = "response_format.json_schema.schema";
-  ASSIGN_OR_RETURN(
-      c.spec, SchemaText(*schema, c.param, body, {"response_format", "json_schema", "schema"}));
-  return c;
-}
-
-// vLLM's structured_outputs object (json, regex, choice, grammar, json_object) or its older
-// top-level guided_* fields: the member `key_prefix` + kind, named `param_prefix` + kind.
-absl::StatusOr<OutputConstraint> VllmConstraint(const json& object, absl::string_view key_prefix,
-                                                absl::string_view param_prefix,
-                                                absl::string_view body) {
-  OutputConstraint c;
-  for (const std::string kind : {"json", "regex", "choice", "grammar", "json_object"}) {
-    const json* value = Find(object, absl::StrCat(key_prefix, kind));
-    if (value == nullptr || value->is_null()) continue;
-    const std::string field = absl::StrCat(param_prefix, kind);
-    if (c.active()) {
-      return InvalidField(field, absl::StrCat("cannot be combined with ", c.param));
-    }
-    c.param = field;
-    if (kind == "json") {
-      c.kind = OutputConstraint::Kind::kJsonSchema;
-      ASSIGN_OR_RETURN(c.spec, key_prefix.empty()
-                                   ? SchemaText(*value, field, body, {"structured_outputs", "json"})
-                                   : SchemaText(*value, field, body, {"guided_json"}));
-    } else if (kind == "regex") {
-      c.kind = OutputConstraint::Kind::kRegex;
-      ASSIGN_OR_RETURN(c.spec, StringField(*value, field));
-    } else if (kind == "choice") {
-      c.kind = OutputConstraint::Kind::kChoice;
-      ASSIGN_OR_RETURN(c.choices, Choices(*value, field));
-    } else if (kind == "grammar") {
-      c.kind = OutputConstraint::Kind::kGrammar;
-      ASSIGN_OR_RETURN(c.spec, StringField(*value, field));
-    } else {
-      if (!value->is_boolean()) return WrongType(field, "a boolean", *value);
-      if (value->get<bool>()) c.kind = OutputConstraint::Kind::kJson;
-    }
-  }
-  return c;
-}
-
-// What the request constrains its output to: response_format, vLLM's structured_outputs or its
-// guided_* fields, at most one of them.
-absl::StatusOr<OutputConstraint> GetConstraint(const json& body, absl::string_view text) {
-  OutputConstraint constraint;
-  if (const json* format = Find(body, "response_format")) {
-    ASSIGN_OR_RETURN(constraint, ResponseFormat(*format, text));
-  }
-  std::vector<OutputConstraint> vllm;
-  if (const json* structured = Find(body, "structured_outputs")) {
-    if (!structured->is_object()) return WrongType("structured_outputs", "an object", *structured);
-    ASSIGN_OR_RETURN(OutputConstraint c,
-                     VllmConstraint(*structured, "", "structured_outputs.", text));
-    vllm.push_back(std::move(c));
-  }
-  ASSIGN_OR_RETURN(OutputConstraint guided, VllmConstraint(body, "guided_", "guided_", text));
-  vllm.push_back(std::move(guided));
-  for (OutputConstraint& c : vllm) {
-    if (!c.active()) continue;
-    if (constraint.active()) {
-      return InvalidField(c.param, absl::StrCat("cannot be combined with ", constraint.param));
-    }
-    constraint = std::move(c);
-  }
-  return constraint;
-}
 
 // The fields both endpoints share. `request->params.prompt` is set by the caller.
 absl::Status ParseCommon(const json& body, absl::string_view text, const ServedModel& model,
@@ -587,10 +403,16 @@ absl::Status ParseCommon(const json& body, absl::string_view text, const ServedM
   params.sampling = model.default_sampling;
   RETURN_IF_ERROR(GetSampling(body, &params.sampling));
 
-  ASSIGN_OR_RETURN(const int64_t n, GetIntIn(body, "n", 1, 1, kMaxSamples));
+  ASSIGN_OR_RETURN(const int64_t n, GetIntIn(body, "n", 1, 1, model.limits.max_n));
   params.n = static_cast<int32_t>(n);
-  ASSIGN_OR_RETURN(params.stop, GetStop(body));
+  ASSIGN_OR_RETURN(params.stop, GetStop(body, model.limits));
   if (const json* ids = Find(body, "stop_token_ids")) {
+    if (ids->is_array() && ids->size() > static_cast<size_t>(model.limits.max_stop_token_ids)) {
+      return InvalidField("stop_token_ids",
+                          absl::StrCat("holds ", ids->size(), " ids; at most ",
+                                       model.limits.max_stop_token_ids,
+                                       " are allowed (--max-stop-token-ids)"));
+    }
     ASSIGN_OR_RETURN(params.stop_token_ids, GetTokenIds(*ids, "stop_token_ids", *model.tokenizer));
   }
   ASSIGN_OR_RETURN(std::optional<bool> ignore_eos, GetBool(body, "ignore_eos"));
@@ -602,6 +424,10 @@ absl::Status ParseCommon(const json& body, absl::string_view text, const ServedM
 }
 
 absl::StatusOr<json> ParseObject(absl::string_view body) {
+  if (JsonNestingDepth(StdView(body)) > kMaxJsonDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body nests JSON deeper than ", kMaxJsonDepth, " levels"));
+  }
   json value;
   try {
     value = json::parse(body);
@@ -647,9 +473,9 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const Ser
   request.endpoint = OpenAiEndpoint::kChatCompletions;
   RETURN_IF_ERROR(ParseCommon(request_body, body, model, &request));
   // Parsed again with key order kept: templates print tools and tool calls as JSON.
-  const ordered_json ordered_body = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const ordered_json ordered_body = ParseBoundedJson<ordered_json>(StdView(body));
   ASSIGN_OR_RETURN(ordered_json messages, GetMessages(request_body, ordered_body));
-  ASSIGN_OR_RETURN(const RequestTools request_tools, GetTools(request_body, ordered_body));
+  ASSIGN_OR_RETURN(const RequestTools request_tools, GetTools(request_body, ordered_body, model.limits));
   if (model.chat_template == nullptr) {
     return InvalidField("messages",
                         "this model has no chat template that tpserve supports; "
@@ -679,7 +505,7 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const Ser
   absl::StatusOr<std::string> text = model.chat_template->Apply(
       messages, tools, /*add_generation_prompt=*/true, template_variables);
   if (!text.ok()) return InvalidField("messages", text.status().message());
-  ASSIGN_OR_RETURN(request.params.prompt, EncodePrompt(*text, "messages", *model.tokenizer));
+  ASSIGN_OR_RETURN(request.params.prompt, EncodePrompt(*text, "messages", model));
   // max_completion_tokens replaced max_tokens; 0 (unset) generates up to the context length.
   const char* max_field = Find(request_body, "max_completion_tokens") != nullptr
                               ? "max_completion_tokens"

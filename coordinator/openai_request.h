@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/request_limits.h"
 #include "coordinator/sequence.h"
 #include "coordinator/tool_calls.h"
 #include "model/chat_template.h"
@@ -35,6 +36,7 @@ struct ServedModel {
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;  // null: chat requests are refused
   SamplingParams default_sampling;              // what a request's absent sampling fields take
+  RequestLimits limits;
 };
 
 enum class OpenAiEndpoint { kCompletions, kChatCompletions };

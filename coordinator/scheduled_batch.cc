@@ -47,10 +47,8 @@ v1::StepRequest ToStepRequest(const ScheduledBatch& batch, uint64_t step_id, int
     scheduled->mutable_draft_token_ids()->Add(entry.drafts.begin(), entry.drafts.end());
     scheduled->set_num_proposals(entry.num_proposals);
     if (scheduled->sample() && seq.token_matcher != nullptr) {
-      const int64_t words = seq.token_matcher->bitmask_words();
-      google::protobuf::RepeatedField<uint32_t>* row = scheduled->mutable_token_bitmask();
-      row->Resize(static_cast<int>(words), 0);
-      seq.token_matcher->FillBitmask(absl::MakeSpan(row->mutable_data(), words));
+      const absl::Span<const uint32_t> mask = seq.token_matcher->NextMask();
+      scheduled->mutable_token_bitmask()->Add(mask.begin(), mask.end());
     }
   }
   request.mutable_finished_seq_ids()->Add(batch.finished_seq_ids.begin(),

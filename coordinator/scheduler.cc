@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/logging.h"
+#include "coordinator/openai_error.h"
 
 namespace tpserve {
 namespace {
@@ -32,7 +33,32 @@ int32_t TokensWithinAttention(int64_t attention, int64_t start) {
   return static_cast<int32_t>(std::min<int64_t>(n, std::numeric_limits<int32_t>::max()));
 }
 
+// A constrained sample that did not finish this step: OK while its constraint allows a next
+// token. Otherwise the sample ends here: INVALID_ARGUMENT naming the constraint when its language
+// has no text that continues the output (rank 0 would have to sample from nothing), or what the
+// grammar engine failed with.
+absl::Status ConstraintGoesOn(Sequence& seq) {
+  TokenMatcher& matcher = *seq.token_matcher;
+  if (!matcher.AllowsNothing()) return absl::OkStatus();
+  if (!matcher.status().ok()) return matcher.status();
+  const std::string& param = seq.params.constraint.param;
+  return WithParam(absl::InvalidArgumentError(absl::StrCat(
+                       param, ": the constraint allows no token after the ", seq.num_generated(),
+                       " tokens generated so far (no text it accepts continues this output)")),
+                   param);
+}
+
 }  // namespace
+
+int32_t Scheduler::JumpLimit(const Sequence& seq) const {
+  // The sampled token is not appended yet: it counts against both limits.
+  int64_t limit = std::min<int64_t>(kMaxJumpForwardTokens,
+                                    options_.context_length - static_cast<int64_t>(seq.tokens.size()));
+  if (seq.params.max_tokens > 0) {
+    limit = std::min<int64_t>(limit, seq.params.max_tokens - seq.num_generated());
+  }
+  return static_cast<int32_t>(std::max<int64_t>(limit, 0));
+}
 
 Scheduler::Scheduler(SchedulerOptions options, BlockPool* pool, PrefixCache* cache)
     : options_(std::move(options)), pool_(pool), cache_(cache) {
@@ -265,6 +291,8 @@ std::vector<SequenceUpdate> Scheduler::Postprocess(const ScheduledBatch& batch,
     if (!update.error.ok()) {
       update.error = absl::InternalError(
           absl::StrCat("rank 0 ", update.error.message(), " for step ", response.step_id()));
+    } else if (!seq.finish_reason.has_value() && seq.token_matcher != nullptr) {
+      update.error = ConstraintGoesOn(seq);
     }
     // The entries point at the sequences themselves, so taking one out of running_ is safe here.
     if (!update.error.ok() || seq.finish_reason.has_value() || seq.kind == Sequence::Kind::kScore) {
@@ -408,12 +436,14 @@ bool Scheduler::PostprocessGenerate(const ScheduledBatch::Entry& entry,
     if (seq.token_matcher != nullptr) {
       // Rank 0 sampled under the matcher's mask, so a refusal is the cluster's fault.
       if (!seq.token_matcher->Accept(token)) {
+        if (!seq.token_matcher->status().ok()) return true;  // Postprocess reports the matcher
         update->error = absl::InternalError(
             absl::StrCat("returned token ", token, ", which the output constraint does not allow"));
         return true;
       }
       if (options_.jump_forward != nullptr && seq.params.logprobs < 0) {
-        std::vector<int32_t> extended = options_.jump_forward->Extend(*seq.token_matcher, token);
+        std::vector<int32_t> extended =
+            options_.jump_forward->Extend(*seq.token_matcher, token, JumpLimit(seq));
         if (!extended.empty()) {
           counters_.jump_forward_tokens += static_cast<int64_t>(extended.size()) - 1;
           appended = std::move(extended);

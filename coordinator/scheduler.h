@@ -187,6 +187,9 @@ class Scheduler {
   // `update`, with its log-probabilities from `output`'s row `row` when `output` is not null.
   std::optional<FinishReason> Emit(Sequence& seq, int32_t token, const v1::SequenceOutput* output,
                                    int row, SequenceUpdate* update);
+  // The most tokens a jump forward may put in place of the token `seq` just sampled: the
+  // per-step cap (kMaxJumpForwardTokens), and what max_tokens and the context leave.
+  int32_t JumpLimit(const Sequence& seq) const;
   // Proposed tokens for a decoding sequence this step (empty: none), at most `budget`.
   std::vector<int32_t> Proposals(const Sequence& seq, int32_t budget) const;
   // The most tokens `seq` may have proposed after its next `run` tokens (0 where it does not

@@ -20,8 +20,6 @@
 namespace tpserve {
 
 inline constexpr int32_t kMaxLogprobs = 20;  // alternatives per token
-inline constexpr int32_t kMaxSamples = 16;   // n
-inline constexpr int32_t kMaxStopStrings = 16;
 
 // A generation request (see Engine::SubmitGenerate for the checks).
 struct GenerateParams {
@@ -34,7 +32,7 @@ struct GenerateParams {
   // Generation ends when the text contains one of these (matched across token boundaries); the
   // stop string and what follows it are not returned.
   std::vector<std::string> stop;
-  int32_t n = 1;  // independent samples of the same prompt, in [1, kMaxSamples]
+  int32_t n = 1;  // independent samples of the same prompt, in [1, RequestLimits::max_n]
   // -1: none. k in [0, kMaxLogprobs]: each token's log-probability under the model's raw logits
   // (before temperature and penalties), and the k most likely tokens at that position.
   int32_t logprobs = -1;

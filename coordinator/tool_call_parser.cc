@@ -41,8 +41,7 @@ size_t ToolCallStream::ParseCall(ParsedToolCall* call) const {
     if (rest.substr(0, kClose.size()) != kClose) return std::string::npos;
     end += kClose.size();
   }
-  const json object =
-      json::parse(text.substr(start, object_end - start), nullptr, /*allow_exceptions=*/false);
+  const json object = ParseBoundedJson<json>(text.substr(start, object_end - start));
   if (!object.is_object()) return std::string::npos;
   const auto name = object.find("name");
   auto arguments = object.find(syntax_ == ToolCallSyntax::kHermes ? "arguments" : "parameters");

@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_depth.h"
 
 namespace tpserve {
 
@@ -112,8 +113,7 @@ ordered_json FallbackToolTurns(ordered_json messages) {
       // OpenAI sends the arguments as JSON text; written as the object the model would write.
       ordered_json object = arguments;
       if (arguments.is_string()) {
-        object = ordered_json::parse(arguments.get<std::string>(), nullptr,
-                                     /*allow_exceptions=*/false);
+        object = ParseBoundedJson<ordered_json>(arguments.get<std::string>());
         if (object.is_discarded()) object = arguments;
       }
       if (!text.empty()) text += "\n";

@@ -33,7 +33,6 @@ namespace {
 using nlohmann::json;
 
 // Beyond any real config or tokenizer file (a 256K-token tokenizer.json is ~20 MB, 6 deep).
-constexpr size_t kMaxJsonDepth = 64;
 constexpr int64_t kMaxConfigBytes = int64_t{64} << 20;
 
 absl::Status Error(absl::string_view file, absl::string_view what) {

@@ -275,6 +275,9 @@ Tokenizer::Tokenizer(TokenizerData data, PreTokenizer pre_tokenizer)
     if (merge.find(' ', 1) == std::string::npos) continue;
     merge_ranks_.emplace(std::move(merge), static_cast<int32_t>(rank));
   }
+  for (int32_t id = 0; id < n; ++id) {
+    max_token_bytes_ = std::max(max_token_bytes_, std::max(tokens_[id].size(), bytes_[id].size()));
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {

@@ -112,6 +112,9 @@ class Tokenizer {
   std::optional<int32_t> ByteToken(uint8_t byte) const;
 
   int32_t vocab_size() const { return static_cast<int32_t>(tokens_.size()); }
+  // The most bytes of text one token stands for (its bytes, or a special token's text): a text
+  // of N bytes is at least N / max_token_bytes() tokens.
+  size_t max_token_bytes() const { return max_token_bytes_; }
   int32_t bos_id() const { return bos_id_; }  // -1 when the model has none
   int32_t eos_id() const { return eos_id_; }  // -1 when the model has none
   bool add_bos() const { return add_bos_; }
@@ -149,6 +152,7 @@ class Tokenizer {
   int32_t eos_id_;
   bool add_bos_;
   bool add_space_prefix_;
+  size_t max_token_bytes_ = 0;
 };
 
 }  // namespace tpserve

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/status_macros.h"
@@ -25,10 +26,24 @@ SamplingParams FromProto(const v1::SamplingParams& p) {
 }
 
 absl::Status Invalid(uint64_t seq_id, absl::string_view message) {
-  return absl::InvalidArgumentError(absl::StrCat("sequence ", seq_id, ": ", message));
+  return RefuseSequence(seq_id, absl::StrCat("sequence ", seq_id, ": ", message));
 }
 
 }  // namespace
+
+absl::Status RefuseSequence(uint64_t seq_id, absl::string_view message) {
+  absl::Status status = absl::InvalidArgumentError(message);
+  status.SetPayload(kRefusedSequencePayload, absl::Cord(absl::StrCat(seq_id)));
+  return status;
+}
+
+std::optional<uint64_t> RefusedSequenceId(const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kInvalidArgument) return std::nullopt;
+  const auto payload = status.GetPayload(kRefusedSequencePayload);
+  uint64_t id;
+  if (!payload.has_value() || !absl::SimpleAtoi(std::string(*payload), &id)) return std::nullopt;
+  return id;
+}
 
 StepPlanner::StepPlanner(int64_t vocab_size, int64_t context_length, const KvCacheShape& kv,
                          int rank)
@@ -42,8 +57,8 @@ absl::StatusOr<StepPlanner::Plan> StepPlanner::Begin(const v1::StepRequest& requ
     const bool duplicate = std::any_of(added.begin(), added.end(),
                                        [&](const auto& a) { return a.first == s.seq_id(); });
     if (sequences_.contains(s.seq_id()) || duplicate) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("new sequence ", s.seq_id(), " already exists (finish it first)"));
+      return RefuseSequence(s.seq_id(), absl::StrCat("new sequence ", s.seq_id(),
+                                                     " already exists (finish it first)"));
     }
     ASSIGN_OR_RETURN(SequenceState state, NewSequence(s));
     added.emplace_back(s.seq_id(), std::move(state));
@@ -73,12 +88,12 @@ absl::StatusOr<SequenceState> StepPlanner::NewSequence(const v1::NewSequence& s)
   SequenceState state;
   state.sampling = FromProto(s.sampling());
   if (auto error = state.sampling.FirstInvalidField()) {
-    return absl::InvalidArgumentError(absl::StrCat("new sequence ", id, ": ", error->message));
+    return RefuseSequence(id, absl::StrCat("new sequence ", id, ": ", error->message));
   }
   if (s.top_logprobs() < 0 || s.top_logprobs() > kMaxTopLogprobs) {
-    return absl::InvalidArgumentError(absl::StrCat("new sequence ", id,
-                                                   ": top_logprobs = ", s.top_logprobs(),
-                                                   " is outside [0, ", kMaxTopLogprobs, "]"));
+    return RefuseSequence(id, absl::StrCat("new sequence ", id, ": top_logprobs = ",
+                                           s.top_logprobs(), " is outside [0, ", kMaxTopLogprobs,
+                                           "]"));
   }
   state.return_logprobs = s.return_logprobs();
   state.top_logprobs = s.top_logprobs();
@@ -89,7 +104,7 @@ absl::StatusOr<SequenceState> StepPlanner::NewSequence(const v1::NewSequence& s)
   for (int64_t i = 0; i < static_cast<int64_t>(state.tokens.size()); ++i) {
     if (state.tokens[i] < 0 || state.tokens[i] >= vocab) {
       const bool prompt = i < state.prompt_len;
-      return absl::InvalidArgumentError(absl::StrCat(
+      return RefuseSequence(id, absl::StrCat(
           "new sequence ", id, ": ", prompt ? "prompt_token_ids[" : "output_token_ids[",
           prompt ? i : i - state.prompt_len, "] = ", state.tokens[i],
           " is outside the vocabulary of ", vocab));
@@ -180,13 +195,15 @@ absl::StatusOr<StepPlanner::Plan> StepPlanner::PlanStep(const v1::StepRequest& r
   for (const v1::ScheduledSequence& s : request.sequences()) {
     const auto it = sequences_.find(s.seq_id());
     if (it == sequences_.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence ", s.seq_id(),
-                       " is unknown: it was never sent in new_sequences, or it has finished"));
+      return RefuseSequence(
+          s.seq_id(), absl::StrCat("sequence ", s.seq_id(),
+                                   " is unknown: it was never sent in new_sequences, or it has "
+                                   "finished"));
     }
     if (!scheduled.insert(s.seq_id()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence ", s.seq_id(), " is scheduled twice in step ", request.step_id()));
+      return RefuseSequence(s.seq_id(), absl::StrCat("sequence ", s.seq_id(),
+                                                     " is scheduled twice in step ",
+                                                     request.step_id()));
     }
     const SequenceState& state = it->second;
     std::vector<int32_t>& table = plan.block_tables.emplace_back();

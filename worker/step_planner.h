@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -20,6 +21,13 @@
 #include "worker/sequence_state.h"
 
 namespace tpserve {
+
+// A step refused because of one sequence's data (INVALID_ARGUMENT) names it in this payload, so
+// that the coordinator fails that sequence alone (StepResponse.refused).
+inline constexpr char kRefusedSequencePayload[] = "tpserve.refused_seq_id";
+absl::Status RefuseSequence(uint64_t seq_id, absl::string_view message);
+// The sequence a refusal names; nullopt for any other status.
+std::optional<uint64_t> RefusedSequenceId(const absl::Status& status);
 
 class StepPlanner {
  public:

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,6 +18,7 @@
 #include "worker/comm/coordinator_store.h"
 #include "worker/comm/cpu_group.h"
 #include "worker/comm/single_rank_communicator.h"
+#include "worker/step_planner.h"
 #include "worker/cuda_backend.h"
 
 namespace tpserve {
@@ -484,9 +486,16 @@ absl::Status WorkerServer::DoStep(const v1::StepRequest& request, v1::StepRespon
       relay_ != nullptr && comm_->rank() == 0 ? relay_->Send(request) : absl::OkStatus();
   absl::StatusOr<v1::StepResponse> result =
       relayed.ok() ? runner_->Step(request) : absl::StatusOr<v1::StepResponse>(relayed);
-  const absl::Status status = result.status();
+  absl::Status status = result.status();
   if (result.ok()) {
     *response = *std::move(result);
+  } else if (const std::optional<uint64_t> refused = RefusedSequenceId(status)) {
+    // One sequence's data: the coordinator fails it alone, the group is as it was.
+    response->mutable_refused()->set_seq_id(*refused);
+    response->mutable_refused()->set_message(std::string(status.message()));
+    LogWarning("worker", "rank %d: step %llu refused: %s", comm_->rank(),
+               static_cast<unsigned long long>(request.step_id()), std::string(status.message()));
+    status = absl::OkStatus();
   } else if (status.code() != absl::StatusCode::kInvalidArgument) {
     SetState(WorkerState::kFailed, std::string(status.message()));  // The group is broken: re-Init.
   }

@@ -20,7 +20,7 @@ class JumpForwardTest : public ::testing::Test {
   static void SetUpTestSuite() {
     tokenizer_ = BundledTokenizer();
     ASSERT_NE(tokenizer_, nullptr);
-    compiler_ = new GrammarCompiler(*tokenizer_, int64_t{64} << 20);
+    compiler_ = new GrammarCompiler(*tokenizer_, int64_t{64} << 20, int64_t{64} << 10);
     jump_ = new JumpForward(*tokenizer_);
   }
 
@@ -87,7 +87,7 @@ TEST_F(JumpForwardTest, ReplacesTheBoundaryToken) {
   const std::string forced = R"("customer_shipping_address":")";
   ASSERT_EQ(matcher->ForcedContinuation(), forced);
 
-  const std::vector<int32_t> jump = jump_->Extend(*matcher, brace);
+  const std::vector<int32_t> jump = jump_->Extend(*matcher, brace, kMaxJumpForwardTokens);
   // `{"` is one token of this vocabulary: the sampled `{` gives way to it.
   ASSERT_FALSE(jump.empty());
   EXPECT_NE(jump.front(), brace);
@@ -106,7 +106,7 @@ TEST_F(JumpForwardTest, KeepsTheSampledTokenAndLeavesAnOpenEndedLastTokenToSampl
       Matcher(OutputConstraint::Kind::kRegex, "x( order_number_is )[0-9]+");
   const int32_t x = Token("x");
   ASSERT_TRUE(matcher->Accept(x));
-  const std::vector<int32_t> jump = jump_->Extend(*matcher, x);
+  const std::vector<int32_t> jump = jump_->Extend(*matcher, x, kMaxJumpForwardTokens);
   auto whole = tokenizer_->Encode("x order_number_is ", /*parse_special=*/false);
   ASSERT_TRUE(whole.ok());
   ASSERT_EQ(whole->front(), x);
@@ -129,7 +129,7 @@ TEST_F(JumpForwardTest, NoJumpWhereTheConstraintLeavesAChoice) {
   }
   const int32_t last = *tokenizer_->Encode("\":\"", false)->rbegin();
   const std::vector<uint32_t> before = Mask(*matcher);
-  EXPECT_TRUE(jump_->Extend(*matcher, last).empty());
+  EXPECT_TRUE(jump_->Extend(*matcher, last, kMaxJumpForwardTokens).empty());
   EXPECT_EQ(Mask(*matcher), before);
 }
 
@@ -141,7 +141,7 @@ TEST_F(JumpForwardTest, NoJumpIntoTheMiddleOfACharacter) {
   ASSERT_TRUE(matcher->Accept(a));
   ASSERT_EQ(matcher->ForcedContinuation(), "\xC3");
   const std::vector<uint32_t> before = Mask(*matcher);
-  EXPECT_TRUE(jump_->Extend(*matcher, a).empty());
+  EXPECT_TRUE(jump_->Extend(*matcher, a, kMaxJumpForwardTokens).empty());
   EXPECT_EQ(Mask(*matcher), before);
 }
 

@@ -123,7 +123,7 @@ class ToolCallConstraintTest : public ::testing::Test {
   static void SetUpTestSuite() {
     tokenizer_ = BundledTokenizer();
     ASSERT_NE(tokenizer_, nullptr);
-    compiler_ = new GrammarCompiler(*tokenizer_, int64_t{64} << 20);
+    compiler_ = new GrammarCompiler(*tokenizer_, int64_t{64} << 20, int64_t{64} << 10);
   }
 
   // Whether the constraint accepts `text` token by token and may end after it.

@@ -10,6 +10,8 @@
 #include <numeric>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/forward_batch.h"
@@ -84,8 +86,15 @@ class WorkerServerTest : public ::testing::Test {
     return (stub_.get()->*method)(&context, request, response);
   }
 
+  // A step refused for one sequence's data answers OK with `refused` naming it; here it reads as
+  // the status "[seq N] <message>", so that refusals and other failures are checked alike.
   grpc::Status Step(const v1::StepRequest& request, v1::StepResponse* response) {
-    return Call(&v1::WorkerService::Stub::Step, request, response);
+    const grpc::Status status = Call(&v1::WorkerService::Stub::Step, request, response);
+    if (!status.ok() || !response->has_refused()) return status;
+    EXPECT_EQ(response->outputs_size(), 0);
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("[seq ", response->refused().seq_id(), "] ",
+                                     response->refused().message()));
   }
 
   // The next step of this test: step ids count from 1 after each Init.
@@ -397,42 +406,43 @@ TEST_F(WorkerServerTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) 
   struct Case {
     const char* name;
     std::function<void(v1::StepRequest*)> build;
+    uint64_t seq;         // the sequence the refusal names
     const char* message;  // expected in the error
   };
   const std::vector<int32_t> prompt(kPrompt.begin(), kPrompt.begin() + 4);
   const std::vector<Case> cases = {
       {"unknown seq id", [&](v1::StepRequest* r) { Schedule(r, 999, prompt, 0, {0}, true); },
-       "sequence 999 is unknown"},
+       999, "sequence 999 is unknown"},
       {"block id outside the pool",
        [&](v1::StepRequest* r) {
          AddNew(r, 1, prompt);
          Schedule(r, 1, prompt, 0, {kBlocks}, true);
        },
-       "outside the KV pool"},
+       1, "outside the KV pool"},
       {"missing blocks",
        [&](v1::StepRequest* r) {
          AddNew(r, 1, prompt);
          Schedule(r, 1, prompt, 0, {}, true);
        },
-       "missing new_block_ids"},
+       1, "missing new_block_ids"},
       {"token outside the vocabulary",
        [&](v1::StepRequest* r) {
          AddNew(r, 1, prompt);
          Schedule(r, 1, {1, 1 << 30}, 0, {0}, true);
        },
-       "outside the vocabulary"},
+       1, "outside the vocabulary"},
       {"negative temperature",
        [&](v1::StepRequest* r) {
          AddNew(r, 1, prompt);
          r->mutable_new_sequences(0)->mutable_sampling()->set_temperature(-1);
        },
-       "temperature"},
+       1, "temperature"},
       {"duplicate new sequence",
        [&](v1::StepRequest* r) {
          AddNew(r, 1, prompt);
          AddNew(r, 1, prompt);
        },
-       "already exists"},
+       1, "already exists"},
   };
   for (const Case& c : cases) {
     v1::StepRequest step = NextStep();
@@ -440,6 +450,8 @@ TEST_F(WorkerServerTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) 
     v1::StepResponse response;
     const grpc::Status status = Step(step, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.name;
+    EXPECT_TRUE(absl::StartsWith(status.error_message(), absl::StrCat("[seq ", c.seq, "] ")))
+        << c.name << ": " << status.error_message();
     EXPECT_NE(status.error_message().find(c.message), std::string::npos)
         << c.name << ": " << status.error_message();
   }
@@ -464,7 +476,7 @@ TEST_F(WorkerServerTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) 
   Schedule(&step, 1, {5}, 4, {}, true);
   status = Step(step, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(status.error_message().find("sequence 1 is unknown"), std::string::npos);
+  EXPECT_NE(status.error_message().find("[seq 1] sequence 1 is unknown"), std::string::npos);
 }
 
 // Last: it reloads the shard with a pool sized from a byte budget.

@@ -1,0 +1,204 @@
+// Engine's front door (engine.h): the checks a request passes before it is queued, the compile of
+// its output constraint, and the queue limits, draining included. Front-end threads run these.
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "coordinator/engine.h"
+#include "coordinator/openai_error.h"
+
+namespace tpserve {
+namespace {
+
+constexpr char kLog[] = "engine";
+
+}  // namespace
+
+absl::Status Engine::CheckPrompt(const std::vector<int32_t>& prompt) const {
+  if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
+  const int32_t vocab = tokenizer_->vocab_size();
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt token ", prompt[i], " at position ", i,
+                                                     " is outside the vocabulary [0, ", vocab,
+                                                     ")"));
+    }
+  }
+  if (static_cast<int64_t>(prompt.size()) > options_.context_length) {
+    return absl::InvalidArgumentError(absl::StrCat("the prompt has ", prompt.size(),
+                                                   " tokens; the model's context length is ",
+                                                   options_.context_length));
+  }
+  if (BlocksFor(prompt.size()) > options_.num_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt has ", prompt.size(), " tokens, which need ", BlocksFor(prompt.size()),
+        " KV blocks of ", options_.block_size, " tokens; the cluster holds ", options_.num_blocks));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
+  RETURN_IF_ERROR(CheckPrompt(params.prompt));
+  if (params.max_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens = ", params.max_tokens, " is negative"));
+  }
+  if (params.max_tokens > 0 &&
+      static_cast<int64_t>(params.prompt.size()) + params.max_tokens > options_.context_length) {
+    return WithParam(absl::InvalidArgumentError(absl::StrCat(
+                         "this model's maximum context length is ", options_.context_length,
+                         " tokens; the request asks for ", params.prompt.size() + params.max_tokens,
+                         " (", params.prompt.size(), " in the prompt, ", params.max_tokens,
+                         " in the completion): lower max_tokens or shorten the prompt")),
+                     "max_tokens");
+  }
+  const RequestLimits& limits = options_.limits;
+  if (params.n < 1 || params.n > limits.max_n) {
+    return WithParam(absl::InvalidArgumentError(absl::StrCat("n = ", params.n, " is outside [1, ",
+                                                             limits.max_n, "] (--max-n)")),
+                     "n");
+  }
+  if (params.logprobs < -1 || params.logprobs > kMaxLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs = ", params.logprobs, " is outside [0, ", kMaxLogprobs, "]"));
+  }
+  RETURN_IF_ERROR(CheckStopStrings(params.stop, limits));
+  if (params.stop_token_ids.size() > static_cast<size_t>(limits.max_stop_token_ids)) {
+    return WithParam(absl::InvalidArgumentError(absl::StrCat(
+                         "stop_token_ids holds ", params.stop_token_ids.size(), " ids; at most ",
+                         limits.max_stop_token_ids, " are allowed (--max-stop-token-ids)")),
+                     "stop_token_ids");
+  }
+  RETURN_IF_ERROR(params.sampling.Validate());
+  for (int32_t id : params.stop_token_ids) {
+    if (id < 0 || id >= tokenizer_->vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stop token ", id, " is outside the vocabulary [0, ", tokenizer_->vocab_size(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::SubmitGenerate(
+    GenerateParams params, const std::function<bool()>& client_gone) {
+  RETURN_IF_ERROR(CheckGenerate(params));
+  if (params.constraint.active()) {
+    // Off the engine thread, within the compile timeout.
+    absl::StatusOr<std::shared_ptr<const CompiledConstraint>> compiled =
+        constraints_.Compile(params.constraint, client_gone);
+    if (!compiled.ok()) return WithParam(compiled.status(), params.constraint.param);
+    params.compiled_constraint = *std::move(compiled);
+    // Rank 0 cannot sample from an empty allow-list: a language without a first token (or an
+    // end) is refused here, one that ends later ends that sample (Scheduler).
+    TokenMatcher first(params.compiled_constraint);
+    if (first.AllowsNothing()) {
+      if (!first.status().ok()) return first.status();
+      return WithParam(absl::InvalidArgumentError(absl::StrCat(
+                           params.constraint.param,
+                           ": the constraint accepts no text at all (its language is empty)")),
+                       params.constraint.param);
+    }
+  }
+  std::vector<std::unique_ptr<Sequence>> samples;
+  std::shared_ptr<SampleGroup> group = params.n > 1 ? std::make_shared<SampleGroup>() : nullptr;
+  for (int32_t i = 0; i < params.n; ++i) {
+    auto seq = std::make_unique<Sequence>();
+    seq->kind = Sequence::Kind::kGenerate;
+    seq->tokens = params.prompt;
+    seq->prompt_len = static_cast<int32_t>(params.prompt.size());
+    seq->params = params;
+    seq->params.prompt.clear();  // kept once per sample, in tokens
+    seq->params.sampling.seed = params.sampling.seed + i;
+    seq->group = group;
+    seq->group_leader = group != nullptr && i == 0;
+    seq->detokenizer = std::make_unique<IncrementalDetokenizer>(*tokenizer_);
+    seq->stop_matcher = std::make_unique<StopStringMatcher>(params.stop);
+    if (params.compiled_constraint != nullptr) {
+      seq->token_matcher = std::make_unique<TokenMatcher>(params.compiled_constraint);
+    }
+    samples.push_back(std::move(seq));
+  }
+  return Enqueue(std::move(samples));
+}
+
+absl::StatusOr<std::shared_ptr<RequestStream>> Engine::SubmitScore(std::vector<int32_t> prompt) {
+  RETURN_IF_ERROR(CheckPrompt(prompt));
+  const int64_t bytes = static_cast<int64_t>(prompt.size()) * options_.vocab_size * 4;
+  if (bytes > kMaxScoreLogitBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scoring ", prompt.size(), " positions returns ", bytes, " bytes of logits; at most ",
+        kMaxScoreLogitBytes / (options_.vocab_size * 4), " positions fit one message"));
+  }
+  auto seq = std::make_unique<Sequence>();
+  seq->kind = Sequence::Kind::kScore;
+  seq->prompt_len = static_cast<int32_t>(prompt.size());
+  seq->tokens = std::move(prompt);
+  std::vector<std::unique_ptr<Sequence>> one;
+  one.push_back(std::move(seq));
+  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<RequestStream>> streams, Enqueue(std::move(one)));
+  return streams.front();
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::Enqueue(
+    std::vector<std::unique_ptr<Sequence>> samples) {
+  const int32_t queued = stats().num_waiting;
+  absl::MutexLock lock(&mutex_);
+  if (stopping_) return absl::UnavailableError("coordinator is shutting down");
+  // While requests are held for a lost rank, new ones may queue behind them, but only up to a
+  // limit: without one they are refused.
+  if (!degraded_.ok() && (options_.max_queued_requests == 0 || !WithinGrace(absl::Now()))) {
+    return HealthLocked();
+  }
+  if (draining_) {
+    return absl::UnavailableError(
+        "the server is draining: it finishes the requests it has and "
+        "accepts no new ones");
+  }
+  const int64_t waiting = queued + static_cast<int64_t>(submitted_.size());
+  if (options_.max_queued_requests > 0 && waiting >= options_.max_queued_requests) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the server has ", waiting, " requests waiting (--max-queued-requests ",
+                     options_.max_queued_requests, "); retry in about a second"));
+  }
+  const uint64_t request_id = next_request_id_++;
+  const absl::Time now = absl::Now();
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    Sequence& seq = *samples[i];
+    seq.request_id = request_id;
+    seq.arrival = now;
+    seq.stream = std::make_shared<RequestStream>(request_id, static_cast<int32_t>(i));
+    streams.push_back(seq.stream);
+  }
+  const Sequence& first = *samples.front();
+  if (first.kind == Sequence::Kind::kScore) {
+    LogInfo(kLog, "request %d: score, %d prompt tokens", request_id, first.prompt_len);
+  } else {
+    LogInfo(kLog, "request %d: generate, %d prompt tokens, max_tokens %d, n %d", request_id,
+            first.prompt_len, first.params.max_tokens, samples.size());
+  }
+  for (auto& seq : samples) submitted_.push_back(std::move(seq));
+  return streams;
+}
+
+int32_t Engine::Drain() {
+  const EngineStats s = stats();
+  absl::MutexLock lock(&mutex_);
+  if (!draining_) LogInfo(kLog, "draining: new requests are refused from now on");
+  draining_ = true;
+  return s.num_running + s.num_waiting + static_cast<int32_t>(submitted_.size());
+}
+
+void Engine::Undrain() {
+  absl::MutexLock lock(&mutex_);
+  if (draining_) LogInfo(kLog, "undrained: admitting requests again");
+  draining_ = false;
+}
+
+bool Engine::draining() const {
+  absl::MutexLock lock(&mutex_);
+  return draining_;
+}
+
+}  // namespace tpserve

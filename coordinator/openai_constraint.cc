@@ -1,0 +1,153 @@
+#include "coordinator/openai_constraint.h"
+
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/json_depth.h"
+#include "common/status_macros.h"
+#include "coordinator/openai_error.h"
+#include "coordinator/openai_fields.h"
+
+namespace tpserve {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+// The body's member at `path`, printed with its keys in the order sent (a schema's property
+// order is the order the output follows).
+std::string OrderedText(absl::string_view body, std::initializer_list<const char*> path) {
+  ordered_json value = ParseBoundedJson<ordered_json>(StdView(body));
+  for (const char* key : path) value = ordered_json(value[key]);
+  return value.dump();
+}
+
+// A JSON schema given as an object (or, as vLLM also takes it, as its text) at `path` of `body`.
+absl::StatusOr<std::string> SchemaText(const json& value, absl::string_view param,
+                                       absl::string_view body,
+                                       std::initializer_list<const char*> path) {
+  if (value.is_object() || value.is_boolean()) return OrderedText(body, path);
+  if (value.is_string()) return value.get<std::string>();
+  return WrongType(param, "a JSON schema object", value);
+}
+
+absl::StatusOr<std::string> StringField(const json& value, absl::string_view param) {
+  if (!value.is_string()) return WrongType(param, "a string", value);
+  return value.get<std::string>();
+}
+
+absl::StatusOr<std::vector<std::string>> Choices(const json& value, absl::string_view param) {
+  if (!value.is_array()) return WrongType(param, "an array of strings", value);
+  std::vector<std::string> choices;
+  for (size_t i = 0; i < value.size(); ++i) {
+    ASSIGN_OR_RETURN(std::string choice, StringField(value[i], absl::StrCat(param, "[", i, "]")));
+    choices.push_back(std::move(choice));
+  }
+  return choices;
+}
+
+// OpenAI's response_format: text (no constraint), json_object, json_schema.
+absl::StatusOr<OutputConstraint> ResponseFormat(const json& format, absl::string_view body) {
+  OutputConstraint c;
+  c.param = "response_format";
+  if (!format.is_object()) return WrongType("response_format", "an object", format);
+  const json* type = Find(format, "type");
+  if (type == nullptr || !type->is_string()) {
+    return InvalidField("response_format.type",
+                        "must be \"text\", \"json_object\" or \"json_schema\"");
+  }
+  const std::string name = type->get<std::string>();
+  if (name == "text") return c;
+  if (name == "json_object") {
+    c.kind = OutputConstraint::Kind::kJson;
+    return c;
+  }
+  if (name != "json_schema") {
+    return InvalidField(
+        "response_format.type",
+        absl::StrCat("\"", name, "\" is not one of \"text\", \"json_object\", \"json_schema\""));
+  }
+  const json* spec = Find(format, "json_schema");
+  if (spec == nullptr || !spec->is_object()) {
+    return InvalidField("response_format.json_schema", "must be an object with a schema");
+  }
+  const json* schema = Find(*spec, "schema");
+  if (schema == nullptr) {
+    return InvalidField("response_format.json_schema.schema", "is required");
+  }
+  c.kind = OutputConstraint::Kind::kJsonSchema;
+  c.param = "response_format.json_schema.schema";
+  ASSIGN_OR_RETURN(
+      c.spec, SchemaText(*schema, c.param, body, {"response_format", "json_schema", "schema"}));
+  return c;
+}
+
+// vLLM's structured_outputs object (json, regex, choice, grammar, json_object) or its older
+// top-level guided_* fields: the member `key_prefix` + kind, named `param_prefix` + kind.
+absl::StatusOr<OutputConstraint> VllmConstraint(const json& object, absl::string_view key_prefix,
+                                                absl::string_view param_prefix,
+                                                absl::string_view body) {
+  OutputConstraint c;
+  for (const std::string kind : {"json", "regex", "choice", "grammar", "json_object"}) {
+    const json* value = Find(object, absl::StrCat(key_prefix, kind));
+    if (value == nullptr || value->is_null()) continue;
+    const std::string field = absl::StrCat(param_prefix, kind);
+    if (c.active()) {
+      return InvalidField(field, absl::StrCat("cannot be combined with ", c.param));
+    }
+    c.param = field;
+    if (kind == "json") {
+      c.kind = OutputConstraint::Kind::kJsonSchema;
+      ASSIGN_OR_RETURN(c.spec, key_prefix.empty()
+                                   ? SchemaText(*value, field, body, {"structured_outputs", "json"})
+                                   : SchemaText(*value, field, body, {"guided_json"}));
+    } else if (kind == "regex") {
+      c.kind = OutputConstraint::Kind::kRegex;
+      ASSIGN_OR_RETURN(c.spec, StringField(*value, field));
+    } else if (kind == "choice") {
+      c.kind = OutputConstraint::Kind::kChoice;
+      ASSIGN_OR_RETURN(c.choices, Choices(*value, field));
+    } else if (kind == "grammar") {
+      c.kind = OutputConstraint::Kind::kGrammar;
+      ASSIGN_OR_RETURN(c.spec, StringField(*value, field));
+    } else {
+      if (!value->is_boolean()) return WrongType(field, "a boolean", *value);
+      if (value->get<bool>()) c.kind = OutputConstraint::Kind::kJson;
+    }
+  }
+  return c;
+}
+
+
+}  // namespace
+
+// What the request constrains its output to: response_format, vLLM's structured_outputs or its
+// guided_* fields, at most one of them.
+absl::StatusOr<OutputConstraint> GetConstraint(const json& body, absl::string_view text) {
+  OutputConstraint constraint;
+  if (const json* format = Find(body, "response_format")) {
+    ASSIGN_OR_RETURN(constraint, ResponseFormat(*format, text));
+  }
+  std::vector<OutputConstraint> vllm;
+  if (const json* structured = Find(body, "structured_outputs")) {
+    if (!structured->is_object()) return WrongType("structured_outputs", "an object", *structured);
+    ASSIGN_OR_RETURN(OutputConstraint c,
+                     VllmConstraint(*structured, "", "structured_outputs.", text));
+    vllm.push_back(std::move(c));
+  }
+  ASSIGN_OR_RETURN(OutputConstraint guided, VllmConstraint(body, "guided_", "guided_", text));
+  vllm.push_back(std::move(guided));
+  for (OutputConstraint& c : vllm) {
+    if (!c.active()) continue;
+    if (constraint.active()) {
+      return InvalidField(c.param, absl::StrCat("cannot be combined with ", constraint.param));
+    }
+    constraint = std::move(c);
+  }
+  return constraint;
+}
+
+}  // namespace tpserve
