@@ -335,11 +335,17 @@ int Run(const CoordinatorFlags& flags) {
     auto under = [path](std::string_view service) {
       return path.substr(0, service.size()) == service;
     };
+    // gRPC's core does not tell this hook the caller's address.
+    constexpr std::string_view kPeer = "a caller refused from its headers";
     if (under("/tpserve.v1.ClusterService/")) {
-      return ClusterTokenAccepts(std::string(authorization));
+      if (ClusterTokenAccepts(std::string(authorization))) return true;
+      RecordAuthRefusal(kSurfaceCluster, path, kPeer, "no valid cluster token");
+      return false;
     }
     if (under("/tpserve.v1.InferenceService/") && path != "/tpserve.v1.InferenceService/Health") {
-      return keys->Accepts(std::string(authorization));
+      if (keys->Accepts(std::string(authorization))) return true;
+      RecordAuthRefusal(kSurfaceInference, path, kPeer, "no valid key");
+      return false;
     }
     return true;
   };

@@ -200,6 +200,7 @@ absl::StatusOr<v1::StepResponse> Engine::RunStep(ScheduledBatch& batch) {
                                               refused.message(), ")"));
     }
     Sequence* seq = entry->seq;
+    if (entry->is_new) seq->known_to_workers = false;  // the refused step added it nowhere
     batch.entries.erase(entry);
     batch.finished_seq_ids.clear();  // the workers dropped them before refusing
     // The engine checked the request's data before queueing it: what the workers still refuse is

@@ -399,6 +399,29 @@ TEST_F(EngineTest, TextPromptIsTokenized) {
   EXPECT_EQ(out.tokens.size(), 3u);
 }
 
+// A worker that refuses a step for one sequence's data fails that request alone: the other
+// sequences' work runs as the next step, and the cluster is never degraded.
+TEST_F(EngineTest, AStepRefusedForOneSequenceFailsItAlone) {
+  FakeWorkerOptions refusing;
+  refusing.refuse_token = 666;
+  Start({refusing, refusing, refusing});
+  Generated other;
+  std::thread beside([&] { other = Generate(Request({300, 301, 302}, 12)); });
+  Generated refused = Generate(Request({300, 666}, 12));
+  beside.join();
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("injected refusal"));
+  ASSERT_TRUE(other.status.ok()) << other.status.error_message();
+  EXPECT_EQ(other.completion_tokens, 12);
+  grpc::ClientContext context;
+  v1::HealthResponse health;
+  ASSERT_TRUE(stub_->Health(&context, v1::HealthRequest(), &health).ok());
+  EXPECT_EQ(health.state(), v1::HealthResponse::STATE_SERVING);
+  EXPECT_EQ(engine_->stats().recovery.recoveries, 0);
+  EXPECT_TRUE(Generate(Request({300, 301}, 4)).status.ok());
+  ExpectConsistentSteps();
+}
+
 TEST_F(EngineTest, FailedStepDegradesTheCluster) {
   FakeWorkerOptions failing;
   failing.fail_at_step = 3;

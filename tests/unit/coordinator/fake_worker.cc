@@ -88,6 +88,13 @@ grpc::Status FakeWorker::Step(grpc::ServerContext*, const v1::StepRequest* reque
     if (seqs_.erase(id) == 0) Error(absl::StrCat("finished unknown sequence ", id));
   }
   for (const v1::NewSequence& added : request->new_sequences()) {
+    if (absl::c_linear_search(added.prompt_token_ids(), options_.refuse_token)) {
+      response->mutable_refused()->set_seq_id(added.seq_id());
+      response->mutable_refused()->set_message("injected refusal");
+      return grpc::Status::OK;
+    }
+  }
+  for (const v1::NewSequence& added : request->new_sequences()) {
     if (seqs_.contains(added.seq_id())) Error(absl::StrCat("sequence ", added.seq_id(), " again"));
     Seq& seq = seqs_[added.seq_id()];
     seq.tokens.assign(added.prompt_token_ids().begin(), added.prompt_token_ids().end());

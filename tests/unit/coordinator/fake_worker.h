@@ -34,6 +34,9 @@ struct FakeWorkerOptions {
   // Step answers UNAVAILABLE "injected failure" whenever it is given a new sequence holding this
   // token: a request that kills its step each time it runs (-1: none).
   int32_t poison_token = -1;
+  // Step refuses the step for a new sequence holding this token (StepResponse.refused, nothing of
+  // the step applied but its finished ids), as a worker refuses one sequence's data (-1: none).
+  int32_t refuse_token = -1;
   uint64_t hang_at_step = 0;      // Step does not answer this step id until the worker goes away
   std::string state = "serving";  // what Status reports
   // Status stops answering (until the worker goes away) after this many answers; -1: never.
