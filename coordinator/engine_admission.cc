@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "coordinator/engine.h"
 #include "coordinator/openai_error.h"
+#include "coordinator/sample_mask.h"
 
 namespace tpserve {
 namespace {
@@ -70,6 +71,30 @@ absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
                          limits.max_stop_token_ids, " are allowed (--max-stop-token-ids)")),
                      "stop_token_ids");
   }
+  if (params.min_tokens < 0 || (params.max_tokens > 0 && params.min_tokens > params.max_tokens)) {
+    return WithParam(absl::InvalidArgumentError(absl::StrCat(
+                         "min_tokens = ", params.min_tokens, " is outside [0, max_tokens = ",
+                         params.max_tokens, "]")),
+                     "min_tokens");
+  }
+  for (int32_t id : params.allowed_token_ids) {
+    if (id < 0 || id >= tokenizer_->vocab_size()) {
+      return WithParam(absl::InvalidArgumentError(absl::StrCat(
+                           "allowed token ", id, " is outside the vocabulary [0, ",
+                           tokenizer_->vocab_size(), ")")),
+                       "allowed_token_ids");
+    }
+  }
+  for (const std::vector<int32_t>& word : params.bad_words_ids) {
+    for (int32_t id : word) {
+      if (id < 0 || id >= tokenizer_->vocab_size()) {
+        return WithParam(absl::InvalidArgumentError(absl::StrCat(
+                             "bad word token ", id, " is outside the vocabulary")),
+                         "bad_words");
+      }
+    }
+    if (word.empty()) return WithParam(absl::InvalidArgumentError("a bad word is empty"), "bad_words");
+  }
   RETURN_IF_ERROR(params.sampling.Validate());
   for (int32_t id : params.stop_token_ids) {
     if (id < 0 || id >= tokenizer_->vocab_size()) {
@@ -89,16 +114,6 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::SubmitGenera
         constraints_.Compile(params.constraint, client_gone);
     if (!compiled.ok()) return WithParam(compiled.status(), params.constraint.param);
     params.compiled_constraint = *std::move(compiled);
-    // Rank 0 cannot sample from an empty allow-list: a language without a first token (or an
-    // end) is refused here, one that ends later ends that sample (Scheduler).
-    TokenMatcher first(params.compiled_constraint);
-    if (first.AllowsNothing()) {
-      if (!first.status().ok()) return first.status();
-      return WithParam(absl::InvalidArgumentError(absl::StrCat(
-                           params.constraint.param,
-                           ": the constraint accepts no text at all (its language is empty)")),
-                       params.constraint.param);
-    }
   }
   std::vector<std::unique_ptr<Sequence>> samples;
   std::shared_ptr<SampleGroup> group = params.n > 1 ? std::make_shared<SampleGroup>() : nullptr;
@@ -112,10 +127,21 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::SubmitGenera
     seq->params.sampling.seed = params.sampling.seed + i;
     seq->group = group;
     seq->group_leader = group != nullptr && i == 0;
-    seq->detokenizer = std::make_unique<IncrementalDetokenizer>(*tokenizer_);
-    seq->stop_matcher = std::make_unique<StopStringMatcher>(params.stop);
+    seq->detokenizer =
+        std::make_unique<IncrementalDetokenizer>(*tokenizer_, params.skip_special_tokens);
+    seq->stop_matcher =
+        std::make_unique<StopStringMatcher>(params.stop, params.include_stop_str_in_output);
     if (params.compiled_constraint != nullptr) {
       seq->token_matcher = std::make_unique<TokenMatcher>(params.compiled_constraint);
+    }
+    if (i == 0) {
+      // Rank 0 cannot draw from an empty allow-list: a request whose first token has none (an
+      // empty language, no allowed token the constraint allows) is refused here; one that runs
+      // out later ends that sample alone (Scheduler::Postprocess).
+      RETURN_IF_ERROR(
+          UpdateSampleMask(*seq, tokenizer_->end_of_generation_ids(), options_.vocab_size));
+    } else {
+      seq->mask = samples.front()->mask;
     }
     samples.push_back(std::move(seq));
   }

@@ -7,10 +7,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/auth_refusal.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "coordinator/openai_error.h"
 #include "coordinator/openai_response.h"
+#include "coordinator/prompt_logprobs.h"
 #include "coordinator/sample_streams.h"
 #include "nlohmann/json.hpp"
 
@@ -103,6 +106,36 @@ absl::StatusOr<Completed> WaitAll(SampleStreams& samples, const std::atomic<bool
   return result;
 }
 
+// The log-probabilities of `prompt`'s tokens with `top_k` alternatives (PromptLogprobs), from a
+// Score request that this waits for.
+absl::StatusOr<std::vector<TokenLogprob>> ScorePrompt(Engine& engine,
+                                                      const std::vector<int32_t>& prompt,
+                                                      int32_t top_k,
+                                                      const std::atomic<bool>& stopping,
+                                                      const HttpExchange& exchange) {
+  ASSIGN_OR_RETURN(std::shared_ptr<RequestStream> stream, engine.SubmitScore(prompt));
+  for (;;) {
+    if (stopping.load()) {
+      stream->Cancel();
+      return absl::UnavailableError("the HTTP server is stopping");
+    }
+    if (exchange.client_gone()) {
+      stream->Cancel();
+      return absl::CancelledError("the client went away");
+    }
+    StreamUpdate update = stream->Wait(kPoll);
+    if (!update.done) continue;
+    RETURN_IF_ERROR(update.status);
+    return PromptLogprobs(update.logits, prompt, engine.options().vocab_size, top_k);
+  }
+}
+
+// Completions' echo: what each choice starts with.
+struct Echo {
+  std::string text;
+  std::vector<TokenLogprob> logprobs;  // with logprobs: one per prompt token
+};
+
 // One streaming response: every sample's chunks as they come, interleaved.
 struct EventStream {
   const Engine* engine;  // asked whether the cluster is paused
@@ -111,6 +144,7 @@ struct EventStream {
   bool include_usage = false;
   bool with_logprobs = false;
   std::optional<ToolCallSyntax> tool_syntax;  // replies' tool calls streamed as tool_calls
+  std::optional<Echo> echo;                   // sent as each sample's first chunk
 };
 
 // Writes the whole event stream to `exchange`. False when the client went away or the server
@@ -133,6 +167,16 @@ bool WriteEvents(EventStream& events, HttpExchange& exchange, const std::atomic<
     }
   }
   std::vector<int32_t> text_offsets(samples.size(), 0);
+  if (events.echo.has_value()) {
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const int32_t index = static_cast<int32_t>(i);
+      if (!write(SseEvent(events.responder.DeltaChunk(index, events.echo->text,
+                                                      events.echo->logprobs, std::nullopt,
+                                                      &text_offsets[i])))) {
+        return give_up();
+      }
+    }
+  }
   std::vector<ToolCallStream> tool_streams;
   std::vector<int32_t> tool_calls(samples.size(), 0);  // calls streamed per sample
   if (events.tool_syntax.has_value()) {
@@ -337,8 +381,19 @@ void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& requ
   if (!parsed.ok()) return exchange.Reply(ErrorReply(parsed.status()));
   const bool with_logprobs = parsed->params.logprobs >= 0;
   const std::optional<ToolCallSyntax> tool_syntax = parsed->tool_syntax;
-  absl::StatusOr<Streams> streams = engine->SubmitGenerate(
-      std::move(parsed->params), [&exchange] { return exchange.client_gone(); });
+  // The prompt's log-probabilities come first, from a Score request of their own.
+  std::vector<TokenLogprob> prompt_logprobs;
+  absl::Status scored = absl::OkStatus();
+  if (parsed->prompt_logprobs >= 0) {
+    absl::StatusOr<std::vector<TokenLogprob>> lp = ScorePrompt(
+        *engine, parsed->params.prompt, parsed->prompt_logprobs, stopping_, exchange);
+    scored = lp.status();
+    if (lp.ok()) prompt_logprobs = *std::move(lp);
+  }
+  absl::StatusOr<Streams> streams =
+      scored.ok() ? engine->SubmitGenerate(std::move(parsed->params),
+                                           [&exchange] { return exchange.client_gone(); })
+                  : absl::StatusOr<Streams>(scored);
   if (!streams.ok()) {
     // The request's own fields are checked already: what the engine refuses is the prompt
     // (too long for the context or the KV pool) unless it names another field (max_tokens, when
@@ -350,6 +405,16 @@ void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& requ
     return exchange.Reply(ErrorReply(status));
   }
   const uint64_t request_id = streams->front()->request_id();
+  if (!parsed->ignored_fields.empty()) {
+    LogInfo(kLog, "request %d: fields no API defines, which change nothing: %s", request_id,
+            absl::StrJoin(parsed->ignored_fields, ", "));
+  }
+  std::optional<Echo> echo;
+  if (parsed->echo) {
+    echo.emplace();
+    echo->text = parsed->echo_text;
+    if (with_logprobs) echo->logprobs = prompt_logprobs;
+  }
   OpenAiResponder responder(
       MakeResponseHeader(endpoint, request_id, options_.model_name, absl::Now()),
       options_.tokenizer, with_logprobs);
@@ -358,6 +423,16 @@ void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& requ
   if (!parsed->stream) {
     SampleStreams samples(*std::move(streams));
     absl::StatusOr<Completed> completed = WaitAll(samples, stopping_, exchange, tool_syntax);
+    if (completed.ok()) {
+      for (ChoiceOutput& choice : completed->choices) {
+        if (echo.has_value()) {
+          choice.text = echo->text + choice.text;
+          choice.logprobs.insert(choice.logprobs.begin(), echo->logprobs.begin(),
+                                 echo->logprobs.end());
+        }
+        if (parsed->return_prompt_logprobs) choice.prompt_logprobs = prompt_logprobs;
+      }
+    }
     HttpReply reply = completed.ok()
                           ? JsonReply(200, responder.Response(completed->choices, completed->usage))
                           : ErrorReply(completed.status());
@@ -371,7 +446,8 @@ void HttpServer::HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& requ
                      std::move(responder),
                      parsed->include_usage,
                      with_logprobs,
-                     tool_syntax};
+                     tool_syntax,
+                     std::move(echo)};
   HttpReply head{200, "text/event-stream", {{"Cache-Control", "no-cache"}, id_header}, ""};
   head.request_id = request_id;
   if (exchange.StartStream(head)) {

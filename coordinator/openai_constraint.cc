@@ -134,6 +134,13 @@ absl::StatusOr<OutputConstraint> GetConstraint(const json& body, absl::string_vi
   std::vector<OutputConstraint> vllm;
   if (const json* structured = Find(body, "structured_outputs")) {
     if (!structured->is_object()) return WrongType("structured_outputs", "an object", *structured);
+    for (const auto& [key, value] : structured->items()) {
+      if (key != "json" && key != "regex" && key != "choice" && key != "grammar" &&
+          key != "json_object" && !value.is_null()) {
+        return InvalidField(absl::StrCat("structured_outputs.", key),
+                            "is not supported by this server");
+      }
+    }
     ASSIGN_OR_RETURN(OutputConstraint c,
                      VllmConstraint(*structured, "", "structured_outputs.", text));
     vllm.push_back(std::move(c));

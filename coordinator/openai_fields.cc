@@ -73,16 +73,4 @@ absl::StatusOr<std::optional<bool>> GetBool(const json& object, absl::string_vie
   return value->get<bool>();
 }
 
-absl::Status RejectUnlessDefault(const json& object, absl::string_view name,
-                                 bool (*is_default)(const json&)) {
-  const json* value = Find(object, name);
-  if (value == nullptr || is_default(*value)) return absl::OkStatus();
-  return InvalidField(name, "is not supported by this server");
-}
-
-bool IsFalse(const json& v) { return v == false; }
-bool IsEmpty(const json& v) {
-  return (v.is_string() || v.is_array() || v.is_object()) && v.empty();
-}
-
 }  // namespace tpserve

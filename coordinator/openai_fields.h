@@ -29,11 +29,5 @@ absl::StatusOr<std::optional<int64_t>> GetInt(const nlohmann::json& object, absl
 absl::StatusOr<int64_t> GetIntIn(const nlohmann::json& object, absl::string_view name,
                                  int64_t fallback, int64_t lo, int64_t hi);
 absl::StatusOr<std::optional<bool>> GetBool(const nlohmann::json& object, absl::string_view name);
-// Refuses a field whose feature is not implemented unless it holds its default value.
-absl::Status RejectUnlessDefault(const nlohmann::json& object, absl::string_view name,
-                                 bool (*is_default)(const nlohmann::json&));
-bool IsFalse(const nlohmann::json& v);
-// An empty string, array or object.
-bool IsEmpty(const nlohmann::json& v);
 
 }  // namespace tpserve

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json_depth.h"
 #include "common/status_macros.h"
+#include "coordinator/openai_chat_fields.h"
 #include "coordinator/openai_constraint.h"
 #include "coordinator/openai_error.h"
 #include "coordinator/openai_fields.h"
@@ -106,6 +107,42 @@ absl::StatusOr<std::vector<std::string>> GetStop(const json& body, const Request
   return result;
 }
 
+// `bad_words` as the token sequences to ban: each word as the tokenizer writes it at the start of
+// a text and, where that differs, after a space (vLLM's reading).
+absl::StatusOr<std::vector<std::vector<int32_t>>> GetBadWords(const json& body,
+                                                              const ServedModel& model) {
+  std::vector<std::vector<int32_t>> result;
+  const json* words = Find(body, "bad_words");
+  if (words == nullptr) return result;
+  if (!words->is_array()) return WrongType("bad_words", "an array of strings", *words);
+  if (words->size() > static_cast<size_t>(model.limits.max_bad_words)) {
+    return InvalidField("bad_words", absl::StrCat("holds ", words->size(), " words; at most ",
+                                                  model.limits.max_bad_words,
+                                                  " are allowed (--max-bad-words)"));
+  }
+  for (size_t i = 0; i < words->size(); ++i) {
+    const std::string param = absl::StrCat("bad_words[", i, "]");
+    const json& word = (*words)[i];
+    if (!word.is_string()) return WrongType(param, "a string", word);
+    const std::string text(absl::StripLeadingAsciiWhitespace(word.get_ref<const std::string&>()));
+    if (text.empty()) return InvalidField(param, "must not be empty");
+    if (text.size() > static_cast<size_t>(model.limits.max_stop_string_bytes)) {
+      return InvalidField(param, absl::StrCat("is ", text.size(), " bytes; at most ",
+                                              model.limits.max_stop_string_bytes,
+                                              " are allowed (--max-stop-string-bytes)"));
+    }
+    for (const std::string& spelling : {text, " " + text}) {
+      absl::StatusOr<std::vector<int32_t>> ids =
+          model.tokenizer->Encode(spelling, /*parse_special=*/false);
+      if (!ids.ok()) return InvalidField(param, ids.status().message());
+      if (!ids->empty() && std::find(result.begin(), result.end(), *ids) == result.end()) {
+        result.push_back(*std::move(ids));
+      }
+    }
+  }
+  return result;
+}
+
 // Token ids from a JSON array, each checked against the vocabulary.
 absl::StatusOr<std::vector<int32_t>> GetTokenIds(const json& ids, absl::string_view param,
                                                  const Tokenizer& tokenizer) {
@@ -156,227 +193,6 @@ absl::StatusOr<std::vector<int32_t>> GetCompletionPrompt(const json& body,
   return GetTokenIds(*one, param, *model.tokenizer);
 }
 
-// An assistant message's tool_calls: [{"id"?, "type": "function", "function": {"name",
-// "arguments"}}], arguments a JSON string (OpenAI) or an object.
-absl::Status CheckToolCalls(const json& calls, const std::string& param) {
-  if (!calls.is_array()) return WrongType(param, "an array", calls);
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const std::string call_param = absl::StrCat(param, "[", i, "]");
-    const json& call = calls[i];
-    if (!call.is_object()) return WrongType(call_param, "an object", call);
-    const json* function = Find(call, "function");
-    if (function == nullptr) return InvalidField(call_param + ".function", "is required");
-    if (!function->is_object()) return WrongType(call_param + ".function", "an object", *function);
-    const json* function_name = Find(*function, "name");
-    if (function_name == nullptr || !function_name->is_string()) {
-      return InvalidField(call_param + ".function.name", "is required and must be a string");
-    }
-    const json* arguments = Find(*function, "arguments");
-    if (arguments != nullptr && !arguments->is_string() && !arguments->is_object()) {
-      return WrongType(call_param + ".function.arguments", "a string or an object", *arguments);
-    }
-    // The text is parsed again to render the turn: its depth is bounded like the body's.
-    if (arguments != nullptr && arguments->is_string() &&
-        JsonNestingDepth(arguments->get_ref<const std::string&>()) > kMaxJsonDepth) {
-      return InvalidField(call_param + ".function.arguments",
-                          absl::StrCat("nests JSON deeper than ", kMaxJsonDepth, " levels"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// What a request's tools are and how they may be called.
-struct RequestTools {
-  ordered_json as_sent;  // OpenAI's array as sent, for the chat template; null when absent
-  std::vector<ToolFunction> functions;
-  ToolChoice choice;
-};
-
-// OpenAI's rule for function names.
-bool IsToolName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-  });
-}
-
-// `tools` ([{"type": "function", "function": {"name", "description"?, "parameters"?}}]),
-// `tool_choice` (none, auto, required, or {"type": "function", "function": {"name"}}; auto when
-// there are tools, else none) and `parallel_tool_calls` (default true).
-absl::StatusOr<RequestTools> GetTools(const json& body, const ordered_json& ordered_body,
-                                      const RequestLimits& limits) {
-  RequestTools out;
-  if (const json* tools = Find(body, "tools")) {
-    if (!tools->is_array()) return WrongType("tools", "an array", *tools);
-    if (tools->size() > static_cast<size_t>(limits.max_tools)) {
-      return InvalidField("tools", absl::StrCat("holds ", tools->size(), " tools; at most ",
-                                                limits.max_tools, " are allowed (--max-tools)"));
-    }
-    for (size_t i = 0; i < tools->size(); ++i) {
-      const std::string param = absl::StrCat("tools[", i, "]");
-      const json& tool = (*tools)[i];
-      if (!tool.is_object()) return WrongType(param, "an object", tool);
-      if (tool.value("type", json()) != "function") {
-        return InvalidField(param + ".type", "must be \"function\"");
-      }
-      const json* function = Find(tool, "function");
-      if (function == nullptr || !function->is_object()) {
-        return InvalidField(param + ".function", "is required and must be an object");
-      }
-      const json* name = Find(*function, "name");
-      if (name == nullptr || !name->is_string()) {
-        return InvalidField(param + ".function.name", "is required and must be a string");
-      }
-      ToolFunction parsed;
-      parsed.name = name->get<std::string>();
-      if (!IsToolName(parsed.name)) {
-        return InvalidField(param + ".function.name",
-                            "must be 1 to 64 letters, digits, underscores or dashes");
-      }
-      for (const ToolFunction& other : out.functions) {
-        if (other.name == parsed.name) {
-          return InvalidField(param + ".function.name", "names a function already offered");
-        }
-      }
-      parsed.parameters = ordered_json{{"type", "object"}};
-      if (const json* parameters = Find(*function, "parameters")) {
-        const std::string parameters_param = param + ".function.parameters";
-        if (!parameters->is_object()) return WrongType(parameters_param, "an object", *parameters);
-        if (const std::string found = UnenforcedSchemaKeyword(*parameters); !found.empty()) {
-          return InvalidField(parameters_param,
-                              absl::StrCat("the schema's ", found, " is not supported"));
-        }
-        parsed.parameters = ordered_body["tools"][i]["function"]["parameters"];
-      }
-      out.functions.push_back(std::move(parsed));
-    }
-    out.as_sent = ordered_body["tools"];
-  }
-  out.choice.mode = out.functions.empty() ? ToolChoiceMode::kNone : ToolChoiceMode::kAuto;
-  if (const json* choice = Find(body, "tool_choice")) {
-    if (*choice == "none") {
-      out.choice.mode = ToolChoiceMode::kNone;
-    } else if (*choice == "auto") {
-      // Without tools there is nothing to choose from: the model answers in text.
-    } else if (*choice == "required") {
-      out.choice.mode = ToolChoiceMode::kRequired;
-    } else if (choice->is_object() && choice->value("type", json()) == "function") {
-      const json* function = Find(*choice, "function");
-      const json* name =
-          function != nullptr && function->is_object() ? Find(*function, "name") : nullptr;
-      if (name == nullptr || !name->is_string()) {
-        return InvalidField("tool_choice.function.name", "is required and must be a string");
-      }
-      out.choice.mode = ToolChoiceMode::kNamed;
-      out.choice.name = name->get<std::string>();
-      const bool offered =
-          std::any_of(out.functions.begin(), out.functions.end(),
-                      [&](const ToolFunction& f) { return f.name == out.choice.name; });
-      if (!offered) return InvalidField("tool_choice.function.name", "names no function in tools");
-    } else {
-      return InvalidField("tool_choice",
-                          "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
-                          "\"function\": {\"name\": ...}}");
-    }
-    if (out.functions.empty() && (out.choice.mode == ToolChoiceMode::kRequired ||
-                                  out.choice.mode == ToolChoiceMode::kNamed)) {
-      return InvalidField("tool_choice", "calls a function, but the request has no tools");
-    }
-  }
-  ASSIGN_OR_RETURN(const std::optional<bool> parallel, GetBool(body, "parallel_tool_calls"));
-  out.choice.parallel = parallel.value_or(true);
-  return out;
-}
-
-// `messages` with `text` in the system message: appended to the first message's when that is a
-// system message with text, else a system message of its own before them.
-ordered_json WithSystemText(ordered_json messages, const std::string& text) {
-  if (!messages.empty() && messages[0]["role"] == "system" && messages[0]["content"].is_string()) {
-    messages[0]["content"] = absl::StrCat(messages[0]["content"].get<std::string>(), "\n\n", text);
-  } else {
-    messages.insert(messages.begin(), ordered_json{{"role", "system"}, {"content", text}});
-  }
-  return messages;
-}
-
-// A message's content: a string, or text parts joined by newlines (as vLLM joins them).
-absl::StatusOr<std::string> GetContent(const json& message, const std::string& param,
-                                       bool may_be_null) {
-  const json* content = Find(message, "content");
-  if (content == nullptr) {
-    if (may_be_null) return std::string();
-    return InvalidField(param, "is required");
-  }
-  if (content->is_string()) return content->get<std::string>();
-  if (!content->is_array()) return WrongType(param, "a string or an array of parts", *content);
-  std::string text;
-  for (size_t i = 0; i < content->size(); ++i) {
-    const json& part = (*content)[i];
-    const std::string part_param = absl::StrCat(param, "[", i, "]");
-    if (!part.is_object()) return WrongType(part_param, "an object", part);
-    const json* type = Find(part, "type");
-    if (type == nullptr || *type != "text") {
-      return InvalidField(absl::StrCat(part_param, ".type"), "only \"text\" parts are supported");
-    }
-    const json* part_text = Find(part, "text");
-    if (part_text == nullptr) return InvalidField(absl::StrCat(part_param, ".text"), "is required");
-    if (!part_text->is_string()) {
-      return WrongType(absl::StrCat(part_param, ".text"), "a string", *part_text);
-    }
-    if (i > 0) text += "\n";
-    text += part_text->get_ref<const std::string&>();
-  }
-  return text;
-}
-
-// The conversation as the chat template sees it: each message as the client sent it (key order
-// kept, for templates that print tool calls as JSON), with `developer` renamed `system` and text
-// parts joined into one string. An assistant turn that only calls tools keeps null content.
-absl::StatusOr<ordered_json> GetMessages(const json& body, const ordered_json& ordered_body) {
-  const json* messages = Find(body, "messages");
-  if (messages == nullptr) return InvalidField("messages", "is required");
-  if (!messages->is_array()) return WrongType("messages", "an array", *messages);
-  if (messages->empty()) return InvalidField("messages", "must not be empty");
-  ordered_json result = ordered_json::array();
-  for (size_t i = 0; i < messages->size(); ++i) {
-    const json& message = (*messages)[i];
-    const std::string param = absl::StrCat("messages[", i, "]");
-    if (!message.is_object()) return WrongType(param, "an object", message);
-    const std::string role_param = param + ".role";
-    const json* role = Find(message, "role");
-    if (role == nullptr) return InvalidField(role_param, "is required");
-    if (!role->is_string()) return WrongType(role_param, "a string", *role);
-    std::string name = role->get<std::string>();
-    if (name == "developer") name = "system";  // OpenAI's newer name for the system role
-    if (name != "system" && name != "user" && name != "assistant" && name != "tool") {
-      return InvalidField(role_param, "must be one of system, developer, user, assistant, tool");
-    }
-    const json* tool_calls = Find(message, "tool_calls");
-    if (tool_calls != nullptr) {
-      if (name != "assistant") {
-        return InvalidField(param + ".tool_calls", "is for assistant messages");
-      }
-      RETURN_IF_ERROR(CheckToolCalls(*tool_calls, param + ".tool_calls"));
-    }
-    for (const char* field : {"tool_call_id", "name"}) {
-      const json* value = Find(message, field);
-      if (value != nullptr && !value->is_string()) {
-        return WrongType(absl::StrCat(param, ".", field), "a string", *value);
-      }
-    }
-    ASSIGN_OR_RETURN(std::string content,
-                     GetContent(message, param + ".content", name == "assistant"));
-    ordered_json rendered = ordered_body["messages"][i];
-    rendered["role"] = name;
-    if (tool_calls != nullptr && Find(message, "content") == nullptr) {
-      rendered["content"] = nullptr;
-    } else {
-      rendered["content"] = std::move(content);
-    }
-    result.push_back(std::move(rendered));
-  }
-  return result;
-}
 
 
 
@@ -393,6 +209,11 @@ absl::Status ParseCommon(const json& body, absl::string_view text, const ServedM
       return InvalidField("stream_options", "is only allowed when stream is true");
     }
     if (!options->is_object()) return WrongType("stream_options", "an object", *options);
+    for (const auto& [key, value] : options->items()) {
+      if (key != "include_usage" && !value.is_null() && value != false) {
+        return InvalidField(absl::StrCat("stream_options.", key), "is not supported by this server");
+      }
+    }
     const json* include_usage = Find(*options, "include_usage");
     if (include_usage != nullptr && !include_usage->is_boolean()) {
       return WrongType("stream_options.include_usage", "a boolean", *include_usage);
@@ -417,11 +238,58 @@ absl::Status ParseCommon(const json& body, absl::string_view text, const ServedM
   }
   ASSIGN_OR_RETURN(std::optional<bool> ignore_eos, GetBool(body, "ignore_eos"));
   params.ignore_eos = ignore_eos.value_or(false);
+  ASSIGN_OR_RETURN(std::optional<bool> include_stop, GetBool(body, "include_stop_str_in_output"));
+  params.include_stop_str_in_output = include_stop.value_or(false);
+  ASSIGN_OR_RETURN(std::optional<bool> skip_special, GetBool(body, "skip_special_tokens"));
+  params.skip_special_tokens = skip_special.value_or(true);
+  ASSIGN_OR_RETURN(const int64_t min_tokens,
+                   GetIntIn(body, "min_tokens", 0, 0, model.context_length));
+  params.min_tokens = static_cast<int32_t>(min_tokens);
+  if (const json* ids = Find(body, "allowed_token_ids")) {
+    if (ids->is_array() && ids->size() > static_cast<size_t>(model.tokenizer->vocab_size())) {
+      return InvalidField("allowed_token_ids", "holds more ids than the vocabulary has tokens");
+    }
+    ASSIGN_OR_RETURN(params.allowed_token_ids,
+                     GetTokenIds(*ids, "allowed_token_ids", *model.tokenizer));
+    if (params.allowed_token_ids.empty()) {
+      return InvalidField("allowed_token_ids", "must not be empty");
+    }
+  }
+  ASSIGN_OR_RETURN(params.bad_words_ids, GetBadWords(body, model));
   ASSIGN_OR_RETURN(std::optional<bool> speculate, GetBool(body, "speculative_decoding"));
   params.speculate = speculate.value_or(true);
   ASSIGN_OR_RETURN(params.constraint, GetConstraint(body, text));
-  return RejectUnlessDefault(body, "logit_bias", IsEmpty);
+  return absl::OkStatus();
 }
+
+// Completions' echo and vLLM's prompt_logprobs (what they need of the prompt is computed from the
+// Score path's logits: PromptLogprobs).
+absl::Status GetEcho(const json& body, const ServedModel& model, OpenAiRequest* request) {
+  ASSIGN_OR_RETURN(const std::optional<bool> echo, GetBool(body, "echo"));
+  request->echo = echo.value_or(false);
+  if (request->echo) {
+    const json& prompt = *Find(body, "prompt");
+    const json& one = prompt.is_array() && !prompt.empty() && !prompt.front().is_number()
+                          ? prompt.front()
+                          : prompt;
+    request->echo_text =
+        one.is_string() ? one.get<std::string>() : model.tokenizer->Decode(request->params.prompt);
+  }
+  ASSIGN_OR_RETURN(const std::optional<int64_t> prompt_logprobs, GetInt(body, "prompt_logprobs"));
+  if (prompt_logprobs.has_value()) {
+    if (*prompt_logprobs < 0 || *prompt_logprobs > kMaxLogprobs) {
+      return InvalidField("prompt_logprobs", absl::StrCat("must be in [0, ", kMaxLogprobs,
+                                                          "], got ", *prompt_logprobs));
+    }
+    if (request->stream) return InvalidField("prompt_logprobs", "is not allowed with stream");
+    request->prompt_logprobs = static_cast<int32_t>(*prompt_logprobs);
+    request->return_prompt_logprobs = true;
+  } else if (request->echo && request->params.logprobs >= 0) {
+    request->prompt_logprobs = request->params.logprobs;
+  }
+  return absl::OkStatus();
+}
+
 
 absl::StatusOr<json> ParseObject(absl::string_view body) {
   if (JsonNestingDepth(StdView(body)) > kMaxJsonDepth) {
@@ -450,6 +318,7 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
   ASSIGN_OR_RETURN(const json request_body, ParseObject(body));
   OpenAiRequest request;
   request.endpoint = OpenAiEndpoint::kCompletions;
+  ASSIGN_OR_RETURN(request.ignored_fields, CheckKnownFields(request_body, request.endpoint));
   RETURN_IF_ERROR(ParseCommon(request_body, body, model, &request));
   ASSIGN_OR_RETURN(request.params.prompt, GetCompletionPrompt(request_body, model));
   ASSIGN_OR_RETURN(
@@ -458,8 +327,7 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
   request.params.max_tokens = static_cast<int32_t>(max_tokens);
   ASSIGN_OR_RETURN(const int64_t logprobs, GetIntIn(request_body, "logprobs", -1, 0, kMaxLogprobs));
   request.params.logprobs = static_cast<int32_t>(logprobs);
-  RETURN_IF_ERROR(RejectUnlessDefault(request_body, "echo", IsFalse));
-  RETURN_IF_ERROR(RejectUnlessDefault(request_body, "suffix", IsEmpty));
+  RETURN_IF_ERROR(GetEcho(request_body, model, &request));
   // best_of = n returns every sample, which is what n alone does.
   if (const json* best_of = Find(request_body, "best_of")) {
     if (*best_of != request.params.n) return InvalidField("best_of", "must equal n if set");
@@ -471,6 +339,7 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const Ser
   ASSIGN_OR_RETURN(const json request_body, ParseObject(body));
   OpenAiRequest request;
   request.endpoint = OpenAiEndpoint::kChatCompletions;
+  ASSIGN_OR_RETURN(request.ignored_fields, CheckKnownFields(request_body, request.endpoint));
   RETURN_IF_ERROR(ParseCommon(request_body, body, model, &request));
   // Parsed again with key order kept: templates print tools and tool calls as JSON.
   const ordered_json ordered_body = ParseBoundedJson<ordered_json>(StdView(body));
@@ -502,9 +371,20 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const Ser
     if (!kwargs->is_object()) return WrongType("chat_template_kwargs", "an object", *kwargs);
     template_variables = ordered_body["chat_template_kwargs"];
   }
+  ASSIGN_OR_RETURN(const std::optional<bool> add_generation_prompt,
+                   GetBool(request_body, "add_generation_prompt"));
+  ASSIGN_OR_RETURN(const std::optional<bool> continue_final,
+                   GetBool(request_body, "continue_final_message"));
+  if (continue_final.value_or(false) && add_generation_prompt.value_or(false)) {
+    return InvalidField("continue_final_message",
+                        "cannot be combined with add_generation_prompt: true");
+  }
   absl::StatusOr<std::string> text = model.chat_template->Apply(
-      messages, tools, /*add_generation_prompt=*/true, template_variables);
+      messages, tools,
+      /*add_generation_prompt=*/add_generation_prompt.value_or(!continue_final.value_or(false)),
+      template_variables);
   if (!text.ok()) return InvalidField("messages", text.status().message());
+  if (continue_final.value_or(false)) RETURN_IF_ERROR(OpenFinalMessage(messages, &*text));
   ASSIGN_OR_RETURN(request.params.prompt, EncodePrompt(*text, "messages", model));
   // max_completion_tokens replaced max_tokens; 0 (unset) generates up to the context length.
   const char* max_field = Find(request_body, "max_completion_tokens") != nullptr
@@ -526,7 +406,6 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const Ser
   }
   request.params.logprobs =
       logprobs.value_or(false) ? static_cast<int32_t>(top_logprobs.value_or(0)) : -1;
-  RETURN_IF_ERROR(RejectUnlessDefault(request_body, "functions", IsEmpty));
   return request;
 }
 

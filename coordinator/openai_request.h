@@ -18,9 +18,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/openai_known_fields.h"
 #include "coordinator/request_limits.h"
 #include "coordinator/sequence.h"
 #include "coordinator/tool_calls.h"
@@ -39,8 +41,6 @@ struct ServedModel {
   RequestLimits limits;
 };
 
-enum class OpenAiEndpoint { kCompletions, kChatCompletions };
-
 struct OpenAiRequest {
   OpenAiEndpoint endpoint = OpenAiEndpoint::kCompletions;
   GenerateParams params;  // prompt tokenized (with BOS when the model wants it), defaults set
@@ -48,6 +48,17 @@ struct OpenAiRequest {
   bool include_usage = false;  // stream_options.include_usage: a final chunk with usage
   // Chat with tools the model may call: the syntax its calls are parsed in.
   std::optional<ToolCallSyntax> tool_syntax;
+  // Completions' echo: each choice starts with the prompt as sent (token ids decoded), and, with
+  // logprobs, with every prompt token's log-probability.
+  bool echo = false;
+  std::string echo_text;
+  // -1: none. k >= 0: the prompt's log-probabilities are computed (PromptLogprobs) with k
+  // alternatives, for echo or for vLLM's prompt_logprobs field, which each choice then carries
+  // when `return_prompt_logprobs`.
+  int32_t prompt_logprobs = -1;
+  bool return_prompt_logprobs = false;
+  // Top-level keys that no API defines: they change nothing, and the request's log line names them.
+  std::vector<std::string> ignored_fields;
 
   // The field errors about the prompt name (e.g. the engine's "longer than the context").
   const char* prompt_field() const {

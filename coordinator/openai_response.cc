@@ -74,13 +74,18 @@ json OpenAiResponder::CompletionLogprobs(absl::Span<const TokenLogprob> logprobs
   for (const TokenLogprob& t : logprobs) {
     const std::string token = TokenString(t.token_id);
     tokens.push_back(token);
+    text_offsets.push_back(*text_offset);
+    *text_offset += CodePoints(token);
+    if (std::isnan(t.logprob)) {
+      token_logprobs.push_back(nullptr);
+      top_logprobs.push_back(nullptr);
+      continue;
+    }
     token_logprobs.push_back(Finite(t.logprob));
     json top = json::object();
     for (const auto& [id, logprob] : t.top) top[TokenString(id)] = Finite(logprob);
     top[token] = Finite(t.logprob);
     top_logprobs.push_back(std::move(top));
-    text_offsets.push_back(*text_offset);
-    *text_offset += CodePoints(token);
   }
   return {{"tokens", std::move(tokens)},
           {"token_logprobs", std::move(token_logprobs)},
@@ -114,6 +119,27 @@ json OpenAiResponder::Logprobs(absl::Span<const TokenLogprob> logprobs,
   return ChatLogprobs(logprobs);
 }
 
+json OpenAiResponder::PromptLogprobsJson(absl::Span<const TokenLogprob> logprobs) const {
+  json list = json::array();
+  for (const TokenLogprob& t : logprobs) {
+    if (std::isnan(t.logprob)) {
+      list.push_back(nullptr);
+      continue;
+    }
+    json position = json::object();
+    for (size_t j = 0; j < t.top.size(); ++j) {
+      const auto& [id, logprob] = t.top[j];
+      position[std::to_string(id)] = {{"logprob", Finite(logprob)},
+                                      {"rank", j + 1},
+                                      {"decoded_token", TokenString(id)}};
+    }
+    position[std::to_string(t.token_id)] = {
+        {"logprob", Finite(t.logprob)}, {"rank", t.rank}, {"decoded_token", TokenString(t.token_id)}};
+    list.push_back(std::move(position));
+  }
+  return list;
+}
+
 json OpenAiResponder::Response(const std::vector<ChoiceOutput>& choices, const Usage& usage) const {
   const bool chat = header_.endpoint == OpenAiEndpoint::kChatCompletions;
   json result = Object(chat ? "chat.completion" : "text_completion");
@@ -135,6 +161,7 @@ json OpenAiResponder::Response(const std::vector<ChoiceOutput>& choices, const U
     } else {
       choice["text"] = c.text;
     }
+    if (c.prompt_logprobs.has_value()) choice["prompt_logprobs"] = PromptLogprobsJson(*c.prompt_logprobs);
     list.push_back(std::move(choice));
   }
   result["choices"] = std::move(list);

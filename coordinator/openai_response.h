@@ -11,8 +11,8 @@
 //                          then `data: [DONE]`.
 //
 // Logprobs: /v1/completions' legacy object {tokens, token_logprobs, top_logprobs (one dict per
-// token, the chosen token included, as OpenAI does), text_offset (code points from the start of
-// the sample's text)}; chat's {content: [{token, logprob, bytes, top_logprobs}]}. A token's
+// token, the chosen token included, as OpenAI does; null for an echoed prompt's first token, which
+// has no log-probability), text_offset (code points from the start of the sample's text)}; chat's {content: [{token, logprob, bytes, top_logprobs}]}. A token's
 // string is its decoded bytes; where those are not UTF-8 (a piece of a character) the string
 // holds U+FFFD and `bytes` the real bytes. -inf log-probabilities become -9999 as in vLLM, since
 // JSON has no infinity.
@@ -57,6 +57,9 @@ struct ChoiceOutput {
   std::vector<TokenLogprob> logprobs;  // one per generated token when the request asked
   FinishReason finish_reason = FinishReason::kStop;
   std::vector<ParsedToolCall> tool_calls;
+  // vLLM's prompt_logprobs when the request sent it: [null, {"<id>": {logprob, rank,
+  // decoded_token}} per later prompt token, the token itself and its alternatives].
+  std::optional<std::vector<TokenLogprob>> prompt_logprobs;
 };
 
 // The token strings of logprobs come from `tokenizer`. `with_logprobs`: the request asked for
@@ -92,6 +95,7 @@ class OpenAiResponder {
   nlohmann::json CompletionLogprobs(absl::Span<const TokenLogprob> logprobs,
                                     int32_t* text_offset) const;
   nlohmann::json ChatLogprobs(absl::Span<const TokenLogprob> logprobs) const;
+  nlohmann::json PromptLogprobsJson(absl::Span<const TokenLogprob> logprobs) const;
   std::string TokenString(int32_t id) const;
   nlohmann::json Object(const char* object_type) const;
   // [{id, type, function}] of sample `index`'s calls numbered from `first`; with `numbered`, each

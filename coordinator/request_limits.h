@@ -24,6 +24,7 @@ struct RequestLimits {
   int32_t max_stop_string_bytes = 4096;    // bytes of one stop string
   int32_t max_stop_token_ids = 1024;       // `stop_token_ids`
   int32_t max_tools = 128;                 // `tools` (OpenAI's own limit)
+  int32_t max_bad_words = 128;             // `bad_words`, each at most max_stop_string_bytes
   int64_t max_constraint_bytes = 64 << 10;  // a schema, regex, grammar, choice list or tools' schemas
   double grammar_compile_timeout_s = 10;   // seconds a constraint may take to compile
 };
@@ -47,6 +48,10 @@ inline void AddRequestLimitFlags(CLI::App& app, RequestLimits* limits) {
   app.add_option("--max-tools", limits->max_tools, "most tools one chat request may offer")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 16));
+  app.add_option("--max-bad-words", limits->max_bad_words,
+                 "most bad_words one request may send (each as long as a stop string at most)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
   app.add_option("--max-constraint-bytes", limits->max_constraint_bytes,
                  "longest JSON schema, regex, grammar or choice list (all choices, or all tools' "
                  "schemas, together), in bytes")
@@ -65,6 +70,7 @@ inline std::vector<std::string> RequestLimitArgs(const RequestLimits& limits) {
           absl::StrCat("--max-stop-string-bytes=", limits.max_stop_string_bytes),
           absl::StrCat("--max-stop-token-ids=", limits.max_stop_token_ids),
           absl::StrCat("--max-tools=", limits.max_tools),
+          absl::StrCat("--max-bad-words=", limits.max_bad_words),
           absl::StrCat("--max-constraint-bytes=", limits.max_constraint_bytes),
           absl::StrCat("--grammar-compile-timeout=", limits.grammar_compile_timeout_s)};
 }

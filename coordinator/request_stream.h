@@ -23,8 +23,10 @@ const char* FinishReasonName(FinishReason reason);  // "stop", "length"
 // A generated token's log-probability and the most likely tokens at its position.
 struct TokenLogprob {
   int32_t token_id = 0;
+  // NaN for a prompt's first token, which nothing precedes (written as null).
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;  // (token id, logprob), most likely first
+  int32_t rank = 0;  // prompt tokens only: 1 + the tokens more likely at that position
 };
 
 // What the engine produced since the previous Wait().

@@ -46,9 +46,8 @@ v1::StepRequest ToStepRequest(const ScheduledBatch& batch, uint64_t step_id, int
     scheduled->set_all_logits(score);
     scheduled->mutable_draft_token_ids()->Add(entry.drafts.begin(), entry.drafts.end());
     scheduled->set_num_proposals(entry.num_proposals);
-    if (scheduled->sample() && seq.token_matcher != nullptr) {
-      const absl::Span<const uint32_t> mask = seq.token_matcher->NextMask();
-      scheduled->mutable_token_bitmask()->Add(mask.begin(), mask.end());
+    if (scheduled->sample() && !seq.mask.empty()) {
+      scheduled->mutable_token_bitmask()->Add(seq.mask.begin(), seq.mask.end());
     }
   }
   request.mutable_finished_seq_ids()->Add(batch.finished_seq_ids.begin(),

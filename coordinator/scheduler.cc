@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/logging.h"
-#include "coordinator/openai_error.h"
+#include "coordinator/sample_mask.h"
 
 namespace tpserve {
 namespace {
@@ -31,21 +31,6 @@ int32_t TokensWithinAttention(int64_t attention, int64_t start) {
   while (n > 0 && StepAttention(start, n) > attention) --n;
   while (StepAttention(start, n + 1) <= attention) ++n;
   return static_cast<int32_t>(std::min<int64_t>(n, std::numeric_limits<int32_t>::max()));
-}
-
-// A constrained sample that did not finish this step: OK while its constraint allows a next
-// token. Otherwise the sample ends here: INVALID_ARGUMENT naming the constraint when its language
-// has no text that continues the output (rank 0 would have to sample from nothing), or what the
-// grammar engine failed with.
-absl::Status ConstraintGoesOn(Sequence& seq) {
-  TokenMatcher& matcher = *seq.token_matcher;
-  if (!matcher.AllowsNothing()) return absl::OkStatus();
-  if (!matcher.status().ok()) return matcher.status();
-  const std::string& param = seq.params.constraint.param;
-  return WithParam(absl::InvalidArgumentError(absl::StrCat(
-                       param, ": the constraint allows no token after the ", seq.num_generated(),
-                       " tokens generated so far (no text it accepts continues this output)")),
-                   param);
 }
 
 }  // namespace
@@ -291,8 +276,8 @@ std::vector<SequenceUpdate> Scheduler::Postprocess(const ScheduledBatch& batch,
     if (!update.error.ok()) {
       update.error = absl::InternalError(
           absl::StrCat("rank 0 ", update.error.message(), " for step ", response.step_id()));
-    } else if (!seq.finish_reason.has_value() && seq.token_matcher != nullptr) {
-      update.error = ConstraintGoesOn(seq);
+    } else if (!seq.finish_reason.has_value()) {
+      update.error = UpdateSampleMask(seq, options_.end_of_generation_ids, options_.vocab_size);
     }
     // The entries point at the sequences themselves, so taking one out of running_ is safe here.
     if (!update.error.ok() || seq.finish_reason.has_value() || seq.kind == Sequence::Kind::kScore) {
@@ -320,8 +305,9 @@ bool Scheduler::PostprocessScore(const ScheduledBatch::Entry& entry,
 }
 
 int32_t Scheduler::ProposalLimit(const Sequence& seq, int64_t run) const {
+  // Drafts are verified over rows no allow-list covers.
   if (seq.kind != Sequence::Kind::kGenerate || seq.token_matcher != nullptr ||
-      !seq.params.speculate) {
+      !seq.mask.empty() || !seq.params.speculate) {
     return 0;
   }
   const int64_t after = static_cast<int64_t>(seq.tokens.size()) + run;
@@ -480,8 +466,15 @@ std::optional<FinishReason> Scheduler::Emit(Sequence& seq, int32_t token,
   }
   ++update->num_sampled;
   if (finish == FinishReason::kStop) return finish;
-  // A stop token's text is not part of the output; every other token's is, up to a stop string.
-  StopStringMatcher::Result text = seq.stop_matcher->Add(seq.detokenizer->Add(token));
+  // A stop token's text is not part of the output; every other token's is, up to a stop string
+  // (searched from min_tokens on).
+  std::string piece = seq.detokenizer->Add(token);
+  StopStringMatcher::Result text;
+  if (seq.num_generated() <= seq.params.min_tokens) {
+    text.text = std::move(piece);
+  } else {
+    text = seq.stop_matcher->Add(piece);
+  }
   if (text.matched) finish = FinishReason::kStop;
   SequenceUpdate::Token& out = update->tokens.emplace_back();
   out.id = token;

@@ -32,6 +32,15 @@ struct GenerateParams {
   // Generation ends when the text contains one of these (matched across token boundaries); the
   // stop string and what follows it are not returned.
   std::vector<std::string> stop;
+  bool include_stop_str_in_output = false;  // a matched stop string ends the text, included
+  // Before this many tokens no end of generation, no stop token id and no stop string ends the
+  // output (the first two are masked out of the draw).
+  int32_t min_tokens = 0;
+  bool skip_special_tokens = true;  // control tokens leave no text (vLLM's default)
+  std::vector<int32_t> allowed_token_ids;  // empty: any token; else the only ones drawn
+  // Token sequences never generated: the last token of each is masked where the output ends with
+  // the others (vLLM's bad_words).
+  std::vector<std::vector<int32_t>> bad_words_ids;
   int32_t n = 1;  // independent samples of the same prompt, in [1, RequestLimits::max_n]
   // -1: none. k in [0, kMaxLogprobs]: each token's log-probability under the model's raw logits
   // (before temperature and penalties), and the k most likely tokens at that position.
@@ -77,6 +86,9 @@ struct Sequence {
   std::unique_ptr<StopStringMatcher> stop_matcher;
   // Structured output: where the sample stands in its constraint; null when unconstrained.
   std::unique_ptr<TokenMatcher> token_matcher;
+  // The allow-list of the next sampled token (UpdateSampleMask), [ceil(vocab / 32)] words; empty:
+  // any token. A sample with one neither speculates nor is verified over drafts.
+  std::vector<uint32_t> mask;
   // Speculative decoding with a draft model: what rank 0's draft proposed after the last step, to
   // be verified in the next (cleared by a preemption: the workers forget the draft's state).
   std::vector<int32_t> proposals;

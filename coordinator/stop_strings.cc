@@ -14,8 +14,19 @@ size_t PartialMatchLength(std::string_view text, std::string_view pattern) {
   return 0;
 }
 
-StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
-  for (const std::string& stop : stops_) TP_CHECK(!stop.empty());
+StopStringMatcher::StopStringMatcher(std::vector<std::string> stops, bool include_stop)
+    : include_stop_(include_stop) {
+  for (std::string& text : stops) {
+    TP_CHECK(!text.empty());
+    Stop& stop = stops_.emplace_back();
+    stop.fail.assign(text.size(), 0);
+    for (size_t i = 1, k = 0; i < text.size(); ++i) {
+      while (k > 0 && text[i] != text[k]) k = stop.fail[k - 1];
+      if (text[i] == text[k]) ++k;
+      stop.fail[i] = k;
+    }
+    stop.text = std::move(text);
+  }
 }
 
 StopStringMatcher::Result StopStringMatcher::Add(std::string_view piece) {
@@ -25,24 +36,29 @@ StopStringMatcher::Result StopStringMatcher::Add(std::string_view piece) {
     result.text = std::string(piece);
     return result;
   }
-  std::string text = std::move(held_);
-  text.append(piece);
-  held_.clear();
-  // The earliest stop string wins: nothing after its start may be released.
-  size_t first = std::string::npos;
-  for (const std::string& stop : stops_) first = std::min(first, text.find(stop));
-  if (first != std::string::npos) {
-    matched_ = true;
-    result.matched = true;
-    result.text = text.substr(0, first);
-    return result;
+  const size_t base = held_.size();
+  held_.append(piece);
+  for (size_t j = base; j < held_.size(); ++j) {
+    const char c = held_[j];
+    size_t start = std::string::npos;  // of the stop string completed at j that started first
+    for (Stop& stop : stops_) {
+      while (stop.state > 0 && c != stop.text[stop.state]) stop.state = stop.fail[stop.state - 1];
+      if (c == stop.text[stop.state]) ++stop.state;
+      if (stop.state == stop.text.size()) start = std::min(start, j + 1 - stop.text.size());
+    }
+    if (start != std::string::npos) {
+      matched_ = true;
+      result.matched = true;
+      result.text = held_.substr(0, include_stop_ ? j + 1 : start);
+      held_.clear();
+      return result;
+    }
   }
-  // Hold back the longest suffix that is a proper prefix of a stop string.
+  // Hold back the longest partial match; everything before it can no longer start a stop string.
   size_t keep = 0;
-  for (const std::string& stop : stops_) keep = std::max(keep, PartialMatchLength(text, stop));
-  held_ = text.substr(text.size() - keep);
-  text.resize(text.size() - keep);
-  result.text = std::move(text);
+  for (const Stop& stop : stops_) keep = std::max(keep, stop.state);
+  result.text = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
   return result;
 }
 

@@ -17,14 +17,18 @@ namespace tpserve {
 // be held back, since the next piece may complete `pattern` (also ToolCallStream's call openings).
 size_t PartialMatchLength(std::string_view text, std::string_view pattern);
 
+// Each stop string is followed by its own KMP automaton, so a piece costs its length times the
+// number of stop strings, however long they are; the first stop string to complete wins (of two
+// completing at the same character, the one that started first).
 class StopStringMatcher {
  public:
-  // Empty strings are not allowed (the engine rejects them).
-  explicit StopStringMatcher(std::vector<std::string> stops);
+  // Empty strings are not allowed (the engine rejects them). `include_stop`: a matched stop
+  // string is released with the text before it (vLLM's include_stop_str_in_output).
+  explicit StopStringMatcher(std::vector<std::string> stops, bool include_stop = false);
 
   struct Result {
     std::string text;      // safe to release now
-    bool matched = false;  // a stop string ended in this piece: `text` stops right before it
+    bool matched = false;  // a stop string ended in this piece: `text` stops at it
   };
 
   // Adds the next piece of text. After a match nothing more may be added.
@@ -34,8 +38,15 @@ class StopStringMatcher {
   bool matched() const { return matched_; }
 
  private:
-  const std::vector<std::string> stops_;
-  std::string held_;  // a suffix of the text so far that is a proper prefix of some stop string
+  struct Stop {
+    std::string text;
+    std::vector<size_t> fail;  // KMP: [i] = longest proper prefix of text[0, i] that ends it
+    size_t state = 0;          // the longest prefix of `text` the text so far ends with
+  };
+
+  std::vector<Stop> stops_;
+  const bool include_stop_;
+  std::string held_;  // the text since the earliest partial match: a prefix of some stop string
   bool matched_ = false;
 };
 

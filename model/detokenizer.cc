@@ -12,7 +12,9 @@ constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";  // U+FFFD
 }  // namespace
 
 std::string IncrementalDetokenizer::Add(int32_t id) {
-  pending_.append(tokenizer_.TokenBytes(id));
+  if (!(skip_special_ && tokenizer_.token_type(id) == TokenType::kControl)) {
+    pending_.append(tokenizer_.TokenBytes(id));
+  }
   return Drain(/*final=*/false);
 }
 

@@ -21,8 +21,10 @@ namespace tpserve {
 
 class IncrementalDetokenizer {
  public:
-  // `tokenizer` is not owned and must outlive this object.
-  explicit IncrementalDetokenizer(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  // `tokenizer` is not owned and must outlive this object. `skip_special`: control tokens (BOS,
+  // EOS, <|im_start|>, ...) leave no text, as vLLM's skip_special_tokens.
+  explicit IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special = false)
+      : tokenizer_(tokenizer), skip_special_(skip_special) {}
 
   // Appends token `id` (in [0, vocab_size)) and returns the text that is now complete; empty
   // while a character is still incomplete.
@@ -37,6 +39,7 @@ class IncrementalDetokenizer {
   std::string Drain(bool final);
 
   const Tokenizer& tokenizer_;
+  const bool skip_special_;
   std::string pending_;  // bytes received but not yet returned; at most 3 between calls
 };
 
