@@ -5,6 +5,7 @@
 # any target reports a crash, a leak, a UBSan error or a timeout, leaving the input that did it
 # in build-fuzz/artifacts/ (replay: build-fuzz/bin/<target>_fuzz ARTIFACT).
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     TARGET: openai_request gguf tokenizer step hf_folder
+#                                             constraint chat_tools
 # FUZZ_JOBS sets the build's parallelism (default: the number of cores).
 set -euo pipefail
 
@@ -18,13 +19,13 @@ if ! [[ "$seconds" =~ ^[1-9][0-9]*$ ]]; then
 fi
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(openai_request gguf tokenizer step hf_folder)
+[ ${#targets[@]} -gt 0 ] || targets=(openai_request gguf tokenizer step hf_folder constraint chat_tools)
 build="$root/build-fuzz"
 jobs="${FUZZ_JOBS:-$(nproc)}"
 
 # Longest input per target: a request body, a tiny model file, a text, a few steps.
 declare -A max_len=([openai_request]=4096 [gguf]=65536 [tokenizer]=1024 [step]=8192
-                    [hf_folder]=65536)
+                    [hf_folder]=65536 [constraint]=512 [chat_tools]=4096)
 for t in "${targets[@]}"; do
   [ -n "${max_len[$t]:-}" ] || { echo "fuzz: unknown target '$t'" >&2; exit 2; }
 done

@@ -85,7 +85,7 @@ BAD_CASES = [
     (COMPLETIONS, {"prompt": "Hello", "stream": "yes"}, 400, "stream"),
     (COMPLETIONS, {"prompt": "Hello", "stop": 5}, 400, "stop"),
     (COMPLETIONS, {"prompt": "Hello", "logprobs": 50}, 400, "logprobs"),
-    (COMPLETIONS, {"prompt": "Hello", "echo": True}, 400, "echo"),
+    (COMPLETIONS, {"prompt": "Hello", "echo": 1}, 400, "echo"),
     (COMPLETIONS, {"prompt": 42}, 400, "prompt"),
     (COMPLETIONS, {"prompt": [1, "two"]}, 400, "prompt[1]"),
     (COMPLETIONS, {"prompt": [1, 49152]}, 400, "prompt[1]"),

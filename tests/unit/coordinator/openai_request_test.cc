@@ -115,7 +115,7 @@ TEST_F(OpenAiRequestTest, CompletionRefusalsNameTheField) {
       {R"({"prompt": "hi", "logprobs": 21})", 400, "logprobs"},
       {R"({"prompt": "hi", "logprobs": -1})", 400, "logprobs"},
       {R"({"prompt": "hi", "logprobs": true})", 400, "logprobs"},
-      {R"({"prompt": "hi", "echo": true})", 400, "echo"},
+      {R"({"prompt": "hi", "prompt_logprobs": 1, "stream": true})", 400, "prompt_logprobs"},
       {R"({"prompt": "hi", "suffix": "end"})", 400, "suffix"},
       {R"({"prompt": "hi", "best_of": 3})", 400, "best_of"},
       {R"({"prompt": "hi", "logit_bias": {"1": 5}})", 400, "logit_bias"},
