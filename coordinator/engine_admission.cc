@@ -1,5 +1,6 @@
 // Engine's front door (engine.h): the checks a request passes before it is queued, the compile of
 // its output constraint, and the queue limits, draining included. Front-end threads run these.
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -83,6 +84,24 @@ absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
                            "allowed token ", id, " is outside the vocabulary [0, ",
                            tokenizer_->vocab_size(), ")")),
                        "allowed_token_ids");
+    }
+  }
+  if (params.logit_bias.size() > static_cast<size_t>(limits.max_logit_bias)) {
+    return WithParam(absl::InvalidArgumentError(absl::StrCat(
+                         "logit_bias holds ", params.logit_bias.size(), " entries; at most ",
+                         limits.max_logit_bias, " are allowed (--max-logit-bias)")),
+                     "logit_bias");
+  }
+  for (size_t i = 0; i < params.logit_bias.size(); ++i) {
+    const auto [token, bias] = params.logit_bias[i];
+    const bool repeated =
+        std::any_of(params.logit_bias.begin(), params.logit_bias.begin() + i,
+                    [token = token](const auto& b) { return b.first == token; });
+    if (token < 0 || token >= tokenizer_->vocab_size() || repeated || !(bias >= -100 && bias <= 100)) {
+      return WithParam(absl::InvalidArgumentError(absl::StrCat(
+                           "logit_bias: ", bias, " for token ", token,
+                           " (each a token of the vocabulary, once, with a bias in [-100, 100])")),
+                       "logit_bias");
     }
   }
   for (const std::vector<int32_t>& word : params.bad_words_ids) {

@@ -36,7 +36,7 @@ constexpr KnownField kFields[] = {
     {"echo", kChat, False},
     {"frequency_penalty", kBoth, nullptr},
     {"presence_penalty", kBoth, nullptr},
-    {"logit_bias", kBoth, Empty},
+    {"logit_bias", kBoth, nullptr},
     {"logprobs", kBoth, nullptr},
     {"top_logprobs", kChat, nullptr},
     {"max_tokens", kBoth, nullptr},

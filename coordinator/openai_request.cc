@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/json_depth.h"
 #include "common/status_macros.h"
@@ -143,6 +144,33 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> GetBadWords(const json& body,
   return result;
 }
 
+// OpenAI's logit_bias, {"<token id>": bias in [-100, 100]}, at most limits.max_logit_bias.
+absl::StatusOr<std::vector<std::pair<int32_t, float>>> GetLogitBias(const json& body,
+                                                                   const ServedModel& model) {
+  std::vector<std::pair<int32_t, float>> result;
+  const json* bias = Find(body, "logit_bias");
+  if (bias == nullptr) return result;
+  if (!bias->is_object()) return WrongType("logit_bias", "an object of token ids", *bias);
+  if (bias->size() > static_cast<size_t>(model.limits.max_logit_bias)) {
+    return InvalidField("logit_bias", absl::StrCat("holds ", bias->size(), " entries; at most ",
+                                                   model.limits.max_logit_bias,
+                                                   " are allowed (--max-logit-bias)"));
+  }
+  for (const auto& [key, value] : bias->items()) {
+    int32_t token;
+    if (!absl::SimpleAtoi(key, &token) || token < 0 || token >= model.tokenizer->vocab_size()) {
+      return InvalidField("logit_bias", absl::StrCat("\"", key.substr(0, 32),
+                                                     "\" is not a token id of the vocabulary"));
+    }
+    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100)) {
+      return InvalidField("logit_bias",
+                          absl::StrCat("token ", token, "'s bias must be a number in [-100, 100]"));
+    }
+    result.emplace_back(token, value.get<float>());
+  }
+  return result;
+}
+
 // Token ids from a JSON array, each checked against the vocabulary.
 absl::StatusOr<std::vector<int32_t>> GetTokenIds(const json& ids, absl::string_view param,
                                                  const Tokenizer& tokenizer) {
@@ -256,6 +284,7 @@ absl::Status ParseCommon(const json& body, absl::string_view text, const ServedM
     }
   }
   ASSIGN_OR_RETURN(params.bad_words_ids, GetBadWords(body, model));
+  ASSIGN_OR_RETURN(params.logit_bias, GetLogitBias(body, model));
   ASSIGN_OR_RETURN(std::optional<bool> speculate, GetBool(body, "speculative_decoding"));
   params.speculate = speculate.value_or(true);
   ASSIGN_OR_RETURN(params.constraint, GetConstraint(body, text));

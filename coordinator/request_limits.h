@@ -25,6 +25,7 @@ struct RequestLimits {
   int32_t max_stop_token_ids = 1024;       // `stop_token_ids`
   int32_t max_tools = 128;                 // `tools` (OpenAI's own limit)
   int32_t max_bad_words = 128;             // `bad_words`, each at most max_stop_string_bytes
+  int32_t max_logit_bias = 300;            // `logit_bias` entries (at most the workers' 1024)
   int64_t max_constraint_bytes = 64 << 10;  // a schema, regex, grammar, choice list or tools' schemas
   double grammar_compile_timeout_s = 10;   // seconds a constraint may take to compile
 };
@@ -48,6 +49,10 @@ inline void AddRequestLimitFlags(CLI::App& app, RequestLimits* limits) {
   app.add_option("--max-tools", limits->max_tools, "most tools one chat request may offer")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 16));
+  app.add_option("--max-logit-bias", limits->max_logit_bias,
+                 "most logit_bias entries one request may send")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
   app.add_option("--max-bad-words", limits->max_bad_words,
                  "most bad_words one request may send (each as long as a stop string at most)")
       ->capture_default_str()
@@ -71,6 +76,7 @@ inline std::vector<std::string> RequestLimitArgs(const RequestLimits& limits) {
           absl::StrCat("--max-stop-token-ids=", limits.max_stop_token_ids),
           absl::StrCat("--max-tools=", limits.max_tools),
           absl::StrCat("--max-bad-words=", limits.max_bad_words),
+          absl::StrCat("--max-logit-bias=", limits.max_logit_bias),
           absl::StrCat("--max-constraint-bytes=", limits.max_constraint_bytes),
           absl::StrCat("--grammar-compile-timeout=", limits.grammar_compile_timeout_s)};
 }

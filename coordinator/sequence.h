@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -38,6 +39,8 @@ struct GenerateParams {
   int32_t min_tokens = 0;
   bool skip_special_tokens = true;  // control tokens leave no text (vLLM's default)
   std::vector<int32_t> allowed_token_ids;  // empty: any token; else the only ones drawn
+  // (token, bias in [-100, 100]) added to the logits before the draw (OpenAI's logit_bias).
+  std::vector<std::pair<int32_t, float>> logit_bias;
   // Token sequences never generated: the last token of each is masked where the output ends with
   // the others (vLLM's bad_words).
   std::vector<std::vector<int32_t>> bad_words_ids;

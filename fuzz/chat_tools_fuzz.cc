@@ -58,7 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t flags = data[0];
   const BundledModel& bundled = GetBundledModel();
   const ServedModel model{"smollm2", bundled.config.context_length, bundled.tokenizer.get(),
-                          bundled.chat_template.get(), SamplingParams()};
+                          bundled.chat_template.get(), SamplingParams(), RequestLimits()};
 
   json arguments = Field(fields, 3);
   if (flags & 1) {

@@ -23,7 +23,15 @@ void CheckAccepted(const OpenAiRequest& request, const ServedModel& model) {
     Require(id >= 0 && id < vocab, "stop token ids inside the vocabulary");
   }
   Require(!params.sampling.FirstInvalidField().has_value(), "sampling parameters valid");
-  Require(params.n >= 1 && params.n <= kMaxSamples, "n in [1, kMaxSamples]");
+  Require(params.n >= 1 && params.n <= model.limits.max_n, "n in [1, --max-n]");
+  Require(params.stop.size() <= static_cast<size_t>(model.limits.max_stop_strings),
+          "at most --max-stop-strings stop strings");
+  for (int32_t id : params.allowed_token_ids) {
+    Require(id >= 0 && id < vocab, "allowed token ids inside the vocabulary");
+  }
+  for (const auto& [id, bias] : params.logit_bias) {
+    Require(id >= 0 && id < vocab && bias >= -100 && bias <= 100, "logit biases in range");
+  }
   Require(params.logprobs >= -1 && params.logprobs <= kMaxLogprobs, "logprobs in [-1, max]");
   Require(params.max_tokens >= 0 && params.max_tokens <= model.context_length,
           "max_tokens within the context length");
@@ -37,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tpserve;
   const BundledModel& bundled = GetBundledModel();
   const ServedModel model{"smollm2", bundled.config.context_length, bundled.tokenizer.get(),
-                          bundled.chat_template.get(), SamplingParams()};
+                          bundled.chat_template.get(), SamplingParams(), RequestLimits()};
   const absl::string_view body(reinterpret_cast<const char*>(data), size);
   // The first byte picks the endpoint, so one corpus feeds both parsers.
   if (size == 0) return 0;

@@ -188,8 +188,9 @@ absl::Status CpuLogitsProcessor::Process(const float* logits, int64_t num_rows, 
     for (int64_t k = 0; k <= k_drafts; ++k) {
       const absl::Span<const float> raw(first + k * vocab, vocab);
       const float* row = raw.data();
-      if (params.has_penalties() || !r.bitmask.empty()) {
+      if (params.has_penalties() || !r.bitmask.empty() || !r.logit_bias.empty()) {
         row_.assign(raw.begin(), raw.end());
+        for (const auto& [token, bias] : r.logit_bias) row_[token] += bias;
         if (params.has_penalties()) ApplyPenalties(params, r.prompt, history, absl::MakeSpan(row_));
         if (!r.bitmask.empty())
           ApplyBitmask(r.bitmask.subspan(k * words, words), absl::MakeSpan(row_));

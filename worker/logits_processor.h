@@ -43,6 +43,8 @@ struct LogitsRequest {
   absl::Span<const int32_t> output;
   // Empty, or [num_rows, BitmaskWords(vocab)]: row r's allow-list.
   absl::Span<const uint32_t> bitmask;
+  // (token, bias) added to the rows' logits before penalties and mask (OpenAI's logit_bias).
+  absl::Span<const std::pair<int32_t, float>> logit_bias;
   // K = num_rows - 1 draft tokens proposed after the row-0 position; empty for a plain sample.
   absl::Span<const int32_t> drafts;
   // Empty (each draft is a point mass: an n-gram guess), or [K, vocab]: the draft model's

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -27,6 +28,7 @@ struct SequenceState {
   SamplingParams sampling;  // used on rank 0 only, but kept everywhere
   bool return_logprobs = false;
   int32_t top_logprobs = 0;  // in [0, kMaxTopLogprobs]
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token, added to its logit)
 
   absl::Span<const int32_t> prompt() const {
     return absl::MakeConstSpan(tokens).subspan(0, prompt_len);

@@ -97,6 +97,26 @@ absl::StatusOr<SequenceState> StepPlanner::NewSequence(const v1::NewSequence& s)
   }
   state.return_logprobs = s.return_logprobs();
   state.top_logprobs = s.top_logprobs();
+  if (s.logit_bias_ids_size() != s.logit_bias_values_size() ||
+      s.logit_bias_ids_size() > kMaxLogitBias) {
+    return RefuseSequence(id, absl::StrCat("new sequence ", id, ": ", s.logit_bias_ids_size(),
+                                           " logit_bias_ids and ", s.logit_bias_values_size(),
+                                           " values; they must pair up, at most ",
+                                           kMaxLogitBias));
+  }
+  for (int i = 0; i < s.logit_bias_ids_size(); ++i) {
+    const int32_t token = s.logit_bias_ids(i);
+    const float bias = s.logit_bias_values(i);
+    const bool repeated = std::any_of(state.logit_bias.begin(), state.logit_bias.end(),
+                                      [token](const auto& b) { return b.first == token; });
+    if (token < 0 || token >= vocab_size_ || repeated || !(bias >= -100 && bias <= 100)) {
+      return RefuseSequence(id, absl::StrCat("new sequence ", id, ": logit bias ", bias,
+                                             " for token ", token,
+                                             " (a token of the vocabulary, once, a bias in "
+                                             "[-100, 100])"));
+    }
+    state.logit_bias.emplace_back(token, bias);
+  }
   state.tokens.assign(s.prompt_token_ids().begin(), s.prompt_token_ids().end());
   state.prompt_len = static_cast<int64_t>(state.tokens.size());
   state.tokens.insert(state.tokens.end(), s.output_token_ids().begin(), s.output_token_ids().end());
@@ -227,6 +247,7 @@ absl::StatusOr<StepPlanner::Plan> StepPlanner::PlanStep(const v1::StepRequest& r
     logits.draft_probs = absl::MakeConstSpan(s.draft_probs().data(), s.draft_probs_size());
     logits.bitmask = absl::MakeConstSpan(s.token_bitmask().data(), s.token_bitmask_size());
     logits.logprobs = state.return_logprobs;
+    logits.logit_bias = state.logit_bias;
     logits.top_logprobs = state.top_logprobs;
     if (logits.output_len < 0) {
       return Invalid(s.seq_id(),

@@ -25,6 +25,8 @@ namespace tpserve {
 // A step refused because of one sequence's data (INVALID_ARGUMENT) names it in this payload, so
 // that the coordinator fails that sequence alone (StepResponse.refused).
 inline constexpr char kRefusedSequencePayload[] = "tpserve.refused_seq_id";
+// The most logit biases one sequence may carry (NewSequence.logit_bias_ids).
+inline constexpr int32_t kMaxLogitBias = 1024;
 absl::Status RefuseSequence(uint64_t seq_id, absl::string_view message);
 // The sequence a refusal names; nullopt for any other status.
 std::optional<uint64_t> RefusedSequenceId(const absl::Status& status);

@@ -59,21 +59,6 @@ def request(address, method, path, body=None, key=KEY, timeout=60):
         return response.status, raw
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
-
-
-def coordinator_pid(launcher_pid):
-    with open(f"/proc/{launcher_pid}/task/{launcher_pid}/children") as f:
-        children = [int(p) for p in f.read().split()]
-    for pid in children:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            if b"tpserve-coordinator" in f.read().split(b"\0")[0]:
-                return pid
-    raise AssertionError(f"no tpserve-coordinator among the launcher's children {children}")
-
-
 class BackgroundStream(threading.Thread):
     """Streams long completions one after another until stopped; records the longest pause
     between two chunks of one stream."""
@@ -126,7 +111,7 @@ class HostileRequestsTest(unittest.TestCase):
             cls, tp=3, extra_args=["--api-key", KEY,
                                    "--grammar-compile-timeout", str(COMPILE_TIMEOUT_S)])
         cls.address = cls.cluster.http_address
-        cls.coordinator = coordinator_pid(cls.cluster.process.pid)
+        cls.coordinator = tpserve_cluster.coordinator_pid(cls.cluster.process.pid)
 
     def recoveries(self):
         status, text = request(self.address, "GET", "/metrics", key=None)
@@ -152,7 +137,7 @@ class HostileRequestsTest(unittest.TestCase):
         import grpc
 
         recoveries = self.recoveries()
-        rss_start = rss_kib(self.coordinator)
+        rss_start = tpserve_cluster.rss_kib(self.coordinator)
         stream = BackgroundStream(self.address)
         stream.start()
         deadline = time.monotonic() + 60
@@ -252,7 +237,7 @@ class HostileRequestsTest(unittest.TestCase):
         stream.stopping.set()
         stream.join(timeout=30)
         self.assertIsNone(stream.error, f"the background stream failed: {stream.error}")
-        growth = rss_kib(self.coordinator) - rss_start
+        growth = tpserve_cluster.rss_kib(self.coordinator) - rss_start
         print(f"background stream: {stream.chunks} chunks, longest pause "
               f"{stream.longest_pause:.2f} s; coordinator RSS {growth:+d} KiB", flush=True)
         self.assertLessEqual(stream.longest_pause, STREAM_PAUSE_BOUND_S,

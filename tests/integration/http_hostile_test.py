@@ -64,22 +64,6 @@ def raw_response(sock):
     return int(match.group(1))
 
 
-def coordinator_pid(launcher_pid):
-    """The tpserve-coordinator child of the launcher."""
-    with open(f"/proc/{launcher_pid}/task/{launcher_pid}/children") as f:
-        children = [int(p) for p in f.read().split()]
-    for pid in children:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            if b"tpserve-coordinator" in f.read().split(b"\0")[0]:
-                return pid
-    raise AssertionError(f"no tpserve-coordinator among the launcher's children {children}")
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
-
-
 def completion(max_tokens, prompt="Tell me a long story about the sea."):
     return {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
 
@@ -94,7 +78,7 @@ class HttpHostileTest(unittest.TestCase):
         cls.cluster.__enter__()
         cls.addClassCleanup(cls.cluster.stop)
         cls.url = cls.cluster.http_url
-        cls.pid = coordinator_pid(cls.cluster.process.pid)
+        cls.pid = tpserve_cluster.coordinator_pid(cls.cluster.process.pid)
 
     def health_time(self):
         start = time.monotonic()
@@ -173,7 +157,7 @@ class HttpHostileTest(unittest.TestCase):
                          [body[:200] for status, body in results if status != 200])
 
     def test_oversize_bodies_are_refused_without_memory(self):
-        start = rss_kib(self.pid)
+        start = tpserve_cluster.rss_kib(self.pid)
         oversize = b"x" * OVERSIZE_BYTES
         for i in range(OVERSIZE_BODIES):
             if i % 5 == 4:
@@ -193,7 +177,7 @@ class HttpHostileTest(unittest.TestCase):
             status, body = http(self.url + "/v1/completions", oversize)
             self.assertEqual(status, 413, body[:200])
             self.assertIn("larger than the limit", json.loads(body)["error"]["message"])
-        grown = rss_kib(self.pid) - start
+        grown = tpserve_cluster.rss_kib(self.pid) - start
         self.assertLess(grown, RSS_GROWTH_BOUND_KIB,
                         f"RSS grew by {grown} KiB over {OVERSIZE_BODIES} refused bodies")
         self.assertServes()

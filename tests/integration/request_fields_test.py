@@ -161,6 +161,27 @@ class RequestFieldsTest(unittest.TestCase):
         banned, _ = self.complete(max_tokens=12, bad_words=[word])
         self.assertNotIn(word, banned["text"])
 
+    def test_logit_bias(self):
+        free, _ = self.complete(max_tokens=1, logprobs=1)
+        greedy = free["logprobs"]["tokens"][0]
+        greedy_id = self.tokenize(greedy)
+        self.assertEqual(len(greedy_id), 1, greedy)
+        pushed, _ = self.complete(max_tokens=1, logprobs=0,
+                                  logit_bias={str(greedy_id[0]): -100})
+        self.assertNotEqual(pushed["logprobs"]["tokens"][0], greedy)
+        # The log-probability reported is still the raw logits'.
+        self.assertLess(pushed["logprobs"]["token_logprobs"][0],
+                        free["logprobs"]["token_logprobs"][0])
+        word = " banana"
+        forced_ids = self.tokenize(word)
+        self.assertEqual(len(forced_ids), 1, forced_ids)
+        forced, _ = self.complete(max_tokens=4, ignore_eos=True,
+                                  logit_bias={str(forced_ids[0]): 100})
+        self.assertEqual(forced["text"], word * 4)
+        status, reply = self.post("/v1/completions", {"prompt": PROMPT,
+                                                      "logit_bias": {"banana": 1}})
+        self.assertEqual((status, reply["error"]["param"]), (400, "logit_bias"))
+
     def test_include_stop_str_and_skip_special_tokens(self):
         free, _ = self.complete(max_tokens=16)
         stop = free["text"].split()[1]

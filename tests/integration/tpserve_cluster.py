@@ -162,6 +162,23 @@ def start_class_grpc(test_class, tp):
     return protos, cluster, channel, admin_channel
 
 
+def coordinator_pid(launcher_pid):
+    """The tpserve-coordinator child of the launcher."""
+    with open(f"/proc/{launcher_pid}/task/{launcher_pid}/children") as f:
+        children = [int(p) for p in f.read().split()]
+    for pid in children:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"tpserve-coordinator" in f.read().split(b"\0")[0]:
+                return pid
+    raise AssertionError(f"no tpserve-coordinator among the launcher's children {children}")
+
+
+def rss_kib(pid):
+    """A process's resident memory."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
+
+
 def score_logits(protos, cluster, tokens):
     """[len(tokens), vocab] float64: the logits the cluster's gRPC Score gives each token."""
     import grpc

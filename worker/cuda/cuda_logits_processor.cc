@@ -28,7 +28,7 @@ absl::Status CopyAsync(T* dst, const T* src, int64_t count, cudaMemcpyKind kind,
 }
 
 bool RunsOnDevice(const LogitsRequest& r) {
-  return r.sample && !r.return_logits && !r.params->has_penalties() &&
+  return r.sample && !r.return_logits && !r.params->has_penalties() && r.logit_bias.empty() &&
          (r.drafts.empty() || cpu::IsGreedy(*r.params));
 }
 
