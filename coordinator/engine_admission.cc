@@ -78,14 +78,20 @@ absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
                          params.max_tokens, "]")),
                      "min_tokens");
   }
-  for (int32_t id : params.allowed_token_ids) {
-    if (id < 0 || id >= tokenizer_->vocab_size()) {
-      return WithParam(absl::InvalidArgumentError(absl::StrCat(
-                           "allowed token ", id, " is outside the vocabulary [0, ",
-                           tokenizer_->vocab_size(), ")")),
-                       "allowed_token_ids");
+  // Token ids a request names: each in the vocabulary.
+  auto check_ids = [this](absl::Span<const int32_t> ids, const char* what,
+                          const char* param) -> absl::Status {
+    for (int32_t id : ids) {
+      if (id < 0 || id >= tokenizer_->vocab_size()) {
+        return WithParam(absl::InvalidArgumentError(absl::StrCat(
+                             what, " ", id, " is outside the vocabulary [0, ",
+                             tokenizer_->vocab_size(), ")")),
+                         param);
+      }
     }
-  }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(check_ids(params.allowed_token_ids, "allowed token", "allowed_token_ids"));
   if (params.logit_bias.size() > static_cast<size_t>(limits.max_logit_bias)) {
     return WithParam(absl::InvalidArgumentError(absl::StrCat(
                          "logit_bias holds ", params.logit_bias.size(), " entries; at most ",
@@ -105,23 +111,11 @@ absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
     }
   }
   for (const std::vector<int32_t>& word : params.bad_words_ids) {
-    for (int32_t id : word) {
-      if (id < 0 || id >= tokenizer_->vocab_size()) {
-        return WithParam(absl::InvalidArgumentError(absl::StrCat(
-                             "bad word token ", id, " is outside the vocabulary")),
-                         "bad_words");
-      }
-    }
     if (word.empty()) return WithParam(absl::InvalidArgumentError("a bad word is empty"), "bad_words");
+    RETURN_IF_ERROR(check_ids(word, "bad word token", "bad_words"));
   }
   RETURN_IF_ERROR(params.sampling.Validate());
-  for (int32_t id : params.stop_token_ids) {
-    if (id < 0 || id >= tokenizer_->vocab_size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "stop token ", id, " is outside the vocabulary [0, ", tokenizer_->vocab_size(), ")"));
-    }
-  }
-  return absl::OkStatus();
+  return check_ids(params.stop_token_ids, "stop token", "stop_token_ids");
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::SubmitGenerate(

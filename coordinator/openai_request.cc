@@ -144,7 +144,7 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> GetBadWords(const json& body,
   return result;
 }
 
-// OpenAI's logit_bias, {"<token id>": bias in [-100, 100]}, at most limits.max_logit_bias.
+// OpenAI's logit_bias, {"<token id>": bias}, at most limits.max_logit_bias entries.
 absl::StatusOr<std::vector<std::pair<int32_t, float>>> GetLogitBias(const json& body,
                                                                    const ServedModel& model) {
   std::vector<std::pair<int32_t, float>> result;
@@ -156,15 +156,15 @@ absl::StatusOr<std::vector<std::pair<int32_t, float>>> GetLogitBias(const json& 
                                                    model.limits.max_logit_bias,
                                                    " are allowed (--max-logit-bias)"));
   }
+  // The engine checks each token against the vocabulary and each bias against [-100, 100].
   for (const auto& [key, value] : bias->items()) {
     int32_t token;
-    if (!absl::SimpleAtoi(key, &token) || token < 0 || token >= model.tokenizer->vocab_size()) {
-      return InvalidField("logit_bias", absl::StrCat("\"", key.substr(0, 32),
-                                                     "\" is not a token id of the vocabulary"));
-    }
-    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100)) {
+    if (!absl::SimpleAtoi(key, &token)) {
       return InvalidField("logit_bias",
-                          absl::StrCat("token ", token, "'s bias must be a number in [-100, 100]"));
+                          absl::StrCat("\"", key.substr(0, 32), "\" is not a token id"));
+    }
+    if (!value.is_number()) {
+      return WrongType("logit_bias", "an object of numbers", value);
     }
     result.emplace_back(token, value.get<float>());
   }

@@ -276,7 +276,7 @@ std::vector<SequenceUpdate> Scheduler::Postprocess(const ScheduledBatch& batch,
     if (!update.error.ok()) {
       update.error = absl::InternalError(
           absl::StrCat("rank 0 ", update.error.message(), " for step ", response.step_id()));
-    } else if (!seq.finish_reason.has_value()) {
+    } else if (seq.kind == Sequence::Kind::kGenerate && !seq.finish_reason.has_value()) {
       update.error = UpdateSampleMask(seq, options_.end_of_generation_ids, options_.vocab_size);
     }
     // The entries point at the sequences themselves, so taking one out of running_ is safe here.

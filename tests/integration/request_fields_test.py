@@ -178,9 +178,9 @@ class RequestFieldsTest(unittest.TestCase):
         forced, _ = self.complete(max_tokens=4, ignore_eos=True,
                                   logit_bias={str(forced_ids[0]): 100})
         self.assertEqual(forced["text"], word * 4)
-        status, reply = self.post("/v1/completions", {"prompt": PROMPT,
-                                                      "logit_bias": {"banana": 1}})
-        self.assertEqual((status, reply["error"]["param"]), (400, "logit_bias"))
+        for bad in [{"banana": 1}, {str(forced_ids[0]): 101}, {"99999999": 1}]:
+            status, reply = self.post("/v1/completions", {"prompt": PROMPT, "logit_bias": bad})
+            self.assertEqual((status, reply["error"]["param"]), (400, "logit_bias"), bad)
 
     def test_include_stop_str_and_skip_special_tokens(self):
         free, _ = self.complete(max_tokens=16)
