@@ -26,6 +26,9 @@ jobs="${FUZZ_JOBS:-$(nproc)}"
 # Longest input per target: a request body, a tiny model file, a text, a few steps.
 declare -A max_len=([openai_request]=4096 [gguf]=65536 [tokenizer]=1024 [step]=8192
                     [hf_folder]=65536 [constraint]=512 [chat_tools]=4096)
+# Seconds one input may take: a constraint is compiled over the whole vocabulary, as the server
+# does (the server bounds that by --grammar-compile-timeout).
+declare -A timeout=([constraint]=30)
 for t in "${targets[@]}"; do
   [ -n "${max_len[$t]:-}" ] || { echo "fuzz: unknown target '$t'" >&2; exit 2; }
 done
@@ -59,7 +62,7 @@ for t in "${targets[@]}"; do
   status=0
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" UBSAN_OPTIONS="print_stacktrace=1" \
     "$build/bin/${t}_fuzz" "$work/$t" -max_total_time="$seconds" -max_len="${max_len[$t]}" \
-    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -timeout="${timeout[$t]:-10}" -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$build/artifacts/$t-" >"$log" 2>&1 || status=$?
   runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")"
   rate="$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")"
