@@ -187,7 +187,13 @@ grpc::Status InferenceServiceImpl::Tokenize(grpc::ServerContext* context,
                                             const v1::TokenizeRequest* request,
                                             v1::TokenizeResponse* response) {
   if (grpc::Status s = CheckKey(*context, "InferenceService.Tokenize"); !s.ok()) return s;
-  absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->EncodePrompt(request->text());
+  // A serving cluster tokenizes no more than a prompt its context could hold; a coordinator
+  // without workers (a tokenizer service) has no context, and the message size bounds the text.
+  const Engine* engine = engine_.load();
+  absl::StatusOr<std::vector<int32_t>> ids =
+      engine != nullptr
+          ? EncodeBoundedPrompt(request->text(), engine->options().context_length, *tokenizer_)
+          : tokenizer_->EncodePrompt(request->text());
   if (!ids.ok()) return ToGrpc(ids.status());
   response->mutable_token_ids()->Add(ids->begin(), ids->end());
   return grpc::Status::OK;

@@ -5,7 +5,8 @@ while each hostile request below is sent in turn:
 - a JSON schema that requires itself (its forced continuation never ends), an EBNF grammar
   that never ends (root ::= "a" root), one whose language dies after one token, an empty one;
 - a chat turn whose tool call's `arguments` nest 200,000 brackets deep;
-- a 4 MB one-word prompt, 60,000 tools, 2,000,000 stop token ids, 16 stop strings of 200 KB;
+- a 4 MB one-word prompt, 60,000 tools, 2,000,000 stop token ids, 16 stop strings of 200 KB, an
+  8 MB one-word text to gRPC Tokenize;
 - a schema that compiles for longer than --grammar-compile-timeout;
 - a 250 MB gRPC Generate and an 8 MB HTTP body, both without the key.
 
@@ -229,6 +230,22 @@ class HostileRequestsTest(unittest.TestCase):
 
         status, body = self.answered("250 MB gRPC Generate without a key", big_grpc_generate)
         self.assertEqual(status, 401, body)
+
+        def long_tokenize():
+            pb = self.protos.inference_pb2
+            options = [("grpc.max_send_message_length", 16 << 20)]
+            with grpc.insecure_channel(self.cluster.grpc_address, options=options) as channel:
+                stub = self.protos.inference_pb2_grpc.InferenceServiceStub(channel)
+                try:
+                    stub.Tokenize(pb.TokenizeRequest(text="a" * (8 << 20)), timeout=ANSWER_BOUND_S,
+                                  metadata=[("authorization", f"Bearer {KEY}")])
+                except grpc.RpcError as error:
+                    return {grpc.StatusCode.INVALID_ARGUMENT: 400}.get(error.code(), 500), str(
+                        error.details())
+            return 200, "tokenized"
+
+        status, body = self.answered("8 MB one-word gRPC Tokenize", long_tokenize)
+        self.assertEqual(status, 400, body)
 
         status, body = self.answered("8 MB HTTP body without a key", lambda: request(
             self.address, "POST", "/v1/completions", b"{" + b" " * 8_000_000 + b"}", key=None))
