@@ -127,13 +127,15 @@ class Engine {
 
   // Queues a generation of params.n samples: one stream each, in sample order. INVALID_ARGUMENT
   // (naming the field or token) for an empty prompt, a token id outside the vocabulary, a prompt
-  // longer than the context length or than the KV pool, max_tokens < 0, n outside
-  // [1, kMaxSamples], logprobs outside [-1, kMaxLogprobs], too many or empty stop strings, or
-  // impossible sampling parameters; RESOURCE_EXHAUSTED when max_queued_requests are waiting
-  // (the message says to retry); UNAVAILABLE when degraded, draining or stopping.
-  // A constrained request's compile (ConstraintCompiler) runs first: INVALID_ARGUMENT naming the
-  // constraint when it does not compile within its timeout or its language is empty, CANCELLED
-  // when `client_gone` (may be empty) says the client left meanwhile.
+  // longer than the context length or than the KV pool, max_tokens < 0, anything over its
+  // RequestLimits (n, stop strings, stop ids, logit_bias), logprobs outside [-1, kMaxLogprobs],
+  // min_tokens outside [0, max_tokens], empty stop strings or bad words, or impossible sampling
+  // parameters; RESOURCE_EXHAUSTED when max_queued_requests are waiting (the message says to
+  // retry); UNAVAILABLE when degraded, draining or stopping. A constrained request's compile
+  // (ConstraintCompiler) runs first: INVALID_ARGUMENT naming the constraint when it does not
+  // compile within its timeout, or when the first token has nothing to be drawn from
+  // (UpdateSampleMask: an empty language, no allowed token left); CANCELLED when `client_gone`
+  // (may be empty) says the client left meanwhile.
   absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> SubmitGenerate(
       GenerateParams params, const std::function<bool()>& client_gone = {});
   // Queues teacher-forced scoring of `prompt`: every position's logits, computed in chunks that

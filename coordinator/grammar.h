@@ -1,7 +1,8 @@
 // Structured output through xgrammar: a request's OutputConstraint compiled over the served
-// vocabulary (GrammarCompiler, on the caller's thread so that the engine thread never waits for
-// a compile), and one TokenMatcher per constrained sample, which the engine thread asks for each
-// step's allow-list (the worker's token_bitmask row) and tells the token that was sampled.
+// vocabulary (GrammarCompiler, run by ConstraintCompiler's pool so that the engine thread never
+// waits for a compile), and one TokenMatcher per constrained sample, which the engine thread asks
+// for each step's allow-list (UpdateSampleMask, the worker's token_bitmask row) and tells the
+// token that was sampled.
 #pragma once
 
 #include <cstdint>
