@@ -128,6 +128,19 @@ class HostileRequestsTest(unittest.TestCase):
         self.assertTrue(status == 200 or 400 <= status < 500, f"{what}: HTTP {status} {body!r:.300}")
         return status, body
 
+    def grpc_call(self, call):
+        """call(stub) on a fresh channel to the client port, answered as (HTTP-like status, text)."""
+        import grpc
+
+        codes = {grpc.StatusCode.UNAUTHENTICATED: 401, grpc.StatusCode.INVALID_ARGUMENT: 400}
+        options = [("grpc.max_send_message_length", 300 << 20)]
+        with grpc.insecure_channel(self.cluster.grpc_address, options=options) as channel:
+            try:
+                call(self.protos.inference_pb2_grpc.InferenceServiceStub(channel))
+            except grpc.RpcError as error:
+                return codes.get(error.code(), 500), str(error.details())
+        return 200, "answered"
+
     def chat(self, body):
         return request(self.address, "POST", "/v1/chat/completions", body)
 
@@ -135,8 +148,6 @@ class HostileRequestsTest(unittest.TestCase):
         return request(self.address, "POST", "/v1/completions", body)
 
     def test_each_hostile_request_fails_only_itself(self):
-        import grpc
-
         recoveries = self.recoveries()
         rss_start = tpserve_cluster.rss_kib(self.coordinator)
         stream = BackgroundStream(self.address)
@@ -214,37 +225,16 @@ class HostileRequestsTest(unittest.TestCase):
         self.assertEqual(status, 400, body)
         self.assertIn("--grammar-compile-timeout", body["error"]["message"])
 
-        def big_grpc_generate():
-            pb = self.protos.inference_pb2
-            options = [("grpc.max_send_message_length", 300 << 20)]
-            with grpc.insecure_channel(self.cluster.grpc_address, options=options) as channel:
-                stub = self.protos.inference_pb2_grpc.InferenceServiceStub(channel)
-                try:
-                    for _ in stub.Generate(pb.GenerateRequest(text="a" * (250 << 20)),
-                                           timeout=ANSWER_BOUND_S):
-                        pass
-                except grpc.RpcError as error:
-                    return {grpc.StatusCode.UNAUTHENTICATED: 401}.get(error.code(), 500), str(
-                        error.details())
-            return 200, "answered"
-
-        status, body = self.answered("250 MB gRPC Generate without a key", big_grpc_generate)
+        pb = self.protos.inference_pb2
+        status, body = self.answered("250 MB gRPC Generate without a key", lambda: self.grpc_call(
+            lambda stub: list(stub.Generate(pb.GenerateRequest(text="a" * (250 << 20)),
+                                            timeout=ANSWER_BOUND_S))))
         self.assertEqual(status, 401, body)
 
-        def long_tokenize():
-            pb = self.protos.inference_pb2
-            options = [("grpc.max_send_message_length", 16 << 20)]
-            with grpc.insecure_channel(self.cluster.grpc_address, options=options) as channel:
-                stub = self.protos.inference_pb2_grpc.InferenceServiceStub(channel)
-                try:
-                    stub.Tokenize(pb.TokenizeRequest(text="a" * (8 << 20)), timeout=ANSWER_BOUND_S,
-                                  metadata=[("authorization", f"Bearer {KEY}")])
-                except grpc.RpcError as error:
-                    return {grpc.StatusCode.INVALID_ARGUMENT: 400}.get(error.code(), 500), str(
-                        error.details())
-            return 200, "tokenized"
-
-        status, body = self.answered("8 MB one-word gRPC Tokenize", long_tokenize)
+        status, body = self.answered("8 MB one-word gRPC Tokenize", lambda: self.grpc_call(
+            lambda stub: stub.Tokenize(pb.TokenizeRequest(text="a" * (8 << 20)),
+                                       timeout=ANSWER_BOUND_S,
+                                       metadata=[("authorization", f"Bearer {KEY}")])))
         self.assertEqual(status, 400, body)
 
         status, body = self.answered("8 MB HTTP body without a key", lambda: request(
