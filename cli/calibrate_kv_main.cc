@@ -16,6 +16,7 @@
 #include "kernels/cpu/threads.h"
 #include "model/gguf_file.h"
 #include "model/tokenizer.h"
+#include "worker/cpu_weights.h"
 #include "worker/kv_calibration.h"
 
 namespace tpserve {
@@ -26,7 +27,7 @@ struct Flags {
   int64_t chunk_tokens = 512;
   int64_t max_tokens = 0;
   bool per_layer = false;
-  std::string cpu_weights = "packed";
+  std::string cpu_weights = "auto";
   int threads = 0;
 };
 
@@ -58,7 +59,7 @@ absl::Status Calibrate(const Flags& flags) {
   if (tokenizer->add_bos()) options.bos_id = tokenizer->bos_id();
   options.chunk_tokens = flags.chunk_tokens;
   options.per_layer = flags.per_layer;
-  options.cpu_weights = flags.cpu_weights == "fp32" ? CpuWeights::kFp32 : CpuWeights::kPacked;
+  options.cpu_weights = *ParseCpuWeights(flags.cpu_weights);  // the flag admits only its names
   options.progress = [](int64_t done, int64_t total) {
     std::fprintf(stderr, "\rtpserve-calibrate-kv: %lld/%lld tokens", static_cast<long long>(done),
                  static_cast<long long>(total));
@@ -114,10 +115,13 @@ int main(int argc, char** argv) {
   app.add_flag("--per-layer", flags.per_layer,
                "one K and one V scale per layer instead of one per KV head");
   app.add_option("--cpu-weights", flags.cpu_weights,
-                 "packed: the file's blocks, activations rounded to 8 bits (as the server's CPU "
-                 "path); fp32: decoded at load (4-8x the memory)")
+                 "CPU: how weights in GGUF blocks are held and multiplied. packed: their own bytes, "
+                 "activations rounded to 8 bits per block (as llama.cpp); packed-a16: the same, "
+                 "activations at 16 bits (twice the integer work, within 1e-7 KL of fp32); fp32: "
+                 "decoded at load, products in fp32 (4-8x the memory, slower); auto: packed-a16 "
+                 "below 1B parameters, packed above")
       ->capture_default_str()
-      ->check(CLI::IsMember({"packed", "fp32"}));
+      ->check(CLI::IsMember(tpserve::CpuWeightsNames()));
   app.add_option("--threads", flags.threads, "CPU threads (0 = every core)")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);

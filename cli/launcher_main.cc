@@ -3,12 +3,13 @@
 // requests meanwhile, see --recovery-grace), and all are stopped on Ctrl-C or when the
 // coordinator dies or the restarts run out (saying which process ended and how).
 //   tpserve --model M --tp N --device cpu [--http-port P] [--admin-port P] [--prompt "..."]
-//           [--once] [--tls-cert C --tls-key K --tls-ca A]
-// Once the cluster serves it prints one line that scripts parse
-// (tests/integration/tpserve_cluster.py):
-//   tpserve: serving M with tensor parallelism N on cpu; gRPC at HOST:PORT; HTTP at HOST:PORT;
-//   admin at HOST:PORT
-// with "HTTP off" in place of "HTTP at HOST:PORT" under --http-port -1.
+//           [--once] [--log-file F | -v] [--tls-cert C --tls-key K --tls-ca A]
+// Every process's log goes to --log-file (tpserve.log) unless -v streams them to stderr. On
+// stdout, two lines that scripts parse (tests/integration/tpserve_cluster.py): once the
+// coordinator listens
+//   tpserve: gRPC at HOST:PORT; HTTP at HOST:PORT; admin at HOST:PORT[; logs in F]
+// with "HTTP off" in place of "HTTP at HOST:PORT" under --http-port -1, and once it serves
+//   tpserve: loaded M on N cpu workers: SIZE (100%) in S s; serving
 #include <signal.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "cli/launcher_console.h"
 #include "cli/local_cluster.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -38,6 +40,7 @@
 #include "model/gguf_file.h"
 #include "model/hf_folder.h"
 #include "tpserve/v1/inference.grpc.pb.h"
+#include "worker/cpu_weights.h"
 
 namespace tpserve {
 namespace {
@@ -53,7 +56,7 @@ struct Flags {
   int tp = 1;
   std::string device = "cpu";
   double gpu_memory_utilization = 0.9;
-  std::string cpu_weights = "packed";
+  std::string cpu_weights = "auto";
   bool enforce_eager = false;
   std::string host = "127.0.0.1";
   int port = 0;
@@ -93,13 +96,15 @@ struct Flags {
   std::string prompt;
   int max_tokens = 64;
   bool once = false;
+  std::string log_file = "tpserve.log";
+  bool verbose = false;  // the logs on stderr instead of log_file
 };
 
 std::string BinaryDir() {
   return std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
 }
 
-absl::Status AnswerPrompt(const Flags& flags, LocalCluster& cluster) {
+absl::Status AnswerPrompt(const Flags& flags, const Console& console, LocalCluster& cluster) {
   ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, OpenModel(flags.model));
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromGguf(*file));
   ASSIGN_OR_RETURN(const ChatTemplate chat_template,
@@ -118,12 +123,12 @@ absl::Status AnswerPrompt(const Flags& flags, LocalCluster& cluster) {
   }
   auto reader = cluster.inference().Generate(&context, request);
   v1::GenerateResponse chunk;
-  std::printf("> %s\n", flags.prompt.c_str());
+  std::fprintf(console.out, "> %s\n", flags.prompt.c_str());
   while (reader->Read(&chunk)) {
-    std::fwrite(chunk.text().data(), 1, chunk.text().size(), stdout);
-    std::fflush(stdout);
+    std::fwrite(chunk.text().data(), 1, chunk.text().size(), console.out);
+    std::fflush(console.out);
   }
-  std::printf("\n");
+  std::fprintf(console.out, "\n");
   const grpc::Status status = reader->Finish();
   if (!status.ok()) {
     return absl::UnavailableError(absl::StrCat("Generate failed: ", status.error_message()));
@@ -152,7 +157,7 @@ absl::Status Supervise(LocalCluster& cluster, int world_size, int restarts) {
   return absl::OkStatus();
 }
 
-absl::Status Serve(const Flags& flags) {
+absl::Status Serve(const Flags& flags, const Console& console) {
   LocalClusterOptions options;
   options.bin_dir = BinaryDir();
   options.model = flags.model;
@@ -237,33 +242,49 @@ absl::Status Serve(const Flags& flags) {
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
   LogInfo("tpserve", "coordinator listening on %s; started %d workers", cluster->address(),
           flags.tp);
-  RETURN_IF_ERROR(cluster->WaitReady(absl::Seconds(flags.ready_timeout_s)));
+  const std::string http = cluster->http_address().empty()
+                               ? "HTTP off"
+                               : absl::StrCat("HTTP at ", cluster->http_address());
+  const std::string logs =
+      console.log_file.empty() ? "" : absl::StrCat("; logs in ", console.log_file);
+  std::fprintf(console.out, "tpserve: gRPC at %s; %s; admin at %s%s\n", cluster->address().c_str(),
+               http.c_str(), cluster->admin_address().c_str(), logs.c_str());
+  std::fflush(console.out);
+  LoadProgressLine progress(console, absl::StrCat(flags.model, " on ", flags.tp, " ", flags.device,
+                                                  flags.tp == 1 ? " worker" : " workers"));
+  RETURN_IF_ERROR(cluster->WaitReady(absl::Seconds(flags.ready_timeout_s),
+                                     [&](const v1::HealthResponse& h) { progress.Update(h); }));
   // Until now the default handlers apply: a signal kills this process and PR_SET_PDEATHSIG
   // takes the children with it. From here on, a signal stops the cluster in order.
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
-  const std::string http = cluster->http_address().empty()
-                               ? "HTTP off"
-                               : absl::StrCat("HTTP at ", cluster->http_address());
-  std::printf("tpserve: serving %s with tensor parallelism %d on %s; gRPC at %s; %s; admin at %s\n",
-              flags.model.c_str(), flags.tp, flags.device.c_str(), cluster->address().c_str(),
-              http.c_str(), cluster->admin_address().c_str());
-  std::fflush(stdout);
-  if (!flags.prompt.empty()) RETURN_IF_ERROR(AnswerPrompt(flags, *cluster));
+  progress.Done();
+  if (!flags.prompt.empty()) RETURN_IF_ERROR(AnswerPrompt(flags, console, *cluster));
   if (flags.once) return absl::OkStatus();
-  std::printf("tpserve: Ctrl-C stops the cluster\n");
-  std::fflush(stdout);
+  std::fprintf(console.out, "tpserve: Ctrl-C stops the cluster\n");
+  std::fflush(console.out);
   return Supervise(*cluster, flags.tp, flags.worker_restarts);
 }
 
 int Run(const Flags& flags) {
-  const absl::Status status = Serve(flags);
+  Console console;
+  if (!flags.verbose) {
+    absl::StatusOr<Console> redirected = RedirectLogs(flags.log_file);
+    if (!redirected.ok()) {
+      std::fprintf(stderr, "tpserve: %s\n", std::string(redirected.status().message()).c_str());
+      return 1;
+    }
+    console = *redirected;
+  }
+  const absl::Status status = Serve(flags, console);
+  const std::string logs =
+      console.log_file.empty() ? "" : absl::StrCat(" (logs in ", console.log_file, ")");
   if (!status.ok()) {
-    std::fprintf(stderr, "tpserve: %s; stopped every process\n",
-                 std::string(status.message()).c_str());
+    std::fprintf(console.err, "tpserve: %s; stopped every process%s\n",
+                 std::string(status.message()).c_str(), logs.c_str());
     return 1;
   }
-  std::fprintf(stderr, "tpserve: stopped\n");
+  std::fprintf(console.err, "tpserve: stopped\n");
   return 0;
 }
 
@@ -288,10 +309,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   app.add_option("--device", flags.device, "cpu or cuda (rank r on GPU r)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--cpu-weights", flags.cpu_weights,
-                 "cpu: packed (quantized blocks, 8-bit activations) or fp32 (decoded at load)")
+  app.add_option(
+         "--cpu-weights", flags.cpu_weights,
+         "CPU: how weights in GGUF blocks are held and multiplied. packed: their own bytes, "
+         "activations rounded to 8 bits per block (as llama.cpp); packed-a16: the same, "
+         "activations at 16 bits (twice the integer work, within 1e-7 KL of fp32); fp32: "
+         "decoded at load, products in fp32 (4-8x the memory, slower); auto: packed-a16 "
+         "below 1B parameters, packed above")
       ->capture_default_str()
-      ->check(CLI::IsMember({"packed", "fp32"}));
+      ->check(CLI::IsMember(tpserve::CpuWeightsNames()));
   app.add_option("--gpu-memory-utilization", flags.gpu_memory_utilization,
                  "cuda: share of each GPU's memory for weights, buffers and the KV pool")
       ->check(CLI::Range(0.05, 1.0));
@@ -400,6 +426,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-tokens", flags.max_tokens, "tokens for --prompt")
       ->check(CLI::PositiveNumber);
   app.add_flag("--once", flags.once, "exit after answering --prompt");
+  app.add_option("--log-file", flags.log_file,
+                 "where every process's log goes (truncated at start)")
+      ->capture_default_str();
+  app.add_flag("-v,--verbose", flags.verbose, "stream the logs to stderr instead of --log-file");
   CLI11_PARSE(app, argc, argv);
   return tpserve::Run(flags);
 }

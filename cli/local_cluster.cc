@@ -239,7 +239,8 @@ absl::Status LocalCluster::CheckChildren() {
   return absl::OkStatus();
 }
 
-absl::Status LocalCluster::WaitReady(absl::Duration timeout) {
+absl::Status LocalCluster::WaitReady(
+    absl::Duration timeout, const std::function<void(const v1::HealthResponse&)>& on_health) {
   const absl::Time deadline = absl::Now() + timeout;
   std::string last_message;
   while (true) {
@@ -251,6 +252,7 @@ absl::Status LocalCluster::WaitReady(absl::Duration timeout) {
     if (status.ok() && health.state() == v1::HealthResponse::STATE_SERVING) {
       return absl::OkStatus();
     }
+    if (status.ok() && on_health) on_health(health);
     if (status.ok() && health.state() == v1::HealthResponse::STATE_DEGRADED) {
       return absl::UnavailableError(absl::StrCat("cluster degraded: ", health.message()));
     }

@@ -3,6 +3,7 @@
 // child is stopped when the LocalCluster goes away (and dies with this process).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,8 +43,11 @@ class LocalCluster {
   ~LocalCluster();
 
   // Waits until the coordinator reports SERVING. Fails with the cause when a child dies, the
-  // cluster is degraded, or `timeout` passes. Logs progress messages as they change.
-  absl::Status WaitReady(absl::Duration timeout);
+  // cluster is degraded, or `timeout` passes. Logs progress messages as they change, and hands
+  // `on_health` (when set) each answer while starting.
+  absl::Status WaitReady(
+      absl::Duration timeout,
+      const std::function<void(const v1::HealthResponse&)>& on_health = nullptr);
   // OK while every child runs; otherwise UNAVAILABLE naming the first that ended and how.
   absl::Status CheckChildren();
   void StopAll();

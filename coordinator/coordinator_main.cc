@@ -310,6 +310,8 @@ int Run(const CoordinatorFlags& flags) {
   InferenceServiceImpl inference(tokenizer->get(), flags.world_size, served_model_name,
                                  default_sampling);
   inference.SetBearerKeys(&*api_keys);
+  LoadProgress load_progress;
+  inference.SetLoadProgress(&load_progress);
   AdminServiceImpl admin(&cluster, flags.world_size, flags.model);
   admin.SetAdminKeys(&*admin_keys);
   // Server reflection, so that grpcurl and other generic clients can list and call the services.
@@ -404,7 +406,7 @@ int Run(const CoordinatorFlags& flags) {
     pool.Shutdown(kShutdownTimeout);
     return 0;
   }
-  absl::StatusOr<LoadedModel> loaded = pool.LoadShard(kLoadTimeout);
+  absl::StatusOr<LoadedModel> loaded = pool.LoadShard(kLoadTimeout, &load_progress);
   if (!loaded.ok()) {
     pool.Shutdown(kShutdownTimeout);
     return Fail(loaded.status().ToString());

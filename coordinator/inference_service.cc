@@ -236,6 +236,10 @@ grpc::Status InferenceServiceImpl::Health(grpc::ServerContext* context,
                                           const v1::HealthRequest* request,
                                           v1::HealthResponse* response) {
   response->set_world_size(world_size_);
+  if (load_progress_ != nullptr) {
+    response->set_load_done_bytes(load_progress_->done_bytes);
+    response->set_load_total_bytes(load_progress_->total_bytes);
+  }
   absl::StatusOr<Engine*> engine = GetEngine();
   if (!engine.ok()) {
     response->set_state(v1::HealthResponse::STATE_STARTING);

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/bearer_keys.h"
 #include "coordinator/engine.h"
+#include "coordinator/load_progress.h"
 #include "kernels/sampling_params.h"
 #include "model/tokenizer.h"
 #include "tpserve/v1/inference.grpc.pb.h"
@@ -28,6 +29,8 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
   // Until an engine is set, Generate and Score answer UNAVAILABLE "cluster is starting" and
   // Health says STATE_STARTING. `engine` must outlive the server.
   void SetEngine(Engine* engine) { engine_.store(engine); }
+  // Health reports this while starting; `progress` must outlive the server.
+  void SetLoadProgress(const LoadProgress* progress) { load_progress_ = progress; }
   // From now on every method but Health needs metadata `authorization: Bearer <one of the keys>`
   // (UNAUTHENTICATED otherwise). `keys` must outlive the service; null or empty: open.
   void SetBearerKeys(const BearerKeys* keys) { api_keys_ = keys; }
@@ -58,6 +61,7 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
   absl::StatusOr<StreamUpdate> WaitDone(grpc::ServerContext* context, RequestStream& stream);
 
   const Tokenizer* const tokenizer_;
+  const LoadProgress* load_progress_ = nullptr;
   const int world_size_;
   const std::string model_name_;
   const SamplingParams default_sampling_;

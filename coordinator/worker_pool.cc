@@ -1,12 +1,15 @@
 #include "coordinator/worker_pool.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/check.h"
 #include "common/cluster_token.h"
 #include "common/logging.h"
@@ -20,6 +23,8 @@ constexpr char kLog[] = "workers";
 constexpr absl::Duration kFailureGrace = absl::Seconds(1);
 // After a failed step, how long each rank has to answer Status (to tell dead ranks from peers).
 constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
+// How often LoadShard asks the ranks how far they are.
+constexpr absl::Duration kLoadPollInterval = absl::Milliseconds(250);
 
 absl::StatusCode ToAbsl(grpc::StatusCode code) { return static_cast<absl::StatusCode>(code); }
 
@@ -241,13 +246,43 @@ absl::Status WorkerPool::Init(const WorkerInitOptions& options, absl::Duration t
   return absl::OkStatus();
 }
 
-absl::StatusOr<LoadedModel> WorkerPool::LoadShard(absl::Duration timeout) {
+void WorkerPool::PollLoadProgress(LoadProgress* progress) {
+  const v1::WorkerStatusRequest request;
+  std::vector<v1::WorkerStatusResponse> responses(world_size());
+  const auto statuses = CallAll(kProbeTimeout, /*cancel_on_failure=*/false,
+                                [&](int rank, auto* stub, auto* context, auto done) {
+                                  stub->Status(context, &request, &responses[rank], done);
+                                });
+  int64_t done = INT64_MAX, total = 0;
+  for (int rank = 0; rank < world_size(); ++rank) {
+    // A rank that did not answer leaves the figures as they were: a slow answer is no news.
+    if (!statuses[rank].ok()) return;
+    done = std::min(done, responses[rank].load_done_bytes());
+    total = std::max(total, responses[rank].load_total_bytes());
+  }
+  progress->total_bytes = total;
+  progress->done_bytes = total > 0 ? done : 0;
+}
+
+absl::StatusOr<LoadedModel> WorkerPool::LoadShard(absl::Duration timeout, LoadProgress* progress) {
   const v1::LoadShardRequest request;
   std::vector<v1::LoadShardResponse> responses(world_size());
+  absl::Notification loaded;
+  std::thread poller;
+  if (progress != nullptr) {
+    poller = std::thread([this, progress, &loaded] {
+      while (!loaded.WaitForNotificationWithTimeout(kLoadPollInterval)) PollLoadProgress(progress);
+      PollLoadProgress(progress);
+    });
+  }
   auto statuses = CallAll(timeout, /*cancel_on_failure=*/false,
                           [&](int rank, auto* stub, auto* context, auto done) {
                             stub->LoadShard(context, &request, &responses[rank], done);
                           });
+  if (poller.joinable()) {
+    loaded.Notify();
+    poller.join();
+  }
   for (int rank = 0; rank < world_size(); ++rank) {
     if (!statuses[rank].ok()) {
       return absl::Status(ToAbsl(statuses[rank].error_code()),

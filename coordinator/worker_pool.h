@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/cluster_service.h"
+#include "coordinator/load_progress.h"
 #include "grpcpp/grpcpp.h"
 #include "tpserve/v1/worker.grpc.pb.h"
 
@@ -84,7 +85,8 @@ class WorkerPool {
   absl::Status Init(const WorkerInitOptions& options, absl::Duration timeout);
   // LoadShard on every rank at once, then checks that the ranks loaded the same file:
   // FAILED_PRECONDITION naming the ranks whose size or fingerprint differ from rank 0's.
-  absl::StatusOr<LoadedModel> LoadShard(absl::Duration timeout);
+  // Meanwhile, when `progress` is set, polls the ranks' Status and keeps it current.
+  absl::StatusOr<LoadedModel> LoadShard(absl::Duration timeout, LoadProgress* progress = nullptr);
   // Sends `request` to every rank at once and waits for all, or to rank 0 alone when the last
   // LoadShard found that the group relays steps; returns rank 0's answer.
   // UNAVAILABLE naming the failing rank(s), their addresses and causes when any rank fails or
@@ -122,6 +124,8 @@ class WorkerPool {
   // statuses by rank (OK for a rank not called). With
   // `cancel_on_failure`, the calls still running a second after the first failure are
   // cancelled. `abandonable` calls (Step) are the ones AbandonStep cancels.
+  // Status on every rank: the slowest one's load progress into `progress`.
+  void PollLoadProgress(LoadProgress* progress);
   std::vector<grpc::Status> CallAll(absl::Duration timeout, bool cancel_on_failure,
                                     const StartCall& start, bool abandonable = false,
                                     int ranks = kEveryRank) const;

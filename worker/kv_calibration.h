@@ -30,7 +30,7 @@ struct KvCalibrationOptions {
   // differ from a mid-text token's.
   int32_t bos_id = -1;
   bool per_layer = false;  // one K and one V scale per layer instead of one per KV head
-  CpuWeights cpu_weights = CpuWeights::kPacked;
+  CpuWeights cpu_weights = CpuWeights::kAuto;
   // Called after each chunk with the tokens run so far and in all.
   std::function<void(int64_t done, int64_t total)> progress;
 };

@@ -93,7 +93,8 @@ absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOption
   ASSIGN_OR_RETURN(ModelWeights weights,
                    LoadShard(*runner->file_, runner->config_, layout,
                              ShardFormats{options.cpu_weights,
-                                          /*keep_fp8=*/options.device == Device::kCuda}));
+                                          /*keep_fp8=*/options.device == Device::kCuda},
+                             options.load_progress));
 #if TPSERVE_WITH_CUDA
   if (options.device == Device::kCuda) {
     ASSIGN_OR_RETURN(runner->model_,

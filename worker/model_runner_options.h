@@ -2,7 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+
+#include "worker/cpu_weights.h"
 
 namespace tpserve {
 
@@ -21,13 +24,6 @@ struct CudaRunnerOptions {
   bool enforce_eager = false;  // true: no CUDA graphs
 };
 
-// How the CPU holds Q4_0, Q4_1 and Q8_0 weights. kPacked: their own bytes, rearranged
-// (cpu::PackedWeight), multiplied with activations rounded to 8 bits per block, as llama.cpp's CPU
-// backend computes. kFp32: decoded to fp32 at load and multiplied in fp32 (SGEMM), the model's
-// function without activation rounding, at 4-8x the memory and a fraction of the speed: what the
-// numerics tests hold against llama.cpp's F32 run.
-enum class CpuWeights { kPacked, kFp32 };
-
 struct ModelRunnerOptions {
   std::string model_path;
   Device device = Device::kCpu;
@@ -44,7 +40,7 @@ struct ModelRunnerOptions {
   // CUDA: every linear but the embedding and the output head as FP8 W8A8 (weights quantized at
   // load, per output channel; activations per token; kernels/cpu/fp8_matmul.h states the format).
   bool weights_fp8 = false;
-  CpuWeights cpu_weights = CpuWeights::kPacked;
+  CpuWeights cpu_weights = CpuWeights::kAuto;
   CudaRunnerOptions cuda;
   // Speculative decoding's draft model (worker/draft_runner.h), loaded by rank 0 on its CPU;
   // empty for none. With `draft_num_layers` > 0, only its first that many layers (the final norm
@@ -53,6 +49,8 @@ struct ModelRunnerOptions {
   int64_t draft_num_layers = 0;
   // Load only the model's first this many layers, then its final norm and output head; 0: all.
   int64_t num_layers = 0;
+  // Told the loading's progress (worker/shard_loader.h); may be empty.
+  std::function<void(int64_t done_bytes, int64_t total_bytes)> load_progress;
 };
 
 }  // namespace tpserve

@@ -7,7 +7,6 @@
 #include "common/check.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/packed_matmul.h"
 #include "kernels/cpu/quantized_activations.h"
 
 namespace tpserve {
@@ -65,15 +64,15 @@ namespace {
 void ApplyStackedRows(const Linear& w, Range rows, const float* x, int64_t m, float* y) {
   thread_local cpu::QuantizedActivations quantized;
   thread_local std::vector<float> part_out;
-  cpu::QuantizeActivations(x, m, w.cols, &quantized);
+  cpu::QuantizeFor(w.activation_bits, x, m, w.cols, &quantized);
   int64_t first = 0;  // the part's first row in w
   for (const Linear& part : w.parts) {
     const int64_t lo = std::max(rows.begin, first);
     const int64_t hi = std::min(rows.end(), first + part.rows);
     if (lo < hi) {
       part_out.resize(m * (hi - lo));
-      cpu::PackedMatmulBT(quantized, part.packed, lo - first, hi - lo, part_out.data(),
-                          cpu::BestPackedIsa());
+      cpu::PackedMatmulBT(quantized, w.activation_bits, part.packed, lo - first, hi - lo,
+                          part_out.data());
       for (int64_t i = 0; i < m; ++i) {
         std::memcpy(y + i * rows.size + (lo - rows.begin), part_out.data() + i * (hi - lo),
                     (hi - lo) * sizeof(float));
@@ -91,7 +90,7 @@ void ApplyLinearRows(const Linear& w, Range rows, const float* x, int64_t m, flo
   if (!w.parts.empty()) {
     ApplyStackedRows(w, rows, x, m, y);
   } else if (w.quantized()) {
-    cpu::PackedMatmulBT(x, m, w.packed, rows.begin, rows.size, y);
+    cpu::PackedMatmulBT(x, m, w.packed, rows.begin, rows.size, y, w.activation_bits);
   } else {
     cpu::MatmulBT(x, w.values.data() + rows.begin * w.cols, m, rows.size, w.cols, y);
   }
@@ -125,6 +124,14 @@ int64_t ModelWeights::resident_bytes() const {
              layer.gate_up.resident_bytes() + layer.down.resident_bytes();
   }
   return bytes;
+}
+
+std::vector<Linear*> ModelWeights::linears() {
+  std::vector<Linear*> all = {&token_embedding, &lm_head};
+  for (LayerWeights& layer : layers) {
+    all.insert(all.end(), {&layer.qkv, &layer.attn_output, &layer.gate_up, &layer.down});
+  }
+  return all;
 }
 
 }  // namespace tpserve

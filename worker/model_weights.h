@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/packed_matmul.h"
 #include "kernels/cpu/packed_weight.h"
 #include "model/ggml_type.h"
 #include "model/shard_layout.h"
@@ -26,6 +27,8 @@ struct Linear {
   // are empty; `type` is the first part's. Slices of different block types fused into one
   // product: Q4_K_M's Q4_K q/k rows with Q6_K v rows.
   std::vector<Linear> parts;
+  // How a product with `packed` (or `parts`) rounds its activations.
+  cpu::ActivationBits activation_bits = cpu::ActivationBits::k8;
   int64_t rows = 0;
   int64_t cols = 0;
 
@@ -40,8 +43,8 @@ Linear PackedLinear(GgmlType type, const uint8_t* blocks, int64_t rows, int64_t 
 // True when this build keeps `type` in blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K).
 bool KeepsBlocks(GgmlType type);
 
-// y[m, w.rows] = x[m, w.cols] · wᵀ: quantized weights through the 8-bit integer product
-// (cpu::PackedMatmulBT), fp32 weights through cpu::MatmulBT.
+// y[m, w.rows] = x[m, w.cols] · wᵀ: quantized weights through the integer product at
+// w.activation_bits (cpu::PackedMatmulBT), fp32 weights through cpu::MatmulBT.
 void ApplyLinear(const Linear& w, const float* x, int64_t m, float* y);
 
 // y[m, rows.size] = x[m, w.cols] · w[rows]ᵀ: the rows [rows.begin, rows.end()) of `w` only (the
@@ -85,6 +88,8 @@ struct ModelWeights {
 
   // Bytes of every weight as stored (blocks or fp32).
   int64_t resident_bytes() const;
+  // Every linear: the embedding, the output head, each layer's four.
+  std::vector<Linear*> linears();
 };
 
 }  // namespace tpserve

@@ -1,7 +1,9 @@
 #include "worker/shard_loader.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -85,7 +87,7 @@ absl::StatusOr<Linear> LoadRows(const GgufFile& file, const ShardFormats& format
   w.cols = cols;
   w.type = slices.begin()->tensor->type;
   bool mixed = false;
-  bool every_kept = weights == CpuWeights::kPacked;
+  bool every_kept = weights != CpuWeights::kFp32;
   for (const RowSlice& slice : slices) {
     w.rows += slice.rows.size;
     mixed = mixed || slice.tensor->type != w.type;
@@ -157,7 +159,7 @@ absl::StatusOr<Linear> LoadColumns(const GgufFile& file, const ShardFormats& for
       GetGgmlTypeTraits(static_cast<uint32_t>(tensor.type));
   const int64_t block = traits.has_value() ? traits->block_elements : 1;
   const bool aligned = cols.begin % block == 0 && cols.size % block == 0;
-  if (KeepsBlocks(tensor.type) && aligned && weights == CpuWeights::kPacked) {
+  if (KeepsBlocks(tensor.type) && aligned && weights != CpuWeights::kFp32) {
     ASSIGN_OR_RETURN(const uint64_t row_bytes, GgmlBytesFor(tensor.type, total_cols));
     ASSIGN_OR_RETURN(const uint64_t skip_bytes, GgmlBytesFor(tensor.type, cols.begin));
     ASSIGN_OR_RETURN(const uint64_t slice_bytes, GgmlBytesFor(tensor.type, cols.size));
@@ -270,11 +272,39 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
   return w;
 }
 
+// Bytes of the file's tensors by layer ([num_layers]: "blk.N."), and of those of no layer. The
+// layers past num_layers (a model cut to its first layers: self-speculation's draft) are not read.
+struct TensorBytes {
+  std::vector<int64_t> layers;
+  int64_t other = 0;
+};
+
+TensorBytes CountTensorBytes(const GgufFile& file, int num_layers) {
+  TensorBytes bytes;
+  bytes.layers.assign(num_layers, 0);
+  for (const GgufTensorInfo& tensor : file.tensors()) {
+    const int64_t size = static_cast<int64_t>(file.TensorData(tensor).size());
+    int layer = -1;
+    if (std::sscanf(tensor.name.c_str(), "blk.%d.", &layer) != 1) {
+      bytes.other += size;
+    } else if (layer >= 0 && layer < num_layers) {
+      bytes.layers[layer] += size;
+    }
+  }
+  return bytes;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& config,
-                                       const ShardLayout& layout, const ShardFormats& formats) {
+                                       const ShardLayout& layout, const ShardFormats& asked,
+                                       const LoadProgressFn& progress) {
+  const TensorBytes bytes = CountTensorBytes(file, config.num_layers);
+  const int64_t total =
+      bytes.other + std::accumulate(bytes.layers.begin(), bytes.layers.end(), int64_t{0});
+  int64_t done = 0;
   const int64_t hidden = config.hidden_size;
+  const ShardFormats formats{ResolveCpuWeights(asked.cpu_weights, config), asked.keep_fp8};
   // The embedding and output head are read as the CPU keeps them, FP8 or not: they are no FP8
   // products on either device.
   const ShardFormats decoded{formats.cpu_weights, /*keep_fp8=*/false};
@@ -290,17 +320,28 @@ absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& 
                      FindMatrix(file, "output.weight", config.vocab_size, hidden));
     ASSIGN_OR_RETURN(out.lm_head, LoadRows(file, decoded, hidden, {{output, layout.vocab}}));
   }
+  done += bytes.other;
+  if (progress) progress(done, total);
   int scaled_layers = 0;
   for (int layer = 0; layer < config.num_layers; ++layer) {
     scaled_layers += file.FindTensor(KCacheScaleName(layer)) != nullptr ||
                      file.FindTensor(VCacheScaleName(layer)) != nullptr;
     ASSIGN_OR_RETURN(LayerWeights w, LoadLayer(file, config, layout, formats, layer));
     out.layers.push_back(std::move(w));
+    done += bytes.layers[layer];
+    if (progress) progress(done, total);
     if ((layer + 1) % 10 == 0 || layer + 1 == config.num_layers) {
       LogInfo("loader", "rank %d/%d: loaded layer %d/%d", layout.rank, layout.world_size, layer + 1,
               config.num_layers);
     }
   }
+  if (formats.cpu_weights == CpuWeights::kPacked16) {
+    for (Linear* w : out.linears()) w->activation_bits = cpu::ActivationBits::k16;
+  }
+  LogInfo("loader", "rank %d/%d: CPU weights %s%s (%.2fB parameters)", layout.rank,
+          layout.world_size, CpuWeightsName(formats.cpu_weights),
+          asked.cpu_weights == CpuWeights::kAuto ? " (auto)" : "",
+          static_cast<double>(ParameterCount(config)) / 1e9);
   if (scaled_layers > 0) {
     LogInfo("loader",
             "rank %d/%d: KV-cache scales from the model for %d of %d layers (1 for the "

@@ -4,6 +4,9 @@
 // everything else decoded to fp32.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+
 #include "absl/status/statusor.h"
 #include "model/gguf_file.h"
 #include "model/model_config.h"
@@ -15,14 +18,22 @@ namespace tpserve {
 
 // How LoadShard keeps what it reads.
 struct ShardFormats {
-  CpuWeights cpu_weights = CpuWeights::kPacked;  // GGUF blocks packed (when they can be), or fp32
+  // GGUF blocks packed (when they can be) with 8- or 16-bit activations, or fp32; kAuto is
+  // resolved for the model (ResolveCpuWeights).
+  CpuWeights cpu_weights = CpuWeights::kAuto;
   // The F8_E4M3 projections of an FP8 checkpoint (model/hf_fp8.h) as their codes and row scales,
   // for a CUDA rank's FP8 products; false: decoded to fp32, as a CPU rank computes.
   bool keep_fp8 = false;
 };
 
-// Errors name the tensor and the expected and found shapes. Logs progress per layer.
+// Called as loading goes: bytes of the file's tensors whose slices this rank has taken so far,
+// and of all of them.
+using LoadProgressFn = std::function<void(int64_t done_bytes, int64_t total_bytes)>;
+
+// Errors name the tensor and the expected and found shapes. Logs progress per layer and reports
+// it to `progress` (when set) after the embedding and output head and after each layer.
 absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& config,
-                                       const ShardLayout& layout, const ShardFormats& formats);
+                                       const ShardLayout& layout, const ShardFormats& formats,
+                                       const LoadProgressFn& progress = nullptr);
 
 }  // namespace tpserve

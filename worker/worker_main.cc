@@ -20,6 +20,7 @@
 #include "common/tls_flags.h"
 #include "kernels/cpu/threads.h"
 #include "tpserve/v1/worker.grpc.pb.h"
+#include "worker/cpu_weights.h"
 #include "worker/worker_server.h"
 
 namespace tpserve {
@@ -35,7 +36,7 @@ struct Flags {
   int threads = 0;
   int local_rank = -1;
   double gpu_memory_utilization = 0.9;
-  std::string cpu_weights = "packed";
+  std::string cpu_weights = "auto";
   std::string cluster_token_file;
   std::string model_dir;
   std::string draft_model;
@@ -109,7 +110,7 @@ int Run(const Flags& flags) {
   options.gpu_memory_utilization = flags.gpu_memory_utilization;
   options.model_dir = flags.model_dir;
   options.draft_model_path = flags.draft_model;
-  options.cpu_weights = flags.cpu_weights == "fp32" ? CpuWeights::kFp32 : CpuWeights::kPacked;
+  options.cpu_weights = *ParseCpuWeights(flags.cpu_weights);  // the flag admits only its names
   options.cpu_transport = *ParseCpuTransport(flags.cpu_comm);  // the flag admits only valid names
   auto server = WorkerServer::Start(options);
   if (!server.ok()) {
@@ -192,11 +193,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.05, 1.0));
   app.add_option("--cpu-weights", flags.cpu_weights,
-                 "CPU: how Q4_0/Q4_1/Q8_0 weights are held. packed: their own bytes, products on "
-                 "activations rounded to 8 bits per block (as llama.cpp); fp32: decoded at load, "
-                 "products in fp32 (no activation rounding; 4-8x the memory, slower)")
+                 "CPU: how weights in GGUF blocks are held and multiplied. packed: their own bytes, "
+                 "activations rounded to 8 bits per block (as llama.cpp); packed-a16: the same, "
+                 "activations at 16 bits (twice the integer work, within 1e-7 KL of fp32); fp32: "
+                 "decoded at load, products in fp32 (4-8x the memory, slower); auto: packed-a16 "
+                 "below 1B parameters, packed above")
       ->capture_default_str()
-      ->check(CLI::IsMember({"packed", "fp32"}));
+      ->check(CLI::IsMember(tpserve::CpuWeightsNames()));
   app.add_option("--cpu-comm", flags.cpu_comm,
                  "how CPU ranks all-reduce: auto = shared memory when every rank of the group "
                  "can map it (one host, one /dev/shm), else Gloo over TCP; shm = shared memory "

@@ -238,6 +238,8 @@ grpc::Status WorkerServer::Status(grpc::ServerContext* context, const v1::Worker
     response->set_step_latency_p50_ms(sorted[sorted.size() / 2]);
   }
   response->set_error(error_);
+  response->set_load_done_bytes(load_done_bytes_);
+  response->set_load_total_bytes(load_total_bytes_);
   return grpc::Status::OK;
 }
 
@@ -428,6 +430,10 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
   options.kv_cache_fp8 = group_.kv_cache_fp8();
   options.weights_fp8 = group_.weights_fp8();
   options.cpu_weights = options_.cpu_weights;
+  options.load_progress = [this](int64_t done, int64_t total) {
+    load_total_bytes_ = total;
+    load_done_bytes_ = done;
+  };
   options.draft_model_path = group_.draft_model_path();
   if (group_.self_spec_layers() > 0) {  // The target itself, which Init allowed.
     options.draft_model_path = model_path_;

@@ -20,6 +20,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -61,7 +62,7 @@ struct WorkerServerOptions {
   int64_t default_kv_cache_bytes = int64_t{256} << 20;
   int cuda_device = -1;  // --local-rank: the CUDA device ordinal; -1: rank mod visible devices
   double gpu_memory_utilization = 0.9;
-  CpuWeights cpu_weights = CpuWeights::kPacked;  // --cpu-weights
+  CpuWeights cpu_weights = CpuWeights::kAuto;  // --cpu-weights
 };
 
 // Both directions: a step's logits can be [tokens, vocab] floats.
@@ -160,6 +161,9 @@ class WorkerServer final : public v1::WorkerService::Service {
   std::string error_ ABSL_GUARDED_BY(status_mu_);
   std::string device_name_ ABSL_GUARDED_BY(status_mu_) = "cpu";
   int64_t weight_bytes_ ABSL_GUARDED_BY(status_mu_) = 0;
+  // The shard loader's progress (WorkerStatusResponse.load_done_bytes), written as it goes.
+  std::atomic<int64_t> load_done_bytes_{0};
+  std::atomic<int64_t> load_total_bytes_{0};
   int64_t kv_cache_blocks_ ABSL_GUARDED_BY(status_mu_) = 0;
   uint64_t status_last_step_id_ ABSL_GUARDED_BY(status_mu_) = 0;
   std::deque<double> step_ms_ ABSL_GUARDED_BY(status_mu_);  // the most recent steps

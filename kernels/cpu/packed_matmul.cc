@@ -684,11 +684,34 @@ void PackedMatmulBT(const QuantizedActivations& a, const PackedWeight& w, int64_
   }
 }
 
+void QuantizeFor(ActivationBits bits, const float* a, int64_t m, int64_t k,
+                 QuantizedActivations* out) {
+  if (bits == ActivationBits::k16) {
+    QuantizeActivations16(a, m, k, out);
+  } else {
+    QuantizeActivations(a, m, k, out);
+  }
+}
+
+void PackedMatmulBT(const QuantizedActivations& a, ActivationBits bits, const PackedWeight& w,
+                    int64_t first, int64_t count, float* c) {
+  if (bits == ActivationBits::k8) return PackedMatmulBT(a, w, first, count, c, BestPackedIsa());
+  // The halves of a row are adjacent, so one tile of weight codes serves both.
+  thread_local std::vector<float> halves;
+  halves.resize(a.rows * count);
+  PackedMatmulBT(a, w, first, count, halves.data(), BestPackedIsa());
+  for (int64_t i = 0; i < a.rows / 2; ++i) {
+    const float* high = halves.data() + 2 * i * count;
+    const float* low = high + count;
+    for (int64_t j = 0; j < count; ++j) c[i * count + j] = high[j] + low[j];
+  }
+}
+
 void PackedMatmulBT(const float* a, int64_t m, const PackedWeight& w, int64_t first, int64_t count,
-                    float* c) {
+                    float* c, ActivationBits bits) {
   thread_local QuantizedActivations quantized;
-  QuantizeActivations(a, m, w.cols, &quantized);
-  PackedMatmulBT(quantized, w, first, count, c, BestPackedIsa());
+  QuantizeFor(bits, a, m, w.cols, &quantized);
+  PackedMatmulBT(quantized, bits, w, first, count, c);
 }
 
 }  // namespace tpserve::cpu

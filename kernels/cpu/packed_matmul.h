@@ -30,10 +30,23 @@ bool PackedIsaSupported(PackedIsa isa);  // by this CPU (AMX: and granted by the
 PackedIsa BestPackedIsa();               // what PackedMatmulBT uses
 const char* PackedIsaName(PackedIsa isa);
 
+// How a product rounds its activations. k8: 8 bits per block, llama.cpp's rounding. k16: 16 bits
+// per block as two 8-bit halves (QuantizeActivations16), whose products are added: the same
+// operations as above on each half, then c = c_high + c_low in fp32, at twice the integer work.
+enum class ActivationBits { k8, k16 };
+
+// a [m, k] rounded for a product at `bits`: m rows at 8 bits, 2m at 16.
+void QuantizeFor(ActivationBits bits, const float* a, int64_t m, int64_t k,
+                 QuantizedActivations* out);
+
 // c[m, count] = a[m, w.cols] · w[first, first + count)ᵀ, row-major, c not read. Threads:
 // ParallelFor, over groups of 16 weight rows.
 void PackedMatmulBT(const float* a, int64_t m, const PackedWeight& w, int64_t first, int64_t count,
-                    float* c);
+                    float* c, ActivationBits bits);
+
+// The same from activations QuantizeFor(bits, ...) rounded, on the best instruction set.
+void PackedMatmulBT(const QuantizedActivations& a, ActivationBits bits, const PackedWeight& w,
+                    int64_t first, int64_t count, float* c);
 
 // The same on already quantized activations and a given instruction set (one PackedIsaSupported):
 // what the tests compare.

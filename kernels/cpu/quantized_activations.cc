@@ -81,7 +81,49 @@ bool HasAvx512() {
 // Rows below this are quantized on the calling thread: waking the pool costs more.
 constexpr int64_t kParallelRows = 8;
 
+void Split16Block(const float* v, int64_t b, QuantizedActivations* out) {
+  float max_abs = 0.0f;
+  for (int j = 0; j < 32; ++j) max_abs = std::fmax(max_abs, std::fabs(v[j]));
+  const float d = max_abs / 32512.0f;
+  const float id = max_abs != 0.0f ? 32512.0f / max_abs : 0.0f;
+  // Block b of row i is block 2b - b % blocks of row 2i (the high bytes) and `blocks` after it of
+  // row 2i + 1 (the low bytes).
+  const int64_t blocks = out->k / 32;
+  const int64_t high = 2 * b - b % blocks;
+  const int64_t low = high + blocks;
+  int8_t* qh = out->q.data() + high * 32;
+  int8_t* ql = out->q.data() + low * 32;
+  int32_t sum_h = 0, sum_l = 0, lo_h = 0, lo_l = 0;
+  for (int j = 0; j < 32; ++j) {
+    const int32_t q16 = static_cast<int32_t>(std::nearbyint(v[j] * id));
+    const int32_t h = (q16 + 128) >> 8;
+    qh[j] = static_cast<int8_t>(h);
+    ql[j] = static_cast<int8_t>(q16 - 256 * h);
+    sum_h += qh[j];
+    sum_l += ql[j];
+    if (j == 15) {
+      lo_h = sum_h;
+      lo_l = sum_l;
+    }
+  }
+  Finish({256.0f * d, 0.0f}, lo_h, sum_h, high, out);
+  Finish({d, 0.0f}, lo_l, sum_l, low, out);
+}
+
 }  // namespace
+
+void QuantizeActivations16(const float* x, int64_t rows, int64_t k, QuantizedActivations* out) {
+  Resize(2 * rows, k, out);
+  const int64_t blocks = k / 32;
+  const auto quantize = [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin * blocks; b < end * blocks; ++b) Split16Block(x + b * 32, b, out);
+  };
+  if (rows < kParallelRows) {
+    quantize(0, rows);
+  } else {
+    ParallelFor(rows, FewChunksPerThread(rows), quantize);
+  }
+}
 
 void QuantizeActivationsScalar(const float* x, int64_t rows, int64_t k, QuantizedActivations* out) {
   Resize(rows, k, out);

@@ -28,4 +28,13 @@ void QuantizeActivations(const float* x, int64_t rows, int64_t k, QuantizedActiv
 // The portable path alone, which the vector path must equal.
 void QuantizeActivationsScalar(const float* x, int64_t rows, int64_t k, QuantizedActivations* out);
 
+// 16 bits per block as two 8-bit rows, so the same integer products serve: per block,
+// q16 = round-half-even(x * (32512 / max|x|)), then h = (q16 + 128) >> 8 (floor) and
+// l = q16 - 256 h, which keeps h in [-127, 127] and l in [-128, 127]. Row 2i holds row i's h with
+// d = 256 * max|x| / 32512, row 2i + 1 its l with d = max|x| / 32512: a product with each, added,
+// is the product with x rounded to 1 part in 65024 of its block's largest value instead of 254,
+// at twice the integer work. 32512 = 127 * 256 is the largest scale whose h stays a signed byte.
+// x: [rows, k] fp32, k a multiple of 32; out gets 2 * rows rows.
+void QuantizeActivations16(const float* x, int64_t rows, int64_t k, QuantizedActivations* out);
+
 }  // namespace tpserve::cpu

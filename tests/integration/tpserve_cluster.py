@@ -1,10 +1,11 @@
 """A local tpserve cluster for the Python integration tests.
 
 Starts the `tpserve` launcher (coordinator and workers as child processes on 127.0.0.1, ports
-chosen at run time) and reads the addresses it prints once it serves:
+chosen at run time, every process's log in one file with -v) and reads the addresses it prints
+once the coordinator listens, then waits for the line it prints once the cluster serves:
 
-    tpserve: serving MODEL with tensor parallelism T on cpu; gRPC at HOST:PORT; HTTP at HOST:PORT;
-    admin at HOST:PORT
+    tpserve: gRPC at HOST:PORT; HTTP at HOST:PORT; admin at HOST:PORT
+    tpserve: loaded MODEL on T cpu workers: SIZE (100%) in S s; serving
 
 Use as a context manager; the whole process group is stopped on exit, whatever happened. Test
 files run by ctest end in `run_tests()` and start their cluster with `start_class_cluster`.
@@ -21,7 +22,8 @@ import sys
 import time
 import unittest
 
-_READY = re.compile(r"gRPC at (\S+); HTTP at (\S+); admin at (\S+)")
+_ADDRESSES = re.compile(r"^tpserve: gRPC at (\S+); HTTP at (\S+); admin at ([^\s;]+)", re.M)
+_SERVING = re.compile(r"^tpserve: loaded .*; serving$", re.M)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -52,14 +54,15 @@ class Cluster:
         log = tempfile.NamedTemporaryFile(prefix="tpserve-pytest-", suffix=".log", delete=False)
         self.log_path = log.name
         args = [os.path.join(self.bin_dir, "tpserve"), "--model", self.model, "--tp", str(self.tp),
-                "--port", "0", "--http-port", "0"] + self.extra_args
+                "--port", "0", "--http-port", "0", "-v"] + self.extra_args
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True, preexec_fn=die_with_parent)
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             with open(self.log_path, encoding="utf-8", errors="replace") as f:
-                match = _READY.search(f.read())
-            if match:
+                text = f.read()
+            match = _ADDRESSES.search(text)
+            if match and _SERVING.search(text):
                 self.grpc_address, self.http_address, self.admin_address = match.groups()
                 return self
             if self.process.poll() is not None:

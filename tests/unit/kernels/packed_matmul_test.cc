@@ -81,7 +81,7 @@ TEST(PackedMatmulTest, ActivationRoundingStaysWithinItsBound) {
     QuantizedActivations a;
     QuantizeActivations(x.data(), m, k, &a);
     std::vector<float> c(m * n);
-    PackedMatmulBT(x.data(), m, packed, 0, n, c.data());
+    PackedMatmulBT(x.data(), m, packed, 0, n, c.data(), ActivationBits::k8);
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
         double exact = 0, bound = 0, magnitude = 0;
@@ -94,6 +94,44 @@ TEST(PackedMatmulTest, ActivationRoundingStaysWithinItsBound) {
             << f.name << " at (" << i << ", " << j << ")";
       }
     }
+  }
+}
+
+// At 16 bits a block's activations move by at most max|x| / 65024 each (the split is exact), so
+// |c - x · w| <= sum over blocks of max|x| / 65024 * sum |w|, plus the fp32 rounding of the two
+// halves' sums: within 1/256 of the 8-bit bound above.
+TEST(PackedMatmulTest, SixteenBitActivationsStayWithinTheirBound) {
+  for (const Format& f : kFormats) {
+    const int64_t n = 40, k = Cols(f, 576), m = 3;
+    const std::vector<uint8_t> blocks = RandomBlocks(f.format, n, k, 23);
+    const std::vector<float> w = DecodeBlocks(f, blocks, n, k);
+    const PackedWeight packed = PackWeight(f.format, blocks.data(), n, k);
+    const std::vector<float> x = RandomVector(m * k, 1.0f, 24);
+    std::vector<float> c(m * n), c8(m * n);
+    PackedMatmulBT(x.data(), m, packed, 0, n, c.data(), ActivationBits::k16);
+    PackedMatmulBT(x.data(), m, packed, 0, n, c8.data(), ActivationBits::k8);
+    double error16 = 0, error8 = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double exact = 0, bound = 0, magnitude = 0;
+        for (int64_t blk = 0; blk < k / 32; ++blk) {
+          double max_abs = 0, w_abs = 0;
+          for (int64_t p = blk * 32; p < blk * 32 + 32; ++p) {
+            exact += double{x[i * k + p]} * w[j * k + p];
+            max_abs = std::max(max_abs, std::abs(double{x[i * k + p]}));
+            w_abs += std::abs(w[j * k + p]);
+            magnitude += std::abs(double{x[i * k + p]} * w[j * k + p]);
+          }
+          bound += max_abs / 65024 * w_abs;
+        }
+        EXPECT_LE(std::abs(c[i * n + j] - exact), bound + 4e-6 * magnitude)
+            << f.name << " at (" << i << ", " << j << ")";
+        error16 += std::abs(c[i * n + j] - exact);
+        error8 += std::abs(c8[i * n + j] - exact);
+      }
+    }
+    // The 8-bit rounding is ~256 times coarser: a split that dropped its low bytes would not be.
+    EXPECT_LT(error16 * 20, error8) << f.name;
   }
 }
 
@@ -141,13 +179,15 @@ TEST(PackedMatmulTest, ZeroSizes) {
   const std::vector<uint8_t> blocks = RandomBlocks(BlockFormat::kQ4_1, 3, 32, 5);
   const PackedWeight w = PackWeight(BlockFormat::kQ4_1, blocks.data(), 3, 32);
   const std::vector<float> a = RandomVector(2 * 32, 1.0f, 6);
-  std::vector<float> c(6, NAN);
-  PackedMatmulBT(a.data(), 0, w, 0, 3, c.data());
-  PackedMatmulBT(a.data(), 2, w, 0, 0, c.data());
-  EXPECT_TRUE(std::isnan(c[0]));
-  const PackedWeight empty = PackWeight(BlockFormat::kQ4_1, blocks.data(), 3, 0);
-  PackedMatmulBT(a.data(), 2, empty, 0, 3, c.data());
-  EXPECT_EQ(c, std::vector<float>(6, 0.0f));
+  for (ActivationBits bits : {ActivationBits::k8, ActivationBits::k16}) {
+    std::vector<float> c(6, NAN);
+    PackedMatmulBT(a.data(), 0, w, 0, 3, c.data(), bits);
+    PackedMatmulBT(a.data(), 2, w, 0, 0, c.data(), bits);
+    EXPECT_TRUE(std::isnan(c[0]));
+    const PackedWeight empty = PackWeight(BlockFormat::kQ4_1, blocks.data(), 3, 0);
+    PackedMatmulBT(a.data(), 2, empty, 0, 3, c.data(), bits);
+    EXPECT_EQ(c, std::vector<float>(6, 0.0f));
+  }
 }
 
 }  // namespace
