@@ -1,10 +1,13 @@
 // A T=3 cluster (three worker processes on one host) computes what a T=1 cluster computes on
 // SmolLM2. With fp32 weights (--cpu-weights fp32) the function is the same up to fp32 summation
-// order: teacher-forced logits within 1e-3 and identical greedy text. With the default packed
-// weights, activations are rounded to 8 bits per block after every sum, so a last-bit difference
+// order: teacher-forced logits within 1e-3 and identical greedy text. With packed weights and
+// 8-bit activations (--cpu-weights packed), activations are rounded per block after every sum, so
+// a last-bit difference
 // of the row-parallel partial sums can move a rounding by one step: T=3 then strays from T=1 as
 // little as two independent 8-bit roundings differ (logits_match_llamacpp measures one rounding's
-// distance from fp32), checked here as top-1 agreement and a bound on the mean difference.
+// distance from fp32), checked here as top-1 agreement and a bound on the mean difference. At 16
+// bits (packed-a16, what auto picks for this model) such a step moves a logit 256 times less, and
+// T=3 and T=1 agree as the fp32 paths do.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -123,6 +126,20 @@ TEST(TpEquivalenceSmolLM2, ThreeRanksStayWithinActivationRoundingOfOneWithPacked
   // differ; the bars leave three standard deviations of 665 positions' top-1 agreement.
   EXPECT_GE(d.top1, 0.94);
   EXPECT_LE(d.mean_diff, 0.3);
+}
+
+TEST(TpEquivalenceSmolLM2, ThreeRanksMatchOneWithSixteenBitActivations) {
+  const std::vector<std::vector<int32_t>> prompts = GoldenPromptIds();
+  ASSERT_GE(prompts.size(), 8u);
+  const ClusterOutputs one = RunCluster(1, prompts, "packed-a16", /*generate=*/false);
+  const ClusterOutputs three = RunCluster(3, prompts, "packed-a16", /*generate=*/false);
+  const LogitsDistance d = Distance(prompts, one, three);
+  std::printf("tp_equivalence_smollm2 packed-a16: %lld positions, top-1 agreement %.4f, mean "
+              "|logit(T=3) - logit(T=1)| %.3e, max %.3e\n",
+              static_cast<long long>(d.positions), d.top1, d.mean_diff, d.max_diff);
+  EXPECT_GE(d.positions, 500);
+  EXPECT_GE(d.top1, 0.995);
+  EXPECT_LE(d.mean_diff, 0.01);
 }
 
 }  // namespace

