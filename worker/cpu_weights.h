@@ -28,7 +28,7 @@ const char* CpuWeightsName(CpuWeights weights);
 
 // Models below this many parameters run kPacked16 under kAuto. Small models are the ones 8-bit
 // activations cost the most (a narrow hidden state has few blocks to average the rounding over)
-// and the doubled product the least: SmolLM2-135M at 16 bits still serves at 1.4-2.6x
+// and the doubled product the least: SmolLM2-135M at 16 bits still serves at 1.7-2.0x
 // llama.cpp's speed, while at 1B and above the products bound the throughput of a busy server
 // and 8 bits keep llama.cpp's numerics (docs/PERFORMANCE.md).
 inline constexpr int64_t kAutoPacked16MaxParameters = 1'000'000'000;

@@ -112,6 +112,9 @@ class SpecDistribution(unittest.TestCase):
 
     def sample(self, extra_args):
         args = tpserve_cluster.parsed_args()
+        # 8-bit activations: the distribution speculation must keep is the model's at any
+        # precision, and these products are the cheapest (16 bits would double this test's time).
+        extra_args = ["--cpu-weights", "packed"] + list(extra_args)
         with tpserve_cluster.Cluster(args.bin_dir, args.model, tp=1,
                                      extra_args=extra_args) as cluster:
             with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
