@@ -6,15 +6,17 @@ most the memory's read bandwidth. Each round measures, one after the other on th
 the bandwidth (tpserve-bench-bandwidth, best of its passes over 1 GiB with every core), tpserve's
 decode (tpserve-generate, one sequence, greedy, EOS ignored, default flags) and llama.cpp's
 (llama-bench tg, built for this CPU by bench/compare_llama_server.py), and gives each engine's
-weight bytes per token × tokens/s as a fraction of the bandwidth. The KV cache's reads (under 1%
-of the weights' at these lengths) are left out, which only lowers the fractions.
+weight bytes per token × tokens/s as a fraction of the bandwidth, then the median fraction of
+each: on a shared machine the bound itself moves by a third between rounds. The KV cache's reads
+(under 1% of the weights' at these lengths) are left out, which only lowers the fractions.
 
-    bench/decode_bandwidth.py [--model M] [--rounds 3] [--tokens 128] [--threads N]
+    bench/decode_bandwidth.py [--model M] [--rounds 5] [--tokens 128] [--threads N]
 """
 
 import argparse
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -54,7 +56,7 @@ def llama_decode(model, tokens, threads):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     args = parser.parse_args()
@@ -65,6 +67,7 @@ def main():
     print("| round | read bandwidth GB/s | tpserve tok/s | tpserve GB/s (fraction) | "
           "llama.cpp tok/s | llama.cpp GB/s (fraction) |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    fractions = {"tpserve": [], "llama.cpp": []}
     for r in range(1, args.rounds + 1):
         print(f"decode_bandwidth: round {r}/{args.rounds}", file=sys.stderr)
         bound = bandwidth(args.threads)
@@ -75,8 +78,13 @@ def main():
         lc_gbs = lc_rate * weight_bytes / 1e9
         if r == 1:
             print(f"(tpserve holds {tp_bytes / 1e6:.0f} MB of weights resident)", file=sys.stderr)
+        fractions["tpserve"].append(tp_gbs / bound)
+        fractions["llama.cpp"].append(lc_gbs / bound)
         print(f"| {r} | {bound:.1f} | {tp_rate:.1f} | {tp_gbs:.1f} ({tp_gbs / bound:.2f}) | "
               f"{lc_rate:.1f} | {lc_gbs:.1f} ({lc_gbs / bound:.2f}) |", flush=True)
+    print()
+    print("median fraction of the bound: " + ", ".join(
+        f"{name} {statistics.median(f):.2f}" for name, f in fractions.items()))
 
 
 if __name__ == "__main__":
