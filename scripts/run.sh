@@ -41,10 +41,11 @@ quietly scripts/fetch-model.sh
 if [ "$missing" = 1 ]; then
   quietly cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
   if [ -t 1 ]; then
-    # Ninja's [done/total] at the end of the line, rewritten as the build goes.
+    # The build's progress (Make's [ 35%], Ninja's [12/340]) at the end of the line, rewritten as
+    # the build goes.
     set +e
     cmake --build build -j "$(nproc)" --target "${targets[@]}" 2>&1 | tee -a "$log" |
-      sed -un 's/^\[\([0-9]*\/[0-9]*\)\].*/\1/p' |
+      sed -unE 's/^\[ *([0-9]+%|[0-9]+\/[0-9]+)\].*/\1/p' |
       while read -r step; do printf '\r%s [%s]' "$first" "$step"; done
     status="${PIPESTATUS[0]}"
     set -e
