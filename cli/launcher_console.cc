@@ -51,6 +51,10 @@ std::string FormatBytes(int64_t bytes) {
 LoadProgressLine::LoadProgressLine(const Console& console, std::string what)
     : out_(console.out), terminal_(isatty(fileno(console.out)) == 1), what_(std::move(what)) {}
 
+LoadProgressLine::~LoadProgressLine() {
+  if (terminal_ && shown_width_ > 0) std::fputc('\n', out_);
+}
+
 void LoadProgressLine::Update(const v1::HealthResponse& health) {
   if (health.load_total_bytes() <= 0) {
     if (terminal_) Show(absl::StrCat("tpserve: loading ", what_, ": starting"), false);

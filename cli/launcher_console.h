@@ -32,6 +32,8 @@ std::string FormatBytes(int64_t bytes);
 class LoadProgressLine {
  public:
   LoadProgressLine(const Console& console, std::string what);
+  // Ends a line left unfinished (the start failed), so that the error starts on its own.
+  ~LoadProgressLine();
 
   // Each health answer while the cluster starts.
   void Update(const v1::HealthResponse& health);
