@@ -38,8 +38,13 @@ class Quickstart(unittest.TestCase):
             self.assertFalse([l for l in lines if LOG_LINE.match(l)], run.stdout)
             self.assertRegex(lines[0], r"^tpserve: gRPC at \S+; HTTP at \S+; admin at \S+; "
                                        r"logs in " + re.escape(log) + "$")
-            self.assertRegex(lines[1], r"^tpserve: loaded .* on 3 cpu workers: [\d.]+ MB "
-                                       r"\(100%\) in [\d.]+ s; serving$")
+            loaded = re.match(r"^tpserve: loaded (\S+) on 3 cpu workers: ([\d.]+) MB "
+                              r"\(100%\) in [\d.]+ s; serving$", lines[1])
+            self.assertIsNotNone(loaded, lines[1])
+            # The bytes are the file's tensors: all of it but the header (metadata, vocabulary).
+            file_mb = os.path.getsize(os.path.join(ROOT, loaded.group(1))) / 1e6
+            self.assertGreater(float(loaded.group(2)), 0.9 * file_mb)
+            self.assertLessEqual(float(loaded.group(2)), file_mb)
             asked = lines.index("> " + PROMPT)
             self.assertIn("Paris", lines[asked + 1])
             self.assertEqual(lines[-1], "tpserve: stopped")
