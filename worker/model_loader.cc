@@ -90,6 +90,13 @@ absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOption
                    ShardLayout::Make(runner->config_, comm->rank(), comm->world_size()));
   LogInfo("runner", "rank %d/%d: loading %s (%s)", comm->rank(), comm->world_size(),
           options.model_path, runner->config_.DebugString());
+  if (options.device == Device::kCpu) {
+    LogInfo("runner", "rank %d/%d: CPU weights %s%s (%.2fB parameters)", comm->rank(),
+            comm->world_size(),
+            CpuWeightsName(ResolveCpuWeights(options.cpu_weights, runner->config_)),
+            options.cpu_weights == CpuWeights::kAuto ? " (auto)" : "",
+            static_cast<double>(ParameterCount(runner->config_)) / 1e9);
+  }
   ASSIGN_OR_RETURN(ModelWeights weights,
                    LoadShard(*runner->file_, runner->config_, layout,
                              ShardFormats{options.cpu_weights,

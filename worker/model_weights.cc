@@ -7,7 +7,6 @@
 #include "common/check.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/quantized_activations.h"
 
 namespace tpserve {
 namespace {
@@ -59,20 +58,18 @@ Linear PackedLinear(GgmlType type, const uint8_t* blocks, int64_t rows, int64_t 
 
 namespace {
 
-// Rows `rows` of a stack of packed parts: the activations rounded once, each part's rows in the
-// range computed apart and placed in their columns of y.
+// Rows `rows` of a stack of packed parts: each part's rows in the range computed apart and placed
+// in their columns of y.
 void ApplyStackedRows(const Linear& w, Range rows, const float* x, int64_t m, float* y) {
-  thread_local cpu::QuantizedActivations quantized;
   thread_local std::vector<float> part_out;
-  cpu::QuantizeFor(w.activation_bits, x, m, w.cols, &quantized);
   int64_t first = 0;  // the part's first row in w
   for (const Linear& part : w.parts) {
     const int64_t lo = std::max(rows.begin, first);
     const int64_t hi = std::min(rows.end(), first + part.rows);
     if (lo < hi) {
       part_out.resize(m * (hi - lo));
-      cpu::PackedMatmulBT(quantized, w.activation_bits, part.packed, lo - first, hi - lo,
-                          part_out.data());
+      cpu::PackedMatmulBT(x, m, part.packed, lo - first, hi - lo, part_out.data(),
+                          w.activation_bits);
       for (int64_t i = 0; i < m; ++i) {
         std::memcpy(y + i * rows.size + (lo - rows.begin), part_out.data() + i * (hi - lo),
                     (hi - lo) * sizeof(float));

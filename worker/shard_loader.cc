@@ -338,10 +338,6 @@ absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& 
   if (formats.cpu_weights == CpuWeights::kPacked16) {
     for (Linear* w : out.linears()) w->activation_bits = cpu::ActivationBits::k16;
   }
-  LogInfo("loader", "rank %d/%d: CPU weights %s%s (%.2fB parameters)", layout.rank,
-          layout.world_size, CpuWeightsName(formats.cpu_weights),
-          asked.cpu_weights == CpuWeights::kAuto ? " (auto)" : "",
-          static_cast<double>(ParameterCount(config)) / 1e9);
   if (scaled_layers > 0) {
     LogInfo("loader",
             "rank %d/%d: KV-cache scales from the model for %d of %d layers (1 for the "

@@ -585,6 +585,10 @@ void RunTile(PackedIsa isa, const QuantizedActivations& a, int64_t i0, int rows_
 // first.
 constexpr int kAmxMinRows = 4;
 
+// 16-bit activations: rows rounded and multiplied per call of the float PackedMatmulBT, 8 tiles of
+// 16 halves.
+constexpr int64_t kSplitRows = 64;
+
 template <BlockFormat kFormat>
 void Product(PackedIsa isa, const QuantizedActivations& a, const PackedWeight& w, int64_t first,
              int64_t count, float* c) {
@@ -684,34 +688,29 @@ void PackedMatmulBT(const QuantizedActivations& a, const PackedWeight& w, int64_
   }
 }
 
-void QuantizeFor(ActivationBits bits, const float* a, int64_t m, int64_t k,
-                 QuantizedActivations* out) {
-  if (bits == ActivationBits::k16) {
-    QuantizeActivations16(a, m, k, out);
-  } else {
-    QuantizeActivations(a, m, k, out);
-  }
-}
-
-void PackedMatmulBT(const QuantizedActivations& a, ActivationBits bits, const PackedWeight& w,
-                    int64_t first, int64_t count, float* c) {
-  if (bits == ActivationBits::k8) return PackedMatmulBT(a, w, first, count, c, BestPackedIsa());
-  // The halves of a row are adjacent, so one tile of weight codes serves both.
-  thread_local std::vector<float> halves;
-  halves.resize(a.rows * count);
-  PackedMatmulBT(a, w, first, count, halves.data(), BestPackedIsa());
-  for (int64_t i = 0; i < a.rows / 2; ++i) {
-    const float* high = halves.data() + 2 * i * count;
-    const float* low = high + count;
-    for (int64_t j = 0; j < count; ++j) c[i * count + j] = high[j] + low[j];
-  }
-}
-
 void PackedMatmulBT(const float* a, int64_t m, const PackedWeight& w, int64_t first, int64_t count,
                     float* c, ActivationBits bits) {
   thread_local QuantizedActivations quantized;
-  QuantizeFor(bits, a, m, w.cols, &quantized);
-  PackedMatmulBT(quantized, bits, w, first, count, c);
+  if (bits == ActivationBits::k8) {
+    QuantizeActivations(a, m, w.cols, &quantized);
+    return PackedMatmulBT(quantized, w, first, count, c, BestPackedIsa());
+  }
+  // A row's halves are adjacent, so one tile of weight codes serves both. Rows go kSplitRows at a
+  // time so that the halves' products stay a bounded buffer beside c (a prompt's logits over the
+  // vocabulary would otherwise double).
+  thread_local std::vector<float> halves;
+  for (int64_t i0 = 0; i0 < m; i0 += kSplitRows) {
+    const int64_t rows = std::min(kSplitRows, m - i0);
+    QuantizeActivations16(a + i0 * w.cols, rows, w.cols, &quantized);
+    halves.resize(2 * rows * count);
+    PackedMatmulBT(quantized, w, first, count, halves.data(), BestPackedIsa());
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* high = halves.data() + 2 * i * count;
+      const float* low = high + count;
+      float* out = c + (i0 + i) * count;
+      for (int64_t j = 0; j < count; ++j) out[j] = high[j] + low[j];
+    }
+  }
 }
 
 }  // namespace tpserve::cpu

@@ -35,18 +35,10 @@ const char* PackedIsaName(PackedIsa isa);
 // operations as above on each half, then c = c_high + c_low in fp32, at twice the integer work.
 enum class ActivationBits { k8, k16 };
 
-// a [m, k] rounded for a product at `bits`: m rows at 8 bits, 2m at 16.
-void QuantizeFor(ActivationBits bits, const float* a, int64_t m, int64_t k,
-                 QuantizedActivations* out);
-
 // c[m, count] = a[m, w.cols] · w[first, first + count)ᵀ, row-major, c not read. Threads:
 // ParallelFor, over groups of 16 weight rows.
 void PackedMatmulBT(const float* a, int64_t m, const PackedWeight& w, int64_t first, int64_t count,
                     float* c, ActivationBits bits);
-
-// The same from activations QuantizeFor(bits, ...) rounded, on the best instruction set.
-void PackedMatmulBT(const QuantizedActivations& a, ActivationBits bits, const PackedWeight& w,
-                    int64_t first, int64_t count, float* c);
 
 // The same on already quantized activations and a given instruction set (one PackedIsaSupported):
 // what the tests compare.
