@@ -1,12 +1,8 @@
 #include "worker/comm/shm_communicator.h"
 
-#include <fcntl.h>
 #include <gloo/rendezvous/store.h>
 #include <linux/futex.h>
 #include <sched.h>
-#include <sys/mman.h>
-#include <sys/random.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -16,26 +12,18 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
-#include <new>
 #include <utility>
 
-#include "absl/strings/escaping.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "worker/comm/gloo_status.h"
 #include "worker/comm/group_arguments.h"
+#include "worker/comm/shm_segment.h"
 
 namespace tpserve {
 namespace {
 
-constexpr uint64_t kMagic = 0x31764d4853505400;  // "\0TPSHMv1"
-constexpr int64_t kLine = 64;
-constexpr int64_t kPage = 4096;
-constexpr char kNamePrefix[] = "/tpserve-";
 // One barrier for messages up to this size: every rank then reads n× the message, which at this
 // size costs less than a second barrier (measured in docs/PERFORMANCE.md).
 constexpr int64_t kOneRoundMaxBytes = 64 << 10;
@@ -55,43 +43,6 @@ constexpr uint32_t kLeftBit = 1;
 bool Reached(uint32_t word, uint32_t target) {
   return static_cast<int32_t>((word & ~kLeftBit) - (target << 1)) >= 0;
 }
-
-struct alignas(kLine) RankSlot {
-  std::atomic<uint32_t> arrived{0};  // the futex word
-  std::atomic<uint32_t> waiters{0};  // ranks asleep, or about to sleep, on `arrived`
-  int32_t pid = 0;                   // in the rank's own pid namespace, for messages only
-};
-
-struct alignas(kLine) SegmentHeader {
-  uint64_t magic = 0;
-  uint64_t token = 0;  // random, published with the name: the segment is the one rank 0 made
-  int32_t world_size = 0;
-  int64_t chunk_bytes = 0;
-};
-
-static_assert(std::atomic<uint32_t>::is_always_lock_free && sizeof(std::atomic<uint32_t>) == 4,
-              "futex words must be plain 32-bit integers");
-
-// [header][slots: world][pad to a page][in: 2 × world × chunk][out: 2 × chunk]. Staging and sum
-// buffers alternate by barrier parity, so one barrier both publishes a chunk and proves that every
-// rank has finished reading the buffers written two barriers earlier.
-struct Layout {
-  Layout(int world, int64_t chunk) : world_size(world), chunk_bytes(chunk) {}
-  int64_t data_offset() const {
-    const int64_t control = kLine + world_size * static_cast<int64_t>(sizeof(RankSlot));
-    return (control + kPage - 1) / kPage * kPage;
-  }
-  int64_t in_offset(int parity, int rank) const {
-    return data_offset() + (static_cast<int64_t>(parity) * world_size + rank) * chunk_bytes;
-  }
-  int64_t out_offset(int parity) const {
-    return data_offset() + (2 * static_cast<int64_t>(world_size) + parity) * chunk_bytes;
-  }
-  int64_t total_bytes() const { return out_offset(2); }
-
-  int world_size;
-  int64_t chunk_bytes;
-};
 
 void CpuPause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -118,18 +69,6 @@ void Publish(RankSlot& slot, uint32_t word) {
   if (slot.waiters.load() > 0) FutexWakeAll(&slot.arrived);
 }
 
-absl::StatusOr<std::string> RandomBytes(size_t n) {
-  std::string bytes(n, '\0');
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = getrandom(bytes.data() + got, n - got, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return absl::InternalError(absl::StrCat("getrandom: ", strerror(errno)));
-    got += r;
-  }
-  return bytes;
-}
-
 int CpusAvailable() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
@@ -144,147 +83,6 @@ constexpr char kSegmentKey[] = "shm_segment";
 constexpr char kNoSegment[] = "none";  // a name begins with '/'
 
 }  // namespace
-
-// One mapping of the segment. Rank 0's also owns the name until Unlink.
-class ShmSegment {
- public:
-  // Rank 0: a new segment under a random name, every page reserved.
-  static absl::StatusOr<std::unique_ptr<ShmSegment>> Create(const Layout& layout);
-  // The other ranks: the segment `published` names ("<name> <token as hex>"). The error message
-  // says why not, as the rank's vote.
-  static absl::StatusOr<std::unique_ptr<ShmSegment>> Open(const std::string& published,
-                                                          const Layout& layout);
-  ~ShmSegment() {
-    Unlink();
-    munmap(base_, layout_.total_bytes());
-    close(fd_);  // releases this rank's lock
-  }
-  ShmSegment(const ShmSegment&) = delete;
-  ShmSegment& operator=(const ShmSegment&) = delete;
-
-  void Unlink() {
-    if (owns_name_) shm_unlink(name_.c_str());
-    owns_name_ = false;
-  }
-  // Liveness without pids: rank r holds a write lock on byte r of the segment for as long as its
-  // mapping lives. The lock belongs to the open file description, so the kernel drops it when the
-  // process ends, however it ends (also in another pid namespace, and before it is reaped).
-  absl::Status Claim(int rank) {
-    struct flock lock = ByteOf(rank, F_WRLCK);
-    if (fcntl(fd_, F_OFD_SETLK, &lock) != 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot lock byte ", rank, " of ", name_, ": ", strerror(errno)));
-    }
-    return absl::OkStatus();
-  }
-  // False once `rank`'s process has ended (or dropped its mapping); true while unsure.
-  bool Alive(int rank) const {
-    struct flock lock = ByteOf(rank, F_WRLCK);
-    return fcntl(fd_, F_OFD_GETLK, &lock) != 0 || lock.l_type != F_UNLCK;
-  }
-  const std::string& name() const { return name_; }
-  // What rank 0 publishes for the others to Open.
-  std::string published() const {
-    return absl::StrCat(name_, " ", absl::Hex(header().token, absl::kZeroPad16));
-  }
-  const Layout& layout() const { return layout_; }
-  SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base_); }
-  RankSlot& slot(int rank) const { return reinterpret_cast<RankSlot*>(base_ + kLine)[rank]; }
-  float* at(int64_t offset) const { return reinterpret_cast<float*>(base_ + offset); }
-
- private:
-  ShmSegment(int fd, char* base, const Layout& layout, std::string name, bool owns_name)
-      : fd_(fd), base_(base), layout_(layout), name_(std::move(name)), owns_name_(owns_name) {}
-
-  static struct flock ByteOf(int rank, short type) {
-    struct flock lock = {};
-    lock.l_type = type;
-    lock.l_whence = SEEK_SET;
-    lock.l_start = rank;
-    lock.l_len = 1;
-    return lock;
-  }
-
-  const int fd_;  // kept open: it carries this rank's lock
-  char* const base_;
-  const Layout layout_;
-  const std::string name_;
-  bool owns_name_;
-};
-
-absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(const Layout& layout) {
-  absl::StatusOr<std::string> random = RandomBytes(16 + sizeof(uint64_t));
-  if (!random.ok()) return random.status();
-  std::string name = absl::StrCat(kNamePrefix, absl::BytesToHexString(random->substr(0, 16)));
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot create ", name, ": ", strerror(errno)));
-  }
-  // Every page now: on a full /dev/shm a sparse segment would SIGBUS at first touch instead.
-  const int reserve_error = posix_fallocate(fd, 0, layout.total_bytes());
-  void* base = reserve_error != 0
-                   ? MAP_FAILED
-                   : mmap(nullptr, layout.total_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int map_errno = errno;
-  if (base == MAP_FAILED) {
-    close(fd);
-    shm_unlink(name.c_str());
-    return absl::ResourceExhaustedError(
-        reserve_error != 0
-            ? absl::StrCat("cannot reserve ", layout.total_bytes() >> 10, " KiB for ", name,
-                           " in /dev/shm: ", strerror(reserve_error))
-            : absl::StrCat("cannot map ", name, ": ", strerror(map_errno)));
-  }
-  std::unique_ptr<ShmSegment> segment(
-      new ShmSegment(fd, static_cast<char*>(base), layout, std::move(name), /*owns_name=*/true));
-  SegmentHeader* header = new (base) SegmentHeader;
-  for (int r = 0; r < layout.world_size; ++r) new (&segment->slot(r)) RankSlot;
-  std::memcpy(&header->token, random->data() + 16, sizeof(header->token));
-  header->world_size = layout.world_size;
-  header->chunk_bytes = layout.chunk_bytes;
-  header->magic = kMagic;  // the store's hand-over of the name orders this before any reader
-  return segment;
-}
-
-absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Open(const std::string& published,
-                                                             const Layout& layout) {
-  const std::vector<std::string> parts = absl::StrSplit(published, ' ');
-  uint64_t token = 0;
-  if (parts.size() != 2 || !absl::StartsWith(parts[0], kNamePrefix) ||
-      parts[0].find('/', 1) != std::string::npos || parts[1].size() != 16 ||
-      !absl::SimpleHexAtoi(parts[1], &token)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank 0 published a malformed segment '", absl::CHexEscape(published), "'"));
-  }
-  const std::string& name = parts[0];
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot open ", name, ": ", strerror(errno),
-                                               " (another host, or a /dev/shm of its own)"));
-  }
-  struct stat st = {};
-  void* base = MAP_FAILED;
-  std::string why;
-  if (fstat(fd, &st) != 0 || st.st_size != layout.total_bytes()) {
-    why = absl::StrCat(name, " has ", st.st_size, " bytes, want ", layout.total_bytes());
-  } else if ((base = mmap(nullptr, layout.total_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                          0)) == MAP_FAILED) {
-    why = absl::StrCat("cannot map ", name, ": ", strerror(errno));
-  }
-  if (base == MAP_FAILED) {
-    close(fd);
-    return absl::UnavailableError(why);
-  }
-  std::unique_ptr<ShmSegment> segment(
-      new ShmSegment(fd, static_cast<char*>(base), layout, name, /*owns_name=*/false));
-  const SegmentHeader& header = segment->header();
-  if (header.magic != kMagic || header.token != token || header.world_size != layout.world_size ||
-      header.chunk_bytes != layout.chunk_bytes) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(name, " is not the segment rank 0 made for this group"));
-  }
-  return segment;
-}
 
 absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::Create(
     int rank, int world_size, std::shared_ptr<gloo::rendezvous::Store> store,

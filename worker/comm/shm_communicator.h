@@ -56,7 +56,7 @@ class Store;
 
 namespace tpserve {
 
-class ShmSegment;  // shm_communicator.cc: the mapping and the typed views into it
+class ShmSegment;  // shm_segment.h: the mapping and the typed views into it
 
 struct ShmOptions {
   // Deadline for the whole rendezvous, from the start of Create.
