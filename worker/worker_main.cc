@@ -5,7 +5,6 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -19,7 +18,7 @@
 #include "common/logging.h"
 #include "common/tls_flags.h"
 #include "kernels/cpu/threads.h"
-#include "tpserve/v1/worker.grpc.pb.h"
+#include "worker/coordinator_link.h"
 #include "worker/cpu_weights.h"
 #include "worker/worker_server.h"
 
@@ -44,38 +43,6 @@ struct Flags {
   std::string cpu_comm = "auto";
   TlsFiles tls;
 };
-
-// Registers `address` as `rank`, retrying while the coordinator is unreachable. Returns an empty
-// string on success, else the line to print.
-std::string Register(const Flags& flags, WorkerServer& server) {
-  using Clock = std::chrono::steady_clock;
-  auto stub = v1::ClusterService::NewStub(ClusterChannel(flags.coordinator));
-  v1::RegisterRequest request;
-  request.set_rank(flags.rank);
-  request.set_address(server.address());
-  request.set_hostname(server.hostname());
-  request.set_pid(static_cast<int32_t>(getpid()));
-  const auto deadline = Clock::now() + std::chrono::seconds(flags.register_timeout_s);
-  while (!server.shutdown_requested()) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    v1::RegisterResponse response;
-    const grpc::Status status = stub->Register(&context, request, &response);
-    if (status.ok()) return "";
-    const bool unreachable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                             status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (!unreachable) {
-      return absl::StrCat("tpserve-worker: the coordinator at ", flags.coordinator,
-                          " refused rank ", flags.rank, ": ", status.error_message());
-    }
-    if (Clock::now() >= deadline) {
-      return absl::StrCat("tpserve-worker: cannot reach the coordinator at ", flags.coordinator,
-                          " within --register-timeout ", flags.register_timeout_s, " s");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
-  return "";  // A signal arrived while registering: shut down normally.
-}
 
 int Run(const Flags& flags) {
   if (absl::Status s = LoadClusterToken(flags.cluster_token_file); !s.ok()) {
@@ -127,10 +94,15 @@ int Run(const Flags& flags) {
   LogInfo("worker", "rank %d: serving on %s (pid %d)", flags.rank, worker->address(),
           static_cast<int>(getpid()));
 
-  const absl::Duration silence = absl::Seconds(flags.coordinator_timeout_s);
+  CoordinatorLink::Options link_options;
+  link_options.coordinator = flags.coordinator;
+  link_options.rank = flags.rank;
+  link_options.register_timeout = absl::Seconds(flags.register_timeout_s);
+  link_options.silence = absl::Seconds(flags.coordinator_timeout_s);
+  CoordinatorLink link(link_options, worker);
   while (true) {
     worker->ForgetCoordinator();
-    const std::string error = Register(flags, *worker);
+    const std::string error = link.Register();
     if (!error.empty()) {
       std::fprintf(stderr, "%s\n", error.c_str());
       return 1;
@@ -139,11 +111,7 @@ int Run(const Flags& flags) {
       LogInfo("worker", "rank %d: registered with the coordinator at %s as %s", flags.rank,
               flags.coordinator, worker->address());
     }
-    if (worker->WaitForShutdownOrSilence(silence)) break;
-    LogWarning("worker",
-               "rank %d: no call from the coordinator at %s for %d s (--coordinator-timeout): "
-               "registering again, keeping the loaded shard",
-               flags.rank, flags.coordinator, flags.coordinator_timeout_s);
+    if (link.WaitForShutdownOrLoss()) break;
   }
   worker->Stop();
   LogInfo("worker", "rank %d: stopped", flags.rank);
@@ -178,7 +146,8 @@ int main(int argc, char** argv) {
   app.add_option("--coordinator-timeout", flags.coordinator_timeout_s,
                  "seconds without a call from the coordinator (it heartbeats every second) after "
                  "which this worker registers again, for a coordinator restarted at the same "
-                 "address")
+                 "address whose loss closed no connection (a lost host); a closed connection is "
+                 "noticed at once")
       ->capture_default_str()
       ->check(CLI::Range(2, 86400));
   app.add_option("--local-rank", flags.local_rank,

@@ -105,9 +105,9 @@ void WorkerServer::Stop() {
   server_.reset();
 }
 
-void WorkerServer::WaitForShutdownRequest() {
+void WorkerServer::WaitForShutdownRequest(absl::Duration timeout) {
   absl::MutexLock lock(&status_mu_);
-  status_mu_.Await(absl::Condition(&shutdown_requested_));
+  status_mu_.AwaitWithTimeout(absl::Condition(&shutdown_requested_), timeout);
 }
 
 void WorkerServer::ForgetCoordinator() {
@@ -115,15 +115,15 @@ void WorkerServer::ForgetCoordinator() {
   coordinator_known_ = false;
 }
 
-bool WorkerServer::WaitForShutdownOrSilence(absl::Duration silence) {
+WorkerServer::Wake WorkerServer::WaitForShutdownOrSilence(absl::Duration silence,
+                                                          absl::Duration timeout) {
   absl::MutexLock lock(&status_mu_);
-  while (true) {
-    status_mu_.AwaitWithTimeout(absl::Condition(&shutdown_requested_), absl::Seconds(1));
-    if (shutdown_requested_) return true;
-    if (coordinator_known_ && calls_in_flight_ == 0 && absl::Now() - last_call_ > silence) {
-      return false;
-    }
+  status_mu_.AwaitWithTimeout(absl::Condition(&shutdown_requested_), timeout);
+  if (shutdown_requested_) return Wake::kShutdown;
+  if (coordinator_known_ && calls_in_flight_ == 0 && absl::Now() - last_call_ > silence) {
+    return Wake::kSilence;
   }
+  return Wake::kTimeout;
 }
 
 WorkerServer::CoordinatorCall::CoordinatorCall(WorkerServer* server) : server_(server) {
@@ -225,6 +225,7 @@ grpc::Status WorkerServer::Status(grpc::ServerContext* context, const v1::Worker
   if (grpc::Status s = CheckClusterToken(*context, "WorkerService.Status"); !s.ok()) return s;
   absl::MutexLock lock(&status_mu_);
   last_call_ = absl::Now();  // the coordinator's heartbeat
+  coordinator_known_ = true;
   response->set_rank(options_.rank);
   response->set_state(WorkerStateName(state_));
   response->set_hostname(hostname_);

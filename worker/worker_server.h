@@ -77,13 +77,15 @@ class WorkerServer final : public v1::WorkerService::Service {
   const std::string& address() const { return address_; }  // "host:bound_port"
   const std::string& hostname() const { return hostname_; }
 
-  // Blocks until the Shutdown RPC or RequestShutdown.
-  void WaitForShutdownRequest();
-  // Blocks until Shutdown is requested (true), or until a coordinator that has called Init went
-  // `silence` without calling at all, with no call in flight (false): it is gone, and a new one
-  // (restarted behind the same address) waits for this rank to register again.
-  bool WaitForShutdownOrSilence(absl::Duration silence);
-  // Disarms the silence check until the next Init: call before registering.
+  // Blocks until the Shutdown RPC or RequestShutdown, or at most `timeout`.
+  void WaitForShutdownRequest(absl::Duration timeout = absl::InfiniteDuration());
+  enum class Wake { kShutdown, kSilence, kTimeout };
+  // Blocks up to `timeout`, returning early when Shutdown is requested, or when a coordinator
+  // that has called went `silence` without calling at all, with no call in flight: it is gone,
+  // and a new one (restarted behind the same address) waits for this rank to register again.
+  Wake WaitForShutdownOrSilence(absl::Duration silence, absl::Duration timeout);
+  // Disarms the silence check until the coordinator's next Init or heartbeat: call before
+  // registering.
   void ForgetCoordinator();
   void RequestShutdown();
   bool shutdown_requested();
@@ -170,7 +172,7 @@ class WorkerServer final : public v1::WorkerService::Service {
   bool shutdown_requested_ ABSL_GUARDED_BY(status_mu_) = false;
   bool following_ ABSL_GUARDED_BY(status_mu_) = false;       // FollowSteps is queued or running
   bool stop_following_ ABSL_GUARDED_BY(status_mu_) = false;  // StopFollowing ended it
-  // The silence check: armed by Init, disarmed by registering; the time of the last call's start
+  // The silence check: armed by Init and heartbeats, disarmed by registering; the time of the last call's start
   // or end, and how many are in flight.
   bool coordinator_known_ ABSL_GUARDED_BY(status_mu_) = false;
   absl::Time last_call_ ABSL_GUARDED_BY(status_mu_);
