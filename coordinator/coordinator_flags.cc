@@ -32,6 +32,12 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags* flags) {
                  "seconds to wait for every rank to register (and for Init)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--shutdown-timeout", flags->shutdown_timeout_s,
+                 "on SIGTERM or SIGINT: readiness turns 503 and new requests are refused at "
+                 "once; the requests in flight get this many seconds to finish, then the rest "
+                 "end with an error (streams with an error event) and the workers are stopped")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--step-timeout", flags->step_timeout_s,
                  "the least time, in seconds, a step may take before the cluster is degraded; a "
                  "step of more work gets proportionally longer (dead ranks are found by the "

@@ -24,6 +24,7 @@ struct CoordinatorFlags {
   int port = 0;
   std::string port_file;
   double startup_timeout_s = 60;
+  double shutdown_timeout_s = 30;
   double step_timeout_s = 30;
   double heartbeat_interval_s = 1;
   double recovery_grace_s = 60;

@@ -92,6 +92,22 @@ void HandleSignals(absl::Notification* stop) {
   }).detach();
 }
 
+// Readiness turns 503 and new requests are refused at once (a Service stops routing here);
+// those in flight get `timeout` to finish, answers written included.
+void DrainForShutdown(Engine& engine, HttpServer& http, absl::Duration timeout) {
+  const int32_t in_flight = engine.Drain(
+      "the server is shutting down: it finishes the requests it has and accepts no new ones");
+  LogInfo(kLog, "shutting down: %d requests in flight get up to %s to finish (--shutdown-timeout)",
+          in_flight, absl::FormatDuration(timeout));
+  const absl::Time deadline = absl::Now() + timeout;
+  if (engine.WaitIdle(deadline) && http.WaitIdle(deadline)) {
+    LogInfo(kLog, "every request in flight finished");
+    return;
+  }
+  LogWarning(kLog, "%d requests still in flight after --shutdown-timeout: they end with an error",
+             engine.stats().num_running + engine.stats().num_waiting);
+}
+
 // Tells the workers that did register to exit, when start-up fails before a pool exists.
 void ShutdownRegistered(const std::vector<RegisteredWorker>& workers) {
   for (const RegisteredWorker& w : workers) {
@@ -466,8 +482,11 @@ int Run(const CoordinatorFlags& flags) {
             options.jump_forward ? "on" : "off", flags.speculative);
     if (stop.HasBeenNotified()) LogInfo(kLog, "stop requested during start-up");
     stop.WaitForNotification();
+    DrainForShutdown(engine, http, absl::Seconds(flags.shutdown_timeout_s));
   }
   engine.Stop();
+  // The streams the engine just failed write their error events before HTTP stops.
+  http.WaitIdle(absl::Now() + kShutdownTimeout);
   // Before the engine goes away: HTTP threads may still be reading it.
   http.Stop();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));

@@ -263,6 +263,7 @@ bool Engine::TakeSubmitted(absl::Duration wait) {
       return stopping_ || !submitted_.empty() || flush_requested_ != flush_done_ ||
              (reform_ != nullptr && !degraded_.ok());
     };
+    idle_ = idle && submitted_.empty();
     if (idle) {
       mutex_.Await(absl::Condition(&wake));
     } else if (wait > absl::ZeroDuration()) {
@@ -270,6 +271,7 @@ bool Engine::TakeSubmitted(absl::Duration wait) {
     }
     if (stopping_) return false;
     submitted.swap(submitted_);
+    idle_ = idle && submitted.empty();
   }
   for (auto& seq : submitted) scheduler_.Add(std::move(seq));
   return true;

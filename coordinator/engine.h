@@ -121,8 +121,9 @@ class Engine {
   ~Engine();  // Stop()
 
   void Start();
-  // Fails every outstanding request with UNAVAILABLE "coordinator is shutting down" and joins
-  // the thread (after the step in flight, if any, returns).
+  // Fails every outstanding request with UNAVAILABLE "coordinator is shutting down" (their
+  // streams end with that error) and joins the thread (after the step in flight, if any,
+  // returns).
   void Stop();
 
   // Queues a generation of params.n samples: one stream each, in sample order. INVALID_ARGUMENT
@@ -164,9 +165,14 @@ class Engine {
   };
   std::optional<Pause> pause() const;
 
-  // Stops admitting requests (UNAVAILABLE "draining"); those already accepted run to the end.
+  // Stops admitting requests (UNAVAILABLE with `why`); those already accepted run to the end.
   // Returns how many were in flight.
-  int32_t Drain();
+  int32_t Drain(std::string why = kDrainingMessage);
+  static constexpr char kDrainingMessage[] =
+      "the server is draining: it finishes the requests it has and accepts no new ones";
+  // Waits until no request is queued or running (after a Drain: until those accepted ended), or
+  // `deadline`; true when idle.
+  bool WaitIdle(absl::Time deadline) const;
   // Admits requests again.
   void Undrain();
   bool draining() const;
@@ -270,6 +276,9 @@ class Engine {
   std::string waiting_for_ ABSL_GUARDED_BY(mutex_);
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
   bool draining_ ABSL_GUARDED_BY(mutex_) = false;
+  std::string drain_reason_ ABSL_GUARDED_BY(mutex_);
+  // The engine thread holds no request, and was about to wait for one (TakeSubmitted).
+  bool idle_ ABSL_GUARDED_BY(mutex_) = true;
   uint64_t next_request_id_ ABSL_GUARDED_BY(mutex_) = 1;
   // FlushPrefixCache tickets: callers take flush_requested_ + 1 and wait for flush_done_.
   uint64_t flush_requested_ ABSL_GUARDED_BY(mutex_) = 0;

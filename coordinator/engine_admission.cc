@@ -189,11 +189,7 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::Enqueue(
   if (!degraded_.ok() && (options_.max_queued_requests == 0 || !WithinGrace(absl::Now()))) {
     return HealthLocked();
   }
-  if (draining_) {
-    return absl::UnavailableError(
-        "the server is draining: it finishes the requests it has and "
-        "accepts no new ones");
-  }
+  if (draining_) return absl::UnavailableError(drain_reason_);
   const int64_t waiting = queued + static_cast<int64_t>(submitted_.size());
   if (options_.max_queued_requests > 0 && waiting >= options_.max_queued_requests) {
     return absl::ResourceExhaustedError(
@@ -221,12 +217,21 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::Enqueue(
   return streams;
 }
 
-int32_t Engine::Drain() {
+int32_t Engine::Drain(std::string why) {
   const EngineStats s = stats();
   absl::MutexLock lock(&mutex_);
-  if (!draining_) LogInfo(kLog, "draining: new requests are refused from now on");
+  if (!draining_) LogInfo(kLog, "draining: new requests are refused from now on (%s)", why);
   draining_ = true;
+  drain_reason_ = std::move(why);
   return s.num_running + s.num_waiting + static_cast<int32_t>(submitted_.size());
+}
+
+bool Engine::WaitIdle(absl::Time deadline) const {
+  absl::MutexLock lock(&mutex_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return idle_ && submitted_.empty();
+  };
+  return mutex_.AwaitWithDeadline(absl::Condition(&idle), deadline);
 }
 
 void Engine::Undrain() {

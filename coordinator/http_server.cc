@@ -184,7 +184,16 @@ bool WriteEvents(EventStream& events, HttpExchange& exchange, const std::atomic<
   }
   Usage usage;
   while (!samples.done()) {
-    if (stopping.load() || exchange.client_gone()) return give_up();
+    if (exchange.client_gone()) return give_up();
+    if (stopping.load()) {
+      // Cut, but not silently: the client learns its answer is incomplete and why.
+      LogWarning(kLog, "request %d: cut while streaming: the HTTP server is stopping",
+                 samples.request_id());
+      write(absl::StrCat("data: ", ErrorBody(absl::UnavailableError("the HTTP server is stopping")),
+                         "\n\n"));
+      write(kSseDone);
+      return give_up();
+    }
     std::optional<SampleStreams::News> news = samples.Next(kPoll);
     if (!news.has_value()) {
       if (absl::Now() - last_write < kKeepAliveEvery) continue;
@@ -283,6 +292,12 @@ absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
         return ErrorReply(absl::InvalidArgumentError(message), status);
       });
   return listener_->Start(host, port);
+}
+
+bool HttpServer::WaitIdle(absl::Time deadline) {
+  absl::MutexLock lock(&mutex_);
+  return mutex_.AwaitWithDeadline(
+      absl::Condition(+[](int* running) { return *running == 0; }, &running_), deadline);
 }
 
 void HttpServer::Stop() {

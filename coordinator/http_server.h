@@ -64,8 +64,10 @@ class HttpServer {
 
   // Listens on host:port (0: any free port) and serves on its own threads; returns the port.
   absl::StatusOr<int> Start(const std::string& host, int port);
-  // Ends every request in flight (streams are cancelled; waiting clients get 503), waits for
-  // their threads and closes every connection. Idempotent.
+  // Waits until no generation is being answered, or `deadline`; true when none is.
+  bool WaitIdle(absl::Time deadline);
+  // Ends every request in flight (streams end with an error event and are cancelled; waiting
+  // clients get 503), waits for their threads and closes every connection. Idempotent.
   void Stop();
 
   // From now on /v1/* go to `engine`, which must outlive the server (or Stop() first).

@@ -247,6 +247,11 @@ grpc::Status InferenceServiceImpl::Health(grpc::ServerContext* context,
     return grpc::Status::OK;
   }
   absl::Status health = (*engine)->health();
+  if (health.ok() && (*engine)->draining()) {
+    response->set_state(v1::HealthResponse::STATE_DRAINING);
+    response->set_message("accepting no new requests");
+    return grpc::Status::OK;
+  }
   response->set_state(health.ok() ? v1::HealthResponse::STATE_SERVING
                                   : v1::HealthResponse::STATE_DEGRADED);
   response->set_message(std::string(health.message()));
