@@ -82,6 +82,33 @@ grpc::Status ClusterServiceImpl::Register(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+void ClusterServiceImpl::SetLeaveHandler(LeaveHandler handler) {
+  absl::MutexLock lock(&mutex_);
+  leave_handler_ = std::move(handler);
+}
+
+grpc::Status ClusterServiceImpl::Leave(grpc::ServerContext* context,
+                                       const v1::LeaveRequest* request,
+                                       v1::LeaveResponse* response) {
+  if (grpc::Status s = CheckClusterToken(*context, "ClusterService.Leave"); !s.ok()) return s;
+  LeaveHandler handler;
+  {
+    absl::MutexLock lock(&mutex_);
+    const auto it = workers_.find(request->rank());
+    if (it == workers_.end() || it->second.address != request->address() ||
+        it->second.pid != request->pid()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("rank ", request->rank(), " at ", request->address(),
+                                       " is not a registered worker of this cluster"));
+    }
+    handler = leave_handler_;
+  }
+  LogInfo(kLog, "rank %d at %s is leaving: draining the group for it", request->rank(),
+          request->address());
+  response->set_drained(handler == nullptr || handler(request->rank()));
+  return grpc::Status::OK;
+}
+
 grpc::Status ClusterServiceImpl::StoreSet(grpc::ServerContext* context,
                                           const v1::StoreSetRequest* request,
                                           v1::StoreSetResponse* response) {

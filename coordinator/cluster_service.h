@@ -70,6 +70,15 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
   absl::StatusOr<std::vector<RegisteredWorker>> WaitForAllRanks(absl::Time deadline,
                                                                 const absl::Notification* stop);
 
+  // What Leave does once the caller is known to be the rank's registered worker: drain the group
+  // for it, returning whether every request in flight finished. Unset (start-up): Leave answers
+  // at once. Set before serving, cleared before what it uses goes away.
+  using LeaveHandler = std::function<bool(int rank)>;
+  void SetLeaveHandler(LeaveHandler handler);
+  // FAILED_PRECONDITION unless rank, address and pid are those the rank registered with.
+  grpc::Status Leave(grpc::ServerContext* context, const v1::LeaveRequest* request,
+                     v1::LeaveResponse* response) override;
+
   // Ranks that have not registered, e.g. "1, 2".
   std::string MissingRanks() const;
   // The workers registered so far, by rank.
@@ -87,6 +96,7 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
   std::map<int, RegisteredWorker> workers_ ABSL_GUARDED_BY(mutex_);  // by rank
   absl::flat_hash_map<std::string, std::string> store_ ABSL_GUARDED_BY(mutex_);
   int64_t store_bytes_ ABSL_GUARDED_BY(mutex_) = 0;  // keys and values
+  LeaveHandler leave_handler_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace tpserve

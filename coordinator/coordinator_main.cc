@@ -30,6 +30,7 @@
 #include "coordinator/cluster_service.h"
 #include "coordinator/coordinator_flags.h"
 #include "coordinator/engine.h"
+#include "coordinator/graceful_drain.h"
 #include "coordinator/group_reformer.h"
 #include "coordinator/header_gate.h"
 #include "coordinator/heartbeat_monitor.h"
@@ -90,22 +91,6 @@ void HandleSignals(absl::Notification* stop) {
     LogInfo(kLog, "received %s; shutting down", signal == SIGINT ? "SIGINT" : "SIGTERM");
     stop->Notify();
   }).detach();
-}
-
-// Readiness turns 503 and new requests are refused at once (a Service stops routing here);
-// those in flight get `timeout` to finish, answers written included.
-void DrainForShutdown(Engine& engine, HttpServer& http, absl::Duration timeout) {
-  const int32_t in_flight = engine.Drain(
-      "the server is shutting down: it finishes the requests it has and accepts no new ones");
-  LogInfo(kLog, "shutting down: %d requests in flight get up to %s to finish (--shutdown-timeout)",
-          in_flight, absl::FormatDuration(timeout));
-  const absl::Time deadline = absl::Now() + timeout;
-  if (engine.WaitIdle(deadline) && http.WaitIdle(deadline)) {
-    LogInfo(kLog, "every request in flight finished");
-    return;
-  }
-  LogWarning(kLog, "%d requests still in flight after --shutdown-timeout: they end with an error",
-             engine.stats().num_running + engine.stats().num_waiting);
 }
 
 // Tells the workers that did register to exit, when start-up fails before a pool exists.
@@ -466,6 +451,12 @@ int Run(const CoordinatorFlags& flags) {
                          kLoadTimeout);
   engine.SetGroupReformer([&reformer] { return reformer.Reform(); });
   engine.Start();
+  const absl::Duration shutdown_timeout = absl::Seconds(flags.shutdown_timeout_s);
+  cluster.SetLeaveHandler([&engine, shutdown_timeout](int rank) {
+    return DrainForLeavingRank(engine, rank, shutdown_timeout);
+  });
+  // Before the engine goes away; a Leave still draining ends with the server's shutdown.
+  absl::Cleanup forget_leaves = [&cluster] { cluster.SetLeaveHandler(nullptr); };
   {
     HeartbeatMonitor heartbeat(&pool, absl::Seconds(flags.heartbeat_interval_s),
                                [&engine](const absl::Status& s) { engine.MarkDegraded(s); });
@@ -482,7 +473,7 @@ int Run(const CoordinatorFlags& flags) {
             options.jump_forward ? "on" : "off", flags.speculative);
     if (stop.HasBeenNotified()) LogInfo(kLog, "stop requested during start-up");
     stop.WaitForNotification();
-    DrainForShutdown(engine, http, absl::Seconds(flags.shutdown_timeout_s));
+    DrainForShutdown(engine, http, shutdown_timeout);
   }
   engine.Stop();
   // The streams the engine just failed write their error events before HTTP stops.

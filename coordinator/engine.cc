@@ -125,6 +125,17 @@ void Engine::FlushIfRequested() {
   flush_done_ = requested;
 }
 
+void Engine::FailIfRequested() {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mutex_);
+    std::swap(status, fail_requested_);
+  }
+  if (status.ok()) return;
+  FailAll(status);
+  PublishStats();
+}
+
 void Engine::Run() {
   // Requests the scheduler holds but cannot run yet are retried at this pace.
   constexpr absl::Duration kRetry = absl::Milliseconds(5);
@@ -135,6 +146,7 @@ void Engine::Run() {
     PublishStats();
     if (!TakeSubmitted(ran ? absl::ZeroDuration() : kRetry)) break;
     FlushIfRequested();
+    FailIfRequested();
     absl::Status health;
     {
       absl::MutexLock lock(&mutex_);
@@ -173,6 +185,8 @@ void Engine::Run() {
   }
   FailAll(absl::UnavailableError("coordinator is shutting down"));
   PublishStats();
+  absl::MutexLock lock(&mutex_);
+  idle_ = true;
 }
 
 absl::StatusOr<v1::StepResponse> Engine::RunStep(ScheduledBatch& batch) {
@@ -261,6 +275,7 @@ bool Engine::TakeSubmitted(absl::Duration wait) {
     // Degraded with a reformer: wake to re-form the group (the attempts pace themselves).
     auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
       return stopping_ || !submitted_.empty() || flush_requested_ != flush_done_ ||
+             !fail_requested_.ok() ||
              (reform_ != nullptr && !degraded_.ok());
     };
     idle_ = idle && submitted_.empty();

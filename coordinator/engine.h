@@ -166,13 +166,17 @@ class Engine {
   std::optional<Pause> pause() const;
 
   // Stops admitting requests (UNAVAILABLE with `why`); those already accepted run to the end.
-  // Returns how many were in flight.
-  int32_t Drain(std::string why = kDrainingMessage);
+  // Returns how many were in flight. `until_reformed`: admits again once the group re-forms (a
+  // rank that left for a restart is back).
+  int32_t Drain(std::string why = kDrainingMessage, bool until_reformed = false);
   static constexpr char kDrainingMessage[] =
       "the server is draining: it finishes the requests it has and accepts no new ones";
   // Waits until no request is queued or running (after a Drain: until those accepted ended), or
   // `deadline`; true when idle.
   bool WaitIdle(absl::Time deadline) const;
+  // Ends every request queued or running with `status` (on the engine thread, soon); the engine
+  // goes on serving.
+  void FailInFlight(const absl::Status& status);
   // Admits requests again.
   void Undrain();
   bool draining() const;
@@ -205,6 +209,8 @@ class Engine {
   void RecordQueueTimes(const ScheduledBatch& batch);
   // Runs a FlushPrefixCache() that a caller waits for (engine thread).
   void FlushIfRequested();
+  // Runs a FailInFlight() (engine thread).
+  void FailIfRequested();
   // Ends one sample's stream with `status` (a log line).
   void Fail(Sequence& seq, const absl::Status& status);
   // Fails every request the engine holds with `status`.
@@ -277,6 +283,8 @@ class Engine {
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
   bool draining_ ABSL_GUARDED_BY(mutex_) = false;
   std::string drain_reason_ ABSL_GUARDED_BY(mutex_);
+  bool undrain_when_reformed_ ABSL_GUARDED_BY(mutex_) = false;
+  absl::Status fail_requested_ ABSL_GUARDED_BY(mutex_);  // OK: none
   // The engine thread holds no request, and was about to wait for one (TakeSubmitted).
   bool idle_ ABSL_GUARDED_BY(mutex_) = true;
   uint64_t next_request_id_ ABSL_GUARDED_BY(mutex_) = 1;

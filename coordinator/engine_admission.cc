@@ -217,10 +217,12 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::Enqueue(
   return streams;
 }
 
-int32_t Engine::Drain(std::string why) {
+int32_t Engine::Drain(std::string why, bool until_reformed) {
   const EngineStats s = stats();
   absl::MutexLock lock(&mutex_);
   if (!draining_) LogInfo(kLog, "draining: new requests are refused from now on (%s)", why);
+  // A drain for shutdown or by an operator outlasts a re-formation.
+  undrain_when_reformed_ = until_reformed && (!draining_ || undrain_when_reformed_);
   draining_ = true;
   drain_reason_ = std::move(why);
   return s.num_running + s.num_waiting + static_cast<int32_t>(submitted_.size());
@@ -238,6 +240,12 @@ void Engine::Undrain() {
   absl::MutexLock lock(&mutex_);
   if (draining_) LogInfo(kLog, "undrained: admitting requests again");
   draining_ = false;
+  undrain_when_reformed_ = false;
+}
+
+void Engine::FailInFlight(const absl::Status& status) {
+  absl::MutexLock lock(&mutex_);
+  fail_requested_ = status;
 }
 
 bool Engine::draining() const {

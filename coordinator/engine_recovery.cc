@@ -60,6 +60,11 @@ bool Engine::TryReform() {
             absl::ToDoubleSeconds(degraded_for), degraded_.message());
     degraded_ = absl::OkStatus();
     waiting_for_.clear();
+    if (undrain_when_reformed_) {
+      LogInfo(kLog, "undrained: the rank that left is back");
+      draining_ = false;
+      undrain_when_reformed_ = false;
+    }
   }
   ++recovery_.recoveries;
   if (Metrics* metrics = metrics_.load(); metrics != nullptr) {

@@ -56,7 +56,12 @@ fi
 binaries=(tpserve tpserve-coordinator tpserve-worker tpctl)
 if [ "$source" = 1 ]; then
   echo "build-image: building $tag from source inside the image (long: the whole project)"
-  "$docker" build -q -f deploy/Dockerfile --build-arg DEVICE="$device" -t "$tag" . >/dev/null
+  # The host's CA bundle, for a TLS-inspecting proxy between the build and PyPI.
+  secret=()
+  [ -f /etc/ssl/certs/ca-certificates.crt ] &&
+    secret=(--secret id=ca_bundle,src=/etc/ssl/certs/ca-certificates.crt)
+  "$docker" build -q -f deploy/Dockerfile --build-arg DEVICE="$device" "${secret[@]}" \
+    -t "$tag" . >/dev/null
 else
   . /etc/os-release
   if [ "${ID:-}" != debian ] || [ "${VERSION_ID:-}" != 12 ]; then

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that building and testing tpserve need, then the Python packages
 # pinned in scripts/requirements-test.txt. A no-op when all are present.
+#   scripts/setup.sh [--build-only]   --build-only: what configuring and building need, no more
+#                                     (the container image's build stage)
 set -euo pipefail
 
-packages=(
+build_packages=(
   cmake g++ make pkg-config python3 python3-pip
   libabsl-dev libicu-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libgloo-dev libboost-dev
   libcpp-httplib-dev  # the C++ integration tests' HTTP client
+)
+packages=(
+  "${build_packages[@]}"
   python3-jinja2  # chat_templates_match_jinja2's reference (run with /usr/bin/python3)
   # the fuzz targets (scripts/fuzz.sh): clang with libFuzzer and the sanitizers' runtimes
   clang libclang-rt-14-dev
@@ -17,6 +22,10 @@ packages=(
   golang-go golang-github-masterminds-sprig-dev golang-github-xeipuuv-gojsonschema-dev
   golang-k8s-sigs-yaml-dev
 )
+
+build_only=0
+[ "${1:-}" = --build-only ] && build_only=1
+[ "$build_only" = 0 ] || packages=("${build_packages[@]}")
 
 missing=()
 for p in "${packages[@]}"; do
@@ -34,6 +43,8 @@ else
   fi
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+[ "$build_only" = 0 ] || exit 0
 
 requirements="$(cd "$(dirname "$0")" && pwd)/requirements-test.txt"
 # The pins whose package is absent or at another version.

@@ -18,6 +18,9 @@ constexpr char kLog[] = "worker";
 // How often the wait looks at the connection; a lost coordinator is noticed within this.
 constexpr absl::Duration kWatchInterval = absl::Milliseconds(100);
 constexpr absl::Duration kAttemptTimeout = absl::Seconds(2);
+// The coordinator answers Leave within its --shutdown-timeout; an orchestrator's grace period
+// bounds this wait in practice.
+constexpr absl::Duration kLeaveTimeout = absl::Minutes(10);
 
 std::shared_ptr<grpc::Channel> Dial(const std::string& address) {
   grpc::ChannelArguments args;
@@ -102,6 +105,29 @@ bool CoordinatorLink::WaitForShutdownOrLoss() {
                  options_.rank, options_.coordinator);
       return false;
     }
+  }
+}
+
+void CoordinatorLink::Leave() {
+  auto stub = v1::ClusterService::NewStub(Dial(options_.coordinator));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kLeaveTimeout));
+  v1::LeaveRequest request;
+  request.set_rank(options_.rank);
+  request.set_address(server_->address());
+  request.set_pid(static_cast<int32_t>(getpid()));
+  v1::LeaveResponse response;
+  LogInfo(kLog, "rank %d: asking the coordinator at %s to drain the group before this rank stops",
+          options_.rank, options_.coordinator);
+  const grpc::Status status = stub->Leave(&context, request, &response);
+  if (!status.ok()) {
+    LogWarning(kLog, "rank %d: stopping without a drain: the coordinator did not drain (%s)",
+               options_.rank, status.error_message());
+  } else if (response.drained()) {
+    LogInfo(kLog, "rank %d: drained: every request in flight finished", options_.rank);
+  } else {
+    LogWarning(kLog, "rank %d: drained: the requests that could not finish in time ended with an "
+               "error", options_.rank);
   }
 }
 

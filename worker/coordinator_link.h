@@ -52,6 +52,10 @@ class CoordinatorLink {
   // Blocks until a shutdown is requested (true) or the coordinator is lost (false, logged with
   // what gave it away).
   bool WaitForShutdownOrLoss();
+  // Before this worker stops on a signal: asks the coordinator to drain the group for it
+  // (ClusterService.Leave) and waits until no request needs this rank, or the coordinator cannot
+  // be asked (it is gone, or this rank is not in its group). Logs the outcome.
+  void Leave();
 
  private:
   const Options options_;

@@ -85,21 +85,21 @@ int Run(const Flags& flags) {
     return 1;
   }
   WorkerServer* worker = server->get();
-  std::thread([worker, stop_signals] {
-    int signal = 0;
-    sigwait(&stop_signals, &signal);
-    LogInfo("worker", "received %s: shutting down", signal == SIGTERM ? "SIGTERM" : "SIGINT");
-    worker->RequestShutdown();
-  }).detach();
-  LogInfo("worker", "rank %d: serving on %s (pid %d)", flags.rank, worker->address(),
-          static_cast<int>(getpid()));
-
   CoordinatorLink::Options link_options;
   link_options.coordinator = flags.coordinator;
   link_options.rank = flags.rank;
   link_options.register_timeout = absl::Seconds(flags.register_timeout_s);
   link_options.silence = absl::Seconds(flags.coordinator_timeout_s);
   CoordinatorLink link(link_options, worker);
+  std::thread([worker, stop_signals] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    LogInfo("worker", "received %s: shutting down", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    worker->RequestShutdown(/*by_signal=*/true);
+  }).detach();
+  LogInfo("worker", "rank %d: serving on %s (pid %d)", flags.rank, worker->address(),
+          static_cast<int>(getpid()));
+
   while (true) {
     worker->ForgetCoordinator();
     const std::string error = link.Register();
@@ -113,6 +113,8 @@ int Run(const Flags& flags) {
     }
     if (link.WaitForShutdownOrLoss()) break;
   }
+  // The rank goes on serving steps while its group drains.
+  if (worker->stopped_by_signal()) link.Leave();
   worker->Stop();
   LogInfo("worker", "rank %d: stopped", flags.rank);
   return 0;

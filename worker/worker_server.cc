@@ -138,9 +138,15 @@ WorkerServer::CoordinatorCall::~CoordinatorCall() {
   server_->last_call_ = absl::Now();
 }
 
-void WorkerServer::RequestShutdown() {
+void WorkerServer::RequestShutdown(bool by_signal) {
   absl::MutexLock lock(&status_mu_);
   shutdown_requested_ = true;
+  stopped_by_signal_ = stopped_by_signal_ || by_signal;
+}
+
+bool WorkerServer::stopped_by_signal() {
+  absl::MutexLock lock(&status_mu_);
+  return stopped_by_signal_;
 }
 
 bool WorkerServer::shutdown_requested() {

@@ -87,8 +87,11 @@ class WorkerServer final : public v1::WorkerService::Service {
   // Disarms the silence check until the coordinator's next Init or heartbeat: call before
   // registering.
   void ForgetCoordinator();
-  void RequestShutdown();
+  // `by_signal`: SIGTERM or SIGINT, rather than the coordinator's Shutdown; the rank then drains
+  // its group before it stops (CoordinatorLink::Leave).
+  void RequestShutdown(bool by_signal = false);
   bool shutdown_requested();
+  bool stopped_by_signal();
   // Stops serving (in-flight calls get a short grace period) and finishes the queued work.
   // Idempotent; the destructor calls it.
   void Stop();
@@ -170,6 +173,7 @@ class WorkerServer final : public v1::WorkerService::Service {
   uint64_t status_last_step_id_ ABSL_GUARDED_BY(status_mu_) = 0;
   std::deque<double> step_ms_ ABSL_GUARDED_BY(status_mu_);  // the most recent steps
   bool shutdown_requested_ ABSL_GUARDED_BY(status_mu_) = false;
+  bool stopped_by_signal_ ABSL_GUARDED_BY(status_mu_) = false;
   bool following_ ABSL_GUARDED_BY(status_mu_) = false;       // FollowSteps is queued or running
   bool stop_following_ ABSL_GUARDED_BY(status_mu_) = false;  // StopFollowing ended it
   // The silence check: armed by Init and heartbeats, disarmed by registering; the time of the last call's start

@@ -49,9 +49,10 @@ def _render(value_files, release, namespace, extra):
     return subprocess.run(command + extra, capture_output=True, text=True, timeout=60)
 
 
-def render(*value_files, release="tpserve", namespace="default"):
-    """The objects the chart renders with these values files (later ones win)."""
-    result = _render(value_files, release, namespace, [])
+def render(*value_files, release="tpserve", namespace="default", extra=()):
+    """The objects the chart renders with these values files (later ones win); `extra`:
+    helm-render's --upgrade, --existing FILE."""
+    result = _render(value_files, release, namespace, list(extra))
     if result.returncode != 0:
         raise RenderError(f"helm-render {' '.join(map(shlex.quote, value_files))} failed:\n"
                           + result.stderr)

@@ -16,6 +16,7 @@ PATH, starts ranks 0..tensorParallelSize-1 exactly once.
     helm_render_test.py --renderer BUILD/tests/helm/helm-render --bin-dir BUILD/bin --model M
 """
 
+import base64
 import glob
 import json
 import os
@@ -27,6 +28,7 @@ import unittest
 
 import jsonschema
 import kubernetes_validate
+import yaml
 
 import chart
 import pods
@@ -420,6 +422,47 @@ class HelmRenderTest(unittest.TestCase):
             self.assertIn("rank 11 exited with status 137; stopping the others",
                           processes.log(pod.name))
             self.assertFalse(pods.group_alive(pod.process.pid), "ranks left running")
+
+    def test_cluster_token_is_kept_across_upgrades(self):
+        def token(objects):
+            secret = next(o for o in chart.find(objects, "Secret")
+                          if o["metadata"]["name"].endswith("-cluster-token"))
+            self.assertEqual(secret["metadata"]["annotations"]["helm.sh/resource-policy"], "keep")
+            return secret["data"]["token"]
+
+        first = token(chart.render())
+        self.assertEqual(len(base64.b64decode(first)), 48)
+        self.assertNotEqual(token(chart.render()), first, "a fresh install's token is not random")
+        existing = chart.one(chart.render(), "Secret")
+        existing["data"]["token"] = first
+        existing["metadata"]["namespace"] = "default"
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="tpserve-cluster-") as f:
+            yaml.safe_dump(existing, f)
+            f.flush()
+            for extra in (["--upgrade", "--existing", f.name], ["--existing", f.name]):
+                with self.subTest(extra=extra):
+                    self.assertEqual(token(chart.render(extra=extra)), first)
+            other = chart.render(namespace="elsewhere", extra=["--upgrade", "--existing", f.name])
+            self.assertNotEqual(token(other), first, "a Secret of another namespace was read")
+
+    def test_termination_drains_within_the_grace_period(self):
+        objects = self.rendered["defaults"]
+        values = chart.values()["coordinator"]
+        timeout, sleep = values["shutdownTimeoutSeconds"], values["preStopSleepSeconds"]
+        coordinator = chart.one(objects, "Deployment", "coordinator")
+        spec = coordinator["spec"]["template"]["spec"]
+        server = chart.container(coordinator, "coordinator")
+        self.assertEqual(chart.flag(server["command"], "--shutdown-timeout"), str(timeout))
+        self.assertEqual(server["lifecycle"]["preStop"]["exec"]["command"], ["sleep", str(sleep)])
+        workers = chart.one(objects, "StatefulSet", "worker")["spec"]["template"]["spec"]
+        for pod in (spec, workers):
+            self.assertGreater(pod["terminationGracePeriodSeconds"], sleep + timeout)
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="tpserve-values-") as f:
+            yaml.safe_dump({"coordinator": {"preStopSleepSeconds": 0}}, f)
+            f.flush()
+            server = chart.container(chart.one(chart.render(f.name), "Deployment", "coordinator"),
+                                     "coordinator")
+        self.assertNotIn("lifecycle", server)
 
     def test_bad_values_fail_with_the_schema_message(self):
         for values, line in BAD_VALUES:

@@ -1,6 +1,8 @@
 """SIGTERM drains the coordinator: readiness turns 503 and new requests are refused at once, the
 streams in flight finish within --shutdown-timeout (those that cannot end with an error event,
-none is cut without one), the workers are told to stop, and every process exits 0.
+none is cut without one), the workers are told to stop, and every process exits 0. SIGTERM on a
+worker drains its group the same way; the rank exits 0, and once it is started again the cluster
+admits requests again.
 
 The coordinator and three workers are started directly (not through the launcher, which would
 restart a coordinator that exits), on 127.0.0.1 with ports chosen at run time and a cluster token.
@@ -64,17 +66,24 @@ class Processes:
         deadline = time.monotonic() + 60
         port = self._read_port("port", deadline)
         self.http_address = f"127.0.0.1:{self._read_port('http-port', deadline)}"
+        self.worker_argv = [[
+            os.path.join(bin_dir, "tpserve-worker"), "--coordinator", f"127.0.0.1:{port}",
+            "--rank", str(rank), "--model", self.args.model, "--threads", "1",
+            "--cluster-token-file", token] for rank in range(3)]
         for rank in range(3):
-            self.workers.append(self._start(f"worker-{rank}", [
-                os.path.join(bin_dir, "tpserve-worker"), "--coordinator", f"127.0.0.1:{port}",
-                "--rank", str(rank), "--model", self.args.model, "--threads", "1",
-                "--cluster-token-file", token]))
-        deadline = time.monotonic() + 180
+            self.workers.append(self._start(f"worker-{rank}", self.worker_argv[rank]))
+        self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout_s=180):
+        deadline = time.monotonic() + timeout_s
         while self.ready()[0] != 200:
             if time.monotonic() > deadline or self.coordinator.poll() is not None:
                 raise AssertionError("not ready:\n" + self.log("coordinator"))
             time.sleep(0.2)
-        return self
+
+    def restart_worker(self, rank):
+        self.workers[rank] = self._start(f"worker-{rank}-again", self.worker_argv[rank])
 
     def __exit__(self, *exc):
         for p in [self.coordinator] + self.workers:
@@ -168,9 +177,10 @@ class GracefulShutdown(unittest.TestCase):
             self.assertIsNone(s.failure, s.failure)
         return streams
 
-    def sigterm_and_check_refusals(self, cluster, streams):
-        """SIGTERM; then readiness is 503 and a new request gets 503 while streams still run."""
-        cluster.coordinator.send_signal(signal.SIGTERM)
+    def sigterm_and_check_refusals(self, cluster, streams, process=None):
+        """SIGTERM to `process` (the coordinator); then readiness is 503 and a new request gets
+        503 while streams still run."""
+        (process or cluster.coordinator).send_signal(signal.SIGTERM)
         sent = time.monotonic()
         status = None
         while time.monotonic() - sent < 2:
@@ -182,7 +192,7 @@ class GracefulShutdown(unittest.TestCase):
         status, body = cluster.request("POST", "/v1/completions",
                                        {"prompt": PROMPT, "max_tokens": 4})
         self.assertEqual(status, 503, body)
-        self.assertIn("shutting down", json.loads(body)["error"]["message"])
+        self.assertIn("shutting down", json.loads(body)["error"]["message"], body)
         self.assertTrue(any(s.is_alive() for s in streams),
                         "every stream ended before the refusals were checked: nothing was in flight")
         return sent
@@ -227,6 +237,31 @@ class GracefulShutdown(unittest.TestCase):
                 self.assertTrue(s.done, f"stream {i} has no [DONE] after its error")
             print(f"exited {time.monotonic() - sent:.1f} s after SIGTERM "
                   f"(--shutdown-timeout {timeout_s})")
+
+    def test_sigterm_on_a_worker_drains_its_group(self):
+        with Processes(shutdown_timeout_s=30) as cluster:
+            streams = self.start_streams(cluster, max_tokens=128)
+            self.sigterm_and_check_refusals(cluster, streams, process=cluster.workers[1])
+            try:
+                rc = cluster.workers[1].wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                self.fail("rank 1 still runs 40 s after SIGTERM:\n" + cluster.log("worker-1"))
+            self.assertEqual(rc, 0, cluster.log("worker-1"))
+            for i, s in enumerate(streams):
+                s.join(10)
+                self.assertIsNone(s.failure, f"stream {i}: {s.failure}")
+                self.assertIsNone(s.error, f"stream {i} ended with an error")
+                self.assertEqual(s.completion_tokens, 128, f"stream {i}")
+            self.assertIsNone(cluster.coordinator.poll(), "the coordinator exited")
+            status, body = cluster.request("POST", "/v1/completions",
+                                           {"prompt": PROMPT, "max_tokens": 4})
+            self.assertEqual(status, 503, body)
+            self.assertIn("rank 1", json.loads(body)["error"]["message"])
+            cluster.restart_worker(1)
+            cluster.wait_ready(timeout_s=120)
+            status, body = cluster.request("POST", "/v1/completions",
+                                           {"prompt": PROMPT, "max_tokens": 4})
+            self.assertEqual(status, 200, body)
 
 
 if __name__ == "__main__":

@@ -181,3 +181,9 @@ coordinator, the workers and tpctl their --tls-* flags (common/tls_flags.h). */}
       name: {{ include "tpserve.clusterTokenSecret" . }}
       key: token
 {{- end }}
+
+{{/* Seconds Kubernetes waits between a pod's termination and SIGKILL: the preStop sleep, the
+drain's --shutdown-timeout, and a margin for stopping the workers. */}}
+{{- define "tpserve.terminationGracePeriod" -}}
+{{- add .Values.coordinator.preStopSleepSeconds .Values.coordinator.shutdownTimeoutSeconds 15 }}
+{{- end }}

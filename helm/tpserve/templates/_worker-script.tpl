@@ -42,8 +42,9 @@ exit "$status"
 {{- end }}
 
 {{/* The worker pod's startup and liveness probe: the coordinator lists every rank of this pod
-at its address. A coordinator that restarted knows none of them (ranks register once, at start),
-so the pod fails this probe, restarts, and its ranks register with the new coordinator. */}}
+at its address. A restarted coordinator hears from the ranks within seconds (they notice the
+closed connection and register again); a rank it still does not list after the probe's patience
+fails it, and the pod restarts. */}}
 {{- define "tpserve.workerRegisteredProbe" -}}
 exec:
   command:

@@ -4,7 +4,11 @@
 // text/template with sprig and the Helm functions the tpserve chart uses.
 //
 //	helm-render --chart DIR [--release NAME] [--namespace NS] [-f values.yaml]... [--notes]
+//	            [--upgrade] [--existing objects.yaml]
 //
+// --upgrade renders as `helm upgrade` does (.Release.IsUpgrade); --existing gives the objects
+// the cluster holds, which `lookup` finds (without it, `lookup` finds nothing, as in
+// `helm template`).
 // Prints the manifests as `helm template` prints them ("---", "# Source: ...", the object),
 // or with --notes the rendered NOTES.txt. On bad values or a template error it prints the error
 // as helm does ("Error: ...") and exits 1.
@@ -28,22 +32,30 @@ func main() {
 	release := flag.String("release", "tpserve", "the release name")
 	namespace := flag.String("namespace", "default", "the release namespace")
 	notes := flag.Bool("notes", false, "print the rendered NOTES.txt instead of the manifests")
+	upgrade := flag.Bool("upgrade", false, "render as an upgrade of an installed release")
+	existing := flag.String("existing", "", "a YAML file of the objects the cluster holds")
 	var valueFiles fileList
 	flag.Var(&valueFiles, "f",
 		"a values file, merged over the chart's values.yaml (repeatable; later files win)")
 	flag.Parse()
 	if *chartDir == "" || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: helm-render --chart DIR [--release NAME] "+
-			"[--namespace NS] [-f values.yaml]... [--notes]")
+			"[--namespace NS] [-f values.yaml]... [--notes] [--upgrade] [--existing FILE]")
 		os.Exit(2)
 	}
-	if err := run(*chartDir, *release, *namespace, valueFiles, *notes); err != nil {
+	cluster, err := loadObjects(*existing)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "Error: --existing: %v\n", err)
+		os.Exit(1)
+	}
+	install := releaseState{namespace: *namespace, upgrade: *upgrade, cluster: cluster}
+	if err := run(*chartDir, *release, install, valueFiles, *notes); err != nil {
 		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(chartDir, release, namespace string, valueFiles []string, notes bool) error {
+func run(chartDir, release string, state releaseState, valueFiles []string, notes bool) error {
 	chart, err := loadChart(chartDir)
 	if err != nil {
 		return err
@@ -52,7 +64,7 @@ func run(chartDir, release, namespace string, valueFiles []string, notes bool) e
 	if err != nil {
 		return err
 	}
-	rendered, err := chart.render(values, release, namespace)
+	rendered, err := chart.render(values, release, state)
 	if err != nil {
 		return err
 	}
