@@ -206,6 +206,15 @@ class GracefulShutdown(unittest.TestCase):
                 self.fail(f"{name} still runs {within_s} s after SIGTERM:\n" + cluster.log(name))
             self.assertEqual(rc, 0, f"{name} exited {rc}:\n" + cluster.log(name))
 
+    def assert_completed(self, streams, max_tokens):
+        for i, s in enumerate(streams):
+            s.join(10)
+            self.assertIsNone(s.failure, f"stream {i}: {s.failure}")
+            self.assertIsNone(s.error, f"stream {i} ended with an error")
+            self.assertEqual(s.finish_reason, "length", f"stream {i}")
+            self.assertEqual(s.completion_tokens, max_tokens, f"stream {i}")
+            self.assertTrue(s.done, f"stream {i} has no [DONE]")
+
     def test_streams_in_flight_finish_then_every_process_exits_0(self):
         timeout_s = 30
         with Processes(shutdown_timeout_s=timeout_s) as cluster:
@@ -213,13 +222,7 @@ class GracefulShutdown(unittest.TestCase):
             sent = self.sigterm_and_check_refusals(cluster, streams)
             self.wait_exits(cluster, within_s=timeout_s + 10)
             self.assertLess(time.monotonic() - sent, timeout_s + 5)
-            for i, s in enumerate(streams):
-                s.join(10)
-                self.assertIsNone(s.failure, f"stream {i}: {s.failure}")
-                self.assertIsNone(s.error, f"stream {i} ended with an error")
-                self.assertEqual(s.finish_reason, "length", f"stream {i}")
-                self.assertEqual(s.completion_tokens, 128, f"stream {i}")
-                self.assertTrue(s.done, f"stream {i} has no [DONE]")
+            self.assert_completed(streams, 128)
 
     def test_streams_past_the_timeout_end_with_an_error_event(self):
         timeout_s = 2
@@ -247,11 +250,7 @@ class GracefulShutdown(unittest.TestCase):
             except subprocess.TimeoutExpired:
                 self.fail("rank 1 still runs 40 s after SIGTERM:\n" + cluster.log("worker-1"))
             self.assertEqual(rc, 0, cluster.log("worker-1"))
-            for i, s in enumerate(streams):
-                s.join(10)
-                self.assertIsNone(s.failure, f"stream {i}: {s.failure}")
-                self.assertIsNone(s.error, f"stream {i} ended with an error")
-                self.assertEqual(s.completion_tokens, 128, f"stream {i}")
+            self.assert_completed(streams, 128)
             self.assertIsNone(cluster.coordinator.poll(), "the coordinator exited")
             status, body = cluster.request("POST", "/v1/completions",
                                            {"prompt": PROMPT, "max_tokens": 4})
