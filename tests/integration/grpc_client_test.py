@@ -145,6 +145,25 @@ class GrpcClientTest(unittest.TestCase):
         health = self.inference.Health(pb.HealthRequest(), timeout=10)
         self.assertEqual(health.state, pb.HealthResponse.STATE_SERVING)
 
+    def test_the_launchers_cluster_refuses_a_fake_register(self):
+        """The launcher made a cluster token: a rank that does not hold it cannot join, whatever
+        it sends, and the ranks that do keep serving."""
+        pb = self.protos.worker_pb2
+        cluster = self.protos.worker_pb2_grpc.ClusterServiceStub(self.channel)
+        fake = pb.RegisterRequest(rank=0, address="127.0.0.1:1", hostname="intruder", pid=1)
+        for metadata in [(), (("authorization", "Bearer wrong"),), (("authorization", ""),)]:
+            with self.subTest(metadata=metadata):
+                with self.assertRaises(grpc.RpcError) as raised:
+                    cluster.Register(fake, metadata=metadata, timeout=10)
+                self.assertEqual(raised.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+                with self.assertRaises(grpc.RpcError) as raised:
+                    cluster.Leave(pb.LeaveRequest(rank=0), metadata=metadata, timeout=10)
+                self.assertEqual(raised.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+        health = self.inference.Health(self.protos.inference_pb2.HealthRequest(), timeout=10)
+        self.assertEqual(health.state, self.protos.inference_pb2.HealthResponse.STATE_SERVING)
+        _, text, _, _, _ = self.generate(self.request(text=PROMPT, max_tokens=4))
+        self.assertTrue(text)
+
 
 if __name__ == "__main__":
     run_tests()

@@ -14,7 +14,7 @@ import sys
 import types
 
 PROTO_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "proto")
-_FILES = ("tpserve/v1/inference.proto", "tpserve/v1/admin.proto")
+_FILES = ("tpserve/v1/inference.proto", "tpserve/v1/admin.proto", "tpserve/v1/worker.proto")
 
 
 def load(out_dir):
@@ -27,6 +27,7 @@ def load(out_dir):
     if protoc.main(args) != 0:
         raise RuntimeError("grpc_tools.protoc failed on " + ", ".join(_FILES))
     sys.path.insert(0, out_dir)
-    names = ("inference_pb2", "inference_pb2_grpc", "admin_pb2", "admin_pb2_grpc")
+    names = ("inference_pb2", "inference_pb2_grpc", "admin_pb2", "admin_pb2_grpc", "worker_pb2",
+             "worker_pb2_grpc")
     return types.SimpleNamespace(
         **{name: importlib.import_module("tpserve.v1." + name) for name in names})

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -41,6 +42,17 @@ class ClusterServiceTest : public ::testing::Test {
     v1::RegisterResponse response;
     grpc::ClientContext context;
     return stub_->Register(&context, request, &response);
+  }
+  grpc::Status Leave(int rank, const std::string& address, int pid, bool* drained) {
+    v1::LeaveRequest request;
+    request.set_rank(rank);
+    request.set_address(address);
+    request.set_pid(pid);
+    v1::LeaveResponse response;
+    grpc::ClientContext context;
+    grpc::Status status = stub_->Leave(&context, request, &response);
+    *drained = response.drained();
+    return status;
   }
   grpc::Status Set(const std::string& key, const std::string& value) {
     v1::StoreSetRequest request;
@@ -108,6 +120,30 @@ TEST_F(ClusterServiceTest, RestartedWorkerReplacesADeadOne) {
   auto workers = service_->WaitForAllRanks(absl::Now() + absl::Seconds(5), nullptr);
   ASSERT_TRUE(workers.ok());
   EXPECT_EQ((*workers)[0].address, "127.0.0.1:2100");
+}
+
+TEST_F(ClusterServiceTest, OnlyTheRegisteredWorkerOfARankMayLeave) {
+  Start(2);
+  ASSERT_TRUE(Register(1, "127.0.0.1:2001", 11).ok());
+  std::vector<int> drained_for;
+  service_->SetLeaveHandler([&drained_for](int rank) {
+    drained_for.push_back(rank);
+    return false;
+  });
+  bool drained = true;
+  EXPECT_EQ(Leave(1, "127.0.0.1:2999", 11, &drained).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Leave(1, "127.0.0.1:2001", 99, &drained).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Leave(0, "127.0.0.1:2000", 10, &drained).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(drained_for.empty());
+  ASSERT_TRUE(Leave(1, "127.0.0.1:2001", 11, &drained).ok());
+  EXPECT_EQ(drained_for, std::vector<int>{1});
+  EXPECT_FALSE(drained) << "the handler's answer";
+  service_->SetLeaveHandler(nullptr);
+  ASSERT_TRUE(Leave(1, "127.0.0.1:2001", 11, &drained).ok());
+  EXPECT_TRUE(drained) << "nothing to drain before the engine serves";
 }
 
 TEST_F(ClusterServiceTest, WaitForAllRanksNamesTheMissingOnes) {

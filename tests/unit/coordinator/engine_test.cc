@@ -330,6 +330,30 @@ TEST_F(EngineTest, DrainRefusesNewRequestsAndStaysHealthy) {
   EXPECT_THAT(out.status.error_message(), HasSubstr("draining"));
 }
 
+TEST_F(EngineTest, WaitIdleWaitsForTheDrainAndFailInFlightEndsWhatIsLeft) {
+  FakeWorkerOptions hang;
+  hang.hang_at_step = 3;
+  Start({hang});
+  EXPECT_TRUE(engine_->WaitIdle(absl::Now()));
+  Generated out;
+  std::thread running([&] { out = Generate(Request({300, 301}, 50)); });
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (engine_->stats().num_running < 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(engine_->Drain("rank 0 is shutting down", /*until_reformed=*/true), 1);
+  EXPECT_FALSE(engine_->WaitIdle(absl::Now() + absl::Milliseconds(300)));  // step 3 hangs
+  const Generated refused = Generate(Request({302}, 4));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("rank 0 is shutting down"));
+  engine_->FailInFlight(absl::UnavailableError("rank 0 left before this request finished"));
+  fakes_.clear();  // releases the step
+  running.join();
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(out.status.error_message(), HasSubstr("rank 0 left before this request finished"));
+  EXPECT_TRUE(engine_->WaitIdle(absl::Now() + absl::Seconds(5)));
+}
+
 TEST_F(EngineTest, FlushPrefixCacheEvictsWhatNoRequestUses) {
   Start({{}});
   ASSERT_TRUE(Generate(Request({300, 301, 302, 303, 304, 305, 306, 307, 308}, 4)).status.ok());
