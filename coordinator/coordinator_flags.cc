@@ -1,5 +1,7 @@
 #include "coordinator/coordinator_flags.h"
 
+#include <algorithm>
+
 #include "common/cluster_token.h"
 #include "coordinator/bearer_keys.h"
 #include "coordinator/ngram_flags.h"
@@ -186,6 +188,30 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags* flags) {
                  "write the chosen admin port to this file");
   AddTlsFlags(app, &flags->tls);
   AddRequestLimitFlags(app, &flags->limits);
+}
+
+std::vector<std::string> GivenCoordinatorArgs(const CLI::App& app,
+                                              const std::vector<std::string>& except) {
+  // The names come from the registration itself, so a flag added there passes through.
+  CLI::App registry;
+  CoordinatorFlags unused;
+  AddCoordinatorFlags(registry, &unused);
+  std::vector<std::string> args;
+  for (const CLI::Option* known : registry.get_options()) {
+    if (known->get_lnames().empty()) continue;
+    const std::string name = "--" + known->get_lnames().front();
+    if (name == "--help" || std::find(except.begin(), except.end(), name) != except.end()) {
+      continue;
+    }
+    const CLI::Option* given = app.get_option_no_throw(name);
+    if (given == nullptr || given->count() == 0) continue;
+    if (given->get_expected_max() == 0) {
+      args.push_back(name);
+      continue;
+    }
+    for (const std::string& value : given->results()) args.push_back(name + "=" + value);
+  }
+  return args;
 }
 
 }  // namespace tpserve

@@ -70,4 +70,11 @@ struct CoordinatorFlags {
 
 void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags* flags);
 
+// The coordinator flags given on the command line `app` parsed (where AddCoordinatorFlags
+// registered them, less any removed), as "--name=value" ("--name" for a switch), one per value
+// given, but those named in `except`: what a launcher passes through to its coordinator
+// unchanged.
+std::vector<std::string> GivenCoordinatorArgs(const CLI::App& app,
+                                              const std::vector<std::string>& except);
+
 }  // namespace tpserve

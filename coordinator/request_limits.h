@@ -68,19 +68,6 @@ inline void AddRequestLimitFlags(CLI::App& app, RequestLimits* limits) {
       ->check(CLI::Range(0.01, 3600.0));
 }
 
-// The flags as AddRequestLimitFlags reads them, for a launcher to pass on.
-inline std::vector<std::string> RequestLimitArgs(const RequestLimits& limits) {
-  return {absl::StrCat("--max-n=", limits.max_n),
-          absl::StrCat("--max-stop-strings=", limits.max_stop_strings),
-          absl::StrCat("--max-stop-string-bytes=", limits.max_stop_string_bytes),
-          absl::StrCat("--max-stop-token-ids=", limits.max_stop_token_ids),
-          absl::StrCat("--max-tools=", limits.max_tools),
-          absl::StrCat("--max-bad-words=", limits.max_bad_words),
-          absl::StrCat("--max-logit-bias=", limits.max_logit_bias),
-          absl::StrCat("--max-constraint-bytes=", limits.max_constraint_bytes),
-          absl::StrCat("--grammar-compile-timeout=", limits.grammar_compile_timeout_s)};
-}
-
 // `stop` against the limits, each string non-empty: INVALID_ARGUMENT naming stop or stop[i].
 inline absl::Status CheckStopStrings(const std::vector<std::string>& stop,
                                      const RequestLimits& limits) {

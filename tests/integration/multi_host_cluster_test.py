@@ -26,6 +26,7 @@ import unittest
 
 import numpy as np
 
+from test_certificates import make_certificates
 from tpserve_cluster import Cluster, parsed_args, run_tests, score_logits, set_up_scratch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -55,27 +56,6 @@ def engine_problem():
     except subprocess.TimeoutExpired:
         return "the Docker engine does not answer within 15 s"
     return None
-
-
-def make_certificates(directory, names):
-    """The cluster's CA and one certificate it signed, for servers and clients alike, naming every
-    container and the host's loopback address."""
-    def openssl(*args):
-        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
-
-    sans = ",".join([f"DNS:{n}" for n in names] + ["DNS:localhost", "IP:127.0.0.1"])
-    with open(f"{directory}/ext.cnf", "w") as f:
-        f.write("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
-                f"extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName={sans}\n")
-    curve = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl("req", "-x509", *curve, "-days", "2", "-subj", "/CN=tpserve test CA",
-            "-keyout", f"{directory}/ca.key", "-out", f"{directory}/ca.crt")
-    openssl("req", *curve, "-subj", "/CN=tpserve node", "-keyout", f"{directory}/node.key",
-            "-out", f"{directory}/node.csr")
-    openssl("x509", "-req", "-in", f"{directory}/node.csr", "-CA", f"{directory}/ca.crt",
-            "-CAkey", f"{directory}/ca.key", "-CAcreateserial", "-days", "2",
-            "-extfile", f"{directory}/ext.cnf", "-out", f"{directory}/node.crt")
-    os.remove(f"{directory}/ca.key")
 
 
 def completion(address, prompt, stream=False, on_chunk=None):
