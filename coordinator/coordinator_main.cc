@@ -37,6 +37,7 @@
 #include "coordinator/http_server.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/metrics.h"
+#include "coordinator/serving_plan.h"
 #include "coordinator/worker_pool.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -238,24 +239,16 @@ int Run(const CoordinatorFlags& flags) {
     return Fail(absl::StrCat("--world-size ", flags.world_size, ": ", layout.status().message()));
   }
   LogInfo(kLog, "model %s: %s", flags.model, config->DebugString());
+  absl::StatusOr<ServingPlan> plan = MakeServingPlan(flags, *config);
+  if (!plan.ok()) return Fail(std::string(plan.status().message()));
   if (flags.speculative == "draft") {
-    if (flags.draft_model.empty()) return Fail("--speculative draft needs --draft-model");
     if (absl::Status same = CheckDraftTokenizer(flags.draft_model, **tokenizer); !same.ok()) {
       return Fail(absl::StrCat("--draft-model: ", same.message()));
     }
   }
-  int self_spec_layers = 0;
-  if (flags.speculative == "self") {
-    self_spec_layers = flags.self_spec_layers > 0
-                           ? flags.self_spec_layers
-                           : static_cast<int>(std::max<int64_t>(1, config->num_layers / 4));
-    if (self_spec_layers >= config->num_layers) {
-      return Fail(absl::StrCat("--self-spec-layers ", self_spec_layers,
-                               ": the draft must be fewer layers than the model's ",
-                               config->num_layers));
-    }
+  if (plan->self_spec_layers > 0) {
     LogInfo(kLog, "self-speculative: the draft is the model's first %d of %d layers",
-            self_spec_layers, config->num_layers);
+            plan->self_spec_layers, config->num_layers);
   }
   SamplingParams default_sampling;
   if (flags.sampling_defaults == "model") {
@@ -285,12 +278,8 @@ int Run(const CoordinatorFlags& flags) {
   SetAuthRefusalCounter([&metrics](const char* surface) { metrics.AddAuthFailure(surface); });
   // Before `metrics` goes away; the servers that refuse are stopped by then.
   absl::Cleanup forget_counter = [] { SetAuthRefusalCounter(nullptr); };
-  HttpLimits http_limits;
-  http_limits.max_connections = flags.http_max_connections;
-  http_limits.max_body_bytes = static_cast<size_t>(flags.http_max_body_bytes);
-  http_limits.header_timeout = absl::Seconds(flags.http_header_timeout_s);
   HttpServer http({served_model_name, config->context_length, tokenizer->get(), chat_template.get(),
-                   default_sampling, &metrics, &*api_keys, http_limits});
+                   default_sampling, &metrics, &*api_keys, plan->http});
   if (flags.http_port >= 0) {
     const std::string http_host = flags.http_host.empty() ? flags.host : flags.http_host;
     absl::StatusOr<int> http_port = http.Start(http_host, flags.http_port);
@@ -380,24 +369,9 @@ int Run(const CoordinatorFlags& flags) {
                              " of --world-size ", flags.world_size));
   }
   WorkerPool pool(*workers);
-  WorkerInitOptions init;
+  WorkerInitOptions init = plan->init;
   init.group_id = NewGroupId();
   init.coordinator_address = address;
-  // Empty: each worker loads the file of its own --model (paths are per host); LoadShard then
-  // checks by size and fingerprint that every rank loaded the same model.
-  init.model_path = "";
-  init.block_size = flags.block_size;
-  init.kv_cache_blocks = flags.kv_cache_blocks;
-  init.kv_cache_bytes = flags.kv_cache_memory_mib << 20;
-  init.kv_cache_fp8 = flags.kv_cache_dtype != "auto";
-  init.weights_fp8 = flags.quantization == "fp8";
-  init.relay_steps = !flags.no_step_relay;
-  init.device = flags.device == "cuda" ? v1::DEVICE_CUDA : v1::DEVICE_CPU;
-  init.max_num_seqs = flags.max_num_seqs;
-  init.max_num_batched_tokens = flags.max_num_batched_tokens;
-  init.enforce_eager = flags.enforce_eager;
-  if (flags.speculative == "draft") init.draft_model_path = flags.draft_model;
-  init.self_spec_layers = self_spec_layers;
   LogInfo(kLog, "all %d ranks registered; Init with group %s", flags.world_size, init.group_id);
   if (absl::Status s = pool.Init(init, absl::Seconds(flags.startup_timeout_s)); !s.ok()) {
     pool.Shutdown(kShutdownTimeout);
@@ -413,38 +387,16 @@ int Run(const CoordinatorFlags& flags) {
     return Fail(loaded.status().ToString());
   }
 
-  EngineOptions options;
-  options.block_size = flags.block_size;
-  options.num_blocks = static_cast<int32_t>(loaded->kv_cache_blocks);
-  options.context_length =
-      loaded->context_length > 0 ? loaded->context_length : config->context_length;
-  // A sequence can never outgrow the KV pool: advertise (and enforce) what fits.
-  if (const int64_t pool_tokens = int64_t{options.num_blocks} * flags.block_size;
-      pool_tokens < options.context_length) {
+  bool clamped_context = false;
+  const EngineOptions options = MakeEngineOptions(flags, *config, *loaded, &clamped_context);
+  if (clamped_context) {
     LogWarning(kLog,
                "the KV pool holds %d tokens, less than the model's context of %d: serving a "
                "context of %d (raise --kv-cache-memory or --kv-cache-blocks for more)",
-               pool_tokens, options.context_length, pool_tokens);
-    options.context_length = pool_tokens;
+               options.context_length,
+               loaded->context_length > 0 ? loaded->context_length : config->context_length,
+               options.context_length);
   }
-  options.vocab_size = loaded->vocab_size > 0 ? loaded->vocab_size : config->vocab_size;
-  options.step_timeout = absl::Seconds(flags.step_timeout_s);
-  options.max_num_seqs = flags.max_num_seqs;
-  options.max_num_batched_tokens = flags.max_num_batched_tokens;
-  options.max_step_attention = flags.max_step_attention;
-  options.enable_prefix_cache = !flags.no_prefix_cache;
-  options.jump_forward = !flags.no_jump_forward;
-  options.num_speculative_tokens = flags.speculative != "none" ? flags.num_speculative_tokens : 0;
-  options.draft_model = flags.speculative == "draft" || flags.speculative == "self";
-  options.spec_disable_batch_size = flags.spec_disable_batch_size;
-  options.spec_min_acceptance = flags.spec_min_acceptance;
-  options.ngram.min_n = flags.ngram.min_n;
-  options.ngram.max_n = std::max(flags.ngram.min_n, flags.ngram.max_n);
-  options.max_queued_requests = flags.max_queued_requests;
-  options.recovery_grace = absl::Seconds(flags.recovery_grace_s);
-  options.limits = flags.limits;
-  options.grammar.timeout = absl::Seconds(flags.limits.grammar_compile_timeout_s);
-  options.grammar.max_bytes = flags.limits.max_constraint_bytes;
   Engine engine(options, &pool, tokenizer->get());
   engine.SetMetrics(&metrics);
   GroupReformer reformer(&cluster, &pool, init, *loaded, absl::Seconds(flags.startup_timeout_s),

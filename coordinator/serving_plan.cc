@@ -1,0 +1,80 @@
+#include "coordinator/serving_plan.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace tpserve {
+
+absl::StatusOr<ServingPlan> MakeServingPlan(const CoordinatorFlags& flags,
+                                            const ModelConfig& config) {
+  ServingPlan plan;
+  if (flags.speculative == "draft" && flags.draft_model.empty()) {
+    return absl::InvalidArgumentError("--speculative draft needs --draft-model");
+  }
+  if (flags.speculative == "self") {
+    plan.self_spec_layers =
+        flags.self_spec_layers > 0
+            ? flags.self_spec_layers
+            : static_cast<int32_t>(std::max<int64_t>(1, config.num_layers / 4));
+    if (plan.self_spec_layers >= config.num_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--self-spec-layers ", plan.self_spec_layers,
+                       ": the draft must be fewer layers than the model's ", config.num_layers));
+    }
+  }
+  WorkerInitOptions& init = plan.init;
+  // Empty: each worker loads the file of its own --model (paths are per host); LoadShard then
+  // checks by size and fingerprint that every rank loaded the same model.
+  init.model_path = "";
+  init.block_size = flags.block_size;
+  init.kv_cache_blocks = flags.kv_cache_blocks;
+  init.kv_cache_bytes = flags.kv_cache_memory_mib << 20;
+  init.kv_cache_fp8 = flags.kv_cache_dtype != "auto";
+  init.weights_fp8 = flags.quantization == "fp8";
+  init.relay_steps = !flags.no_step_relay;
+  init.device = flags.device == "cuda" ? v1::DEVICE_CUDA : v1::DEVICE_CPU;
+  init.max_num_seqs = flags.max_num_seqs;
+  init.max_num_batched_tokens = flags.max_num_batched_tokens;
+  init.enforce_eager = flags.enforce_eager;
+  if (flags.speculative == "draft") init.draft_model_path = flags.draft_model;
+  init.self_spec_layers = plan.self_spec_layers;
+
+  plan.http.max_connections = flags.http_max_connections;
+  plan.http.max_body_bytes = static_cast<size_t>(flags.http_max_body_bytes);
+  plan.http.header_timeout = absl::Seconds(flags.http_header_timeout_s);
+  return plan;
+}
+
+EngineOptions MakeEngineOptions(const CoordinatorFlags& flags, const ModelConfig& config,
+                                const LoadedModel& loaded, bool* clamped_context) {
+  EngineOptions options;
+  options.block_size = flags.block_size;
+  options.num_blocks = static_cast<int32_t>(loaded.kv_cache_blocks);
+  options.context_length = loaded.context_length > 0 ? loaded.context_length : config.context_length;
+  // A sequence can never outgrow the KV pool: advertise (and enforce) what fits.
+  const int64_t pool_tokens = int64_t{options.num_blocks} * flags.block_size;
+  if (clamped_context != nullptr) *clamped_context = pool_tokens < options.context_length;
+  options.context_length = std::min(options.context_length, pool_tokens);
+  options.vocab_size = loaded.vocab_size > 0 ? loaded.vocab_size : config.vocab_size;
+  options.step_timeout = absl::Seconds(flags.step_timeout_s);
+  options.max_num_seqs = flags.max_num_seqs;
+  options.max_num_batched_tokens = flags.max_num_batched_tokens;
+  options.max_step_attention = flags.max_step_attention;
+  options.enable_prefix_cache = !flags.no_prefix_cache;
+  options.jump_forward = !flags.no_jump_forward;
+  options.num_speculative_tokens = flags.speculative != "none" ? flags.num_speculative_tokens : 0;
+  options.draft_model = flags.speculative == "draft" || flags.speculative == "self";
+  options.spec_disable_batch_size = flags.spec_disable_batch_size;
+  options.spec_min_acceptance = flags.spec_min_acceptance;
+  options.ngram.min_n = flags.ngram.min_n;
+  options.ngram.max_n = std::max(flags.ngram.min_n, flags.ngram.max_n);
+  options.max_queued_requests = flags.max_queued_requests;
+  options.recovery_grace = absl::Seconds(flags.recovery_grace_s);
+  options.limits = flags.limits;
+  options.grammar.timeout = absl::Seconds(flags.limits.grammar_compile_timeout_s);
+  options.grammar.max_bytes = flags.limits.max_constraint_bytes;
+  return options;
+}
+
+}  // namespace tpserve

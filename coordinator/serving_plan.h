@@ -1,0 +1,35 @@
+// What the coordinator's flags and the model make of the cluster: the workers' Init, the HTTP
+// front end's limits and, once the shards are loaded, the engine's options. Pure functions of
+// their inputs, so that each flag's effect is unit-tested (serving_plan_test) apart from the
+// process that serves.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "coordinator/coordinator_flags.h"
+#include "coordinator/engine.h"
+#include "coordinator/http_message.h"
+#include "coordinator/worker_pool.h"
+#include "model/model_config.h"
+
+namespace tpserve {
+
+struct ServingPlan {
+  // group_id and coordinator_address are the caller's: they name this incarnation and address.
+  WorkerInitOptions init;
+  HttpLimits http;
+  // --speculative self: the draft's layers (--self-spec-layers, default a quarter of the
+  // model's); 0 otherwise.
+  int32_t self_spec_layers = 0;
+};
+
+// INVALID_ARGUMENT naming the flag when the flags cannot serve this model: --speculative draft
+// without --draft-model, a self-speculative draft of as many layers as the model.
+absl::StatusOr<ServingPlan> MakeServingPlan(const CoordinatorFlags& flags,
+                                            const ModelConfig& config);
+
+// The engine's options once the ranks have loaded `loaded`. The context is what the model
+// supports, cut to what the KV pool holds (`clamped_context` says when it was).
+EngineOptions MakeEngineOptions(const CoordinatorFlags& flags, const ModelConfig& config,
+                                const LoadedModel& loaded, bool* clamped_context = nullptr);
+
+}  // namespace tpserve
