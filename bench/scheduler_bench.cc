@@ -142,15 +142,15 @@ void BM_PostprocessDecodeStep(benchmark::State& state) {
   for (auto _ : state) {
     state.PauseTiming();
     ScheduledBatch batch = scheduler.Schedule();
-    v1::StepResponse response;
-    response.set_step_id(++step);
+    StepOutputs outputs;
+    outputs.step_id = ++step;
     for (const ScheduledBatch::Entry& e : batch.entries) {
-      v1::SequenceOutput* out = response.add_outputs();
-      out->set_seq_id(e.seq->seq_id);
-      out->add_token_ids(text[(e.seq->seq_id + step) % text.size()]);
+      SequenceStepOutput& out = outputs.sequences.emplace_back();
+      out.seq_id = e.seq->seq_id;
+      out.token_ids.push_back(text[(e.seq->seq_id + step) % text.size()]);
     }
     state.ResumeTiming();
-    benchmark::DoNotOptimize(scheduler.Postprocess(batch, response));
+    benchmark::DoNotOptimize(scheduler.Postprocess(batch, outputs));
   }
   state.counters["running"] = running;
 }

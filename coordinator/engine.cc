@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/radix_cache.h"
+#include "coordinator/step_wire.h"
 
 namespace tpserve {
 namespace {
@@ -181,7 +182,7 @@ void Engine::Run() {
       MarkDegraded(response.status());
       continue;  // the next iteration fails everything
     }
-    Apply(batch, *response);
+    Apply(batch, FromStepResponse(&*response));
   }
   FailAll(absl::UnavailableError("coordinator is shutting down"));
   PublishStats();
@@ -301,8 +302,8 @@ void Engine::DropCancelled() {
   }
 }
 
-void Engine::Apply(const ScheduledBatch& batch, const v1::StepResponse& response) {
-  std::vector<SequenceUpdate> updates = scheduler_.Postprocess(batch, response);
+void Engine::Apply(const ScheduledBatch& batch, const StepOutputs& outputs) {
+  std::vector<SequenceUpdate> updates = scheduler_.Postprocess(batch, outputs);
   const absl::Time now = absl::Now();
   Metrics* metrics = metrics_.load();
   for (SequenceUpdate& update : updates) {

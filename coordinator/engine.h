@@ -42,6 +42,7 @@
 #include "coordinator/request_limits.h"
 #include "coordinator/request_stream.h"
 #include "coordinator/scheduled_batch.h"
+#include "coordinator/step_outputs.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/sequence.h"
 #include "coordinator/worker_pool.h"
@@ -204,7 +205,7 @@ class Engine {
   // step; only a transport error, a timeout or a lost rank is returned (a cluster fault).
   absl::StatusOr<v1::StepResponse> RunStep(ScheduledBatch& batch);
   // Hands rank 0's outputs to the scheduler (Postprocess) and streams what it returns.
-  void Apply(const ScheduledBatch& batch, const v1::StepResponse& response);
+  void Apply(const ScheduledBatch& batch, const StepOutputs& outputs);
   // Observes the queue time of sequences scheduled for the first time.
   void RecordQueueTimes(const ScheduledBatch& batch);
   // Runs a FlushPrefixCache() that a caller waits for (engine thread).

@@ -1,12 +1,11 @@
-// The plan for one step, in coordinator terms (sequence pointers, counts and block ids), and its
-// one conversion to the StepRequest every rank receives (STYLE.md: one batch type per layer).
+// The plan for one step, in coordinator terms (sequence pointers, counts and block ids); its one
+// conversion to the StepRequest every rank receives is in step_wire.h.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "coordinator/sequence.h"
-#include "tpserve/v1/worker.pb.h"
 
 namespace tpserve {
 
@@ -42,9 +41,5 @@ struct ScheduledBatch {
     return n;
   }
 };
-
-// Generate entries sample the next token when they complete; Score entries ask for the logits
-// of every position they run.
-v1::StepRequest ToStepRequest(const ScheduledBatch& batch, uint64_t step_id, int64_t deadline_ms);
 
 }  // namespace tpserve

@@ -258,15 +258,15 @@ ScheduledBatch Scheduler::Schedule() {
 }
 
 std::vector<SequenceUpdate> Scheduler::Postprocess(const ScheduledBatch& batch,
-                                                   const v1::StepResponse& response) {
+                                                   const StepOutputs& step) {
   Commit(batch);
-  absl::flat_hash_map<uint64_t, const v1::SequenceOutput*> outputs;
-  for (const v1::SequenceOutput& output : response.outputs()) outputs[output.seq_id()] = &output;
+  absl::flat_hash_map<uint64_t, const SequenceStepOutput*> outputs;
+  for (const SequenceStepOutput& output : step.sequences) outputs[output.seq_id] = &output;
   std::vector<SequenceUpdate> updates;
   for (const ScheduledBatch::Entry& entry : batch.entries) {
     Sequence& seq = *entry.seq;
     const auto it = outputs.find(seq.seq_id);
-    const v1::SequenceOutput* output = it == outputs.end() ? nullptr : it->second;
+    const SequenceStepOutput* output = it == outputs.end() ? nullptr : it->second;
     SequenceUpdate update;
     update.seq = &seq;
     const bool produced = seq.kind == Sequence::Kind::kScore
@@ -275,7 +275,7 @@ std::vector<SequenceUpdate> Scheduler::Postprocess(const ScheduledBatch& batch,
     if (!produced) continue;
     if (!update.error.ok()) {
       update.error = absl::InternalError(
-          absl::StrCat("rank 0 ", update.error.message(), " for step ", response.step_id()));
+          absl::StrCat("rank 0 ", update.error.message(), " for step ", step.step_id));
     } else if (seq.kind == Sequence::Kind::kGenerate && !seq.finish_reason.has_value()) {
       update.error = UpdateSampleMask(seq, options_.end_of_generation_ids, options_.vocab_size);
     }
@@ -291,16 +291,16 @@ std::vector<SequenceUpdate> Scheduler::Postprocess(const ScheduledBatch& batch,
 }
 
 bool Scheduler::PostprocessScore(const ScheduledBatch::Entry& entry,
-                                 const v1::SequenceOutput* output, SequenceUpdate* update) {
+                                 const SequenceStepOutput* output, SequenceUpdate* update) {
   Sequence& seq = *entry.seq;
   const int64_t expected = static_cast<int64_t>(entry.num_tokens) * options_.vocab_size;
-  if (output == nullptr || output->logits_size() != expected) {
-    update->error =
-        absl::InternalError(absl::StrCat("returned ", output == nullptr ? 0 : output->logits_size(),
-                                         " logits, expected ", expected));
+  const int64_t returned = output == nullptr ? 0 : static_cast<int64_t>(output->logits.size());
+  if (returned != expected) {
+    update->error = absl::InternalError(
+        absl::StrCat("returned ", returned, " logits, expected ", expected));
     return true;
   }
-  seq.score_logits.insert(seq.score_logits.end(), output->logits().begin(), output->logits().end());
+  seq.score_logits.insert(seq.score_logits.end(), output->logits.begin(), output->logits.end());
   return seq.num_computed == static_cast<int32_t>(seq.tokens.size());
 }
 
@@ -371,13 +371,13 @@ std::vector<int32_t> Scheduler::Proposals(const Sequence& seq, int32_t budget) c
 }
 
 bool Scheduler::PostprocessGenerate(const ScheduledBatch::Entry& entry,
-                                    const v1::SequenceOutput* output, SequenceUpdate* update) {
+                                    const SequenceStepOutput* output, SequenceUpdate* update) {
   Sequence& seq = *update->seq;
-  if (output == nullptr || output->token_ids().empty()) {
+  if (output == nullptr || output->token_ids.empty()) {
     update->error = absl::InternalError("returned no token");
     return true;
   }
-  for (int32_t token : output->token_ids()) {
+  for (int32_t token : output->token_ids) {
     if (token < 0 || token >= options_.vocab_size) {
       update->error = absl::InternalError(absl::StrCat("returned token ", token));
       return true;
@@ -386,28 +386,28 @@ bool Scheduler::PostprocessGenerate(const ScheduledBatch::Entry& entry,
   // Rank 0 returns the proposals it accepted, in order, then the token after them; the accepted
   // ones are computed (their K/V written at their positions), the rejected ones' positions are
   // written again by the next step.
-  const int32_t accepted = output->token_ids_size() - 1;
+  const int32_t accepted = static_cast<int32_t>(output->token_ids.size()) - 1;
   if (accepted > static_cast<int32_t>(entry.drafts.size()) ||
       !std::equal(entry.drafts.begin(), entry.drafts.begin() + accepted,
-                  output->token_ids().begin())) {
+                  output->token_ids.begin())) {
     update->error = absl::InternalError(absl::StrCat(
-        "returned ", output->token_ids_size(), " tokens that are not the accepted prefix of ",
+        "returned ", output->token_ids.size(), " tokens that are not the accepted prefix of ",
         entry.drafts.size(), " proposals and one more"));
     return true;
   }
-  if (output->proposal_token_ids_size() > entry.num_proposals) {
+  if (output->proposal_token_ids.size() > static_cast<size_t>(entry.num_proposals)) {
     update->error =
-        absl::InternalError(absl::StrCat("returned ", output->proposal_token_ids_size(),
+        absl::InternalError(absl::StrCat("returned ", output->proposal_token_ids.size(),
                                          " proposals, asked for ", entry.num_proposals));
     return true;
   }
-  for (int32_t token : output->proposal_token_ids()) {
+  for (int32_t token : output->proposal_token_ids) {
     if (token < 0 || token >= options_.vocab_size) {
       update->error = absl::InternalError(absl::StrCat("proposed token ", token));
       return true;
     }
   }
-  seq.proposals.assign(output->proposal_token_ids().begin(), output->proposal_token_ids().end());
+  seq.proposals.assign(output->proposal_token_ids.begin(), output->proposal_token_ids.end());
   if (!entry.drafts.empty()) {
     ++counters_.spec_drafts;
     counters_.spec_draft_tokens += static_cast<int64_t>(entry.drafts.size());
@@ -416,8 +416,8 @@ bool Scheduler::PostprocessGenerate(const ScheduledBatch::Entry& entry,
     AdaptSpeculation(seq, static_cast<int32_t>(entry.drafts.size()), accepted);
   }
   seq.num_computed += accepted;
-  for (int i = 0; i < output->token_ids_size(); ++i) {
-    const int32_t token = output->token_ids(i);
+  for (int i = 0; i < static_cast<int>(output->token_ids.size()); ++i) {
+    const int32_t token = output->token_ids[i];
     std::vector<int32_t> appended = {token};
     if (seq.token_matcher != nullptr) {
       // Rank 0 sampled under the matcher's mask, so a refusal is the cluster's fault.
@@ -456,7 +456,7 @@ bool Scheduler::PostprocessGenerate(const ScheduledBatch::Entry& entry,
 }
 
 std::optional<FinishReason> Scheduler::Emit(Sequence& seq, int32_t token,
-                                            const v1::SequenceOutput* output, int row,
+                                            const SequenceStepOutput* output, int row,
                                             SequenceUpdate* update) {
   std::optional<FinishReason> finish =
       AppendToken(seq, token, options_.end_of_generation_ids.contains(token));
@@ -479,15 +479,16 @@ std::optional<FinishReason> Scheduler::Emit(Sequence& seq, int32_t token,
   SequenceUpdate::Token& out = update->tokens.emplace_back();
   out.id = token;
   out.text = std::move(text.text);
-  if (output != nullptr && seq.params.logprobs >= 0 && row < output->logprobs_size()) {
+  if (output != nullptr && seq.params.logprobs >= 0 &&
+      static_cast<size_t>(row) < output->logprobs.size()) {
     const int32_t top = seq.params.logprobs;
     TokenLogprob& logprob = out.logprob.emplace();
     logprob.token_id = token;
-    logprob.logprob = output->logprobs(row);
-    for (int j = row * top;
-         j < (row + 1) * top && j < output->top_token_ids_size() && j < output->top_logprobs_size();
-         ++j) {
-      logprob.top.emplace_back(output->top_token_ids(j), output->top_logprobs(j));
+    logprob.logprob = output->logprobs[row];
+    const int available = static_cast<int>(
+        std::min(output->top_token_ids.size(), output->top_logprobs.size()));
+    for (int j = row * top; j < (row + 1) * top && j < available; ++j) {
+      logprob.top.emplace_back(output->top_token_ids[j], output->top_logprobs[j]);
     }
   }
   return finish;

@@ -52,7 +52,7 @@
 #include "coordinator/scheduled_batch.h"
 #include "coordinator/sequence.h"
 #include "coordinator/step_outcome.h"
-#include "tpserve/v1/worker.pb.h"
+#include "coordinator/step_outputs.h"
 
 namespace tpserve {
 
@@ -120,13 +120,12 @@ class Scheduler {
   // Plans the next step (see the class comment). Empty when nothing can run.
   ScheduledBatch Schedule();
 
-  // After `batch` ran, with rank 0's `response`: commits the step (Commit), then per entry the
+  // After `batch` ran, with rank 0's outputs `step`: commits the step (Commit), then per entry the
   // tokens rank 0 returned, in order, each through AppendToken, the sequence's detokenizer and
   // stop strings, until one ends it; a Score entry's logit rows. Sequences that end (finished,
   // scored, or failed by a reply that lacks their output) leave the scheduler. One update per
   // entry that produced something, in batch order.
-  std::vector<SequenceUpdate> Postprocess(const ScheduledBatch& batch,
-                                          const v1::StepResponse& response);
+  std::vector<SequenceUpdate> Postprocess(const ScheduledBatch& batch, const StepOutputs& step);
 
   // After `batch` ran: every entry's tokens are computed, and newly full blocks of Generate
   // sequences enter the prefix cache.
@@ -185,7 +184,7 @@ class Scheduler {
   std::unique_ptr<Sequence> TakeRunning(size_t index);
   // Appends `token` (AppendToken) and releases its text through the stop strings into
   // `update`, with its log-probabilities from `output`'s row `row` when `output` is not null.
-  std::optional<FinishReason> Emit(Sequence& seq, int32_t token, const v1::SequenceOutput* output,
+  std::optional<FinishReason> Emit(Sequence& seq, int32_t token, const SequenceStepOutput* output,
                                    int row, SequenceUpdate* update);
   // The most tokens a jump forward may put in place of the token `seq` just sampled: the
   // per-step cap (kMaxJumpForwardTokens), and what max_tokens and the context leave.
@@ -209,9 +208,9 @@ class Scheduler {
   // A scheduled sampling step that asked no proposals leaves the draft behind.
   void NoteProposalsAsked(Sequence& seq, int32_t n, int32_t num_proposals);
   // Postprocess of one entry: false when it produced nothing to stream.
-  bool PostprocessGenerate(const ScheduledBatch::Entry& entry, const v1::SequenceOutput* output,
+  bool PostprocessGenerate(const ScheduledBatch::Entry& entry, const SequenceStepOutput* output,
                            SequenceUpdate* update);
-  bool PostprocessScore(const ScheduledBatch::Entry& entry, const v1::SequenceOutput* output,
+  bool PostprocessScore(const ScheduledBatch::Entry& entry, const SequenceStepOutput* output,
                         SequenceUpdate* update);
 
   const SchedulerOptions options_;

@@ -16,7 +16,6 @@
 #include "coordinator/stop_strings.h"
 #include "kernels/sampling_params.h"
 #include "model/detokenizer.h"
-#include "tpserve/v1/worker.pb.h"
 
 namespace tpserve {
 

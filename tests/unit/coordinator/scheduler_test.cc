@@ -485,7 +485,7 @@ class SpeculativeSchedulerTest : public SchedulerTest {
 
   void Step() {
     ScheduledBatch batch = scheduler_->Schedule();
-    v1::StepResponse response;
+    StepOutputs outputs;
     for (uint64_t id : batch.finished_seq_ids) tables_.erase(id);
     for (const auto& e : batch.entries) {
       Sequence& seq = *e.seq;
@@ -510,16 +510,16 @@ class SpeculativeSchedulerTest : public SchedulerTest {
         shadow_[block][position % kBlock] = run[i];
       }
       if (!e.completes()) continue;
-      v1::SequenceOutput* out = response.add_outputs();
-      out->set_seq_id(seq.seq_id);
+      SequenceStepOutput* out = &outputs.sequences.emplace_back();
+      out->seq_id = seq.seq_id;
       std::vector<int32_t> context = seq.tokens;
       for (int32_t draft : e.drafts) {
         if (draft != CycleToken(context)) break;
-        out->add_token_ids(draft);
+        out->token_ids.push_back(draft);
         context.push_back(draft);
       }
-      out->add_token_ids(CycleToken(context));
-      context.push_back(out->token_ids(out->token_ids_size() - 1));
+      out->token_ids.push_back(CycleToken(context));
+      context.push_back(out->token_ids.back());
       proposed_ += static_cast<int64_t>(e.drafts.size());
       if (!e.drafts.empty()) verified_runs_.push_back(static_cast<int32_t>(e.drafts.size()));
       // A draft model's proposals (the pure cycle, which CycleToken leaves a quarter of the
@@ -529,13 +529,13 @@ class SpeculativeSchedulerTest : public SchedulerTest {
       EXPECT_LE(e.num_proposals, 3);
       for (int32_t k = 0; k < e.num_proposals; ++k) {
         const int32_t proposal = context[context.size() - 3] + (wrong_proposals_ ? 1 : 0);
-        out->add_proposal_token_ids(proposal);
+        out->proposal_token_ids.push_back(proposal);
         context.push_back(proposal);
       }
       asked_ += e.num_proposals;
     }
     absl::flat_hash_set<const Sequence*> finished;
-    for (SequenceUpdate& update : scheduler_->Postprocess(batch, response)) {
+    for (SequenceUpdate& update : scheduler_->Postprocess(batch, outputs)) {
       EXPECT_TRUE(update.error.ok()) << update.error;
       if (update.finished == nullptr) continue;
       finished.insert(update.finished.get());

@@ -1,4 +1,4 @@
-#include "coordinator/scheduled_batch.h"
+#include "coordinator/step_wire.h"
 
 namespace tpserve {
 namespace {
@@ -57,6 +57,30 @@ v1::StepRequest ToStepRequest(const ScheduledBatch& batch, uint64_t step_id, int
   request.mutable_finished_seq_ids()->Add(batch.finished_seq_ids.begin(),
                                           batch.finished_seq_ids.end());
   return request;
+}
+
+StepOutputs FromStepResponse(v1::StepResponse* response) {
+  StepOutputs outputs;
+  outputs.step_id = response->step_id();
+  outputs.sequences.reserve(response->outputs_size());
+  for (v1::SequenceOutput& wire : *response->mutable_outputs()) {
+    SequenceStepOutput& out = outputs.sequences.emplace_back();
+    out.seq_id = wire.seq_id();
+    out.token_ids.assign(wire.token_ids().begin(), wire.token_ids().end());
+    out.logprobs.assign(wire.logprobs().begin(), wire.logprobs().end());
+    out.top_token_ids.assign(wire.top_token_ids().begin(), wire.top_token_ids().end());
+    out.top_logprobs.assign(wire.top_logprobs().begin(), wire.top_logprobs().end());
+    out.logits.assign(wire.logits().begin(), wire.logits().end());
+    {
+      // Frees the wire copy now: a Score step's logits are then held once, not twice.
+      google::protobuf::RepeatedField<float> freed;
+      wire.mutable_logits()->Swap(&freed);
+    }
+    out.proposal_token_ids.assign(wire.proposal_token_ids().begin(),
+                                  wire.proposal_token_ids().end());
+  }
+  response->clear_outputs();
+  return outputs;
 }
 
 }  // namespace tpserve
