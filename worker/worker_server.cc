@@ -15,9 +15,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "model/shard_layout.h"
-#include "worker/comm/coordinator_store.h"
-#include "worker/comm/cpu_group.h"
-#include "worker/comm/single_rank_communicator.h"
+#include "worker/group_factory.h"
 #include "worker/step_planner.h"
 #include "worker/cuda_backend.h"
 
@@ -29,8 +27,6 @@ constexpr size_t kLatencyWindow = 128;  // steps the p50 is taken over
 constexpr double kSlowStepMs = 1000;    // steps slower than this are logged
 // How often a gRPC thread waiting for a step looks whether the coordinator cancelled it.
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
-// Rank 0 publishes the NCCL id as soon as it has its device; the others wait this long for it.
-constexpr absl::Duration kNcclRendezvousTimeout = absl::Seconds(60);
 
 std::string Hostname() {
   char name[256] = {};
@@ -312,53 +308,22 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
     cuda_device = choice->ordinal;
     device_name = choice->name;
   }
-  std::unique_ptr<Communicator> comm;
-  DeviceCommunicator* device_comm = nullptr;  // a CUDA group's, for the CUDA model
-  ShmCommunicator* relay_shm = nullptr;       // `comm`, when it relays the steps
-  if (world == 1) {
-    comm = std::make_unique<SingleRankCommunicator>();
-    if (cuda) {
-      ASSIGN_OR_RETURN(device_comm, SingleRankDeviceComm());
+  GroupSpec spec;
+  spec.rank = rank;
+  spec.world = world;
+  spec.cuda_device = cuda_device;
+  spec.group_id = request.group_id();
+  spec.coordinator_address = request.coordinator_address();
+  spec.relay_steps = request.relay_steps();
+  spec.cpu_transport = options_.cpu_transport;
+  spec.host = options_.host;
+  absl::StatusOr<FormedGroup> formed = FormGroup(spec);
+  if (!formed.ok()) {
+    // A malformed Init changes nothing; a group that did not form leaves the rank failed.
+    if (!absl::IsInvalidArgument(formed.status())) {
+      SetState(WorkerState::kFailed, std::string(formed.status().message()));
     }
-  } else {
-    if (request.group_id().empty() || request.coordinator_address().empty()) {
-      return absl::InvalidArgumentError(
-          "Init: a world of more than one rank needs group_id and coordinator_address");
-    }
-    auto store =
-        std::make_shared<CoordinatorStore>(request.coordinator_address(), request.group_id());
-    absl::StatusOr<std::unique_ptr<Communicator>> group_comm;
-    if (cuda) {
-      absl::StatusOr<NcclCommunicatorHandles> nccl = CreateNcclCommunicator(
-          rank, world, cuda_device, std::move(store), kNcclRendezvousTimeout);
-      if (nccl.ok()) {
-        device_comm = nccl->device;
-        group_comm = std::move(nccl->comm);
-      } else {
-        group_comm = nccl.status();
-      }
-    } else {
-      CpuGroupOptions cpu;
-      cpu.transport = options_.cpu_transport;
-      cpu.gloo.host = options_.host;
-      absl::StatusOr<CpuGroup> group = CreateCpuGroup(rank, world, std::move(store), cpu);
-      if (group.ok()) {
-        if (request.relay_steps()) relay_shm = group->shm;
-        LogInfo("worker", "rank %d: the CPU group of %d ranks all-reduces through %s%s", rank,
-                world, group->transport,
-                relay_shm == nullptr ? ""
-                : rank == 0          ? " and relays the steps to the others"
-                                     : ", steps from rank 0");
-        group_comm = std::move(group->comm);
-      } else {
-        group_comm = group.status();
-      }
-    }
-    if (!group_comm.ok()) {
-      SetState(WorkerState::kFailed, std::string(group_comm.status().message()));
-      return group_comm.status();
-    }
-    comm = *std::move(group_comm);
+    return formed.status();
   }
   relay_.reset();  // it points into the communicator replaced below
   v1::InitRequest group = request;
@@ -401,9 +366,9 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   // Before the communicators it points to change. A kept CUDA shard is a world of one, whose
   // device communicator lives for the whole process.
   if (!keep_shard) runner_.reset();
-  comm_->Reset(std::move(comm));
-  if (relay_shm != nullptr) relay_ = std::make_unique<StepRelay>(relay_shm);
-  device_comm_ = device_comm;
+  comm_->Reset(std::move(formed->comm));
+  if (formed->relay_shm != nullptr) relay_ = std::make_unique<StepRelay>(formed->relay_shm);
+  device_comm_ = formed->device_comm;
   initialized_ = true;
   group_ = std::move(group);
   cuda_device_ = cuda_device;
