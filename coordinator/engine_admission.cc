@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/engine.h"
+#include "coordinator/output_processor.h"
 #include "coordinator/openai_error.h"
 #include "coordinator/sample_mask.h"
 
@@ -140,10 +141,7 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::SubmitGenera
     seq->params.sampling.seed = params.sampling.seed + i;
     seq->group = group;
     seq->group_leader = group != nullptr && i == 0;
-    seq->detokenizer =
-        std::make_unique<IncrementalDetokenizer>(*tokenizer_, params.skip_special_tokens);
-    seq->stop_matcher =
-        std::make_unique<StopStringMatcher>(params.stop, params.include_stop_str_in_output);
+    seq->output = std::make_shared<OutputProcessor>(*tokenizer_, params);
     if (params.compiled_constraint != nullptr) {
       seq->token_matcher = std::make_unique<TokenMatcher>(params.compiled_constraint);
     }

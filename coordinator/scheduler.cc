@@ -444,11 +444,6 @@ bool Scheduler::PostprocessGenerate(const ScheduledBatch::Entry& entry,
       if (finish.has_value()) break;
     }
     if (!finish.has_value()) continue;
-    if (!seq.stop_matcher->matched()) {
-      StopStringMatcher::Result tail = seq.stop_matcher->Add(seq.detokenizer->Flush());
-      update->tail = std::move(tail.text);
-      if (!tail.matched) update->tail += seq.stop_matcher->Flush();
-    }
     seq.finish_reason = finish;
     break;
   }
@@ -465,20 +460,12 @@ std::optional<FinishReason> Scheduler::Emit(Sequence& seq, int32_t token,
     finish = FinishReason::kStop;
   }
   ++update->num_sampled;
+  // A stop token is not part of the output (its text is not streamed); every other token is, up
+  // to a stop string, which the engine's OutputProcessor searches for in the text.
   if (finish == FinishReason::kStop) return finish;
-  // A stop token's text is not part of the output; every other token's is, up to a stop string
-  // (searched from min_tokens on).
-  std::string piece = seq.detokenizer->Add(token);
-  StopStringMatcher::Result text;
-  if (seq.num_generated() <= seq.params.min_tokens) {
-    text.text = std::move(piece);
-  } else {
-    text = seq.stop_matcher->Add(piece);
-  }
-  if (text.matched) finish = FinishReason::kStop;
   SequenceUpdate::Token& out = update->tokens.emplace_back();
   out.id = token;
-  out.text = std::move(text.text);
+  out.position = seq.num_generated();
   if (output != nullptr && seq.params.logprobs >= 0 &&
       static_cast<size_t>(row) < output->logprobs.size()) {
     const int32_t top = seq.params.logprobs;

@@ -13,11 +13,11 @@
 #include "coordinator/output_constraint.h"
 #include "coordinator/prefix_cache.h"
 #include "coordinator/request_stream.h"
-#include "coordinator/stop_strings.h"
 #include "kernels/sampling_params.h"
-#include "model/detokenizer.h"
 
 namespace tpserve {
+
+class OutputProcessor;
 
 inline constexpr int32_t kMaxLogprobs = 20;  // alternatives per token
 
@@ -83,9 +83,10 @@ struct Sequence {
   std::shared_ptr<SampleGroup> group;  // n > 1 only
   bool group_leader = false;           // the sample the others wait for
   std::shared_ptr<RequestStream> stream;
-  // Generate: text of the generated tokens, and the stop strings searched in it.
-  std::unique_ptr<IncrementalDetokenizer> detokenizer;
-  std::unique_ptr<StopStringMatcher> stop_matcher;
+  // Generate: the text of the generated tokens (the engine's; the scheduler never looks at it).
+  // Shared only for its type-erased deleter: the scheduler destroys sequences without knowing
+  // the type.
+  std::shared_ptr<OutputProcessor> output;
   // Structured output: where the sample stands in its constraint; null when unconstrained.
   std::unique_ptr<TokenMatcher> token_matcher;
   // The allow-list of the next sampled token (UpdateSampleMask), [ceil(vocab / 32)] words; empty:

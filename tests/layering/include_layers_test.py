@@ -2,7 +2,8 @@
 followed transitively from the repository root or the generated proto folder's names).
 
 The scheduler plans in ids and blocks: it must not reach the wire protos (the engine converts a
-step once each way, coordinator/step_wire.h).
+step once each way, coordinator/step_wire.h), nor text (detokenization and stop strings are the
+engine's OutputProcessor's).
 
     include_layers_test.py --root REPO
 """
@@ -20,6 +21,8 @@ RULES = [
     ("coordinator/scheduler.h", "tpserve/v1/", "the scheduler works in ids and blocks, not protos"),
     ("coordinator/scheduled_batch.h", "tpserve/v1/", "a step's plan is converted in step_wire.h"),
     ("coordinator/sequence.h", "tpserve/v1/", "a sequence is the coordinator's, not the wire's"),
+    ("coordinator/scheduler.cc", "model/detokenizer.h", "text is the OutputProcessor's"),
+    ("coordinator/scheduler.cc", "coordinator/stop_strings.h", "text is the OutputProcessor's"),
 ]
 ROOT = None
 

@@ -10,10 +10,8 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "coordinator/radix_cache.h"
-#include "coordinator/stop_strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/detokenizer.h"
 #include "tests/unit/coordinator/bundled_model.h"
 
 namespace tpserve {
@@ -595,14 +593,6 @@ class SpeculativeSchedulerTest : public SchedulerTest {
     return options;
   }
 
-  // A Generate request with the text machinery Postprocess needs.
-  Sequence* AddGenerate(std::vector<int32_t> prompt, int32_t max_tokens) {
-    Sequence* seq = Add(std::move(prompt), max_tokens);
-    seq->detokenizer = std::make_unique<IncrementalDetokenizer>(*BundledTokenizer());
-    seq->stop_matcher = std::make_unique<StopStringMatcher>(std::vector<std::string>());
-    return seq;
-  }
-
   static constexpr int32_t kBlock = 4;
   std::map<int32_t, std::vector<int32_t>> shadow_;
   std::map<uint64_t, std::vector<int32_t>> tables_;  // the workers' block tables by seq_id
@@ -622,7 +612,7 @@ TEST_F(SpeculativeSchedulerTest, RejectedProposalsAreRolledBackAndNeverCached) {
       for (int t = 0; t < 3; ++t) prompt.push_back(200 + 10 * i + t);
     }
     prompts.push_back(prompt);
-    AddGenerate(prompt, 24);
+    Add(prompt, 24);
   }
   for (int steps = 0; !scheduler_->idle(); ++steps) {
     ASSERT_LT(steps, 1000);
@@ -643,7 +633,7 @@ TEST_F(SpeculativeSchedulerTest, DraftModelProposalsAreVerifiedNextStep) {
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 3; ++i) {
     prompts.push_back({300 + i, 310 + i, 320 + i, 300 + i, 310 + i});
-    AddGenerate(prompts.back(), 20);
+    Add(prompts.back(), 20);
   }
   for (int steps = 0; !scheduler_->idle(); ++steps) {
     ASSERT_LT(steps, 1000);
@@ -665,14 +655,14 @@ TEST_F(SpeculativeSchedulerTest, DraftModelIsNotAskedToCatchUp) {
   Make(64, options);
   // Four at once is more than speculate: no proposals, and the long one, once alone, is not
   // asked either, since its draft would have to run its whole context first.
-  for (int i = 0; i < 3; ++i) AddGenerate({300 + i, 310 + i, 320 + i}, 4);
-  AddGenerate({400, 410, 420}, 30);
+  for (int i = 0; i < 3; ++i) Add({300 + i, 310 + i, 320 + i}, 4);
+  Add({400, 410, 420}, 30);
   while (!scheduler_->idle()) Step();
   EXPECT_EQ(asked_, 0);
   ASSERT_NE(Done(4), nullptr);
   EXPECT_EQ(Output(*Done(4)), Expected({400, 410, 420}, 30, CycleToken));
   // A request that arrives alone is followed by the draft from its first sample.
-  AddGenerate({500, 510, 520}, 20);
+  Add({500, 510, 520}, 20);
   while (!scheduler_->idle()) Step();
   EXPECT_GT(asked_, 10);  // about 3 in every step but the last few
   ASSERT_NE(Done(5), nullptr);
@@ -685,7 +675,7 @@ TEST_F(SpeculativeSchedulerTest, RejectedProposalsShrinkKThenStopIt) {
   options.spec_min_acceptance = 0.2;
   Make(64, options);
   wrong_proposals_ = true;
-  AddGenerate({300, 310, 320}, 60);
+  Add({300, 310, 320}, 60);
   while (!scheduler_->idle()) Step();
   ASSERT_GE(verified_runs_.size(), 4u);
   EXPECT_EQ(std::vector<int32_t>(verified_runs_.begin(), verified_runs_.begin() + 4),
@@ -701,7 +691,7 @@ TEST_F(SpeculativeSchedulerTest, RejectedProposalsShrinkKThenStopIt) {
 TEST_F(SpeculativeSchedulerTest, AcceptedProposalsKeepKAtItsMost) {
   SchedulerOptions options = DraftModelOptions();
   Make(64, options);
-  AddGenerate({300, 310, 320}, 40);
+  Add({300, 310, 320}, 40);
   while (!scheduler_->idle()) Step();
   // A rejection takes one off; the next run accepted in full puts it back.
   for (size_t i = 1; i < verified_runs_.size(); ++i) {
@@ -713,7 +703,7 @@ TEST_F(SpeculativeSchedulerTest, AcceptedProposalsKeepKAtItsMost) {
 }
 
 TEST_F(SpeculativeSchedulerTest, ARequestMayDecline) {
-  AddGenerate({7, 8, 9, 7, 8, 9, 7, 8}, 8)->params.speculate = false;
+  Add({7, 8, 9, 7, 8, 9, 7, 8}, 8)->params.speculate = false;
   while (!scheduler_->idle()) Step();
   EXPECT_EQ(proposed_, 0);
   ASSERT_NE(Done(1), nullptr);
