@@ -2,7 +2,7 @@
 # Two builds of tpserve side by side on this machine, rounds alternated A B A B, so that a change
 # is judged by a ratio measured in one run (the machine is shared and noisy):
 #   - tpserve-bench-step: one engine step through a local cluster at T=1 and T=3;
-#   - tpserve-bench: the bundled model at 1 and 8 streams (128 prompt, 64 output tokens).
+#   - tpserve-bench: the bundled model at 1, 8 and 32 streams (128 prompt, 64 output tokens).
 #   bench/compare_builds.sh OLD_BIN_DIR NEW_BIN_DIR [rounds]
 # Each BIN_DIR holds tpserve-bench, tpserve-bench-step, tpserve-coordinator and tpserve-worker
 # (copy build/bin of the old commit aside before rebuilding).
@@ -34,6 +34,7 @@ for r in $(seq 1 "$rounds"); do
     run_step "$bin" "$side" "$r"
     run_serving "$bin" "$side" "$r" 1 16
     run_serving "$bin" "$side" "$r" 8 32
+    run_serving "$bin" "$side" "$r" 32 64
   done
 done
 
@@ -56,7 +57,7 @@ for r in range(1, rounds + 1):
     for name in sorted(old):
         print(f"| {r} | {name} step | {old[name]:.0f} us | {new[name]:.0f} us | "
               f"{new[name] / old[name]:.2f} |")
-    for c in (1, 8):
+    for c in (1, 8, 32):
         o, n = serving("old", r, c), serving("new", r, c)
         key = "output_tokens_per_s"
         print(f"| {r} | tpserve-bench C={c} output tok/s | {o[key]:.1f} | {n[key]:.1f} | "
