@@ -304,12 +304,8 @@ void HttpServer::Stop() {
   stopping_.store(true);
   if (listener_ == nullptr) return;
   listener_->BeginStop();
-  {
-    // Each generation thread sees stopping_ within kPoll and answers.
-    absl::MutexLock lock(&mutex_);
-    mutex_.Await(absl::Condition(
-        +[](int* running) { return *running == 0; }, &running_));
-  }
+  // Each generation thread sees stopping_ within kPoll and answers.
+  WaitIdle(absl::InfiniteFuture());
   listener_->Stop();
 }
 
