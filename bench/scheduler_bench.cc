@@ -5,9 +5,9 @@
 //     Schedule() alone; committing the step and appending a token per request (so that every
 //     16th step needs a new block) happen with the timer paused.
 //   - BM_PostprocessDecodeStep/N: applying rank 0's reply to a decode step of N requests
-//     (Scheduler::Postprocess: commit, one token each; then each update's text, as the engine
-//     makes it: the bundled model's detokenizer and two stop strings, OutputProcessor). Planning
-//     and building the reply happen with the timer paused.
+//     (Scheduler::Postprocess: commit, one token each through the bundled model's detokenizer and
+//     two stop strings, OutputProcessor). Planning and building the reply happen with the timer
+//     paused.
 //
 //   tpserve-bench-scheduler [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -132,7 +132,7 @@ void BM_PostprocessDecodeStep(benchmark::State& state) {
     seq->prompt_len = 32;
     seq->params.ignore_eos = true;
     seq->params.stop = {"\n\nUser:", "</answer>"};
-    seq->output = std::make_shared<OutputProcessor>(**tokenizer, seq->params);
+    seq->output = std::make_unique<OutputProcessor>(**tokenizer, seq->params);
     scheduler.Add(std::move(seq));
   }
   // Token ids of ordinary text, as a model emits them.
@@ -151,10 +151,7 @@ void BM_PostprocessDecodeStep(benchmark::State& state) {
       out.token_ids.push_back(text[(e.seq->seq_id + step) % text.size()]);
     }
     state.ResumeTiming();
-    std::vector<SequenceUpdate> updates = scheduler.Postprocess(batch, outputs);
-    for (SequenceUpdate& update : updates) {
-      benchmark::DoNotOptimize(update.seq->output->Process(update));
-    }
+    benchmark::DoNotOptimize(scheduler.Postprocess(batch, outputs));
   }
   state.counters["running"] = running;
 }

@@ -9,7 +9,6 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "coordinator/output_processor.h"
 #include "coordinator/radix_cache.h"
 #include "coordinator/step_wire.h"
 
@@ -303,22 +302,8 @@ void Engine::DropCancelled() {
   }
 }
 
-void Engine::ProcessText(SequenceUpdate& update) {
-  Sequence& seq = *update.seq;
-  if (seq.output == nullptr || !update.error.ok()) return;
-  if (seq.output->Process(update)) {
-    // A stop string ended the sample at the last token left in `update`: what the step sampled
-    // after it is dropped.
-    if (update.finished == nullptr) update.finished = scheduler_.Finish(&seq);
-    seq.finish_reason = FinishReason::kStop;
-    seq.tokens.resize(seq.prompt_len + update.tokens.back().position);
-  }
-  if (seq.finish_reason.has_value()) update.tail = seq.output->Flush();
-}
-
 void Engine::Apply(const ScheduledBatch& batch, const StepOutputs& outputs) {
   std::vector<SequenceUpdate> updates = scheduler_.Postprocess(batch, outputs);
-  for (SequenceUpdate& update : updates) ProcessText(update);
   const absl::Time now = absl::Now();
   Metrics* metrics = metrics_.load();
   for (SequenceUpdate& update : updates) {

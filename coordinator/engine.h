@@ -204,9 +204,6 @@ class Engine {
   // (StepResponse.refused) fails that sequence alone, and the rest of the batch runs as the next
   // step; only a transport error, a timeout or a lost rank is returned (a cluster fault).
   absl::StatusOr<v1::StepResponse> RunStep(ScheduledBatch& batch);
-  // Gives a Generate update's tokens their text (OutputProcessor); a stop string in it ends the
-  // sample there, taking it out of the scheduler.
-  void ProcessText(SequenceUpdate& update);
   // Hands rank 0's outputs to the scheduler (Postprocess) and streams what it returns.
   void Apply(const ScheduledBatch& batch, const StepOutputs& outputs);
   // Observes the queue time of sequences scheduled for the first time.

@@ -141,7 +141,7 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::SubmitGenera
     seq->params.sampling.seed = params.sampling.seed + i;
     seq->group = group;
     seq->group_leader = group != nullptr && i == 0;
-    seq->output = std::make_shared<OutputProcessor>(*tokenizer_, params);
+    seq->output = std::make_unique<OutputProcessor>(*tokenizer_, params);
     if (params.compiled_constraint != nullptr) {
       seq->token_matcher = std::make_unique<TokenMatcher>(params.compiled_constraint);
     }

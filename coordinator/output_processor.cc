@@ -9,25 +9,15 @@ OutputProcessor::OutputProcessor(const Tokenizer& tokenizer, const GenerateParam
       detokenizer_(tokenizer, params.skip_special_tokens),
       stop_(params.stop, params.include_stop_str_in_output) {}
 
-bool OutputProcessor::Process(SequenceUpdate& update) {
-  if (update.tokens.empty()) return false;
-  // Generated tokens before this update's first; the sampled ones after a match are dropped.
-  const int32_t before = update.tokens.front().position - 1;
-  for (size_t i = 0; i < update.tokens.size(); ++i) {
-    SequenceUpdate::Token& token = update.tokens[i];
-    std::string piece = detokenizer_.Add(token.id);
-    if (token.position <= min_tokens_) {
-      token.text = std::move(piece);
-      continue;
-    }
-    StopStringMatcher::Result text = stop_.Add(piece);
-    token.text = std::move(text.text);
-    if (!text.matched) continue;
-    update.tokens.resize(i + 1);
-    update.num_sampled = token.position - before;
-    return true;
+bool OutputProcessor::Add(int32_t token, int32_t position, std::string* text) {
+  std::string piece = detokenizer_.Add(token);
+  if (position <= min_tokens_) {
+    *text = std::move(piece);
+    return false;
   }
-  return false;
+  StopStringMatcher::Result released = stop_.Add(piece);
+  *text = std::move(released.text);
+  return released.matched;
 }
 
 std::string OutputProcessor::Flush() {

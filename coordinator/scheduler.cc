@@ -444,6 +444,7 @@ bool Scheduler::PostprocessGenerate(const ScheduledBatch::Entry& entry,
       if (finish.has_value()) break;
     }
     if (!finish.has_value()) continue;
+    if (seq.output != nullptr) update->tail = seq.output->Flush();
     seq.finish_reason = finish;
     break;
   }
@@ -460,12 +461,14 @@ std::optional<FinishReason> Scheduler::Emit(Sequence& seq, int32_t token,
     finish = FinishReason::kStop;
   }
   ++update->num_sampled;
-  // A stop token is not part of the output (its text is not streamed); every other token is, up
-  // to a stop string, which the engine's OutputProcessor searches for in the text.
   if (finish == FinishReason::kStop) return finish;
+  // A stop token's text is not part of the output; every other token's is, up to a stop string
+  // (the sequence's TokenText searches from min_tokens on).
   SequenceUpdate::Token& out = update->tokens.emplace_back();
   out.id = token;
-  out.position = seq.num_generated();
+  if (seq.output != nullptr && seq.output->Add(token, seq.num_generated(), &out.text)) {
+    finish = FinishReason::kStop;
+  }
   if (output != nullptr && seq.params.logprobs >= 0 &&
       static_cast<size_t>(row) < output->logprobs.size()) {
     const int32_t top = seq.params.logprobs;

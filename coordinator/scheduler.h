@@ -121,11 +121,10 @@ class Scheduler {
   ScheduledBatch Schedule();
 
   // After `batch` ran, with rank 0's outputs `step`: commits the step (Commit), then per entry the
-  // tokens rank 0 returned, in order, each through AppendToken (and the output constraint), until
-  // one ends it; a Score entry's logit rows. Sequences that end (finished, scored, or failed by a
-  // reply that lacks their output) leave the scheduler. One update per entry that produced
-  // something, in batch order. The tokens' text, and the stop strings that may end a sample
-  // earlier, are the engine's (OutputProcessor).
+  // tokens rank 0 returned, in order, each through AppendToken and the sequence's TokenText (its
+  // text and stop strings), until one ends it; a Score entry's logit rows. Sequences that end
+  // (finished, scored, or failed by a reply that lacks their output) leave the scheduler. One
+  // update per entry that produced something, in batch order.
   std::vector<SequenceUpdate> Postprocess(const ScheduledBatch& batch, const StepOutputs& step);
 
   // After `batch` ran: every entry's tokens are computed, and newly full blocks of Generate
@@ -183,9 +182,9 @@ class Scheduler {
   // the workers' state gave it (score rows, the draft's proposals).
   void Requeue(std::unique_ptr<Sequence> seq);
   std::unique_ptr<Sequence> TakeRunning(size_t index);
-  // Appends `token` (AppendToken) and records it in `update` (its text is the engine's
-  // OutputProcessor's), with its log-probabilities from `output`'s row `row` when `output` is
-  // not null.
+  // Appends `token` (AppendToken) and releases its text (the sequence's TokenText, stop strings
+  // included) into `update`, with its log-probabilities from `output`'s row `row` when `output`
+  // is not null.
   std::optional<FinishReason> Emit(Sequence& seq, int32_t token, const SequenceStepOutput* output,
                                    int row, SequenceUpdate* update);
   // The most tokens a jump forward may put in place of the token `seq` just sampled: the

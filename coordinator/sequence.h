@@ -13,11 +13,10 @@
 #include "coordinator/output_constraint.h"
 #include "coordinator/prefix_cache.h"
 #include "coordinator/request_stream.h"
+#include "coordinator/token_text.h"
 #include "kernels/sampling_params.h"
 
 namespace tpserve {
-
-class OutputProcessor;
 
 inline constexpr int32_t kMaxLogprobs = 20;  // alternatives per token
 
@@ -83,10 +82,9 @@ struct Sequence {
   std::shared_ptr<SampleGroup> group;  // n > 1 only
   bool group_leader = false;           // the sample the others wait for
   std::shared_ptr<RequestStream> stream;
-  // Generate: the text of the generated tokens (the engine's; the scheduler never looks at it).
-  // Shared only for its type-erased deleter: the scheduler destroys sequences without knowing
-  // the type.
-  std::shared_ptr<OutputProcessor> output;
+  // Generate: the text of the generated tokens (the engine's OutputProcessor); null: tokens
+  // without text.
+  std::unique_ptr<TokenText> output;
   // Structured output: where the sample stands in its constraint; null when unconstrained.
   std::unique_ptr<TokenMatcher> token_matcher;
   // The allow-list of the next sampled token (UpdateSampleMask), [ceil(vocab / 32)] words; empty:

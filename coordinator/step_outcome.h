@@ -17,8 +17,7 @@ namespace tpserve {
 struct SequenceUpdate {
   struct Token {
     int32_t id = 0;
-    int32_t position = 0;  // the sample's generated tokens up to and including this one
-    std::string text;      // released with this token (OutputProcessor; stop strings hold back)
+    std::string text;  // released with this token (stop strings hold text back)
     std::optional<TokenLogprob> logprob;
   };
   Sequence* seq = nullptr;    // the scheduler's, or `finished` when it left this step
