@@ -387,15 +387,13 @@ int Run(const CoordinatorFlags& flags) {
     return Fail(loaded.status().ToString());
   }
 
-  bool clamped_context = false;
-  const EngineOptions options = MakeEngineOptions(flags, *config, *loaded, &clamped_context);
-  if (clamped_context) {
+  int64_t model_context = 0;
+  const EngineOptions options = MakeEngineOptions(flags, *config, *loaded, &model_context);
+  if (options.context_length < model_context) {
     LogWarning(kLog,
                "the KV pool holds %d tokens, less than the model's context of %d: serving a "
                "context of %d (raise --kv-cache-memory or --kv-cache-blocks for more)",
-               options.context_length,
-               loaded->context_length > 0 ? loaded->context_length : config->context_length,
-               options.context_length);
+               options.context_length, model_context, options.context_length);
   }
   Engine engine(options, &pool, tokenizer->get());
   engine.SetMetrics(&metrics);

@@ -47,15 +47,16 @@ absl::StatusOr<ServingPlan> MakeServingPlan(const CoordinatorFlags& flags,
 }
 
 EngineOptions MakeEngineOptions(const CoordinatorFlags& flags, const ModelConfig& config,
-                                const LoadedModel& loaded, bool* clamped_context) {
+                                const LoadedModel& loaded, int64_t* model_context) {
   EngineOptions options;
   options.block_size = flags.block_size;
   options.num_blocks = static_cast<int32_t>(loaded.kv_cache_blocks);
-  options.context_length = loaded.context_length > 0 ? loaded.context_length : config.context_length;
+  const int64_t supported =
+      loaded.context_length > 0 ? loaded.context_length : config.context_length;
+  if (model_context != nullptr) *model_context = supported;
   // A sequence can never outgrow the KV pool: advertise (and enforce) what fits.
-  const int64_t pool_tokens = int64_t{options.num_blocks} * flags.block_size;
-  if (clamped_context != nullptr) *clamped_context = pool_tokens < options.context_length;
-  options.context_length = std::min(options.context_length, pool_tokens);
+  options.context_length =
+      std::min(supported, int64_t{options.num_blocks} * flags.block_size);
   options.vocab_size = loaded.vocab_size > 0 ? loaded.vocab_size : config.vocab_size;
   options.step_timeout = absl::Seconds(flags.step_timeout_s);
   options.max_num_seqs = flags.max_num_seqs;

@@ -28,8 +28,8 @@ absl::StatusOr<ServingPlan> MakeServingPlan(const CoordinatorFlags& flags,
                                             const ModelConfig& config);
 
 // The engine's options once the ranks have loaded `loaded`. The context is what the model
-// supports, cut to what the KV pool holds (`clamped_context` says when it was).
+// supports (`model_context`, when given), cut to what the KV pool holds.
 EngineOptions MakeEngineOptions(const CoordinatorFlags& flags, const ModelConfig& config,
-                                const LoadedModel& loaded, bool* clamped_context = nullptr);
+                                const LoadedModel& loaded, int64_t* model_context = nullptr);
 
 }  // namespace tpserve

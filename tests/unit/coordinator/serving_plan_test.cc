@@ -115,9 +115,9 @@ TEST(ServingPlan, EngineOptionsFromFlagsAndTheLoadedModel) {
   LoadedModel loaded;
   loaded.kv_cache_blocks = 1000;  // 32,000 tokens: the model's 8192 fit
   loaded.vocab_size = 49152;
-  bool clamped = true;
-  const EngineOptions options = MakeEngineOptions(flags, Model(), loaded, &clamped);
-  EXPECT_FALSE(clamped);
+  int64_t model_context = 0;
+  const EngineOptions options = MakeEngineOptions(flags, Model(), loaded, &model_context);
+  EXPECT_EQ(model_context, 8192);
   EXPECT_EQ(options.block_size, 32);
   EXPECT_EQ(options.num_blocks, 1000);
   EXPECT_EQ(options.context_length, 8192);
@@ -144,15 +144,15 @@ TEST(ServingPlan, EngineOptionsFromFlagsAndTheLoadedModel) {
 TEST(ServingPlan, TheContextIsWhatTheKvPoolHolds) {
   LoadedModel loaded;
   loaded.kv_cache_blocks = 100;  // 1,600 tokens of 16
-  bool clamped = false;
-  EngineOptions options = MakeEngineOptions(Parse({}), Model(), loaded, &clamped);
-  EXPECT_TRUE(clamped);
+  int64_t model_context = 0;
+  EngineOptions options = MakeEngineOptions(Parse({}), Model(), loaded, &model_context);
+  EXPECT_EQ(model_context, 8192);
   EXPECT_EQ(options.context_length, 1600);
   EXPECT_EQ(options.vocab_size, 49152) << "the model's, when the ranks report none";
   EXPECT_EQ(options.num_speculative_tokens, 0) << "--speculative none";
   loaded.context_length = 1024;  // the ranks serve less than the file says (a sliding window)
-  options = MakeEngineOptions(Parse({}), Model(), loaded, &clamped);
-  EXPECT_FALSE(clamped);
+  options = MakeEngineOptions(Parse({}), Model(), loaded, &model_context);
+  EXPECT_EQ(model_context, 1024);
   EXPECT_EQ(options.context_length, 1024);
 }
 
