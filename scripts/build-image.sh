@@ -2,8 +2,9 @@
 # Builds tpserve's container image with the running Docker engine (scripts/docker-engine.sh).
 #   scripts/build-image.sh [--source] [--device cpu|cuda] [--tag IMAGE] [--bin-dir DIR]
 # Default: from this host's binaries (DIR, default build/bin, as scripts/test.sh builds them;
-# Debian 12 hosts only, as the image is), the Dockerfile's runtime-host stage: seconds. --source: the full build inside
-# the image from the repository (setup.sh, CMake Release), as a release would build it.
+# Debian 12 hosts only, as the image is), the Dockerfile's runtime-host stage: seconds.
+# --source: the full build inside the image from the repository (setup.sh, CMake Release), as a
+# release would build it.
 # The base image debian:12 is made with debootstrap from Debian's package registry when the engine
 # has none (no registry image is pulled). Prints the image's name, size and build time.
 # --device cuda needs NVIDIA's package repository (--source) or a host built with CUDA.
