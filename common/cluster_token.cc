@@ -92,7 +92,7 @@ std::string BearerSecret(const std::string& authorization) {
   return std::string(absl::StripAsciiWhitespace(authorization.substr(sizeof(kBearer) - 1)));
 }
 
-std::string AuthorizationOf(const grpc::ServerContext& context) {
+std::string AuthorizationOf(const grpc::ServerContextBase& context) {
   const auto& metadata = context.client_metadata();
   const auto it = metadata.find("authorization");
   return it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
@@ -104,7 +104,7 @@ bool ClusterTokenAccepts(const std::string& authorization) {
   return !offered.empty() && SecretsEqual(offered, Token());
 }
 
-grpc::Status CheckClusterToken(const grpc::ServerContext& context, const char* method) {
+grpc::Status CheckClusterToken(const grpc::ServerContextBase& context, const char* method) {
   if (ClusterTokenAccepts(AuthorizationOf(context))) return grpc::Status::OK;
   const std::string offered = BearerSecret(AuthorizationOf(context));
   RecordAuthRefusal(kSurfaceCluster, method, context.peer(),

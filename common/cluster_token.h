@@ -32,7 +32,7 @@ std::shared_ptr<grpc::Channel> ClusterChannel(const std::string& address,
 
 // OK when the call carries this process's token, or none is in force; otherwise
 // UNAUTHENTICATED, recorded (RecordAuthRefusal, surface "cluster") with the method and the peer.
-grpc::Status CheckClusterToken(const grpc::ServerContext& context, const char* method);
+grpc::Status CheckClusterToken(const grpc::ServerContextBase& context, const char* method);
 // The same check of an `authorization` value alone, unrecorded (coordinator/header_gate.h).
 bool ClusterTokenAccepts(const std::string& authorization);
 
@@ -43,6 +43,6 @@ bool SecretsEqual(const std::string& a, const std::string& b);
 std::string BearerSecret(const std::string& authorization);
 
 // A call's `authorization` metadata; empty when it has none.
-std::string AuthorizationOf(const grpc::ServerContext& context);
+std::string AuthorizationOf(const grpc::ServerContextBase& context);
 
 }  // namespace tpserve

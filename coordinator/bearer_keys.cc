@@ -48,7 +48,7 @@ bool BearerKeys::Accepts(const std::string& authorization) const {
   return match;
 }
 
-grpc::Status BearerKeys::Check(const grpc::ServerContext& context, const char* method,
+grpc::Status BearerKeys::Check(const grpc::ServerContextBase& context, const char* method,
                               const char* surface) const {
   if (Accepts(AuthorizationOf(context))) return grpc::Status::OK;
   RecordAuthRefusal(surface, method, context.peer(), "no valid key");

@@ -32,7 +32,7 @@ class BearerKeys {
 
   // The same for a gRPC call's metadata: OK, or UNAUTHENTICATED naming `method`, recorded under
   // `surface` (kSurfaceInference, kSurfaceAdmin) with the peer, never the key.
-  grpc::Status Check(const grpc::ServerContext& context, const char* method,
+  grpc::Status Check(const grpc::ServerContextBase& context, const char* method,
                      const char* surface) const;
 
  private:

@@ -30,6 +30,7 @@
 #include "coordinator/cluster_service.h"
 #include "coordinator/coordinator_flags.h"
 #include "coordinator/engine.h"
+#include "coordinator/front_end_pool.h"
 #include "coordinator/graceful_drain.h"
 #include "coordinator/group_reformer.h"
 #include "coordinator/header_gate.h"
@@ -56,6 +57,9 @@ constexpr char kLog[] = "coordinator";
 constexpr absl::Duration kLoadTimeout = absl::Minutes(10);
 constexpr absl::Duration kShutdownTimeout = absl::Seconds(5);
 constexpr absl::Duration kRegisterProbeTimeout = absl::Seconds(1);
+// Requests read but not yet parsed, over both front ends; more are refused (503,
+// RESOURCE_EXHAUSTED) rather than queued without bound.
+constexpr size_t kMaxQueuedFrontEndRequests = 4096;
 // The largest message the client and admin ports take: a prompt's text for a long context, a
 // schema, token ids. gRPC buffers a message whole before it checks the size, so this bounds what
 // one authenticated call can cost.
@@ -278,8 +282,10 @@ int Run(const CoordinatorFlags& flags) {
   SetAuthRefusalCounter([&metrics](const char* surface) { metrics.AddAuthFailure(surface); });
   // Before `metrics` goes away; the servers that refuse are stopped by then.
   absl::Cleanup forget_counter = [] { SetAuthRefusalCounter(nullptr); };
+  FrontEndPool front_end(FrontEndPool::DefaultThreads(std::thread::hardware_concurrency()),
+                         kMaxQueuedFrontEndRequests);
   HttpServer http({served_model_name, config->context_length, tokenizer->get(), chat_template.get(),
-                   default_sampling, &metrics, &*api_keys, plan->http});
+                   default_sampling, &metrics, &*api_keys, plan->http, &front_end});
   if (flags.http_port >= 0) {
     const std::string http_host = flags.http_host.empty() ? flags.host : flags.http_host;
     absl::StatusOr<int> http_port = http.Start(http_host, flags.http_port);
@@ -297,8 +303,8 @@ int Run(const CoordinatorFlags& flags) {
 
   ClusterServiceImpl cluster(flags.world_size,
                              ClusterServiceImpl::StatusProbe(kRegisterProbeTimeout));
-  InferenceServiceImpl inference(tokenizer->get(), flags.world_size, served_model_name,
-                                 default_sampling);
+  InferenceServiceImpl inference(tokenizer->get(), &front_end, flags.world_size,
+                                 served_model_name, default_sampling);
   inference.SetBearerKeys(&*api_keys);
   LoadProgress load_progress;
   inference.SetLoadProgress(&load_progress);
@@ -432,6 +438,8 @@ int Run(const CoordinatorFlags& flags) {
   http.Stop();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   admin_server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  // Before the engine goes away: a request queued there may still submit (and be refused).
+  front_end.Stop();
   pool.Shutdown(kShutdownTimeout);
   LogInfo(kLog, "stopped");
   return 0;

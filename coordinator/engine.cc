@@ -297,7 +297,7 @@ void Engine::DropCancelled() {
   for (std::unique_ptr<Sequence>& seq : scheduler_.TakeCancelled()) {
     LogInfo(kLog, "request %d: cancelled by the client after %d tokens", seq->request_id,
             seq->num_generated());
-    seq->stream->Fail(absl::CancelledError("cancelled by the client"));
+    seq->handle->Fail(seq->sample, absl::CancelledError("cancelled by the client"));
     if (Metrics* metrics = metrics_.load(); metrics != nullptr) metrics->AddRequestSuccess("abort");
   }
 }
@@ -320,9 +320,9 @@ void Engine::Apply(const ScheduledBatch& batch, const StepOutputs& outputs) {
       seq.last_token = now;
     }
     for (SequenceUpdate::Token& token : update.tokens) {
-      seq.stream->Push(token.id, std::move(token.text), std::move(token.logprob));
+      seq.handle->Push(seq.sample, token.id, std::move(token.text), std::move(token.logprob));
     }
-    if (!update.tail.empty()) seq.stream->PushText(std::move(update.tail));
+    if (!update.tail.empty()) seq.handle->PushText(seq.sample, std::move(update.tail));
     if (!update.error.ok()) {
       LogError(kLog, "request %d: %s", seq.request_id, update.error.message());
     } else if (seq.finish_reason.has_value()) {
@@ -335,7 +335,7 @@ void Engine::Apply(const ScheduledBatch& batch, const StepOutputs& outputs) {
       LogInfo(kLog,
               "request %d: sample %d finished (%s), %d prompt (%d cached) + %d generated tokens "
               "in %.3f s",
-              seq.request_id, seq.stream->index(), FinishReasonName(finish), seq.prompt_len,
+              seq.request_id, seq.sample, FinishReasonName(finish), seq.prompt_len,
               std::max(seq.cached_prompt_tokens, 0), seq.num_generated(),
               absl::ToDoubleSeconds(now - seq.arrival));
     } else if (update.finished != nullptr) {
@@ -350,11 +350,11 @@ void Engine::Apply(const ScheduledBatch& batch, const StepOutputs& outputs) {
     Sequence* seq = update.finished.get();
     if (seq == nullptr) continue;
     if (!update.error.ok()) {
-      seq->stream->Fail(update.error);
+      seq->handle->Fail(seq->sample, update.error);
     } else if (seq->kind == Sequence::Kind::kScore) {
-      seq->stream->FinishScore(std::move(seq->score_logits), seq->prompt_len);
+      seq->handle->FinishScore(seq->sample, std::move(seq->score_logits), seq->prompt_len);
     } else {
-      seq->stream->Finish(*seq->finish_reason, seq->prompt_len, seq->num_generated(),
+      seq->handle->Finish(seq->sample, *seq->finish_reason, seq->prompt_len, seq->num_generated(),
                           std::max(seq->cached_prompt_tokens, 0));
     }
   }
@@ -374,9 +374,9 @@ void Engine::RecordQueueTimes(const ScheduledBatch& batch) {
 }
 
 void Engine::Fail(Sequence& seq, const absl::Status& status) {
-  LogWarning(kLog, "request %d: sample %d failed: %s", seq.request_id, seq.stream->index(),
+  LogWarning(kLog, "request %d: sample %d failed: %s", seq.request_id, seq.sample,
              status.ToString());
-  seq.stream->Fail(status);
+  seq.handle->Fail(seq.sample, status);
   if (Metrics* metrics = metrics_.load(); metrics != nullptr) metrics->AddRequestSuccess("abort");
 }
 

@@ -40,7 +40,7 @@
 #include "coordinator/metrics.h"
 #include "coordinator/prefix_cache.h"
 #include "coordinator/request_limits.h"
-#include "coordinator/request_stream.h"
+#include "coordinator/request_handle.h"
 #include "coordinator/scheduled_batch.h"
 #include "coordinator/step_outputs.h"
 #include "coordinator/scheduler.h"
@@ -127,7 +127,7 @@ class Engine {
   // returns).
   void Stop();
 
-  // Queues a generation of params.n samples: one stream each, in sample order. INVALID_ARGUMENT
+  // Queues a generation of params.n samples, whose news the handle carries under their index. INVALID_ARGUMENT
   // (naming the field or token) for an empty prompt, a token id outside the vocabulary, a prompt
   // longer than the context length or than the KV pool, max_tokens < 0, anything over its
   // RequestLimits (n, stop strings, stop ids, logit_bias), logprobs outside [-1, kMaxLogprobs],
@@ -138,12 +138,12 @@ class Engine {
   // compile within its timeout, or when the first token has nothing to be drawn from
   // (UpdateSampleMask: an empty language, no allowed token left); CANCELLED when `client_gone`
   // (may be empty) says the client left meanwhile.
-  absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> SubmitGenerate(
+  absl::StatusOr<std::shared_ptr<RequestHandle>> SubmitGenerate(
       GenerateParams params, const std::function<bool()>& client_gone = {});
   // Queues teacher-forced scoring of `prompt`: every position's logits, computed in chunks that
   // keep each step's reply under kMaxScoreLogitBytes. The same prompt checks, plus
   // INVALID_ARGUMENT when all the logits would not fit the client's one reply message.
-  absl::StatusOr<std::shared_ptr<RequestStream>> SubmitScore(std::vector<int32_t> prompt);
+  absl::StatusOr<std::shared_ptr<RequestHandle>> SubmitScore(std::vector<int32_t> prompt);
 
   // Marks the cluster degraded by `cause` (the first cause sticks) and wakes the engine.
   void MarkDegraded(const absl::Status& cause);
@@ -245,7 +245,7 @@ class Engine {
   absl::Status CheckGenerate(const GenerateParams& params) const;
   // Hands the samples of one request to the engine thread under one request id; refuses them
   // when stopping, degraded, draining or over max_queued_requests.
-  absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Enqueue(
+  absl::StatusOr<std::shared_ptr<RequestHandle>> Enqueue(
       std::vector<std::unique_ptr<Sequence>> samples);
 
   // Constant after construction.

@@ -119,7 +119,7 @@ absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
   return check_ids(params.stop_token_ids, "stop token", "stop_token_ids");
 }
 
-absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::SubmitGenerate(
+absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::SubmitGenerate(
     GenerateParams params, const std::function<bool()>& client_gone) {
   RETURN_IF_ERROR(CheckGenerate(params));
   if (params.constraint.active()) {
@@ -159,7 +159,7 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::SubmitGenera
   return Enqueue(std::move(samples));
 }
 
-absl::StatusOr<std::shared_ptr<RequestStream>> Engine::SubmitScore(std::vector<int32_t> prompt) {
+absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::SubmitScore(std::vector<int32_t> prompt) {
   RETURN_IF_ERROR(CheckPrompt(prompt));
   const int64_t bytes = static_cast<int64_t>(prompt.size()) * options_.vocab_size * 4;
   if (bytes > kMaxScoreLogitBytes) {
@@ -173,11 +173,10 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::SubmitScore(std::vector<i
   seq->tokens = std::move(prompt);
   std::vector<std::unique_ptr<Sequence>> one;
   one.push_back(std::move(seq));
-  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<RequestStream>> streams, Enqueue(std::move(one)));
-  return streams.front();
+  return Enqueue(std::move(one));
 }
 
-absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::Enqueue(
+absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::Enqueue(
     std::vector<std::unique_ptr<Sequence>> samples) {
   const int32_t queued = stats().num_waiting;
   absl::MutexLock lock(&mutex_);
@@ -196,13 +195,13 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::Enqueue(
   }
   const uint64_t request_id = next_request_id_++;
   const absl::Time now = absl::Now();
-  std::vector<std::shared_ptr<RequestStream>> streams;
+  auto handle = std::make_shared<RequestHandle>(request_id, static_cast<int32_t>(samples.size()));
   for (size_t i = 0; i < samples.size(); ++i) {
     Sequence& seq = *samples[i];
     seq.request_id = request_id;
     seq.arrival = now;
-    seq.stream = std::make_shared<RequestStream>(request_id, static_cast<int32_t>(i));
-    streams.push_back(seq.stream);
+    seq.handle = handle;
+    seq.sample = static_cast<int32_t>(i);
   }
   const Sequence& first = *samples.front();
   if (first.kind == Sequence::Kind::kScore) {
@@ -212,7 +211,7 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::Enqueue(
             first.prompt_len, first.params.max_tokens, samples.size());
   }
   for (auto& seq : samples) submitted_.push_back(std::move(seq));
-  return streams;
+  return handle;
 }
 
 int32_t Engine::Drain(std::string why, bool until_reformed) {

@@ -121,11 +121,19 @@ void Engine::HoldAll(const absl::Status& cause) {
     seq->held_since = now;
     ++recovery_.requests_held;
     LogInfo(kLog, "request %d: sample %d held until the group re-forms, %d tokens to recompute",
-            seq->request_id, seq->stream->index(), seq->tokens.size());
+            seq->request_id, seq->sample, seq->tokens.size());
   }
   // Before the re-formation attempt, which may take long: the queue limit, tpctl and /metrics
-  // count the held requests meanwhile.
+  // count the held requests meanwhile, and their clients hear why nothing comes.
   PublishStats();
+  std::string waiting_for;
+  {
+    absl::MutexLock lock(&mutex_);
+    waiting_for = waiting_for_;
+  }
+  for (const std::unique_ptr<Sequence>& seq : scheduler_.waiting()) {
+    if (seq->handle != nullptr) seq->handle->Pause(waiting_for);
+  }
 }
 
 void Engine::FailRepeatedlyHeld(const absl::Status& cause) {
@@ -144,7 +152,7 @@ void Engine::ResumeHeld(absl::Time now) {
     if (seq->held_since == absl::InfinitePast()) continue;
     ++recovery_.requests_resumed;
     LogInfo(kLog, "request %d: sample %d resumed after %.2f s held, %d tokens to recompute",
-            seq->request_id, seq->stream->index(), absl::ToDoubleSeconds(now - seq->held_since),
+            seq->request_id, seq->sample, absl::ToDoubleSeconds(now - seq->held_since),
             seq->tokens.size());
     seq->held_since = absl::InfinitePast();
   }

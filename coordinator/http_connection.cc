@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <chrono>
 #include <utility>
+#include <vector>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
@@ -28,9 +29,6 @@ constexpr size_t kLoggedErrorBytes = 300;
 // read and drop up to this much, for up to this long, into a fixed buffer.
 constexpr size_t kMaxDrainBytes = 64 << 20;
 constexpr absl::Duration kDrainTime = absl::Seconds(5);
-// A stream write posted to the I/O thread is bounded by the write timeout; this is the margin
-// past it after which the handler stops waiting (the I/O thread is gone).
-constexpr absl::Duration kWriteWaitMargin = absl::Seconds(5);
 
 std::chrono::steady_clock::duration ToSteady(absl::Duration d) {
   return absl::ToChronoNanoseconds(d);
@@ -190,7 +188,7 @@ void HttpConnection::WatchForClose(uint64_t exchange) {
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
           return self->WatchForClose(exchange);
         }
-        self->client_gone_.store(true);
+        self->MarkGone();
       });
 }
 
@@ -229,56 +227,111 @@ void HttpConnection::WriteReply(HttpReply reply) {
                     });
 }
 
-bool HttpConnection::WaitForWrite(std::function<void(std::function<void(bool)>)> write) {
-  if (client_gone_.load()) return false;
-  auto done = std::make_shared<std::promise<bool>>();
-  std::future<bool> written = done->get_future();
-  net::post(stream_.get_executor(), [self = shared_from_this(), write = std::move(write), done] {
-    write([done](bool ok) { done->set_value(ok); });
-  });
-  const auto wait = ToSteady(shared_->limits.write_timeout + kWriteWaitMargin);
-  const bool ok = written.wait_for(wait) == std::future_status::ready && written.get();
-  if (!ok) client_gone_.store(true);
-  return ok;
+void HttpConnection::Post(std::function<void()> task) {
+  net::post(stream_.get_executor(), std::move(task));
 }
 
-bool HttpConnection::StartStream(const HttpReply& head) {
-  return WaitForWrite([this, head](std::function<void(bool)> done) {
-    stream_head_ = std::make_unique<StreamHead>(static_cast<http::status>(head.status), 11);
-    SetCommonFields(*stream_head_, head);
-    stream_head_->chunked(true);
-    stream_serializer_ =
-        std::make_unique<http::response_serializer<http::empty_body>>(*stream_head_);
-    stream_.expires_after(ToSteady(shared_->limits.write_timeout));
-    http::async_write_header(stream_, *stream_serializer_,
-                             [self = shared_from_this(), done](beast::error_code error, size_t) {
-                               done(!error);
-                             });
+void HttpConnection::SetOnGone(std::function<void()> on_gone) {
+  net::post(stream_.get_executor(), [self = shared_from_this(), on_gone = std::move(on_gone)] {
+    if (self->client_gone_.load()) return on_gone();
+    self->on_gone_ = on_gone;
   });
 }
 
-bool HttpConnection::WriteChunk(std::string data) {
-  auto owned = std::make_shared<std::string>(std::move(data));
-  return WaitForWrite([this, owned](std::function<void(bool)> done) {
-    stream_.expires_after(ToSteady(shared_->limits.write_timeout));
-    net::async_write(stream_, http::make_chunk(net::buffer(*owned)),
-                     [self = shared_from_this(), owned, done](beast::error_code error, size_t) {
-                       done(!error);
-                     });
+void HttpConnection::SetOnEnd(std::function<void()> on_end) {
+  net::post(stream_.get_executor(), [self = shared_from_this(), on_end = std::move(on_end)] {
+    self->on_end_ = on_end;
+  });
+}
+
+void HttpConnection::MarkGone() {
+  client_gone_.store(true);
+  if (on_gone_) std::exchange(on_gone_, nullptr)();
+}
+
+void HttpConnection::StartStream(const HttpReply& head) {
+  net::post(stream_.get_executor(), [self = shared_from_this(), head] {
+    self->stream_head_ = std::make_unique<StreamHead>(static_cast<http::status>(head.status), 11);
+    self->SetCommonFields(*self->stream_head_, head);
+    self->stream_head_->chunked(true);
+    self->stream_serializer_ =
+        std::make_unique<http::response_serializer<http::empty_body>>(*self->stream_head_);
+    self->outgoing_.push_back({Outgoing::Kind::kHead, "", nullptr});
+    self->Flush();
+  });
+}
+
+void HttpConnection::WriteChunk(std::string data, std::function<void()> written) {
+  net::post(stream_.get_executor(), [self = shared_from_this(), data = std::move(data),
+                                     written = std::move(written)]() mutable {
+    self->outgoing_.push_back({Outgoing::Kind::kChunk, std::move(data), std::move(written)});
+    self->Flush();
   });
 }
 
 void HttpConnection::EndStream() {
   ended_.store(true);
   net::post(stream_.get_executor(), [self = shared_from_this()] {
-    if (self->client_gone_.load()) {
-      self->why_ = "the client went away";
-      return self->EndExchange(net::error::connection_aborted);
-    }
-    self->stream_.expires_after(ToSteady(self->shared_->limits.write_timeout));
-    net::async_write(self->stream_, http::make_chunk_last(),
-                     [self](beast::error_code error, size_t) { self->EndExchange(error); });
+    self->outgoing_.push_back({Outgoing::Kind::kLast, "", nullptr});
+    self->Flush();
   });
+}
+
+void HttpConnection::Flush() {
+  if (writing_ || outgoing_.empty()) return;
+  if (client_gone_.load()) {
+    const bool ends = outgoing_.back().kind == Outgoing::Kind::kLast;
+    outgoing_.clear();
+    if (ends) {
+      why_ = "the client went away";
+      EndExchange(net::error::connection_aborted);
+    }
+    return;
+  }
+  writing_ = true;
+  stream_.expires_after(ToSteady(shared_->limits.write_timeout));
+  const Outgoing::Kind kind = outgoing_.front().kind;
+  if (kind == Outgoing::Kind::kHead) {
+    outgoing_.pop_front();
+    return http::async_write_header(stream_, *stream_serializer_,
+                                    [self = shared_from_this()](beast::error_code error, size_t) {
+                                      self->writing_ = false;
+                                      if (error) self->MarkGone();
+                                      self->Flush();
+                                    });
+  }
+  if (kind == Outgoing::Kind::kLast) {
+    outgoing_.pop_front();
+    return net::async_write(stream_, http::make_chunk_last(),
+                            [self = shared_from_this()](beast::error_code error, size_t) {
+                              self->writing_ = false;
+                              if (error) self->MarkGone();
+                              self->EndExchange(error);
+                            });
+  }
+  // Every chunk queued goes in one: SSE events stay whole, and a burst costs one write.
+  auto data = std::make_shared<std::string>();
+  auto written = std::make_shared<std::vector<std::function<void()>>>();
+  while (!outgoing_.empty() && outgoing_.front().kind == Outgoing::Kind::kChunk) {
+    data->append(outgoing_.front().data);
+    if (outgoing_.front().written) written->push_back(std::move(outgoing_.front().written));
+    outgoing_.pop_front();
+  }
+  if (data->empty()) {  // an empty chunk would end the stream
+    writing_ = false;
+    for (const std::function<void()>& done : *written) done();
+    return Flush();
+  }
+  net::async_write(stream_, http::make_chunk(net::buffer(*data)),
+                   [self = shared_from_this(), data, written](beast::error_code error, size_t) {
+                     self->writing_ = false;
+                     if (error) {
+                       self->MarkGone();
+                     } else {
+                       for (const std::function<void()>& done : *written) done();
+                     }
+                     self->Flush();
+                   });
 }
 
 void HttpConnection::EndExchange(beast::error_code error) {
@@ -290,6 +343,8 @@ void HttpConnection::EndExchange(beast::error_code error) {
   }
   stream_serializer_.reset();
   stream_head_.reset();
+  on_gone_ = nullptr;
+  if (on_end_) std::exchange(on_end_, nullptr)();
   if (error) return CloseNow();
   if (!keep_alive_ || shared_->stopping.load()) return LingerAndClose();
   beast::error_code ignored;

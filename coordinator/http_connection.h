@@ -9,18 +9,20 @@
 // 503 for a connection over the listener's limit.
 //
 // While a handler runs, the connection waits for the socket to become readable: end of stream
-// then means the client went away (client_gone()), so that work nobody will read is cancelled.
+// then means the client went away (client_gone(), the on_gone callback), so that work nobody
+// will read is cancelled.
 //
-// Threads: everything but Reply/StartStream/WriteChunk/EndStream/client_gone/ended runs on the
-// listener's one I/O thread; those post their write to it. Pending operations hold the
-// connection (shared_ptr), so it lives until the last of them ends.
+// Threads: everything runs on the listener's one I/O thread; the HttpExchange calls post to it.
+// A stream's chunks queue there and go out one write at a time, those queued meanwhile merged
+// into one. Pending operations hold the connection (shared_ptr), so it lives until the last of
+// them ends.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
-#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,9 +63,12 @@ class HttpConnection : public HttpExchange, public std::enable_shared_from_this<
   void CloseNow();
 
   void Reply(HttpReply reply) override;
-  bool StartStream(const HttpReply& head) override;
-  bool WriteChunk(std::string data) override;
+  void StartStream(const HttpReply& head) override;
+  void WriteChunk(std::string data, std::function<void()> written) override;
   void EndStream() override;
+  void Post(std::function<void()> task) override;
+  void SetOnGone(std::function<void()> on_gone) override;
+  void SetOnEnd(std::function<void()> on_end) override;
   bool client_gone() const override { return client_gone_.load(); }
   bool ended() const override { return ended_.load(); }
 
@@ -90,8 +95,11 @@ class HttpConnection : public HttpExchange, public std::enable_shared_from_this<
   // before closing, so that a client still writing its body sees the answer, not a reset.
   void LingerAndClose();
   void Drain();
-  // Runs `write` on the I/O thread and waits for the `done` it is given to be called.
-  bool WaitForWrite(std::function<void(std::function<void(bool)> done)> write);
+  // The client is gone: tells on_gone once.
+  void MarkGone();
+  // Starts the next write of the stream, if none runs: the head, the chunks queued (as one), or
+  // the last chunk, which ends the exchange. Once the client is gone, drops what is queued.
+  void Flush();
   template <typename Message>
   void SetCommonFields(Message& message, const HttpReply& reply);
 
@@ -115,6 +123,16 @@ class HttpConnection : public HttpExchange, public std::enable_shared_from_this<
       stream_serializer_;
   std::atomic<bool> client_gone_{false};
   std::atomic<bool> ended_{false};
+  std::function<void()> on_gone_;
+  std::function<void()> on_end_;
+  // The stream's writes not yet started: chunk data (with what to call once written) or the end.
+  struct Outgoing {
+    enum class Kind { kHead, kChunk, kLast } kind;
+    std::string data;
+    std::function<void()> written;
+  };
+  std::deque<Outgoing> outgoing_;
+  bool writing_ = false;
   std::array<char, 4096> drain_buffer_{};
   size_t drained_bytes_ = 0;
 };

@@ -3,10 +3,12 @@
 // this, so they compile without the HTTP library.
 //
 // Every exchange ends exactly once: with Reply, or with StartStream, WriteChunk... and
-// EndStream. Reply may be called on any thread and returns at once. The stream calls wait for
-// their write and must come from a thread of the handler's own, never the I/O thread.
+// EndStream. Every call returns at once and may come from any thread: the connection queues the
+// writes on its I/O thread in the order it was called (callers on several threads order their
+// calls themselves, e.g. by making them from tasks they Post).
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "coordinator/http_message.h"
@@ -21,14 +23,20 @@ class HttpExchange {
   virtual void Reply(HttpReply reply) = 0;
 
   // A chunked response: `head`'s status, headers and content type (its body is ignored), then
-  // the chunks. False when the client is gone or the write timed out: the caller stops writing
-  // and calls EndStream.
-  virtual bool StartStream(const HttpReply& head) = 0;
-  virtual bool WriteChunk(std::string data) = 0;
+  // the chunks. Once the client is gone (or a write failed or timed out) writes are dropped.
+  virtual void StartStream(const HttpReply& head) = 0;
+  // `written`, if any, runs on the I/O thread when the chunk has gone to the socket.
+  virtual void WriteChunk(std::string data, std::function<void()> written = {}) = 0;
   virtual void EndStream() = 0;
 
-  // The client closed its connection (or a write to it failed): nobody reads what follows.
-  // Handlers waiting on the engine poll this to cancel the work.
+  // Runs `task` on the connection's I/O thread.
+  virtual void Post(std::function<void()> task) = 0;
+  // `on_gone` runs once, on the I/O thread, when the client closes its connection or a write to
+  // it fails: nobody reads what follows, so the work for it can stop. At once if that happened.
+  virtual void SetOnGone(std::function<void()> on_gone) = 0;
+  // `on_end` runs once, on the I/O thread, when the exchange is over: its last byte written, or
+  // the connection failed. Set it before ending the exchange.
+  virtual void SetOnEnd(std::function<void()> on_end) = 0;
   virtual bool client_gone() const = 0;
   // Reply or EndStream has been called.
   virtual bool ended() const = 0;

@@ -14,13 +14,14 @@
 // `Retry-After: 1`. Every response to an accepted request carries `X-Request-Id`, the engine's
 // request id; one log line per request names it.
 //
-// Cancellation: a client that goes away, streaming or not, cancels its samples within kPoll.
-// While the engine holds requests for a lost rank (Engine::pause), an event stream with nothing
-// to send gets the SSE comment ": paused, waiting for <what>" every second.
+// Generations are HttpGeneration's: a client that goes away, streaming or not, cancels its
+// samples; while the engine holds requests for a lost rank, their event streams get the SSE
+// comment ": paused, waiting for <what>" about every second.
 //
 // Threads: health, readiness, metrics and models are answered on the listener's I/O thread, so
-// they answer however many generations run or how many clients stall; each generation request
-// runs on a thread of its own (bounded by the connection limit) that waits on the engine.
+// they answer however many generations run or how many clients stall. A generation has no
+// thread: its parsing runs on the FrontEndPool, its writes on the I/O thread as the engine's
+// news arrives.
 #pragma once
 
 #include <atomic>
@@ -34,8 +35,10 @@
 #include "coordinator/bearer_keys.h"
 #include "coordinator/engine.h"
 #include "coordinator/http_exchange.h"
+#include "coordinator/http_generation.h"
 #include "coordinator/http_listener.h"
 #include "coordinator/http_message.h"
+#include "coordinator/http_server_options.h"
 #include "coordinator/metrics.h"
 #include "coordinator/openai_request.h"
 #include "model/chat_template.h"
@@ -43,19 +46,6 @@
 
 namespace tpserve {
 
-struct HttpServerOptions {
-  std::string model_name;  // what clients pass as "model" and /v1/models lists
-  // Listed by /v1/models until the engine runs; after that the engine's is used.
-  int64_t context_length = 0;
-  // Not owned; must outlive the server. `chat_template` may be null (chat requests get 400).
-  const Tokenizer* tokenizer = nullptr;
-  const ChatTemplate* chat_template = nullptr;
-  SamplingParams default_sampling;  // what a request's absent sampling fields take
-  Metrics* metrics = nullptr;
-  // /v1/* need one of these keys (none: open); health and metrics stay open.
-  const BearerKeys* api_keys = nullptr;
-  HttpLimits limits;
-};
 
 class HttpServer {
  public:
@@ -67,7 +57,7 @@ class HttpServer {
   // Waits until no generation is being answered, or `deadline`; true when none is.
   bool WaitIdle(absl::Time deadline);
   // Ends every request in flight (streams end with an error event and are cancelled; waiting
-  // clients get 503), waits for their threads and closes every connection. Idempotent.
+  // clients get 503), waits until they are gone and closes every connection. Idempotent.
   void Stop();
 
   // From now on /v1/* go to `engine`, which must outlive the server (or Stop() first).
@@ -78,10 +68,9 @@ class HttpServer {
   std::optional<HttpReply> Admit(const HttpRequest& head) const;
   // On the I/O thread: routes one request.
   void Dispatch(std::shared_ptr<HttpExchange> exchange, HttpRequest request);
-  // Runs HandleGenerate on a thread of its own, counted in running_.
-  void SpawnGenerate(OpenAiEndpoint endpoint, std::shared_ptr<HttpExchange> exchange,
-                     HttpRequest request);
-  void HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& request, HttpExchange& exchange);
+  // Hands a generation to HttpGeneration, or 503 while the cluster starts.
+  void Generate(OpenAiEndpoint endpoint, std::shared_ptr<HttpExchange> exchange,
+                HttpRequest request);
   HttpReply Models() const;
   HttpReply Health() const;
   HttpReply Ready() const;
@@ -91,11 +80,8 @@ class HttpServer {
   const absl::Time started_;
 
   std::atomic<Engine*> engine_{nullptr};
-  std::atomic<bool> stopping_{false};  // read by request threads waiting on the engine
+  const std::shared_ptr<HttpGenerations> generations_;
   std::unique_ptr<HttpListener> listener_;
-
-  absl::Mutex mutex_;
-  int running_ ABSL_GUARDED_BY(mutex_) = 0;  // generation threads not yet finished
 };
 
 }  // namespace tpserve

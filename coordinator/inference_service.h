@@ -2,7 +2,10 @@
 // tokenized and absl::Status becomes grpc::Status. Generate streams the engine's text (whole
 // UTF-8, stop strings removed), the n samples' chunks interleaved.
 //
-// Thread-safe: gRPC's sync server runs each call on its own thread.
+// Threads: gRPC's callback API, so an open call holds no thread. Tokenizing, submitting (which
+// waits for an output constraint to compile) and turning the engine's news into chunks run on
+// the FrontEndPool; the engine's notifier only posts there. A call the pool has no room for is
+// refused with RESOURCE_EXHAUSTED.
 #pragma once
 
 #include <atomic>
@@ -12,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/bearer_keys.h"
 #include "coordinator/engine.h"
+#include "coordinator/front_end_pool.h"
 #include "coordinator/load_progress.h"
 #include "kernels/sampling_params.h"
 #include "model/tokenizer.h"
@@ -19,12 +23,12 @@
 
 namespace tpserve {
 
-class InferenceServiceImpl final : public v1::InferenceService::Service {
+class InferenceServiceImpl final : public v1::InferenceService::CallbackService {
  public:
-  // `tokenizer` must outlive the service. `model_name` is what ListModels reports;
+  // `tokenizer` and `pool` must outlive the service. `model_name` is what ListModels reports;
   // `default_sampling` what a request's unset Sampling fields take.
-  InferenceServiceImpl(const Tokenizer* tokenizer, int world_size, std::string model_name,
-                       SamplingParams default_sampling = {});
+  InferenceServiceImpl(const Tokenizer* tokenizer, FrontEndPool* pool, int world_size,
+                       std::string model_name, SamplingParams default_sampling = {});
 
   // Until an engine is set, Generate and Score answer UNAVAILABLE "cluster is starting" and
   // Health says STATE_STARTING. `engine` must outlive the server.
@@ -35,32 +39,36 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
   // (UNAUTHENTICATED otherwise). `keys` must outlive the service; null or empty: open.
   void SetBearerKeys(const BearerKeys* keys) { api_keys_ = keys; }
 
-  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
-                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
-  grpc::Status Score(grpc::ServerContext* context, const v1::ScoreRequest* request,
-                     v1::ScoreResponse* response) override;
-  grpc::Status Health(grpc::ServerContext* context, const v1::HealthRequest* request,
-                      v1::HealthResponse* response) override;
-  grpc::Status Tokenize(grpc::ServerContext* context, const v1::TokenizeRequest* request,
-                        v1::TokenizeResponse* response) override;
-  grpc::Status ListModels(grpc::ServerContext* context, const v1::ListModelsRequest* request,
-                          v1::ListModelsResponse* response) override;
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Score(grpc::CallbackServerContext* context,
+                                  const v1::ScoreRequest* request,
+                                  v1::ScoreResponse* response) override;
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
+                                   const v1::HealthRequest* request,
+                                   v1::HealthResponse* response) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const v1::ListModelsRequest* request,
+                                       v1::ListModelsResponse* response) override;
 
- private:
-  grpc::Status CheckKey(const grpc::ServerContext& context, const char* method) const {
+  // What the calls use (generate_call.cc, score_call.cc).
+  FrontEndPool& pool() const { return *pool_; }
+  grpc::Status CheckKey(const grpc::CallbackServerContext& context, const char* method) const {
     return api_keys_ == nullptr ? grpc::Status::OK
                                 : api_keys_->Check(context, method, kSurfaceInference);
   }
+  // The engine, or UNAVAILABLE while starting.
+  absl::StatusOr<Engine*> GetEngine() const;
   // The request as the engine takes it: prompt tokenized, sampling defaults filled in.
   absl::StatusOr<GenerateParams> ToParams(const v1::GenerateRequest& request,
                                           const Engine& engine) const;
-  // The engine, or UNAVAILABLE while starting.
-  absl::StatusOr<Engine*> GetEngine() const;
-  // Waits for the stream's final update; CANCELLED (and the stream cancelled) when the client
-  // goes away first.
-  absl::StatusOr<StreamUpdate> WaitDone(grpc::ServerContext* context, RequestStream& stream);
 
+ private:
   const Tokenizer* const tokenizer_;
+  FrontEndPool* const pool_;
   const LoadProgress* load_progress_ = nullptr;
   const int world_size_;
   const std::string model_name_;
@@ -68,5 +76,8 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
   std::atomic<Engine*> engine_{nullptr};
   const BearerKeys* api_keys_ = nullptr;
 };
+
+// The refusal of a call the FrontEndPool has no room for.
+grpc::Status FrontEndBusy();
 
 }  // namespace tpserve

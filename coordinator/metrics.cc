@@ -26,6 +26,11 @@ std::vector<double> RequestBounds() {
           30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 
+// Token delivery is the front end's own overhead: sub-millisecond, so the buckets are too.
+std::vector<double> DeliveryBounds() {
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0};
+}
+
 // The reasons a dashboard can rely on seeing, at 0 before the first such request.
 constexpr absl::string_view kFinishedReasons[] = {"stop", "length", "abort"};
 
@@ -78,7 +83,8 @@ Metrics::Metrics(std::string model_name)
       itl_(InterTokenBounds()),
       e2e_(RequestBounds()),
       queue_(RequestBounds()),
-      recovery_(RequestBounds()) {
+      recovery_(RequestBounds()),
+      delivery_(DeliveryBounds()) {
   for (absl::string_view reason : kFinishedReasons) request_success_[std::string(reason)] = 0;
   for (const char* surface : {kSurfaceHttp, kSurfaceInference, kSurfaceAdmin, kSurfaceCluster}) {
     auth_failures_[surface] = 0;
@@ -118,6 +124,11 @@ void Metrics::ObserveRequestQueueTime(double seconds) {
 void Metrics::ObserveRecoveryTime(double seconds) {
   absl::MutexLock lock(&mutex_);
   Observe(recovery_, seconds);
+}
+
+void Metrics::ObserveTokenDelivery(double seconds) {
+  absl::MutexLock lock(&mutex_);
+  Observe(delivery_, seconds);
 }
 
 void Metrics::AddPromptTokens(int64_t n) {
@@ -185,6 +196,10 @@ std::string Metrics::RenderPrometheus() const {
   histogram("tpserve:recovery_duration_seconds",
             "Histogram of time from a lost rank to the re-formed group serving again in seconds.",
             recovery_);
+  histogram("tpserve:token_delivery_seconds",
+            "Histogram of time from the engine handing a token over to its bytes reaching the "
+            "client's socket in seconds.",
+            delivery_);
 
   single("tpserve:num_requests_running", "gauge", "Number of requests in the running batch.",
          absl::StrCat(engine_.num_running));

@@ -63,6 +63,8 @@ class Metrics {
   void ObserveRequestQueueTime(double seconds);
   // From a lost rank to the group serving again.
   void ObserveRecoveryTime(double seconds);
+  // From the engine handing a token to its request to the front end writing it to the socket.
+  void ObserveTokenDelivery(double seconds);
 
   void AddPromptTokens(int64_t n);
   void AddGenerationTokens(int64_t n);
@@ -97,6 +99,7 @@ class Metrics {
   Histogram e2e_ ABSL_GUARDED_BY(mutex_);
   Histogram queue_ ABSL_GUARDED_BY(mutex_);
   Histogram recovery_ ABSL_GUARDED_BY(mutex_);
+  Histogram delivery_ ABSL_GUARDED_BY(mutex_);
   int64_t prompt_tokens_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t generation_tokens_ ABSL_GUARDED_BY(mutex_) = 0;
   std::map<std::string, int64_t> request_success_ ABSL_GUARDED_BY(mutex_);

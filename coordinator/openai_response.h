@@ -28,7 +28,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "coordinator/openai_request.h"
-#include "coordinator/request_stream.h"
+#include "coordinator/request_handle.h"
 #include "coordinator/tool_call_parser.h"
 #include "model/tokenizer.h"
 #include "nlohmann/json.hpp"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "coordinator/request_stream.h"
+#include "coordinator/request_handle.h"
 
 namespace tpserve {
 

@@ -530,7 +530,7 @@ std::unique_ptr<Sequence> Scheduler::Finish(Sequence* seq) {
 }
 
 std::vector<std::unique_ptr<Sequence>> Scheduler::TakeCancelled() {
-  return TakeIf([](const Sequence& seq) { return seq.stream && seq.stream->cancelled(); });
+  return TakeIf([](const Sequence& seq) { return seq.handle && seq.handle->cancelled(); });
 }
 
 std::vector<std::unique_ptr<Sequence>> Scheduler::TakeIf(

@@ -48,7 +48,7 @@
 #include "coordinator/jump_forward.h"
 #include "coordinator/ngram_proposer.h"
 #include "coordinator/prefix_cache.h"
-#include "coordinator/request_stream.h"
+#include "coordinator/request_handle.h"
 #include "coordinator/scheduled_batch.h"
 #include "coordinator/sequence.h"
 #include "coordinator/step_outcome.h"

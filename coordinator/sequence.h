@@ -12,7 +12,7 @@
 #include "coordinator/grammar.h"
 #include "coordinator/output_constraint.h"
 #include "coordinator/prefix_cache.h"
-#include "coordinator/request_stream.h"
+#include "coordinator/request_handle.h"
 #include "coordinator/token_text.h"
 #include "kernels/sampling_params.h"
 
@@ -81,7 +81,9 @@ struct Sequence {
   std::vector<float> score_logits;     // Score: rows received so far, [rows, vocab]
   std::shared_ptr<SampleGroup> group;  // n > 1 only
   bool group_leader = false;           // the sample the others wait for
-  std::shared_ptr<RequestStream> stream;
+  // Where this sample's tokens and outcome go, under index `sample`.
+  std::shared_ptr<RequestHandle> handle;
+  int32_t sample = 0;
   // Generate: the text of the generated tokens (the engine's OutputProcessor); null: tokens
   // without text.
   std::unique_ptr<TokenText> output;

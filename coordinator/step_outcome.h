@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "coordinator/request_stream.h"
+#include "coordinator/request_handle.h"
 #include "coordinator/sequence.h"
 
 namespace tpserve {

@@ -73,8 +73,8 @@ class EngineTest : public ::testing::Test {
     engine_ = std::make_unique<Engine>(options, pool_.get(), tokenizer_);
     if (reform_) engine_->SetGroupReformer(reform_);
     engine_->Start();
-    service_ =
-        std::make_unique<InferenceServiceImpl>(tokenizer_, pool_->world_size(), "test-model");
+    service_ = std::make_unique<InferenceServiceImpl>(tokenizer_, &front_end_,
+                                                      pool_->world_size(), "test-model");
     service_->SetEngine(engine_.get());
     grpc::ServerBuilder builder;
     int port = 0;
@@ -162,6 +162,7 @@ class EngineTest : public ::testing::Test {
   std::function<absl::Status()> reform_;
   std::atomic<bool> rank_back_{false};
   int32_t block_size_ = 4;
+  FrontEndPool front_end_{2, 64};
   std::vector<std::unique_ptr<FakeWorker>> fakes_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<Engine> engine_;

@@ -60,7 +60,7 @@ class SchedulerTest : public ::testing::Test {
     seq->prompt_len = static_cast<int32_t>(prompt.size());
     seq->tokens = std::move(prompt);
     seq->params.max_tokens = max_tokens;
-    seq->stream = std::make_shared<RequestStream>(seq->request_id);
+    seq->handle = std::make_shared<RequestHandle>(seq->request_id, 1);
     Sequence* raw = seq.get();
     scheduler_->Add(std::move(seq));
     return raw;
@@ -332,7 +332,7 @@ TEST_F(SchedulerTest, CancellationFreesBlocksAtTheNextStep) {
   Step();
   EXPECT_EQ(pool_->num_free(), 16 - 3 - 2);
   const uint64_t a_seq = a->seq_id;
-  a->stream->Cancel();
+  a->handle->Cancel();
   std::vector<std::unique_ptr<Sequence>> cancelled = scheduler_->TakeCancelled();
   ASSERT_EQ(cancelled.size(), 1u);
   EXPECT_EQ(cancelled[0]->request_id, 1u);
@@ -349,7 +349,7 @@ TEST_F(SchedulerTest, CancelledWaitingRequestNeverRuns) {
   Add(Prompt(4), 3);
   Sequence* b = Add(Prompt(4, 40), 3);
   Step();
-  b->stream->Cancel();
+  b->handle->Cancel();
   EXPECT_EQ(scheduler_->TakeCancelled().size(), 1u);
   RunToCompletion();
   EXPECT_EQ(done_.size(), 1u);

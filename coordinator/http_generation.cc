@@ -1,0 +1,362 @@
+#include "coordinator/http_generation.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "coordinator/http_replies.h"
+#include "coordinator/openai_error.h"
+#include "coordinator/prompt_logprobs.h"
+
+namespace tpserve {
+namespace {
+
+constexpr char kLog[] = "http";
+constexpr char kRequestIdHeader[] = "X-Request-Id";
+
+// ": paused, waiting for ...", one line whatever the cause's text holds.
+std::string KeepAliveComment(const std::string& waiting_for) {
+  std::string comment = absl::StrCat(": paused, waiting for ", waiting_for);
+  for (char& c : comment) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return comment + "\n\n";
+}
+
+// Prompt tokens count once however many samples there are; completion tokens add up.
+void AddUsage(const StreamUpdate& last, Usage* usage) {
+  if (last.index == 0) {
+    usage->prompt_tokens = last.prompt_tokens;
+    usage->cached_prompt_tokens = last.cached_prompt_tokens;
+  }
+  usage->completion_tokens += last.completion_tokens;
+}
+
+std::string StoppingMessage() { return "the HTTP server is stopping"; }
+
+}  // namespace
+
+bool HttpGenerations::WaitNone(absl::Time deadline) {
+  absl::MutexLock lock(&mutex_);
+  return mutex_.AwaitWithDeadline(
+      absl::Condition(+[](int* alive) { return *alive == 0; }, &alive_), deadline);
+}
+
+void HttpGenerations::CutAll() {
+  stopping_.store(true);
+  std::vector<std::shared_ptr<HttpGeneration>> open;
+  {
+    absl::MutexLock lock(&mutex_);
+    for (const auto& [key, generation] : open_) open.push_back(generation);
+  }
+  for (const std::shared_ptr<HttpGeneration>& generation : open) generation->Cut();
+}
+
+void HttpGenerations::Add(const std::shared_ptr<HttpGeneration>& generation) {
+  absl::MutexLock lock(&mutex_);
+  open_[generation.get()] = generation;
+}
+
+void HttpGenerations::Remove(const HttpGeneration* generation) {
+  std::shared_ptr<HttpGeneration> last;  // released after the lock
+  absl::MutexLock lock(&mutex_);
+  auto it = open_.find(generation);
+  if (it == open_.end()) return;
+  last = std::move(it->second);
+  open_.erase(it);
+}
+
+void HttpGenerations::Destroyed() {
+  absl::MutexLock lock(&mutex_);
+  --alive_;
+}
+
+HttpGeneration::HttpGeneration(std::shared_ptr<HttpGenerations> shared, Engine* engine,
+                               OpenAiEndpoint endpoint, std::shared_ptr<HttpExchange> exchange,
+                               HttpRequest request)
+    : shared_(std::move(shared)),
+      engine_(engine),
+      endpoint_(endpoint),
+      exchange_(std::move(exchange)),
+      request_(std::move(request)) {
+  absl::MutexLock lock(&shared_->mutex_);
+  ++shared_->alive_;
+}
+
+HttpGeneration::~HttpGeneration() { shared_->Destroyed(); }
+
+void HttpGeneration::Start(std::shared_ptr<HttpGenerations> shared, Engine* engine,
+                           OpenAiEndpoint endpoint, std::shared_ptr<HttpExchange> exchange,
+                           HttpRequest request) {
+  auto generation = std::make_shared<HttpGeneration>(shared, engine, endpoint, std::move(exchange),
+                                                     std::move(request));
+  shared->Add(generation);
+  if (!shared->pool().TryPost([generation] { generation->Prepare(); })) {
+    generation->EndWith(ErrorReply(absl::UnavailableError(
+        "the server has too many requests waiting to be read; retry in a second")));
+  }
+}
+
+void HttpGeneration::Prepare() {
+  if (shared_->stopping()) return EndWith(ErrorReply(absl::UnavailableError(StoppingMessage())));
+  const HttpServerOptions& options = shared_->options();
+  const ServedModel model{options.model_name,       engine_->options().context_length,
+                          options.tokenizer,        options.chat_template,
+                          options.default_sampling, engine_->options().limits};
+  absl::StatusOr<OpenAiRequest> parsed = endpoint_ == OpenAiEndpoint::kCompletions
+                                             ? ParseCompletionRequest(request_.body, model)
+                                             : ParseChatRequest(request_.body, model);
+  request_.body = std::string();
+  if (!parsed.ok()) return EndWith(ErrorReply(parsed.status()));
+  parsed_ = *std::move(parsed);
+  if (parsed_->prompt_logprobs < 0) return Submit();
+  // The prompt's log-probabilities come first, from a Score request of their own.
+  absl::StatusOr<std::shared_ptr<RequestHandle>> scored = engine_->SubmitScore(parsed_->params.prompt);
+  if (!scored.ok()) return Refuse(scored.status());
+  handle_ = *std::move(scored);
+  phase_ = Phase::kScoring;
+  exchange_->SetOnGone([weak = weak_from_this()] {
+    if (std::shared_ptr<HttpGeneration> self = weak.lock()) self->OnGone();
+  });
+  Subscribe(&HttpGeneration::OnScoreNews);
+}
+
+void HttpGeneration::OnScoreNews() {
+  if (phase_ != Phase::kScoring) return;
+  for (StreamUpdate& update : handle_->Take()) {
+    if (!update.done) continue;
+    if (!update.status.ok()) return Refuse(update.status);
+    score_logits_ = std::move(update.logits);
+    phase_ = Phase::kPreparing;
+    shared_->pool().Post([self = shared_from_this()] {
+      self->prompt_logprobs_ =
+          PromptLogprobs(self->score_logits_, self->parsed_->params.prompt,
+                         self->engine_->options().vocab_size, self->parsed_->prompt_logprobs);
+      self->score_logits_ = {};
+      self->Submit();
+    });
+    return;
+  }
+}
+
+void HttpGeneration::Submit() {
+  if (shared_->stopping()) return EndWith(ErrorReply(absl::UnavailableError(StoppingMessage())));
+  absl::StatusOr<std::shared_ptr<RequestHandle>> handle = engine_->SubmitGenerate(
+      parsed_->params, [exchange = exchange_] { return exchange->client_gone(); });
+  if (!handle.ok()) return Refuse(handle.status());
+  handle_ = *std::move(handle);
+  request_id_ = handle_->request_id();
+  phase_ = Phase::kGenerating;
+  exchange_->Post([self = shared_from_this()] { self->Begin(); });
+}
+
+void HttpGeneration::Refuse(absl::Status status) {
+  // The request's own fields are checked already: what the engine refuses is the prompt (too
+  // long for the context or the KV pool) unless it names another field (max_tokens, when prompt
+  // and completion together pass the context).
+  if (status.code() == absl::StatusCode::kInvalidArgument && !HasParam(status)) {
+    status = WithParam(std::move(status), parsed_->prompt_field());
+  }
+  EndWith(ErrorReply(status));
+}
+
+void HttpGeneration::Begin() {
+  if (phase_ != Phase::kGenerating) return;
+  if (shared_->stopping()) return OnCut();
+  const OpenAiRequest& parsed = *parsed_;
+  if (!parsed.ignored_fields.empty()) {
+    LogInfo(kLog, "request %d: fields no API defines, which change nothing: %s", request_id_,
+            absl::StrJoin(parsed.ignored_fields, ", "));
+  }
+  const int32_t n = handle_->num_samples();
+  with_logprobs_ = parsed.params.logprobs >= 0;
+  responder_.emplace(MakeResponseHeader(endpoint_, request_id_, shared_->options().model_name,
+                                        absl::Now()),
+                     shared_->options().tokenizer, with_logprobs_);
+  text_offsets_.assign(n, 0);
+  tool_calls_.assign(n, 0);
+  if (parsed.tool_syntax.has_value()) tool_streams_.assign(n, ToolCallStream(*parsed.tool_syntax));
+  exchange_->SetOnGone([weak = weak_from_this()] {
+    if (std::shared_ptr<HttpGeneration> self = weak.lock()) self->OnGone();
+  });
+  if (!parsed.stream) {
+    choices_.resize(n);
+    return Subscribe(&HttpGeneration::OnNews);
+  }
+  HttpReply head{200, "text/event-stream",
+                 {{"Cache-Control", "no-cache"}, {kRequestIdHeader, std::to_string(request_id_)}},
+                 ""};
+  head.request_id = request_id_;
+  exchange_->StartStream(head);
+  if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
+    for (int32_t i = 0; i < n; ++i) Write(SseEvent(responder_->RoleChunk(i)));
+  }
+  if (parsed.echo) {
+    const std::vector<TokenLogprob> none;
+    for (int32_t i = 0; i < n; ++i) {
+      Write(SseEvent(responder_->DeltaChunk(i, parsed.echo_text,
+                                            with_logprobs_ ? prompt_logprobs_ : none,
+                                            std::nullopt, &text_offsets_[i])));
+    }
+  }
+  Subscribe(&HttpGeneration::OnNews);
+}
+
+void HttpGeneration::Subscribe(void (HttpGeneration::*on_news)()) {
+  handle_->SetNotifier([weak = weak_from_this(), on_news] {
+    std::shared_ptr<HttpGeneration> self = weak.lock();
+    if (self == nullptr) return;
+    HttpExchange& exchange = *self->exchange_;
+    exchange.Post([self = std::move(self), on_news] { ((*self).*on_news)(); });
+  });
+}
+
+void HttpGeneration::OnNews() {
+  if (phase_ != Phase::kGenerating) return;
+  const bool stream = parsed_->stream;
+  if (std::string pause = handle_->TakePause(); stream && !pause.empty()) {
+    Write(KeepAliveComment(pause));
+  }
+  for (StreamUpdate& update : handle_->Take()) {
+    if (update.done && !update.status.ok()) return FailWith(update.status);
+    if (stream) {
+      SendUpdate(update);
+    } else {
+      CollectUpdate(update);
+    }
+  }
+  if (handle_->finished()) Complete();
+}
+
+void HttpGeneration::SendUpdate(StreamUpdate& update) {
+  const int32_t i = update.index;
+  const bool has_logprobs = with_logprobs_ && !update.logprobs.empty();
+  std::optional<FinishReason> finish;
+  if (update.done) finish = update.finish_reason;
+  if (!tool_streams_.empty()) {
+    // Content as the parser releases it, each call once whole, the finish after them.
+    ToolCallDelta delta = tool_streams_[i].Add(update.text);
+    if (update.done) delta.content += tool_streams_[i].Finish().content;
+    if (!delta.content.empty() || has_logprobs) {
+      Write(SseEvent(responder_->DeltaChunk(i, delta.content, update.logprobs, std::nullopt,
+                                            &text_offsets_[i])),
+            update.made);
+    }
+    if (!delta.calls.empty()) {
+      Write(SseEvent(responder_->ToolCallsChunk(i, delta.calls, tool_calls_[i])), update.made);
+      tool_calls_[i] += static_cast<int32_t>(delta.calls.size());
+    }
+    if (update.done) {
+      Write(SseEvent(responder_->DeltaChunk(i, "", {}, finish, &text_offsets_[i],
+                                            tool_calls_[i] > 0)));
+      AddUsage(update, &usage_);
+    }
+    return;
+  }
+  if (update.text.empty() && !has_logprobs && !update.done) return;
+  Write(SseEvent(responder_->DeltaChunk(i, update.text, update.logprobs, finish, &text_offsets_[i])),
+        update.made);
+  if (update.done) AddUsage(update, &usage_);
+}
+
+void HttpGeneration::CollectUpdate(StreamUpdate& update) {
+  ChoiceOutput& choice = choices_[update.index];
+  choice.text += update.text;
+  for (TokenLogprob& t : update.logprobs) choice.logprobs.push_back(std::move(t));
+  if (!update.done) return;
+  choice.finish_reason = update.finish_reason.value_or(FinishReason::kStop);
+  if (parsed_->tool_syntax.has_value()) {
+    ToolCallDelta calls = ParseToolCalls(*parsed_->tool_syntax, choice.text);
+    choice.text = std::move(calls.content);
+    choice.tool_calls = std::move(calls.calls);
+  }
+  AddUsage(update, &usage_);
+}
+
+void HttpGeneration::Complete() {
+  if (parsed_->stream) {
+    if (parsed_->include_usage) Write(SseEvent(responder_->UsageChunk(usage_)));
+    Write(kSseDone);
+    return EndWith(std::nullopt);
+  }
+  for (ChoiceOutput& choice : choices_) {
+    if (parsed_->echo) {
+      choice.text = parsed_->echo_text + choice.text;
+      if (with_logprobs_) {
+        choice.logprobs.insert(choice.logprobs.begin(), prompt_logprobs_.begin(),
+                               prompt_logprobs_.end());
+      }
+    }
+    if (parsed_->return_prompt_logprobs) choice.prompt_logprobs = prompt_logprobs_;
+  }
+  EndWith(JsonReply(200, responder_->Response(choices_, usage_)));
+}
+
+void HttpGeneration::FailWith(const absl::Status& status) {
+  if (!parsed_->stream) return EndWith(ErrorReply(status));
+  // The response is already 200: the error travels as an event, as OpenAI's does.
+  LogWarning(kLog, "request %d: failed while streaming: %s", request_id_, status.ToString());
+  Write(absl::StrCat("data: ", ErrorBody(status), "\n\n"));
+  Write(kSseDone);
+  EndWith(std::nullopt);
+}
+
+void HttpGeneration::Write(std::string event, absl::Time made) {
+  std::function<void()> written;
+  if (Metrics* metrics = shared_->options().metrics; metrics != nullptr && made != absl::InfinitePast()) {
+    written = [metrics, made] {
+      metrics->ObserveTokenDelivery(absl::ToDoubleSeconds(absl::Now() - made));
+    };
+  }
+  exchange_->WriteChunk(std::move(event), std::move(written));
+}
+
+void HttpGeneration::OnGone() {
+  if (phase_ == Phase::kEnded) return;
+  const bool streaming = phase_ == Phase::kGenerating && parsed_->stream;
+  HttpReply gone = ErrorReply(absl::CancelledError("the client went away"));
+  gone.status = 499;  // nginx's "client closed"
+  EndWith(streaming ? std::nullopt : std::optional<HttpReply>(std::move(gone)));
+}
+
+void HttpGeneration::Cut() {
+  exchange_->Post([self = shared_from_this()] { self->OnCut(); });
+}
+
+void HttpGeneration::OnCut() {
+  const Phase phase = phase_;
+  // A generation being prepared sees stopping() when its pool task ends.
+  if (phase == Phase::kEnded || phase == Phase::kPreparing) return;
+  const absl::Status stopping = absl::UnavailableError(StoppingMessage());
+  if (phase == Phase::kGenerating && parsed_->stream && responder_.has_value()) {
+    // Cut, but not silently: the client learns its answer is incomplete and why.
+    LogWarning(kLog, "request %d: cut while streaming: %s", request_id_, StoppingMessage());
+    Write(absl::StrCat("data: ", ErrorBody(stopping), "\n\n"));
+    Write(kSseDone);
+    return EndWith(std::nullopt);
+  }
+  EndWith(ErrorReply(stopping));
+}
+
+void HttpGeneration::EndWith(std::optional<HttpReply> reply) {
+  if (phase_.exchange(Phase::kEnded) == Phase::kEnded) return;
+  if (handle_ != nullptr) {
+    handle_->SetNotifier(nullptr);
+    if (!handle_->finished()) handle_->Cancel();
+  }
+  // Counted as open until its last byte is out, so that Stop does not close the connection first.
+  exchange_->SetOnEnd([shared = shared_, self = shared_from_this()] { shared->Remove(self.get()); });
+  if (reply.has_value()) {
+    if (request_id_ != 0) {
+      reply->headers.emplace_back(kRequestIdHeader, std::to_string(request_id_));
+      reply->request_id = request_id_;
+    }
+    exchange_->Reply(*std::move(reply));
+  } else {
+    exchange_->EndStream();
+  }
+}
+
+}  // namespace tpserve
