@@ -143,6 +143,10 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags* flags) {
                  "open HTTP connections beyond which new ones get 503 (idle and slow ones count)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--http-io-threads", flags->http_io_threads,
+                 "threads writing HTTP responses and streams (0: a quarter of the cores, 2 to 4)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   app.add_option("--http-max-body-bytes", flags->http_max_body_bytes,
                  "largest request body accepted; larger ones get 413 before they are read")
       ->capture_default_str()

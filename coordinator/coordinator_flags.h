@@ -51,6 +51,7 @@ struct CoordinatorFlags {
   std::string http_host;  // empty: --host
   std::string http_port_file;
   int http_max_connections = HttpLimits().max_connections;
+  int http_io_threads = HttpLimits().io_threads;
   int64_t http_max_body_bytes = HttpLimits().max_body_bytes;
   double http_header_timeout_s = absl::ToDoubleSeconds(HttpLimits().header_timeout);
   std::string served_model_name;  // empty: the model file's (or folder's) name without ".gguf"

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
@@ -50,6 +51,9 @@ HttpConnection::HttpConnection(net::ip::tcp::socket socket, std::shared_ptr<Shar
       peer_(PeerOf(socket)),
       stream_(std::move(socket)) {
   if (counted_) shared_->open.fetch_add(1);
+  // Chunks are first written at once (Flush); a full socket buffer must not block the thread.
+  beast::error_code ignored;
+  stream_.socket().non_blocking(true, ignored);
 }
 
 HttpConnection::~HttpConnection() {
@@ -61,12 +65,15 @@ std::shared_ptr<HttpConnection> HttpConnection::Start(net::ip::tcp::socket socke
                                                       std::optional<HttpReply> refusal) {
   auto connection =
       std::make_shared<HttpConnection>(std::move(socket), std::move(shared), !refusal.has_value());
-  if (refusal.has_value()) {
-    connection->ended_.store(true);
-    connection->WriteReply(*std::move(refusal));
-  } else {
-    connection->ReadHead();
-  }
+  net::dispatch(connection->stream_.get_executor(),
+                [connection, refusal = std::move(refusal)]() mutable {
+                  if (refusal.has_value()) {
+                    connection->ended_.store(true);
+                    connection->WriteReply(*std::move(refusal));
+                  } else {
+                    connection->ReadHead();
+                  }
+                });
   return connection;
 }
 
@@ -204,7 +211,7 @@ void HttpConnection::SetCommonFields(Message& message, const HttpReply& reply) {
 
 void HttpConnection::Reply(HttpReply reply) {
   ended_.store(true);
-  net::post(stream_.get_executor(), [self = shared_from_this(), reply = std::move(reply)]() mutable {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this(), reply = std::move(reply)]() mutable {
     // A handler that failed halfway through a stream: its head is out, so the stream just ends.
     if (self->stream_head_ != nullptr) {
       self->why_ = reply.body.substr(0, kLoggedErrorBytes);
@@ -232,14 +239,14 @@ void HttpConnection::Post(std::function<void()> task) {
 }
 
 void HttpConnection::SetOnGone(std::function<void()> on_gone) {
-  net::post(stream_.get_executor(), [self = shared_from_this(), on_gone = std::move(on_gone)] {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this(), on_gone = std::move(on_gone)] {
     if (self->client_gone_.load()) return on_gone();
     self->on_gone_ = on_gone;
   });
 }
 
 void HttpConnection::SetOnEnd(std::function<void()> on_end) {
-  net::post(stream_.get_executor(), [self = shared_from_this(), on_end = std::move(on_end)] {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this(), on_end = std::move(on_end)] {
     self->on_end_ = on_end;
   });
 }
@@ -250,7 +257,7 @@ void HttpConnection::MarkGone() {
 }
 
 void HttpConnection::StartStream(const HttpReply& head) {
-  net::post(stream_.get_executor(), [self = shared_from_this(), head] {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this(), head] {
     self->stream_head_ = std::make_unique<StreamHead>(static_cast<http::status>(head.status), 11);
     self->SetCommonFields(*self->stream_head_, head);
     self->stream_head_->chunked(true);
@@ -262,7 +269,7 @@ void HttpConnection::StartStream(const HttpReply& head) {
 }
 
 void HttpConnection::WriteChunk(std::string data, std::function<void()> written) {
-  net::post(stream_.get_executor(), [self = shared_from_this(), data = std::move(data),
+  net::dispatch(stream_.get_executor(), [self = shared_from_this(), data = std::move(data),
                                      written = std::move(written)]() mutable {
     self->outgoing_.push_back({Outgoing::Kind::kChunk, std::move(data), std::move(written)});
     self->Flush();
@@ -271,7 +278,7 @@ void HttpConnection::WriteChunk(std::string data, std::function<void()> written)
 
 void HttpConnection::EndStream() {
   ended_.store(true);
-  net::post(stream_.get_executor(), [self = shared_from_this()] {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
     self->outgoing_.push_back({Outgoing::Kind::kLast, "", nullptr});
     self->Flush();
   });
@@ -310,26 +317,37 @@ void HttpConnection::Flush() {
                             });
   }
   // Every chunk queued goes in one: SSE events stay whole, and a burst costs one write.
-  auto data = std::make_shared<std::string>();
+  std::string data;
   auto written = std::make_shared<std::vector<std::function<void()>>>();
   while (!outgoing_.empty() && outgoing_.front().kind == Outgoing::Kind::kChunk) {
-    data->append(outgoing_.front().data);
+    data.append(outgoing_.front().data);
     if (outgoing_.front().written) written->push_back(std::move(outgoing_.front().written));
     outgoing_.pop_front();
   }
-  if (data->empty()) {  // an empty chunk would end the stream
+  auto sent = [this, written] {
     writing_ = false;
     for (const std::function<void()>& done : *written) done();
+    Flush();
+  };
+  if (data.empty()) return sent();  // an empty chunk would end the stream
+  // Framed here, so that a partial write goes on from where it stopped.
+  auto frame = std::make_shared<std::string>(
+      absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n"));
+  // Most chunks fit the socket's buffer: written now, they leave without a handler's round trip
+  // through the I/O queue, behind every other stream's news of the same step.
+  beast::error_code error;
+  const size_t now = stream_.socket().write_some(net::buffer(*frame), error);
+  if (!error && now == frame->size()) return sent();
+  if (error && error != net::error::would_block) {
+    writing_ = false;
+    MarkGone();
     return Flush();
   }
-  net::async_write(stream_, http::make_chunk(net::buffer(*data)),
-                   [self = shared_from_this(), data, written](beast::error_code error, size_t) {
+  net::async_write(stream_, net::buffer(frame->data() + now, frame->size() - now),
+                   [self = shared_from_this(), frame, sent](beast::error_code error, size_t) {
+                     if (!error) return sent();
                      self->writing_ = false;
-                     if (error) {
-                       self->MarkGone();
-                     } else {
-                       for (const std::function<void()>& done : *written) done();
-                     }
+                     self->MarkGone();
                      self->Flush();
                    });
 }

@@ -12,7 +12,8 @@
 // then means the client went away (client_gone(), the on_gone callback), so that work nobody
 // will read is cancelled.
 //
-// Threads: everything runs on the listener's one I/O thread; the HttpExchange calls post to it.
+// Threads: everything runs on the connection's strand (one of the listener's I/O threads at a
+// time); the HttpExchange calls run inline when made on it, and are posted to it otherwise.
 // A stream's chunks queue there and go out one write at a time, those queued meanwhile merged
 // into one. Pending operations hold the connection (shared_ptr), so it lives until the last of
 // them ends.
@@ -59,7 +60,7 @@ class HttpConnection : public HttpExchange, public std::enable_shared_from_this<
                                                std::optional<HttpReply> refusal = std::nullopt);
   ~HttpConnection() override;
 
-  // I/O thread: closes the socket now; whatever is pending ends with an error.
+  // On the strand: closes the socket now; whatever is pending ends with an error.
   void CloseNow();
 
   void Reply(HttpReply reply) override;

@@ -4,8 +4,8 @@
 //
 // Every exchange ends exactly once: with Reply, or with StartStream, WriteChunk... and
 // EndStream. Every call returns at once and may come from any thread: the connection queues the
-// writes on its I/O thread in the order it was called (callers on several threads order their
-// calls themselves, e.g. by making them from tasks they Post).
+// writes on its strand (I/O thread) in the order it was called (callers on several threads
+// order their calls themselves, e.g. by making them from tasks they Post).
 #pragma once
 
 #include <functional>
@@ -29,7 +29,7 @@ class HttpExchange {
   virtual void WriteChunk(std::string data, std::function<void()> written = {}) = 0;
   virtual void EndStream() = 0;
 
-  // Runs `task` on the connection's I/O thread.
+  // Runs `task` on the connection's strand: never at the same time as its other handlers.
   virtual void Post(std::function<void()> task) = 0;
   // `on_gone` runs once, on the I/O thread, when the client closes its connection or a write to
   // it fails: nobody reads what follows, so the work for it can stop. At once if that happened.

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -12,6 +13,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -31,21 +33,29 @@ constexpr auto kAcceptRetry = std::chrono::milliseconds(100);
 // Refusals are logged at most once per this, with how many there were.
 constexpr absl::Duration kRefusalLogInterval = absl::Seconds(5);
 
+// HttpLimits::io_threads' default: a quarter of the cores, 2 to 4. Two even on a small machine:
+// most of a token's delivery is the kernel's send, which then runs on two cores at once.
+int DefaultIoThreads() {
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 2, 4);
+}
+
 }  // namespace
 
 struct HttpListener::Impl {
-  net::io_context io{1};
+  explicit Impl(int threads) : io(threads) {}
+
+  net::io_context io;
   tcp::acceptor acceptor{io};
   net::steady_timer retry{io};
   std::shared_ptr<HttpConnection::Shared> shared = std::make_shared<HttpConnection::Shared>();
-  std::thread thread;
+  std::vector<std::thread> threads;
   std::atomic<bool> stopped{false};
 
   absl::Mutex mutex;
   // Every connection that may still be open, for Stop (pruned as they end).
   std::vector<std::weak_ptr<HttpConnection>> connections ABSL_GUARDED_BY(mutex);
 
-  // I/O thread only.
+  // The accept handler's (one accept runs at a time).
   int64_t refused_since_log = 0;
   absl::Time last_refusal_log = absl::InfinitePast();
 
@@ -55,7 +65,10 @@ struct HttpListener::Impl {
 };
 
 void HttpListener::Impl::Accept() {
-  acceptor.async_accept([this](boost::system::error_code error, tcp::socket socket) {
+  // Each connection runs on a strand of its own, so that its handlers never run at once while
+  // different connections are served in parallel.
+  acceptor.async_accept(net::make_strand(io), [this](boost::system::error_code error,
+                                                     tcp::socket socket) {
     if (error == net::error::operation_aborted || !acceptor.is_open()) return;
     if (error) {
       LogWarning(kLog, "accept failed: %s; retrying", error.message());
@@ -100,7 +113,9 @@ void HttpListener::Impl::Remember(const std::shared_ptr<HttpConnection>& connect
 
 HttpListener::HttpListener(HttpLimits limits, Admit admit, Dispatch dispatch,
                            ErrorReply error_reply)
-    : impl_(std::make_unique<Impl>()) {
+    : impl_(std::make_unique<Impl>(limits.io_threads > 0 ? limits.io_threads
+                                                         : DefaultIoThreads())) {
+  if (limits.io_threads <= 0) limits.io_threads = DefaultIoThreads();
   impl_->shared->limits = limits;
   impl_->shared->admit = std::move(admit);
   impl_->shared->dispatch = std::move(dispatch);
@@ -136,7 +151,9 @@ absl::StatusOr<int> HttpListener::Start(const std::string& host, int port) {
   }
   const int bound = acceptor.local_endpoint().port();
   impl_->Accept();
-  impl_->thread = std::thread([this] { impl_->io.run(); });
+  for (int i = 0; i < impl_->shared->limits.io_threads; ++i) {
+    impl_->threads.emplace_back([this] { impl_->io.run(); });
+  }
   return bound;
 }
 
@@ -145,7 +162,7 @@ void HttpListener::BeginStop() { impl_->shared->stopping.store(true); }
 void HttpListener::Stop() {
   BeginStop();
   if (impl_->stopped.exchange(true)) return;
-  if (!impl_->thread.joinable()) return;
+  if (impl_->threads.empty()) return;
   net::post(impl_->io, [impl = impl_.get()] {
     boost::system::error_code ignored;
     impl->acceptor.close(ignored);
@@ -158,10 +175,12 @@ void HttpListener::Stop() {
       }
       impl->connections.clear();
     }
-    for (const std::shared_ptr<HttpConnection>& connection : open) connection->CloseNow();
+    for (const std::shared_ptr<HttpConnection>& connection : open) {
+      connection->Post([connection] { connection->CloseNow(); });
+    }
   });
-  // The closes' aborted operations finish on the I/O thread; then nothing is left to run.
-  impl_->thread.join();
+  // The closes' aborted operations finish on the I/O threads; then nothing is left to run.
+  for (std::thread& thread : impl_->threads) thread.join();
 }
 
 }  // namespace tpserve

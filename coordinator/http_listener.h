@@ -1,6 +1,7 @@
 // The HTTP front end's socket side: listens, accepts, enforces the connection limit, and runs
-// every connection (http_connection.h) on one I/O thread of its own. Requests go to `dispatch`
-// on that thread, which must answer at once or hand the exchange to a thread of its own.
+// every connection (http_connection.h) on its I/O threads (HttpLimits::io_threads), each
+// connection on a strand of its own. Requests go to `dispatch` on an I/O thread, which must
+// answer at once or hand the work elsewhere (the FrontEndPool).
 #pragma once
 
 #include <functional>
@@ -24,11 +25,11 @@ class HttpListener {
   HttpListener(HttpLimits limits, Admit admit, Dispatch dispatch, ErrorReply error_reply);
   ~HttpListener();  // Stop()
 
-  // Listens on host:port (0: any free port) and starts the I/O thread; returns the port.
+  // Listens on host:port (0: any free port) and starts the I/O threads; returns the port.
   absl::StatusOr<int> Start(const std::string& host, int port);
   // From now on responses ask clients to close their connections.
   void BeginStop();
-  // Stops accepting, closes every connection and joins the I/O thread. Exchanges still held
+  // Stops accepting, closes every connection and joins the I/O threads. Exchanges still held
   // by handlers fail their writes from then on. Idempotent.
   void Stop();
 

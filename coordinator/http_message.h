@@ -43,6 +43,9 @@ struct HttpLimits {
   absl::Duration body_timeout = absl::Seconds(60);
   // One write to a client that does not read (a response, an event of a stream).
   absl::Duration write_timeout = absl::Seconds(30);
+  // Threads serving the connections, each connection on one at a time (its strand); 0: a
+  // quarter of the cores, 2 to 4. A step's tokens go out in parallel over them.
+  int io_threads = 0;
 };
 
 }  // namespace tpserve

@@ -18,9 +18,9 @@
 // samples; while the engine holds requests for a lost rank, their event streams get the SSE
 // comment ": paused, waiting for <what>" about every second.
 //
-// Threads: health, readiness, metrics and models are answered on the listener's I/O thread, so
+// Threads: health, readiness, metrics and models are answered on the listener's I/O threads, so
 // they answer however many generations run or how many clients stall. A generation has no
-// thread: its parsing runs on the FrontEndPool, its writes on the I/O thread as the engine's
+// thread: its parsing runs on the FrontEndPool, its writes on an I/O thread as the engine's
 // news arrives.
 #pragma once
 

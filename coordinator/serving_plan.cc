@@ -41,6 +41,7 @@ absl::StatusOr<ServingPlan> MakeServingPlan(const CoordinatorFlags& flags,
   init.self_spec_layers = plan.self_spec_layers;
 
   plan.http.max_connections = flags.http_max_connections;
+  plan.http.io_threads = flags.http_io_threads;
   plan.http.max_body_bytes = static_cast<size_t>(flags.http_max_body_bytes);
   plan.http.header_timeout = absl::Seconds(flags.http_header_timeout_s);
   return plan;

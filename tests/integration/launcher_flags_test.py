@@ -61,7 +61,7 @@ class LauncherFlags(unittest.TestCase):
             "--self-spec-layers": "2", "--num-speculative-tokens": "3",
             "--spec-disable-batch-size": "4", "--spec-min-acceptance": "0.3",
             "--ngram-min": "2", "--ngram-max": "3", "--block-size": "32", "--http-port": "0",
-            "--http-host": "127.0.0.1", "--http-max-connections": "100",
+            "--http-host": "127.0.0.1", "--http-max-connections": "100", "--http-io-threads": "3",
             "--http-max-body-bytes": "1048576", "--http-header-timeout": "9",
             "--served-model-name": "flags-test", "--max-queued-requests": "10",
             "--device": "cpu", "--enforce-eager": None, "--api-key": API_KEY,

@@ -65,17 +65,20 @@ TEST(ServingPlan, DefaultsAreThePlainCpuCluster) {
   EXPECT_TRUE(plan->init.relay_steps);
   EXPECT_EQ(plan->init.draft_model_path, "");
   EXPECT_EQ(plan->http.max_connections, HttpLimits().max_connections);
+  EXPECT_EQ(plan->http.io_threads, 0);
   EXPECT_EQ(plan->http.max_body_bytes, HttpLimits().max_body_bytes);
   EXPECT_EQ(plan->http.header_timeout, HttpLimits().header_timeout);
 }
 
 TEST(ServingPlan, HttpLimits) {
   absl::StatusOr<ServingPlan> plan =
-      MakeServingPlan(Parse({"--http-max-connections", "100", "--http-max-body-bytes", "1048576",
+      MakeServingPlan(Parse({"--http-max-connections", "100", "--http-io-threads", "3",
+                             "--http-max-body-bytes", "1048576",
                              "--http-header-timeout", "2.5"}),
                       Model());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->http.max_connections, 100);
+  EXPECT_EQ(plan->http.io_threads, 3);
   EXPECT_EQ(plan->http.max_body_bytes, 1048576u);
   EXPECT_EQ(plan->http.header_timeout, absl::Milliseconds(2500));
 }
