@@ -66,7 +66,8 @@ Engine::Engine(EngineOptions options, WorkerPool* pool, const Tokenizer* tokeniz
                        std::make_unique<RadixCache>(options.block_size, &blocks_))
                  : std::make_unique<NoPrefixCache>()),
       scheduler_(ToSchedulerOptions(options, *tokenizer, jump_forward_.get()), &blocks_,
-                 cache_.get()) {
+                 cache_.get()),
+      recovery_state_(options.recovery_grace, options.clock) {
   TP_CHECK(options_.block_size > 0 && options_.max_num_seqs > 0);
   TP_CHECK(options_.max_num_batched_tokens > 0);
   TP_CHECK(options_.context_length > 0 && options_.vocab_size > 0);
@@ -149,20 +150,19 @@ void Engine::Run() {
     FlushIfRequested();
     FailIfRequested();
     absl::Status health;
+    bool hold = false;
+    absl::Status expired;
     {
       absl::MutexLock lock(&mutex_);
-      health = degraded_;
+      health = recovery_state_.degraded();
+      hold = recovery_state_.WithinGrace();
+      if (!health.ok() && !hold) expired = recovery_state_.GraceExpired();
     }
     if (!health.ok()) {
-      bool hold;
-      {
-        absl::MutexLock lock(&mutex_);
-        hold = WithinGrace(absl::Now());
-      }
       if (hold) {
         HoldAll(health);
       } else {
-        FailAll(GraceExpired(health));
+        FailAll(expired);
       }
       ran = false;
       if (reform_ != nullptr && !TryReform()) {
@@ -206,9 +206,9 @@ absl::StatusOr<v1::StepResponse> Engine::RunStep(ScheduledBatch& batch) {
       return response;
     }
     const v1::RefusedSequence& refused = response->refused();
-    const auto entry =
-        std::find_if(batch.entries.begin(), batch.entries.end(),
-                     [&](const ScheduledBatch::Entry& e) { return e.seq->seq_id == refused.seq_id(); });
+    const auto entry = std::find_if(
+        batch.entries.begin(), batch.entries.end(),
+        [&](const ScheduledBatch::Entry& e) { return e.seq->seq_id == refused.seq_id(); });
     if (entry == batch.entries.end()) {
       return absl::InternalError(absl::StrCat("step ", step_id_, ": the workers refused sequence ",
                                               refused.seq_id(), ", which the step does not hold (",
@@ -221,8 +221,8 @@ absl::StatusOr<v1::StepResponse> Engine::RunStep(ScheduledBatch& batch) {
     // The engine checked the request's data before queueing it: what the workers still refuse is
     // the coordinator's fault, not the client's.
     Fail(*scheduler_.Finish(seq),
-         absl::InternalError(absl::StrCat("the workers refused this request's step: ",
-                                          refused.message())));
+         absl::InternalError(
+             absl::StrCat("the workers refused this request's step: ", refused.message())));
     if (batch.empty()) return v1::StepResponse();
   }
 }
@@ -230,6 +230,14 @@ absl::StatusOr<v1::StepResponse> Engine::RunStep(ScheduledBatch& batch) {
 EngineStats Engine::stats() const {
   absl::MutexLock lock(&stats_mutex_);
   return stats_;
+}
+
+bool Engine::AwaitStats(const std::function<bool(const EngineStats&)>& until,
+                        absl::Time deadline) const {
+  absl::MutexLock lock(&stats_mutex_);
+  auto holds = [this, &until]()
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(stats_mutex_) { return until(stats_); };
+  return stats_mutex_.AwaitWithDeadline(absl::Condition(&holds), deadline);
 }
 
 void Engine::PublishStats() {
@@ -265,7 +273,13 @@ void Engine::PublishStats() {
     metrics->SetEngineState(state);
   }
   absl::MutexLock lock(&stats_mutex_);
+  stats.num_submitted = stats_.num_submitted;  // Enqueue's and TakeSubmitted's
   stats_ = stats;
+}
+
+void Engine::SetSubmitted(int32_t n) {
+  absl::MutexLock lock(&stats_mutex_);
+  stats_.num_submitted = n;
 }
 
 bool Engine::TakeSubmitted(absl::Duration wait) {
@@ -276,8 +290,7 @@ bool Engine::TakeSubmitted(absl::Duration wait) {
     // Degraded with a reformer: wake to re-form the group (the attempts pace themselves).
     auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
       return stopping_ || !submitted_.empty() || flush_requested_ != flush_done_ ||
-             !fail_requested_.ok() ||
-             (reform_ != nullptr && !degraded_.ok());
+             !fail_requested_.ok() || (reform_ != nullptr && !recovery_state_.serving());
     };
     idle_ = idle && submitted_.empty();
     if (idle) {
@@ -287,6 +300,7 @@ bool Engine::TakeSubmitted(absl::Duration wait) {
     }
     if (stopping_) return false;
     submitted.swap(submitted_);
+    SetSubmitted(0);
     idle_ = idle && submitted.empty();
   }
   for (auto& seq : submitted) scheduler_.Add(std::move(seq));

@@ -39,12 +39,13 @@
 #include "coordinator/jump_forward.h"
 #include "coordinator/metrics.h"
 #include "coordinator/prefix_cache.h"
-#include "coordinator/request_limits.h"
+#include "coordinator/recovery_state.h"
 #include "coordinator/request_handle.h"
+#include "coordinator/request_limits.h"
 #include "coordinator/scheduled_batch.h"
-#include "coordinator/step_outputs.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/sequence.h"
+#include "coordinator/step_outputs.h"
 #include "coordinator/worker_pool.h"
 #include "model/tokenizer.h"
 
@@ -80,6 +81,8 @@ struct EngineOptions {
   // How long requests are held for a lost rank to return (see the failure model above); zero:
   // they fail at once. The coordinator's --recovery-grace, 60 s unless set.
   absl::Duration recovery_grace = absl::ZeroDuration();
+  // The time the failure model reads (the grace); tests move their own.
+  RecoveryState::Clock clock = [] { return absl::Now(); };
   // A request whose steps failed this many times is failed rather than held again: a request
   // that kills a rank each time it runs would otherwise loop through restarts for ever (the
   // other sequences in those same steps share its fate, as they cannot be told apart).
@@ -105,6 +108,9 @@ struct EngineStats {
   int32_t num_running = 0;
   int32_t num_waiting = 0;
   int32_t num_held = 0;  // samples held while the cluster re-forms (counted in num_waiting too)
+  // Samples handed to the engine thread that it has not taken yet (it is in a step): current
+  // whenever they change, not only after a step.
+  int32_t num_submitted = 0;
   SchedulerCounters counters;
   RecoveryCounters recovery;
   PrefixCache::Stats prefix_cache;
@@ -127,15 +133,15 @@ class Engine {
   // returns).
   void Stop();
 
-  // Queues a generation of params.n samples, whose news the handle carries under their index. INVALID_ARGUMENT
-  // (naming the field or token) for an empty prompt, a token id outside the vocabulary, a prompt
-  // longer than the context length or than the KV pool, max_tokens < 0, anything over its
-  // RequestLimits (n, stop strings, stop ids, logit_bias), logprobs outside [-1, kMaxLogprobs],
-  // min_tokens outside [0, max_tokens], empty stop strings or bad words, or impossible sampling
-  // parameters; RESOURCE_EXHAUSTED when max_queued_requests are waiting (the message says to
-  // retry); UNAVAILABLE when degraded, draining or stopping. A constrained request's compile
-  // (ConstraintCompiler) runs first: INVALID_ARGUMENT naming the constraint when it does not
-  // compile within its timeout, or when the first token has nothing to be drawn from
+  // Queues a generation of params.n samples, whose news the handle carries under their index.
+  // INVALID_ARGUMENT (naming the field or token) for an empty prompt, a token id outside the
+  // vocabulary, a prompt longer than the context length or than the KV pool, max_tokens < 0,
+  // anything over its RequestLimits (n, stop strings, stop ids, logit_bias), logprobs outside [-1,
+  // kMaxLogprobs], min_tokens outside [0, max_tokens], empty stop strings or bad words, or
+  // impossible sampling parameters; RESOURCE_EXHAUSTED when max_queued_requests are waiting (the
+  // message says to retry); UNAVAILABLE when degraded, draining or stopping. A constrained
+  // request's compile (ConstraintCompiler) runs first: INVALID_ARGUMENT naming the constraint when
+  // it does not compile within its timeout, or when the first token has nothing to be drawn from
   // (UpdateSampleMask: an empty language, no allowed token left); CANCELLED when `client_gone`
   // (may be empty) says the client left meanwhile.
   absl::StatusOr<std::shared_ptr<RequestHandle>> SubmitGenerate(
@@ -160,11 +166,12 @@ class Engine {
 
   // While requests are held for a lost rank: what the cluster waits for (the rank and what its
   // last re-formation attempt said) and how much of the recovery grace is left.
-  struct Pause {
-    std::string waiting_for;
-    absl::Duration grace_left;
-  };
+  using Pause = RecoveryPause;
   std::optional<Pause> pause() const;
+  // Waits until the cluster serves (not degraded), or `deadline`, or Stop(); true when serving.
+  bool AwaitServing(absl::Time deadline) const;
+  // Waits until the published stats satisfy `until`, or `deadline`; true when they do.
+  bool AwaitStats(const std::function<bool(const EngineStats&)>& until, absl::Time deadline) const;
 
   // Stops admitting requests (UNAVAILABLE with `why`); those already accepted run to the end.
   // Returns how many were in flight. `until_reformed`: admits again once the group re-forms (a
@@ -226,15 +233,13 @@ class Engine {
   // After the group re-formed past the recovery grace (the attempt itself ran past it): the held
   // requests fail with `status` as they would have had the attempt failed; new ones are served.
   void FailHeld(const absl::Status& status);
-  // What held requests fail with once the grace is over, the group lost for `cause`.
-  absl::Status GraceExpired(const absl::Status& cause) const;
-  // Degraded and still within the recovery grace at `now`.
-  bool WithinGrace(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::Status HealthLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // One re-formation attempt while degraded (engine thread); true when serving again.
   bool TryReform();
   // Stores what stats() returns (engine thread).
   void PublishStats();
+  // Publishes how many samples submitted_ holds (with mutex_ held, so that counts stay in order).
+  void SetSubmitted(int32_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   // The deadline for a step of `work` (StepWork): options_.step_timeout, or kStepDeadlineMargin
   // times what a unit of work has cost so far, whichever is longer.
@@ -277,10 +282,7 @@ class Engine {
 
   mutable absl::Mutex mutex_;
   std::vector<std::unique_ptr<Sequence>> submitted_ ABSL_GUARDED_BY(mutex_);
-  absl::Status degraded_ ABSL_GUARDED_BY(mutex_);  // OK while serving
-  absl::Time degraded_since_ ABSL_GUARDED_BY(mutex_);
-  // While degraded: the cause, then what the last re-formation attempt waits for.
-  std::string waiting_for_ ABSL_GUARDED_BY(mutex_);
+  RecoveryState recovery_state_ ABSL_GUARDED_BY(mutex_);
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
   bool draining_ ABSL_GUARDED_BY(mutex_) = false;
   std::string drain_reason_ ABSL_GUARDED_BY(mutex_);

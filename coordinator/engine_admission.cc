@@ -7,8 +7,8 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/engine.h"
-#include "coordinator/output_processor.h"
 #include "coordinator/openai_error.h"
+#include "coordinator/output_processor.h"
 #include "coordinator/sample_mask.h"
 
 namespace tpserve {
@@ -74,9 +74,9 @@ absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
                      "stop_token_ids");
   }
   if (params.min_tokens < 0 || (params.max_tokens > 0 && params.min_tokens > params.max_tokens)) {
-    return WithParam(absl::InvalidArgumentError(absl::StrCat(
-                         "min_tokens = ", params.min_tokens, " is outside [0, max_tokens = ",
-                         params.max_tokens, "]")),
+    return WithParam(absl::InvalidArgumentError(
+                         absl::StrCat("min_tokens = ", params.min_tokens,
+                                      " is outside [0, max_tokens = ", params.max_tokens, "]")),
                      "min_tokens");
   }
   // Token ids a request names: each in the vocabulary.
@@ -84,10 +84,10 @@ absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
                           const char* param) -> absl::Status {
     for (int32_t id : ids) {
       if (id < 0 || id >= tokenizer_->vocab_size()) {
-        return WithParam(absl::InvalidArgumentError(absl::StrCat(
-                             what, " ", id, " is outside the vocabulary [0, ",
-                             tokenizer_->vocab_size(), ")")),
-                         param);
+        return WithParam(
+            absl::InvalidArgumentError(absl::StrCat(
+                what, " ", id, " is outside the vocabulary [0, ", tokenizer_->vocab_size(), ")")),
+            param);
       }
     }
     return absl::OkStatus();
@@ -101,10 +101,10 @@ absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
   }
   for (size_t i = 0; i < params.logit_bias.size(); ++i) {
     const auto [token, bias] = params.logit_bias[i];
-    const bool repeated =
-        std::any_of(params.logit_bias.begin(), params.logit_bias.begin() + i,
-                    [token = token](const auto& b) { return b.first == token; });
-    if (token < 0 || token >= tokenizer_->vocab_size() || repeated || !(bias >= -100 && bias <= 100)) {
+    const bool repeated = std::any_of(params.logit_bias.begin(), params.logit_bias.begin() + i,
+                                      [token = token](const auto& b) { return b.first == token; });
+    if (token < 0 || token >= tokenizer_->vocab_size() || repeated ||
+        !(bias >= -100 && bias <= 100)) {
       return WithParam(absl::InvalidArgumentError(absl::StrCat(
                            "logit_bias: ", bias, " for token ", token,
                            " (each a token of the vocabulary, once, with a bias in [-100, 100])")),
@@ -112,7 +112,8 @@ absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
     }
   }
   for (const std::vector<int32_t>& word : params.bad_words_ids) {
-    if (word.empty()) return WithParam(absl::InvalidArgumentError("a bad word is empty"), "bad_words");
+    if (word.empty())
+      return WithParam(absl::InvalidArgumentError("a bad word is empty"), "bad_words");
     RETURN_IF_ERROR(check_ids(word, "bad word token", "bad_words"));
   }
   RETURN_IF_ERROR(params.sampling.Validate());
@@ -183,7 +184,8 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::Enqueue(
   if (stopping_) return absl::UnavailableError("coordinator is shutting down");
   // While requests are held for a lost rank, new ones may queue behind them, but only up to a
   // limit: without one they are refused.
-  if (!degraded_.ok() && (options_.max_queued_requests == 0 || !WithinGrace(absl::Now()))) {
+  if (!recovery_state_.serving() &&
+      (options_.max_queued_requests == 0 || !recovery_state_.WithinGrace())) {
     return HealthLocked();
   }
   if (draining_) return absl::UnavailableError(drain_reason_);
@@ -211,6 +213,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::Enqueue(
             first.prompt_len, first.params.max_tokens, samples.size());
   }
   for (auto& seq : samples) submitted_.push_back(std::move(seq));
+  SetSubmitted(static_cast<int32_t>(submitted_.size()));
   return handle;
 }
 
@@ -227,9 +230,8 @@ int32_t Engine::Drain(std::string why, bool until_reformed) {
 
 bool Engine::WaitIdle(absl::Time deadline) const {
   absl::MutexLock lock(&mutex_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-    return idle_ && submitted_.empty();
-  };
+  auto idle = [this]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return idle_ && submitted_.empty(); };
   return mutex_.AwaitWithDeadline(absl::Condition(&idle), deadline);
 }
 

@@ -21,12 +21,9 @@ void Engine::MarkDegraded(const absl::Status& cause) {
   absl::Status degraded;
   {
     absl::MutexLock lock(&mutex_);
-    if (!degraded_.ok()) return;
-    degraded_ = absl::UnavailableError(absl::StrCat("cluster degraded: ", cause.message()));
-    degraded_since_ = absl::Now();
-    waiting_for_ = absl::StrCat("the group to re-form after ", cause.message());
-    LogError(kLog, "%s", degraded_.message());
-    degraded = degraded_;
+    if (!recovery_state_.MarkDegraded(cause)) return;
+    degraded = recovery_state_.degraded();
+    LogError(kLog, "%s", degraded.message());
   }
   // A step waiting on a rank that is gone would hold its requests until the step deadline.
   pool_->AbandonStep(degraded);
@@ -41,7 +38,8 @@ bool Engine::TryReform() {
       LogWarning(kLog, "the collective group is not re-formed yet: %s", status.ToString());
       last_reform_error_ = status.ToString();
       absl::MutexLock lock(&mutex_);
-      waiting_for_ = std::string(absl::StripPrefix(status.message(), "waiting for "));
+      recovery_state_.SetWaitingFor(
+          std::string(absl::StripPrefix(status.message(), "waiting for ")));
     }
     return false;
   }
@@ -49,17 +47,14 @@ bool Engine::TryReform() {
   // A restarted rank lost its KV pool, and the step ids restart with the group.
   cache_->EvictAll();
   step_id_ = 0;
-  const absl::Time now = absl::Now();
-  absl::Duration degraded_for;
-  absl::Status late;
+  RecoveryState::Reformed reformed;
+  absl::Time now;
   {
     absl::MutexLock lock(&mutex_);
-    if (!WithinGrace(now)) late = GraceExpired(degraded_);
-    degraded_for = now - degraded_since_;
+    now = recovery_state_.Now();
+    reformed = recovery_state_.Reform();
     LogInfo(kLog, "the collective group is re-formed after %.2f s: serving again (was %s)",
-            absl::ToDoubleSeconds(degraded_for), degraded_.message());
-    degraded_ = absl::OkStatus();
-    waiting_for_.clear();
+            absl::ToDoubleSeconds(reformed.degraded_for), reformed.cause.message());
     if (undrain_when_reformed_) {
       LogInfo(kLog, "undrained: the rank that left is back");
       draining_ = false;
@@ -68,22 +63,11 @@ bool Engine::TryReform() {
   }
   ++recovery_.recoveries;
   if (Metrics* metrics = metrics_.load(); metrics != nullptr) {
-    metrics->ObserveRecoveryTime(absl::ToDoubleSeconds(degraded_for));
+    metrics->ObserveRecoveryTime(absl::ToDoubleSeconds(reformed.degraded_for));
   }
-  if (!late.ok()) FailHeld(late);
+  if (!reformed.late.ok()) FailHeld(reformed.late);
   ResumeHeld(now);
   return true;
-}
-
-absl::Status Engine::GraceExpired(const absl::Status& cause) const {
-  if (options_.recovery_grace == absl::ZeroDuration()) return cause;
-  return absl::UnavailableError(
-      absl::StrCat(cause.message(), "; the group did not re-form within the recovery grace of ",
-                   absl::FormatDuration(options_.recovery_grace)));
-}
-
-bool Engine::WithinGrace(absl::Time now) const {
-  return !degraded_.ok() && now - degraded_since_ < options_.recovery_grace;
 }
 
 absl::Status Engine::health() const {
@@ -93,21 +77,21 @@ absl::Status Engine::health() const {
 
 absl::Status Engine::HealthLocked() const {
   if (stopping_) return absl::UnavailableError("coordinator is shutting down");
-  const absl::Time now = absl::Now();
-  if (!WithinGrace(now)) return degraded_;
-  return absl::UnavailableError(
-      absl::StrCat(degraded_.message(), "; requests in flight are held for ",
-                   absl::FormatDuration(absl::Trunc(
-                       options_.recovery_grace - (now - degraded_since_), absl::Milliseconds(100))),
-                   " more, waiting for ", waiting_for_));
+  return recovery_state_.Health();
 }
 
 std::optional<Engine::Pause> Engine::pause() const {
   absl::MutexLock lock(&mutex_);
-  const absl::Time now = absl::Now();
-  if (stopping_ || degraded_.ok() || !(WithinGrace(now) || holding_.load())) return std::nullopt;
-  return Pause{waiting_for_,
-               std::max(absl::ZeroDuration(), options_.recovery_grace - (now - degraded_since_))};
+  if (stopping_) return std::nullopt;
+  return recovery_state_.Pause(holding_.load());
+}
+
+bool Engine::AwaitServing(absl::Time deadline) const {
+  absl::MutexLock lock(&mutex_);
+  auto serving = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return stopping_ || recovery_state_.serving();
+  };
+  return mutex_.AwaitWithDeadline(absl::Condition(&serving), deadline) && !stopping_;
 }
 
 void Engine::HoldAll(const absl::Status& cause) {
@@ -115,7 +99,13 @@ void Engine::HoldAll(const absl::Status& cause) {
   FailRepeatedlyHeld(cause);
   scheduler_.RequeueAll();
   holding_ = true;
-  const absl::Time now = absl::Now();
+  std::string waiting_for;
+  absl::Time now;
+  {
+    absl::MutexLock lock(&mutex_);
+    waiting_for = recovery_state_.waiting_for();
+    now = recovery_state_.Now();
+  }
   for (const std::unique_ptr<Sequence>& seq : scheduler_.waiting()) {
     if (seq->held_since != absl::InfinitePast()) continue;
     seq->held_since = now;
@@ -126,11 +116,6 @@ void Engine::HoldAll(const absl::Status& cause) {
   // Before the re-formation attempt, which may take long: the queue limit, tpctl and /metrics
   // count the held requests meanwhile, and their clients hear why nothing comes.
   PublishStats();
-  std::string waiting_for;
-  {
-    absl::MutexLock lock(&mutex_);
-    waiting_for = waiting_for_;
-  }
   for (const std::unique_ptr<Sequence>& seq : scheduler_.waiting()) {
     if (seq->handle != nullptr) seq->handle->Pause(waiting_for);
   }

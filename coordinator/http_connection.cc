@@ -2,14 +2,13 @@
 
 #include <sys/socket.h>
 
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
 #include <cerrno>
 #include <chrono>
 #include <utility>
 #include <vector>
-
-#include <boost/asio/dispatch.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/write.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -88,10 +87,9 @@ void HttpConnection::ReadHead() {
   parser_->header_limit(static_cast<uint32_t>(shared_->limits.max_header_bytes));
   parser_->body_limit(shared_->limits.max_body_bytes);
   stream_.expires_after(ToSteady(shared_->limits.header_timeout));
-  http::async_read_header(stream_, buffer_, *parser_,
-                          [self = shared_from_this()](beast::error_code error, size_t) {
-                            self->OnHead(error);
-                          });
+  http::async_read_header(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code error, size_t) { self->OnHead(error); });
 }
 
 void HttpConnection::OnHead(beast::error_code error) {
@@ -154,10 +152,10 @@ void HttpConnection::OnReadError(beast::error_code error) {
     // An idle kept-alive connection just ends; a request that stalled halfway is told why.
     if (!parser_->got_some()) return CloseNow();
     const bool in_body = parser_->is_header_done();
-    return refuse(408, absl::StrCat("the request ", in_body ? "body" : "head",
-                                    " did not arrive within ",
-                                    absl::FormatDuration(in_body ? limits.body_timeout
-                                                                 : limits.header_timeout)));
+    return refuse(
+        408,
+        absl::StrCat("the request ", in_body ? "body" : "head", " did not arrive within ",
+                     absl::FormatDuration(in_body ? limits.body_timeout : limits.header_timeout)));
   }
   if (error == http::error::end_of_stream || error == net::error::eof ||
       error == net::error::operation_aborted || error == net::error::connection_reset ||
@@ -184,19 +182,18 @@ void HttpConnection::OnRequest() {
 }
 
 void HttpConnection::WatchForClose(uint64_t exchange) {
-  stream_.socket().async_wait(
-      net::ip::tcp::socket::wait_read,
-      [self = shared_from_this(), exchange](beast::error_code error) {
-        if (error || exchange != self->exchange_) return;
-        char byte;
-        const ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1,
-                                 MSG_PEEK | MSG_DONTWAIT);
-        if (n > 0) return;  // the next request, pipelined: read once this one is answered
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-          return self->WatchForClose(exchange);
-        }
-        self->MarkGone();
-      });
+  stream_.socket().async_wait(net::ip::tcp::socket::wait_read, [self = shared_from_this(),
+                                                                exchange](beast::error_code error) {
+    if (error || exchange != self->exchange_) return;
+    char byte;
+    const ssize_t n =
+        ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return;  // the next request, pipelined: read once this one is answered
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      return self->WatchForClose(exchange);
+    }
+    self->MarkGone();
+  });
 }
 
 template <typename Message>
@@ -211,14 +208,16 @@ void HttpConnection::SetCommonFields(Message& message, const HttpReply& reply) {
 
 void HttpConnection::Reply(HttpReply reply) {
   ended_.store(true);
-  net::dispatch(stream_.get_executor(), [self = shared_from_this(), reply = std::move(reply)]() mutable {
-    // A handler that failed halfway through a stream: its head is out, so the stream just ends.
-    if (self->stream_head_ != nullptr) {
-      self->why_ = reply.body.substr(0, kLoggedErrorBytes);
-      return self->EndExchange(net::error::connection_aborted);
-    }
-    self->WriteReply(std::move(reply));
-  });
+  net::dispatch(stream_.get_executor(),
+                [self = shared_from_this(), reply = std::move(reply)]() mutable {
+                  // A handler that failed halfway through a stream: its head is out, so the stream
+                  // just ends.
+                  if (self->stream_head_ != nullptr) {
+                    self->why_ = reply.body.substr(0, kLoggedErrorBytes);
+                    return self->EndExchange(net::error::connection_aborted);
+                  }
+                  self->WriteReply(std::move(reply));
+                });
 }
 
 void HttpConnection::WriteReply(HttpReply reply) {
@@ -270,7 +269,7 @@ void HttpConnection::StartStream(const HttpReply& head) {
 
 void HttpConnection::WriteChunk(std::string data, std::function<void()> written) {
   net::dispatch(stream_.get_executor(), [self = shared_from_this(), data = std::move(data),
-                                     written = std::move(written)]() mutable {
+                                         written = std::move(written)]() mutable {
     self->outgoing_.push_back({Outgoing::Kind::kChunk, std::move(data), std::move(written)});
     self->Flush();
   });
@@ -331,8 +330,8 @@ void HttpConnection::Flush() {
   };
   if (data.empty()) return sent();  // an empty chunk would end the stream
   // Framed here, so that a partial write goes on from where it stopped.
-  auto frame = std::make_shared<std::string>(
-      absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n"));
+  auto frame =
+      std::make_shared<std::string>(absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n"));
   // Most chunks fit the socket's buffer: written now, they leave without a handler's round trip
   // through the I/O queue, behind every other stream's news of the same step.
   beast::error_code error;
@@ -356,8 +355,8 @@ void HttpConnection::EndExchange(beast::error_code error) {
   ++exchange_;  // the close watch, if still waiting, is stale now
   if (status_ != 0) {
     LogInfo(kLog, "%s %s from %s: %d%s%s%s%s", method_, path_, peer_, status_,
-            request_id_ == 0 ? "" : ", request ", request_id_ == 0 ? "" : std::to_string(request_id_),
-            why_.empty() ? "" : " ", why_);
+            request_id_ == 0 ? "" : ", request ",
+            request_id_ == 0 ? "" : std::to_string(request_id_), why_.empty() ? "" : " ", why_);
   }
   stream_serializer_.reset();
   stream_head_.reset();

@@ -40,8 +40,9 @@ std::string StoppingMessage() { return "the HTTP server is stopping"; }
 
 bool HttpGenerations::WaitNone(absl::Time deadline) {
   absl::MutexLock lock(&mutex_);
-  return mutex_.AwaitWithDeadline(
-      absl::Condition(+[](int* alive) { return *alive == 0; }, &alive_), deadline);
+  return mutex_.AwaitWithDeadline(absl::Condition(
+                                      +[](int* alive) { return *alive == 0; }, &alive_),
+                                  deadline);
 }
 
 void HttpGenerations::CutAll() {
@@ -113,7 +114,8 @@ void HttpGeneration::Prepare() {
   parsed_ = *std::move(parsed);
   if (parsed_->prompt_logprobs < 0) return Submit();
   // The prompt's log-probabilities come first, from a Score request of their own.
-  absl::StatusOr<std::shared_ptr<RequestHandle>> scored = engine_->SubmitScore(parsed_->params.prompt);
+  absl::StatusOr<std::shared_ptr<RequestHandle>> scored =
+      engine_->SubmitScore(parsed_->params.prompt);
   if (!scored.ok()) return Refuse(scored.status());
   handle_ = *std::move(scored);
   phase_ = Phase::kScoring;
@@ -172,9 +174,9 @@ void HttpGeneration::Begin() {
   }
   const int32_t n = handle_->num_samples();
   with_logprobs_ = parsed.params.logprobs >= 0;
-  responder_.emplace(MakeResponseHeader(endpoint_, request_id_, shared_->options().model_name,
-                                        absl::Now()),
-                     shared_->options().tokenizer, with_logprobs_);
+  responder_.emplace(
+      MakeResponseHeader(endpoint_, request_id_, shared_->options().model_name, absl::Now()),
+      shared_->options().tokenizer, with_logprobs_);
   text_offsets_.assign(n, 0);
   tool_calls_.assign(n, 0);
   if (parsed.tool_syntax.has_value()) tool_streams_.assign(n, ToolCallStream(*parsed.tool_syntax));
@@ -185,7 +187,8 @@ void HttpGeneration::Begin() {
     choices_.resize(n);
     return Subscribe(&HttpGeneration::OnNews);
   }
-  HttpReply head{200, "text/event-stream",
+  HttpReply head{200,
+                 "text/event-stream",
                  {{"Cache-Control", "no-cache"}, {kRequestIdHeader, std::to_string(request_id_)}},
                  ""};
   head.request_id = request_id_;
@@ -197,8 +200,8 @@ void HttpGeneration::Begin() {
     const std::vector<TokenLogprob> none;
     for (int32_t i = 0; i < n; ++i) {
       Write(SseEvent(responder_->DeltaChunk(i, parsed.echo_text,
-                                            with_logprobs_ ? prompt_logprobs_ : none,
-                                            std::nullopt, &text_offsets_[i])));
+                                            with_logprobs_ ? prompt_logprobs_ : none, std::nullopt,
+                                            &text_offsets_[i])));
     }
   }
   Subscribe(&HttpGeneration::OnNews);
@@ -249,15 +252,16 @@ void HttpGeneration::SendUpdate(StreamUpdate& update) {
       tool_calls_[i] += static_cast<int32_t>(delta.calls.size());
     }
     if (update.done) {
-      Write(SseEvent(responder_->DeltaChunk(i, "", {}, finish, &text_offsets_[i],
-                                            tool_calls_[i] > 0)));
+      Write(SseEvent(
+          responder_->DeltaChunk(i, "", {}, finish, &text_offsets_[i], tool_calls_[i] > 0)));
       AddUsage(update, &usage_);
     }
     return;
   }
   if (update.text.empty() && !has_logprobs && !update.done) return;
-  Write(SseEvent(responder_->DeltaChunk(i, update.text, update.logprobs, finish, &text_offsets_[i])),
-        update.made);
+  Write(
+      SseEvent(responder_->DeltaChunk(i, update.text, update.logprobs, finish, &text_offsets_[i])),
+      update.made);
   if (update.done) AddUsage(update, &usage_);
 }
 
@@ -305,7 +309,8 @@ void HttpGeneration::FailWith(const absl::Status& status) {
 
 void HttpGeneration::Write(std::string event, absl::Time made) {
   std::function<void()> written;
-  if (Metrics* metrics = shared_->options().metrics; metrics != nullptr && made != absl::InfinitePast()) {
+  if (Metrics* metrics = shared_->options().metrics;
+      metrics != nullptr && made != absl::InfinitePast()) {
     written = [metrics, made] {
       metrics->ObserveTokenDelivery(absl::ToDoubleSeconds(absl::Now() - made));
     };
@@ -347,7 +352,8 @@ void HttpGeneration::EndWith(std::optional<HttpReply> reply) {
     if (!handle_->finished()) handle_->Cancel();
   }
   // Counted as open until its last byte is out, so that Stop does not close the connection first.
-  exchange_->SetOnEnd([shared = shared_, self = shared_from_this()] { shared->Remove(self.get()); });
+  exchange_->SetOnEnd(
+      [shared = shared_, self = shared_from_this()] { shared->Remove(self.get()); });
   if (reply.has_value()) {
     if (request_id_ != 0) {
       reply->headers.emplace_back(kRequestIdHeader, std::to_string(request_id_));

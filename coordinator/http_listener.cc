@@ -4,16 +4,15 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <thread>
-#include <utility>
-#include <vector>
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <chrono>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -67,20 +66,20 @@ struct HttpListener::Impl {
 void HttpListener::Impl::Accept() {
   // Each connection runs on a strand of its own, so that its handlers never run at once while
   // different connections are served in parallel.
-  acceptor.async_accept(net::make_strand(io), [this](boost::system::error_code error,
-                                                     tcp::socket socket) {
-    if (error == net::error::operation_aborted || !acceptor.is_open()) return;
-    if (error) {
-      LogWarning(kLog, "accept failed: %s; retrying", error.message());
-      retry.expires_after(kAcceptRetry);
-      retry.async_wait([this](boost::system::error_code e) {
-        if (!e) Accept();
-      });
-      return;
-    }
-    OnAccepted(std::move(socket));
-    Accept();
-  });
+  acceptor.async_accept(net::make_strand(io),
+                        [this](boost::system::error_code error, tcp::socket socket) {
+                          if (error == net::error::operation_aborted || !acceptor.is_open()) return;
+                          if (error) {
+                            LogWarning(kLog, "accept failed: %s; retrying", error.message());
+                            retry.expires_after(kAcceptRetry);
+                            retry.async_wait([this](boost::system::error_code e) {
+                              if (!e) Accept();
+                            });
+                            return;
+                          }
+                          OnAccepted(std::move(socket));
+                          Accept();
+                        });
 }
 
 void HttpListener::Impl::OnAccepted(tcp::socket socket) {
@@ -113,8 +112,8 @@ void HttpListener::Impl::Remember(const std::shared_ptr<HttpConnection>& connect
 
 HttpListener::HttpListener(HttpLimits limits, Admit admit, Dispatch dispatch,
                            ErrorReply error_reply)
-    : impl_(std::make_unique<Impl>(limits.io_threads > 0 ? limits.io_threads
-                                                         : DefaultIoThreads())) {
+    : impl_(
+          std::make_unique<Impl>(limits.io_threads > 0 ? limits.io_threads : DefaultIoThreads())) {
   if (limits.io_threads <= 0) limits.io_threads = DefaultIoThreads();
   impl_->shared->limits = limits;
   impl_->shared->admit = std::move(admit);
@@ -127,9 +126,8 @@ HttpListener::~HttpListener() { Stop(); }
 absl::StatusOr<int> HttpListener::Start(const std::string& host, int port) {
   boost::system::error_code error;
   tcp::resolver resolver(impl_->io);
-  const auto endpoints = resolver.resolve(host, std::to_string(port),
-                                          tcp::resolver::passive | tcp::resolver::numeric_service,
-                                          error);
+  const auto endpoints = resolver.resolve(
+      host, std::to_string(port), tcp::resolver::passive | tcp::resolver::numeric_service, error);
   if (error || endpoints.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot resolve ", host, ": ", error ? error.message() : "no address"));
@@ -138,15 +136,18 @@ absl::StatusOr<int> HttpListener::Start(const std::string& host, int port) {
   tcp::acceptor& acceptor = impl_->acceptor;
   if (acceptor.open(endpoint.protocol(), error) ||
       acceptor.set_option(tcp::acceptor::reuse_address(true), error) ||
-      acceptor.bind(endpoint, error) || acceptor.listen(net::socket_base::max_listen_connections, error)) {
+      acceptor.bind(endpoint, error) ||
+      acceptor.listen(net::socket_base::max_listen_connections, error)) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", host, ":", port, ": ", error.message()));
   }
   // Each connection is a file descriptor: warn when the limit cannot be reached.
   rlimit files{};
   const int max_connections = impl_->shared->limits.max_connections;
-  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < static_cast<rlim_t>(max_connections) + 256) {
-    LogWarning(kLog, "the file descriptor limit (%d) is below %d connections + 256: raise ulimit -n",
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 &&
+      files.rlim_cur < static_cast<rlim_t>(max_connections) + 256) {
+    LogWarning(kLog,
+               "the file descriptor limit (%d) is below %d connections + 256: raise ulimit -n",
                static_cast<int64_t>(files.rlim_cur), max_connections);
   }
   const int bound = acceptor.local_endpoint().port();

@@ -20,6 +20,8 @@ HttpReply ErrorReply(const absl::Status& status) {
   return ErrorReply(status, HttpStatusOf(status));
 }
 
-HttpReply JsonReply(int status, const nlohmann::json& body) { return {status, kJson, {}, Dump(body)}; }
+HttpReply JsonReply(int status, const nlohmann::json& body) {
+  return {status, kJson, {}, Dump(body)};
+}
 
 }  // namespace tpserve

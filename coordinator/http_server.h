@@ -46,7 +46,6 @@
 
 namespace tpserve {
 
-
 class HttpServer {
  public:
   explicit HttpServer(HttpServerOptions options);

@@ -33,9 +33,9 @@ class GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse>
       : service_(service), peer_(std::move(peer)), request_(std::move(request)) {}
 
   // Queues the submission (or refuses the call when the pool is full); returns the reactor.
-  static grpc::ServerWriteReactor<v1::GenerateResponse>* Start(
-      const InferenceServiceImpl* service, grpc::CallbackServerContext* context,
-      const v1::GenerateRequest* request);
+  static grpc::ServerWriteReactor<v1::GenerateResponse>* Start(const InferenceServiceImpl* service,
+                                                               grpc::CallbackServerContext* context,
+                                                               const v1::GenerateRequest* request);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;

@@ -43,14 +43,14 @@ absl::StatusOr<Engine*> InferenceServiceImpl::GetEngine() const {
   return engine;
 }
 
-absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(
-    const v1::GenerateRequest& request, const Engine& engine) const {
+absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(const v1::GenerateRequest& request,
+                                                              const Engine& engine) const {
   GenerateParams params;
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {
-      ASSIGN_OR_RETURN(params.prompt, EncodeBoundedPrompt(request.text(),
-                                                          engine.options().context_length,
-                                                          *tokenizer_));
+      ASSIGN_OR_RETURN(
+          params.prompt,
+          EncodeBoundedPrompt(request.text(), engine.options().context_length, *tokenizer_));
       break;
     }
     case v1::GenerateRequest::kTokenIds:

@@ -20,7 +20,8 @@ const char* FinishReasonName(FinishReason reason) {
 RequestHandle::RequestHandle(uint64_t request_id, int32_t num_samples)
     : request_id_(request_id),
       num_samples_(num_samples),
-      pending_(num_samples), ended_(num_samples, false) {
+      pending_(num_samples),
+      ended_(num_samples, false) {
   TP_CHECK(num_samples > 0);
   for (int32_t i = 0; i < num_samples; ++i) pending_[i].index = i;
 }
@@ -160,9 +161,7 @@ std::vector<StreamUpdate> RequestHandle::Take() {
 std::vector<StreamUpdate> RequestHandle::Wait(absl::Time deadline) {
   {
     absl::MutexLock lock(&mutex_);
-    auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-      return has_news_ || cancelled_;
-    };
+    auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return has_news_ || cancelled_; };
     mutex_.AwaitWithDeadline(absl::Condition(&woken), deadline);
   }
   return Take();

@@ -66,8 +66,8 @@ class RequestHandle {
   void Push(int32_t sample, int32_t token_id, std::string text,
             std::optional<TokenLogprob> logprob);
   void PushText(int32_t sample, std::string text);  // text released without a token (at the end)
-  void Finish(int32_t sample, FinishReason reason, int32_t prompt_tokens,
-              int32_t completion_tokens, int32_t cached_prompt_tokens);
+  void Finish(int32_t sample, FinishReason reason, int32_t prompt_tokens, int32_t completion_tokens,
+              int32_t cached_prompt_tokens);
   void FinishScore(int32_t sample, std::vector<float> logits, int32_t prompt_tokens);
   void Fail(int32_t sample, absl::Status status);
   // The request is held for a lost rank (engine.h's failure model), waiting for `what`: news

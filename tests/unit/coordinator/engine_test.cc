@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "coordinator/heartbeat_monitor.h"
 #include "coordinator/inference_service.h"
@@ -67,14 +68,15 @@ class EngineTest : public ::testing::Test {
   }
   void StartEngine(const LoadedModel& loaded, EngineOptions options) {
     options.block_size = block_size_;
+    options.clock = [this] { return clock_.Now(); };
     options.num_blocks = static_cast<int32_t>(loaded.kv_cache_blocks);
     options.context_length = loaded.context_length;
     options.vocab_size = loaded.vocab_size;
     engine_ = std::make_unique<Engine>(options, pool_.get(), tokenizer_);
     if (reform_) engine_->SetGroupReformer(reform_);
     engine_->Start();
-    service_ = std::make_unique<InferenceServiceImpl>(tokenizer_, &front_end_,
-                                                      pool_->world_size(), "test-model");
+    service_ = std::make_unique<InferenceServiceImpl>(tokenizer_, &front_end_, pool_->world_size(),
+                                                      "test-model");
     service_->SetEngine(engine_.get());
     grpc::ServerBuilder builder;
     int port = 0;
@@ -151,12 +153,33 @@ class EngineTest : public ::testing::Test {
   }
   // Waits until the engine holds `n` samples for the group to re-form.
   void AwaitHeld(int32_t n) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (engine_->stats().num_held != n && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    ASSERT_EQ(engine_->stats().num_held, n);
+    ASSERT_TRUE(engine_->AwaitStats([n](const EngineStats& s) { return s.num_held == n; },
+                                    absl::Now() + absl::Seconds(10)))
+        << engine_->stats().num_held << " held";
   }
+  void AwaitRunning(int32_t n) {
+    ASSERT_TRUE(engine_->AwaitStats([n](const EngineStats& s) { return s.num_running == n; },
+                                    absl::Now() + absl::Seconds(10)))
+        << engine_->stats().num_running << " running";
+  }
+
+  // The engine's clock for the failure model (the recovery grace), moved by the tests.
+  class Clock {
+   public:
+    absl::Time Now() {
+      absl::MutexLock lock(&mutex_);
+      return now_;
+    }
+    void Advance(absl::Duration by) {
+      absl::MutexLock lock(&mutex_);
+      now_ += by;
+    }
+
+   private:
+    absl::Mutex mutex_;
+    absl::Time now_ = absl::FromUnixSeconds(1'000'000);
+  };
+  Clock clock_;
 
   static const Tokenizer* tokenizer_;
   std::function<absl::Status()> reform_;
@@ -306,13 +329,10 @@ TEST_F(EngineTest, FullQueueRefusesWithResourceExhausted) {
   options.max_queued_requests = 1;
   Start({hang}, options);
   std::thread running([&] { Generate(Request({300, 301}, 4)); });
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (engine_->stats().num_running < 1 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  ASSERT_EQ(engine_->stats().num_running, 1);  // step 1 hangs on the worker
+  AwaitRunning(1);  // step 1 hangs on the worker
   std::thread queued([&] { Generate(Request({302, 303}, 4)); });
-  absl::SleepFor(absl::Milliseconds(500));  // the second request reaches the queue
+  ASSERT_TRUE(engine_->AwaitStats([](const EngineStats& s) { return s.num_submitted == 1; },
+                                  absl::Now() + absl::Seconds(10)));  // queued behind the step
   const Generated refused = Generate(Request({304}, 4));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(refused.status.error_message(), HasSubstr("--max-queued-requests 1"));
@@ -338,10 +358,7 @@ TEST_F(EngineTest, WaitIdleWaitsForTheDrainAndFailInFlightEndsWhatIsLeft) {
   EXPECT_TRUE(engine_->WaitIdle(absl::Now()));
   Generated out;
   std::thread running([&] { out = Generate(Request({300, 301}, 50)); });
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (engine_->stats().num_running < 1 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  AwaitRunning(1);
   EXPECT_EQ(engine_->Drain("rank 0 is shutting down", /*until_reformed=*/true), 1);
   EXPECT_FALSE(engine_->WaitIdle(absl::Now() + absl::Milliseconds(300)));  // step 3 hangs
   const Generated refused = Generate(Request({302}, 4));
@@ -526,6 +543,7 @@ TEST_F(EngineTest, HeldRequestsFailPastTheGraceNamingTheRank) {
   const Generated refused = Generate(Request({302}, 2));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(refused.status.error_message(), HasSubstr("held"));
+  clock_.Advance(absl::Milliseconds(1500));  // the grace is over
   client.join();
   EXPECT_EQ(held.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(held.status.error_message(), HasSubstr("rank 2"));
@@ -534,8 +552,7 @@ TEST_F(EngineTest, HeldRequestsFailPastTheGraceNamingTheRank) {
   EXPECT_EQ(engine_->stats().recovery.requests_resumed, 0);
 
   rank_back_ = true;
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!engine_->health().ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_TRUE(engine_->AwaitServing(absl::Now() + absl::Seconds(10)));
   const Generated served = Generate(Request({300, 301}, 4));
   ASSERT_TRUE(served.status.ok()) << served.status.error_message();
   EXPECT_EQ(served.tokens, Expected({300, 301}, 4));
@@ -560,8 +577,7 @@ TEST_F(EngineTest, ARequestWhoseStepsAlwaysFailIsNotHeldForEver) {
   EXPECT_THAT(poison.status.error_message(), HasSubstr("failed 3 times"));
   EXPECT_THAT(poison.status.error_message(), HasSubstr("rank 2"));
   EXPECT_THAT(poison.status.error_message(), HasSubstr("injected failure"));
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!engine_->health().ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_TRUE(engine_->AwaitServing(absl::Now() + absl::Seconds(10)));
   const Generated served = Generate(Request({300, 301}, 4));
   ASSERT_TRUE(served.status.ok()) << served.status.error_message();
   EXPECT_EQ(served.tokens, Expected({300, 301}, 4));
@@ -576,10 +592,11 @@ TEST_F(EngineTest, ARequestWhoseStepsAlwaysFailIsNotHeldForEver) {
 // meanwhile fail as past the grace (they do not resume), the pause is reported until then, and a
 // new request is served.
 TEST_F(EngineTest, AReformationFinishingPastTheGraceFailsWhatItHeld) {
-  std::atomic<bool> attempt_started{false};
+  absl::Notification attempt_started;
+  absl::Notification attempt_may_end;
   reform_ = [&]() -> absl::Status {
-    attempt_started = true;
-    absl::SleepFor(absl::Milliseconds(1500));
+    if (!attempt_started.HasBeenNotified()) attempt_started.Notify();
+    attempt_may_end.WaitForNotification();
     WorkerInitOptions init;
     init.group_id = "test-reformed";
     init.block_size = block_size_;
@@ -588,14 +605,14 @@ TEST_F(EngineTest, AReformationFinishingPastTheGraceFailsWhatItHeld) {
   FakeWorkerOptions failing;
   failing.fail_at_step = 3;
   EngineOptions options;
-  options.recovery_grace = absl::Milliseconds(700);
+  options.recovery_grace = absl::Seconds(5);
   Start({{}, {}, failing}, options);
   Generated held;
   std::thread client([&] { held = Generate(Request({300, 301}, 10)); });
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!attempt_started.load() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
-  absl::SleepFor(absl::Milliseconds(1000));  // past the grace, the attempt still running
+  ASSERT_TRUE(attempt_started.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  clock_.Advance(absl::Seconds(6));  // past the grace, the attempt still running
   const std::optional<Engine::Pause> pause = engine_->pause();
+  attempt_may_end.Notify();
   ASSERT_TRUE(pause.has_value());
   EXPECT_EQ(pause->grace_left, absl::ZeroDuration());
   client.join();
@@ -724,7 +741,7 @@ TEST_F(EngineTest, HeartbeatDoesNotReportASlowRankThatAnswers) {
   {
     HeartbeatMonitor monitor(pool_.get(), kInterval,
                              [&](const absl::Status&) { failures.fetch_add(1); });
-    absl::SleepFor(10 * kInterval);
+    ASSERT_TRUE(fakes_[1]->AwaitStatusAnswers(10, absl::Now() + 30 * kInterval));
   }
   EXPECT_EQ(failures.load(), 0);
   EXPECT_GT(fakes_[1]->last_status_answer(), absl::Now() - 2 * kInterval);

@@ -188,6 +188,12 @@ absl::Time FakeWorker::last_status_answer() const {
   return last_status_answer_;
 }
 
+bool FakeWorker::AwaitStatusAnswers(int n, absl::Time deadline) const {
+  absl::MutexLock lock(&mutex_);
+  auto answered = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return status_answers_ >= n; };
+  return mutex_.AwaitWithDeadline(absl::Condition(&answered), deadline);
+}
+
 grpc::Status FakeWorker::Status(grpc::ServerContext*, const v1::WorkerStatusRequest*,
                                 v1::WorkerStatusResponse* response) {
   bool silent;

@@ -52,6 +52,8 @@ class FakeWorker final : public v1::WorkerService::Service {
   const std::string& address() const { return address_; }
   // When Status last answered (InfinitePast before the first answer).
   absl::Time last_status_answer() const;
+  // Waits until Status has answered `n` times, or `deadline`; true when it has.
+  bool AwaitStatusAnswers(int n, absl::Time deadline) const;
   // Inconsistencies seen in the steps so far.
   std::vector<std::string> errors() const;
 
