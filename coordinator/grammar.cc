@@ -79,7 +79,8 @@ std::optional<std::string> RepetitionBoundOverflow(absl::string_view text) {
     for (absl::string_view count : absl::StrSplit(text.substr(open + 1, i - open - 1), ',')) {
       // Longer than 10 digits is past the bound whatever they are.
       uint64_t value = 0;
-      if (count.size() > 10 || (!count.empty() && absl::SimpleAtoi(count, &value) && value > kMax)) {
+      if (count.size() > 10 ||
+          (!count.empty() && absl::SimpleAtoi(count, &value) && value > kMax)) {
         return std::string(text.substr(open, std::min<size_t>(i - open + 1, 40)));
       }
     }
@@ -89,8 +90,7 @@ std::optional<std::string> RepetitionBoundOverflow(absl::string_view text) {
 
 }  // namespace
 
-GrammarCompiler::GrammarCompiler(const Tokenizer& tokenizer, int64_t cache_bytes,
-                                 int64_t max_bytes)
+GrammarCompiler::GrammarCompiler(const Tokenizer& tokenizer, int64_t cache_bytes, int64_t max_bytes)
     : max_bytes_(max_bytes) {
   const absl::flat_hash_set<int32_t>& eog = tokenizer.end_of_generation_ids();
   xgrammar::TokenizerInfo info(GrammarVocabulary(tokenizer), xgrammar::VocabType::RAW,
@@ -125,7 +125,7 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compi
         if (JsonNestingDepth(c.spec) > kMaxJsonDepth) {
           return Invalid(c, absl::StrCat("the schema nests deeper than ", kMaxJsonDepth));
         }
-        const json schema = ParseBoundedJson<json>(c.spec);
+        const nlohmann::ordered_json schema = ParseBoundedJson<nlohmann::ordered_json>(c.spec);
         if (schema.is_discarded()) return Invalid(c, "the schema is not valid JSON");
         if (!schema.is_object() && !schema.is_boolean()) {
           return Invalid(c, "the schema must be a JSON object");

@@ -38,6 +38,23 @@ std::string StoppingMessage() { return "the HTTP server is stopping"; }
 
 }  // namespace
 
+HttpGenerations::HttpGenerations(const HttpServerOptions& options, FrontEndPool& pool)
+    : options_(options),
+      pool_(pool),
+      tool_format_(options.chat_template != nullptr
+                       ? DetectToolCallFormat(options.chat_template->source())
+                       : ToolCallFormat{}) {}
+
+ServedModel HttpGenerations::Model(const Engine& engine) const {
+  return {options_.model_name,
+          engine.options().context_length,
+          options_.tokenizer,
+          options_.chat_template,
+          options_.default_sampling,
+          engine.options().limits,
+          tool_format_};
+}
+
 bool HttpGenerations::WaitNone(absl::Time deadline) {
   absl::MutexLock lock(&mutex_);
   return mutex_.AwaitWithDeadline(absl::Condition(
@@ -102,10 +119,7 @@ void HttpGeneration::Start(std::shared_ptr<HttpGenerations> shared, Engine* engi
 
 void HttpGeneration::Prepare() {
   if (shared_->stopping()) return EndWith(ErrorReply(absl::UnavailableError(StoppingMessage())));
-  const HttpServerOptions& options = shared_->options();
-  const ServedModel model{options.model_name,       engine_->options().context_length,
-                          options.tokenizer,        options.chat_template,
-                          options.default_sampling, engine_->options().limits};
+  const ServedModel model = shared_->Model(*engine_);
   absl::StatusOr<OpenAiRequest> parsed = endpoint_ == OpenAiEndpoint::kCompletions
                                              ? ParseCompletionRequest(request_.body, model)
                                              : ParseChatRequest(request_.body, model);

@@ -42,8 +42,7 @@ class HttpGeneration;
 // Every generation of one server, until it ends. Thread-safe.
 class HttpGenerations {
  public:
-  HttpGenerations(const HttpServerOptions& options, FrontEndPool& pool)
-      : options_(options), pool_(pool) {}
+  HttpGenerations(const HttpServerOptions& options, FrontEndPool& pool);
 
   // Generations that exist (ending ones included): Stop waits for none.
   bool WaitNone(absl::Time deadline);
@@ -53,6 +52,8 @@ class HttpGenerations {
 
   const HttpServerOptions& options() const { return options_; }
   FrontEndPool& pool() const { return pool_; }
+  // What requests are parsed against, `engine` serving.
+  ServedModel Model(const Engine& engine) const;
 
  private:
   friend class HttpGeneration;
@@ -62,6 +63,7 @@ class HttpGenerations {
 
   const HttpServerOptions& options_;
   FrontEndPool& pool_;
+  const ToolCallFormat tool_format_;  // of options_.chat_template, found once
   std::atomic<bool> stopping_{false};
   absl::Mutex mutex_;
   absl::flat_hash_map<const HttpGeneration*, std::shared_ptr<HttpGeneration>> open_

@@ -14,8 +14,8 @@
 namespace tpserve {
 namespace {
 
-using nlohmann::json;
 using nlohmann::ordered_json;
+using json = nlohmann::ordered_json;
 
 // An assistant message's tool_calls: [{"id"?, "type": "function", "function": {"name",
 // "arguments"}}], arguments a JSON string (OpenAI) or an object.
@@ -46,7 +46,6 @@ absl::Status CheckToolCalls(const json& calls, const std::string& param) {
   return absl::OkStatus();
 }
 
-
 // OpenAI's rule for function names.
 bool IsToolName(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;
@@ -54,8 +53,6 @@ bool IsToolName(const std::string& name) {
     return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
   });
 }
-
-
 
 // A message's content: a string, or text parts joined by newlines (as vLLM joins them).
 absl::StatusOr<std::string> GetContent(const json& message, const std::string& param,
@@ -89,8 +86,7 @@ absl::StatusOr<std::string> GetContent(const json& message, const std::string& p
 
 }  // namespace
 
-absl::StatusOr<RequestTools> GetTools(const json& body, const ordered_json& ordered_body,
-                                      const RequestLimits& limits) {
+absl::StatusOr<RequestTools> GetTools(const json& body, const RequestLimits& limits) {
   RequestTools out;
   if (const json* tools = Find(body, "tools")) {
     if (!tools->is_array()) return WrongType("tools", "an array", *tools);
@@ -132,11 +128,11 @@ absl::StatusOr<RequestTools> GetTools(const json& body, const ordered_json& orde
           return InvalidField(parameters_param,
                               absl::StrCat("the schema's ", found, " is not supported"));
         }
-        parsed.parameters = ordered_body["tools"][i]["function"]["parameters"];
+        parsed.parameters = *parameters;
       }
       out.functions.push_back(std::move(parsed));
     }
-    out.as_sent = ordered_body["tools"];
+    out.as_sent = *tools;
   }
   out.choice.mode = out.functions.empty() ? ToolChoiceMode::kNone : ToolChoiceMode::kAuto;
   if (const json* choice = Find(body, "tool_choice")) {
@@ -174,7 +170,7 @@ absl::StatusOr<RequestTools> GetTools(const json& body, const ordered_json& orde
   return out;
 }
 
-absl::StatusOr<ordered_json> GetMessages(const json& body, const ordered_json& ordered_body) {
+absl::StatusOr<ordered_json> GetMessages(const json& body) {
   const json* messages = Find(body, "messages");
   if (messages == nullptr) return InvalidField("messages", "is required");
   if (!messages->is_array()) return WrongType("messages", "an array", *messages);
@@ -208,7 +204,7 @@ absl::StatusOr<ordered_json> GetMessages(const json& body, const ordered_json& o
     }
     ASSIGN_OR_RETURN(std::string content,
                      GetContent(message, param + ".content", name == "assistant"));
-    ordered_json rendered = ordered_body["messages"][i];
+    ordered_json rendered = message;
     rendered["role"] = name;
     if (tool_calls != nullptr && Find(message, "content") == nullptr) {
       rendered["content"] = nullptr;

@@ -15,7 +15,8 @@ namespace tpserve {
 
 // What a request's tools are and how they may be called.
 struct RequestTools {
-  nlohmann::ordered_json as_sent;  // OpenAI's array as sent, for the chat template; null when absent
+  nlohmann::ordered_json
+      as_sent;  // OpenAI's array as sent, for the chat template; null when absent
   std::vector<ToolFunction> functions;
   ToolChoice choice;
 };
@@ -23,15 +24,13 @@ struct RequestTools {
 // `tools` ([{"type": "function", "function": {"name", "description"?, "parameters"?}}], at most
 // limits.max_tools), `tool_choice` (none, auto, required, or {"type": "function", "function":
 // {"name"}}; auto when there are tools, else none) and `parallel_tool_calls` (default true).
-absl::StatusOr<RequestTools> GetTools(const nlohmann::json& body,
-                                      const nlohmann::ordered_json& ordered_body,
+absl::StatusOr<RequestTools> GetTools(const nlohmann::ordered_json& body,
                                       const RequestLimits& limits);
 
 // The conversation as the chat template sees it: each message as the client sent it (key order
 // kept, for templates that print tool calls as JSON), with `developer` renamed `system` and text
 // parts joined into one string. An assistant turn that only calls tools keeps null content.
-absl::StatusOr<nlohmann::ordered_json> GetMessages(const nlohmann::json& body,
-                                                   const nlohmann::ordered_json& ordered_body);
+absl::StatusOr<nlohmann::ordered_json> GetMessages(const nlohmann::ordered_json& body);
 
 // `messages` with `text` in the system message: appended to the first message's when that is a
 // system message with text, else a system message of its own before them.

@@ -14,22 +14,12 @@
 namespace tpserve {
 namespace {
 
-using nlohmann::json;
-using nlohmann::ordered_json;
+using json = nlohmann::ordered_json;
 
-// The body's member at `path`, printed with its keys in the order sent (a schema's property
-// order is the order the output follows).
-std::string OrderedText(absl::string_view body, std::initializer_list<const char*> path) {
-  ordered_json value = ParseBoundedJson<ordered_json>(StdView(body));
-  for (const char* key : path) value = ordered_json(value[key]);
-  return value.dump();
-}
-
-// A JSON schema given as an object (or, as vLLM also takes it, as its text) at `path` of `body`.
-absl::StatusOr<std::string> SchemaText(const json& value, absl::string_view param,
-                                       absl::string_view body,
-                                       std::initializer_list<const char*> path) {
-  if (value.is_object() || value.is_boolean()) return OrderedText(body, path);
+// A JSON schema given as an object (or, as vLLM also takes it, as its text), printed with its
+// keys in the order sent: a schema's property order is the order the output follows.
+absl::StatusOr<std::string> SchemaText(const json& value, absl::string_view param) {
+  if (value.is_object() || value.is_boolean()) return value.dump();
   if (value.is_string()) return value.get<std::string>();
   return WrongType(param, "a JSON schema object", value);
 }
@@ -50,7 +40,7 @@ absl::StatusOr<std::vector<std::string>> Choices(const json& value, absl::string
 }
 
 // OpenAI's response_format: text (no constraint), json_object, json_schema.
-absl::StatusOr<OutputConstraint> ResponseFormat(const json& format, absl::string_view body) {
+absl::StatusOr<OutputConstraint> ResponseFormat(const json& format) {
   OutputConstraint c;
   c.param = "response_format";
   if (!format.is_object()) return WrongType("response_format", "an object", format);
@@ -80,16 +70,14 @@ absl::StatusOr<OutputConstraint> ResponseFormat(const json& format, absl::string
   }
   c.kind = OutputConstraint::Kind::kJsonSchema;
   c.param = "response_format.json_schema.schema";
-  ASSIGN_OR_RETURN(
-      c.spec, SchemaText(*schema, c.param, body, {"response_format", "json_schema", "schema"}));
+  ASSIGN_OR_RETURN(c.spec, SchemaText(*schema, c.param));
   return c;
 }
 
 // vLLM's structured_outputs object (json, regex, choice, grammar, json_object) or its older
 // top-level guided_* fields: the member `key_prefix` + kind, named `param_prefix` + kind.
 absl::StatusOr<OutputConstraint> VllmConstraint(const json& object, absl::string_view key_prefix,
-                                                absl::string_view param_prefix,
-                                                absl::string_view body) {
+                                                absl::string_view param_prefix) {
   OutputConstraint c;
   for (const std::string kind : {"json", "regex", "choice", "grammar", "json_object"}) {
     const json* value = Find(object, absl::StrCat(key_prefix, kind));
@@ -101,9 +89,7 @@ absl::StatusOr<OutputConstraint> VllmConstraint(const json& object, absl::string
     c.param = field;
     if (kind == "json") {
       c.kind = OutputConstraint::Kind::kJsonSchema;
-      ASSIGN_OR_RETURN(c.spec, key_prefix.empty()
-                                   ? SchemaText(*value, field, body, {"structured_outputs", "json"})
-                                   : SchemaText(*value, field, body, {"guided_json"}));
+      ASSIGN_OR_RETURN(c.spec, SchemaText(*value, field));
     } else if (kind == "regex") {
       c.kind = OutputConstraint::Kind::kRegex;
       ASSIGN_OR_RETURN(c.spec, StringField(*value, field));
@@ -121,15 +107,14 @@ absl::StatusOr<OutputConstraint> VllmConstraint(const json& object, absl::string
   return c;
 }
 
-
 }  // namespace
 
 // What the request constrains its output to: response_format, vLLM's structured_outputs or its
 // guided_* fields, at most one of them.
-absl::StatusOr<OutputConstraint> GetConstraint(const json& body, absl::string_view text) {
+absl::StatusOr<OutputConstraint> GetConstraint(const json& body) {
   OutputConstraint constraint;
   if (const json* format = Find(body, "response_format")) {
-    ASSIGN_OR_RETURN(constraint, ResponseFormat(*format, text));
+    ASSIGN_OR_RETURN(constraint, ResponseFormat(*format));
   }
   std::vector<OutputConstraint> vllm;
   if (const json* structured = Find(body, "structured_outputs")) {
@@ -141,11 +126,10 @@ absl::StatusOr<OutputConstraint> GetConstraint(const json& body, absl::string_vi
                             "is not supported by this server");
       }
     }
-    ASSIGN_OR_RETURN(OutputConstraint c,
-                     VllmConstraint(*structured, "", "structured_outputs.", text));
+    ASSIGN_OR_RETURN(OutputConstraint c, VllmConstraint(*structured, "", "structured_outputs."));
     vllm.push_back(std::move(c));
   }
-  ASSIGN_OR_RETURN(OutputConstraint guided, VllmConstraint(body, "guided_", "guided_", text));
+  ASSIGN_OR_RETURN(OutputConstraint guided, VllmConstraint(body, "guided_", "guided_"));
   vllm.push_back(std::move(guided));
   for (OutputConstraint& c : vllm) {
     if (!c.active()) continue;

@@ -10,7 +10,8 @@
 
 namespace tpserve {
 
-// `text` is the body as sent: a schema keeps its properties in the order the client wrote them.
-absl::StatusOr<OutputConstraint> GetConstraint(const nlohmann::json& body, absl::string_view text);
+// `body` keeps the order it was sent in (ordered_json): a schema keeps its properties in the
+// order the client wrote them.
+absl::StatusOr<OutputConstraint> GetConstraint(const nlohmann::ordered_json& body);
 
 }  // namespace tpserve

@@ -16,7 +16,7 @@ constexpr double kMaxExactDouble = 9007199254740992.0;  // 2^53
 
 }  // namespace
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 std::string_view StdView(absl::string_view text) { return {text.data(), text.size()}; }
 

@@ -8,7 +8,7 @@
 namespace tpserve {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 enum Endpoints { kCompletions = 1, kChat = 2, kBoth = 3 };
 

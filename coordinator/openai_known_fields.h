@@ -16,7 +16,7 @@ enum class OpenAiEndpoint { kCompletions, kChatCompletions };
 
 // INVALID_ARGUMENT naming the first field of `body` that asks for what this server does not do;
 // otherwise the keys no API defines, for the log.
-absl::StatusOr<std::vector<std::string>> CheckKnownFields(const nlohmann::json& body,
+absl::StatusOr<std::vector<std::string>> CheckKnownFields(const nlohmann::ordered_json& body,
                                                           OpenAiEndpoint endpoint);
 
 }  // namespace tpserve

@@ -23,8 +23,10 @@
 namespace tpserve {
 namespace {
 
-using nlohmann::json;
 using nlohmann::ordered_json;
+// One parse of the body, its key order kept: templates print tools and tool calls as JSON, and a
+// schema's property order is the order its output follows.
+using json = nlohmann::ordered_json;
 
 constexpr int64_t kDefaultCompletionMaxTokens = 16;  // OpenAI's default for /v1/completions
 
@@ -72,7 +74,6 @@ absl::Status GetSampling(const json& body, SamplingParams* s) {
   return absl::OkStatus();
 }
 
-
 // The value of `name`, or null when it is absent or JSON null: OpenAI clients send null for
 // "not given".
 
@@ -117,9 +118,9 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> GetBadWords(const json& body,
   if (words == nullptr) return result;
   if (!words->is_array()) return WrongType("bad_words", "an array of strings", *words);
   if (words->size() > static_cast<size_t>(model.limits.max_bad_words)) {
-    return InvalidField("bad_words", absl::StrCat("holds ", words->size(), " words; at most ",
-                                                  model.limits.max_bad_words,
-                                                  " are allowed (--max-bad-words)"));
+    return InvalidField("bad_words",
+                        absl::StrCat("holds ", words->size(), " words; at most ",
+                                     model.limits.max_bad_words, " are allowed (--max-bad-words)"));
   }
   for (size_t i = 0; i < words->size(); ++i) {
     const std::string param = absl::StrCat("bad_words[", i, "]");
@@ -146,15 +147,15 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> GetBadWords(const json& body,
 
 // OpenAI's logit_bias, {"<token id>": bias}, at most limits.max_logit_bias entries.
 absl::StatusOr<std::vector<std::pair<int32_t, float>>> GetLogitBias(const json& body,
-                                                                   const ServedModel& model) {
+                                                                    const ServedModel& model) {
   std::vector<std::pair<int32_t, float>> result;
   const json* bias = Find(body, "logit_bias");
   if (bias == nullptr) return result;
   if (!bias->is_object()) return WrongType("logit_bias", "an object of token ids", *bias);
   if (bias->size() > static_cast<size_t>(model.limits.max_logit_bias)) {
-    return InvalidField("logit_bias", absl::StrCat("holds ", bias->size(), " entries; at most ",
-                                                   model.limits.max_logit_bias,
-                                                   " are allowed (--max-logit-bias)"));
+    return InvalidField(
+        "logit_bias", absl::StrCat("holds ", bias->size(), " entries; at most ",
+                                   model.limits.max_logit_bias, " are allowed (--max-logit-bias)"));
   }
   // The engine checks each token against the vocabulary and each bias against [-100, 100].
   for (const auto& [key, value] : bias->items()) {
@@ -221,12 +222,8 @@ absl::StatusOr<std::vector<int32_t>> GetCompletionPrompt(const json& body,
   return GetTokenIds(*one, param, *model.tokenizer);
 }
 
-
-
-
 // The fields both endpoints share. `request->params.prompt` is set by the caller.
-absl::Status ParseCommon(const json& body, absl::string_view text, const ServedModel& model,
-                         OpenAiRequest* request) {
+absl::Status ParseCommon(const json& body, const ServedModel& model, OpenAiRequest* request) {
   RETURN_IF_ERROR(CheckModel(body, model));
   GenerateParams& params = request->params;
 
@@ -239,7 +236,8 @@ absl::Status ParseCommon(const json& body, absl::string_view text, const ServedM
     if (!options->is_object()) return WrongType("stream_options", "an object", *options);
     for (const auto& [key, value] : options->items()) {
       if (key != "include_usage" && !value.is_null() && value != false) {
-        return InvalidField(absl::StrCat("stream_options.", key), "is not supported by this server");
+        return InvalidField(absl::StrCat("stream_options.", key),
+                            "is not supported by this server");
       }
     }
     const json* include_usage = Find(*options, "include_usage");
@@ -257,10 +255,9 @@ absl::Status ParseCommon(const json& body, absl::string_view text, const ServedM
   ASSIGN_OR_RETURN(params.stop, GetStop(body, model.limits));
   if (const json* ids = Find(body, "stop_token_ids")) {
     if (ids->is_array() && ids->size() > static_cast<size_t>(model.limits.max_stop_token_ids)) {
-      return InvalidField("stop_token_ids",
-                          absl::StrCat("holds ", ids->size(), " ids; at most ",
-                                       model.limits.max_stop_token_ids,
-                                       " are allowed (--max-stop-token-ids)"));
+      return InvalidField("stop_token_ids", absl::StrCat("holds ", ids->size(), " ids; at most ",
+                                                         model.limits.max_stop_token_ids,
+                                                         " are allowed (--max-stop-token-ids)"));
     }
     ASSIGN_OR_RETURN(params.stop_token_ids, GetTokenIds(*ids, "stop_token_ids", *model.tokenizer));
   }
@@ -287,7 +284,7 @@ absl::Status ParseCommon(const json& body, absl::string_view text, const ServedM
   ASSIGN_OR_RETURN(params.logit_bias, GetLogitBias(body, model));
   ASSIGN_OR_RETURN(std::optional<bool> speculate, GetBool(body, "speculative_decoding"));
   params.speculate = speculate.value_or(true);
-  ASSIGN_OR_RETURN(params.constraint, GetConstraint(body, text));
+  ASSIGN_OR_RETURN(params.constraint, GetConstraint(body));
   return absl::OkStatus();
 }
 
@@ -319,7 +316,6 @@ absl::Status GetEcho(const json& body, const ServedModel& model, OpenAiRequest* 
   return absl::OkStatus();
 }
 
-
 absl::StatusOr<json> ParseObject(absl::string_view body) {
   if (JsonNestingDepth(StdView(body)) > kMaxJsonDepth) {
     return absl::InvalidArgumentError(
@@ -348,7 +344,7 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
   OpenAiRequest request;
   request.endpoint = OpenAiEndpoint::kCompletions;
   ASSIGN_OR_RETURN(request.ignored_fields, CheckKnownFields(request_body, request.endpoint));
-  RETURN_IF_ERROR(ParseCommon(request_body, body, model, &request));
+  RETURN_IF_ERROR(ParseCommon(request_body, model, &request));
   ASSIGN_OR_RETURN(request.params.prompt, GetCompletionPrompt(request_body, model));
   ASSIGN_OR_RETURN(
       const int64_t max_tokens,
@@ -369,11 +365,9 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const Ser
   OpenAiRequest request;
   request.endpoint = OpenAiEndpoint::kChatCompletions;
   ASSIGN_OR_RETURN(request.ignored_fields, CheckKnownFields(request_body, request.endpoint));
-  RETURN_IF_ERROR(ParseCommon(request_body, body, model, &request));
-  // Parsed again with key order kept: templates print tools and tool calls as JSON.
-  const ordered_json ordered_body = ParseBoundedJson<ordered_json>(StdView(body));
-  ASSIGN_OR_RETURN(ordered_json messages, GetMessages(request_body, ordered_body));
-  ASSIGN_OR_RETURN(const RequestTools request_tools, GetTools(request_body, ordered_body, model.limits));
+  RETURN_IF_ERROR(ParseCommon(request_body, model, &request));
+  ASSIGN_OR_RETURN(ordered_json messages, GetMessages(request_body));
+  ASSIGN_OR_RETURN(const RequestTools request_tools, GetTools(request_body, model.limits));
   if (model.chat_template == nullptr) {
     return InvalidField("messages",
                         "this model has no chat template that tpserve supports; "
@@ -381,7 +375,7 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const Ser
   }
   ordered_json tools = request_tools.as_sent;
   const bool may_call = request_tools.choice.mode != ToolChoiceMode::kNone;
-  const ToolCallFormat format = DetectToolCallFormat(model.chat_template->source());
+  const ToolCallFormat& format = model.tool_format;
   if (!format.template_renders_tools) {
     messages = FallbackToolTurns(std::move(messages));
     if (may_call) messages = WithSystemText(std::move(messages), FallbackToolPrompt(tools));
@@ -398,7 +392,7 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const Ser
   ordered_json template_variables;
   if (const json* kwargs = Find(request_body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) return WrongType("chat_template_kwargs", "an object", *kwargs);
-    template_variables = ordered_body["chat_template_kwargs"];
+    template_variables = *kwargs;
   }
   ASSIGN_OR_RETURN(const std::optional<bool> add_generation_prompt,
                    GetBool(request_body, "add_generation_prompt"));

@@ -39,6 +39,9 @@ struct ServedModel {
   const ChatTemplate* chat_template = nullptr;  // null: chat requests are refused
   SamplingParams default_sampling;              // what a request's absent sampling fields take
   RequestLimits limits;
+  // How the chat template's model calls tools (DetectToolCallFormat of its source, found once
+  // when the template is loaded).
+  ToolCallFormat tool_format;
 };
 
 struct OpenAiRequest {

@@ -6,7 +6,7 @@
 namespace tpserve {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 constexpr const char* kUnenforcedKeywords[] = {
     "not",

@@ -12,6 +12,6 @@ namespace tpserve {
 
 // The first such keyword of `schema` (at any depth), as "keyword \"multipleOf\" at
 // /properties/x" or "format \"color\" at /", or "" when there is none.
-std::string UnenforcedSchemaKeyword(const nlohmann::json& schema);
+std::string UnenforcedSchemaKeyword(const nlohmann::ordered_json& schema);
 
 }  // namespace tpserve

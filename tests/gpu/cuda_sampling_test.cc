@@ -1,5 +1,5 @@
-// cuda::GatherLogits, cuda::Argmax and cuda::Sample against kernels/cpu/sampling and a direct
-// transcription of cpu::Sample's rules (ReferenceProbabilities):
+// cuda::GatherLogits, cuda::Argmax and cuda::Sample against kernels/cpu/sampling (the
+// distribution cpu::Sample draws from is cpu::SamplingDistribution's: ReferenceProbabilities):
 //  - the gather copies rows exactly; the argmax equals cpu::Argmax, ties and -inf included;
 //  - the greedy cases (temperature 0 or below 1e-5, top_k = 1, an infinite maximum) are the argmax;
 //  - over many seeds, token frequencies match the filtered softmax (chi-square), and tokens the
@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <numeric>
 #include <random>
 #include <set>
 #include <string>
@@ -44,48 +43,18 @@ std::string Describe(const Settings& s) {
                       " min_p ", s.min_p);
 }
 
-// cpu::Sample's distribution, written out: greedy cases, then top-k, top-p and min-p on tokens
-// sorted by descending logit (ties by lower id), weights exp((logit - max) / temperature) in
-// float as the CPU computes them, sums in double.
+// cpu::Sample's distribution (cpu::SamplingDistribution, the CPU's own statement of its rules:
+// greedy cases, then top-k, top-p and min-p), widened to double for the chi-square sums.
 std::vector<double> ReferenceProbabilities(const std::vector<float>& logits, const Settings& s) {
-  const int64_t n = static_cast<int64_t>(logits.size());
-  std::vector<double> probs(n, 0.0);
-  const int32_t best = cpu::Argmax(logits.data(), n);
-  if (s.temperature < 1e-5f || s.top_k == 1 || !std::isfinite(logits[best])) {
-    probs[best] = 1.0;
-    return probs;
-  }
-  std::vector<int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  const float inv_temperature = 1.0f / s.temperature;
-  std::vector<float> weight(n);
-  for (int64_t i = 0; i < n; ++i)
-    weight[i] = std::exp((logits[i] - logits[best]) * inv_temperature);
-  int64_t keep = (s.top_k > 0 && s.top_k < n) ? s.top_k : n;
-  if (s.top_p < 1.0f) {
-    double mass = 0.0;
-    for (int64_t r = 0; r < keep; ++r) mass += weight[order[r]];
-    const double target = s.top_p * mass;
-    double cumulative = 0.0;
-    int64_t r = 0;
-    while (r < keep) {
-      cumulative += weight[order[r++]];
-      if (cumulative >= target) break;
-    }
-    keep = r;
-  }
-  double total = 0.0;
-  for (int64_t r = 0; r < keep; ++r) {
-    const int32_t i = order[r];
-    if (weight[i] >= s.min_p && weight[i] > 0.0f) {
-      probs[i] = weight[i];
-      total += weight[i];
-    }
-  }
-  for (double& p : probs) p /= total;
-  return probs;
+  SamplingParams params;
+  params.temperature = s.temperature;
+  params.top_k = s.top_k;
+  params.top_p = s.top_p;
+  params.min_p = s.min_p;
+  std::vector<float> probs(logits.size());
+  cpu::SamplingDistribution(logits.data(), static_cast<int64_t>(logits.size()), params,
+                            probs.data());
+  return std::vector<double>(probs.begin(), probs.end());
 }
 
 // Wilson–Hilferty's approximation of the chi-square quantile at 1 - 1e-6 (z = 4.753): the tests

@@ -29,7 +29,15 @@ class OpenAiRequestTest : public ::testing::Test {
     chat_template_ = new ChatTemplate(*chat);
   }
 
-  static ServedModel Model() { return {"smollm2", kContext, tokenizer_, chat_template_, {}}; }
+  static ServedModel Model() {
+    return {"smollm2",
+            kContext,
+            tokenizer_,
+            chat_template_,
+            {},
+            {},
+            DetectToolCallFormat(chat_template_->source())};
+  }
 
   static const Tokenizer* tokenizer_;
   static const ChatTemplate* chat_template_;
@@ -363,6 +371,7 @@ TEST_F(OpenAiRequestTest, ChatPassesToolsToTheTemplate) {
   ASSERT_TRUE(chat.ok()) << chat.status();
   ServedModel model = Model();
   model.chat_template = &*chat;
+  model.tool_format = DetectToolCallFormat(chat->source());
   const auto parsed = ParseChatRequest(R"({
       "messages": [{"role": "user", "content": "Weather?"},
                    {"role": "assistant", "content": null, "tool_calls": [{"id": "c1",
