@@ -57,15 +57,8 @@ absl::Status Engine::CheckGenerate(const GenerateParams& params) const {
                      "max_tokens");
   }
   const RequestLimits& limits = options_.limits;
-  if (params.n < 1 || params.n > limits.max_n) {
-    return WithParam(absl::InvalidArgumentError(absl::StrCat("n = ", params.n, " is outside [1, ",
-                                                             limits.max_n, "] (--max-n)")),
-                     "n");
-  }
-  if (params.logprobs < -1 || params.logprobs > kMaxLogprobs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("logprobs = ", params.logprobs, " is outside [0, ", kMaxLogprobs, "]"));
-  }
+  RETURN_IF_ERROR(CheckSampleCount(params.n, limits));
+  if (params.logprobs != -1) RETURN_IF_ERROR(CheckLogprobs(params.logprobs, "logprobs"));
   RETURN_IF_ERROR(CheckStopStrings(params.stop, limits));
   if (params.stop_token_ids.size() > static_cast<size_t>(limits.max_stop_token_ids)) {
     return WithParam(absl::InvalidArgumentError(absl::StrCat(

@@ -68,10 +68,8 @@ absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(const v1::Generate
   params.n = request.n() == 0 ? 1 : request.n();
   params.logprobs = request.has_logprobs() ? request.logprobs() : -1;
   params.constraint = FromProto(request.constraint());
-  if (request.has_logprobs() && request.logprobs() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("logprobs = ", request.logprobs(), " is negative"));
-  }
+  // -1 means none inside; a client's -1 is out of range like any other.
+  if (request.has_logprobs()) RETURN_IF_ERROR(CheckLogprobs(request.logprobs(), "logprobs"));
   return params;
 }
 

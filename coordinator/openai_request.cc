@@ -250,8 +250,9 @@ absl::Status ParseCommon(const json& body, const ServedModel& model, OpenAiReque
   params.sampling = model.default_sampling;
   RETURN_IF_ERROR(GetSampling(body, &params.sampling));
 
-  ASSIGN_OR_RETURN(const int64_t n, GetIntIn(body, "n", 1, 1, model.limits.max_n));
-  params.n = static_cast<int32_t>(n);
+  ASSIGN_OR_RETURN(const std::optional<int64_t> n, GetInt(body, "n"));
+  RETURN_IF_ERROR(CheckSampleCount(n.value_or(1), model.limits));
+  params.n = static_cast<int32_t>(n.value_or(1));
   ASSIGN_OR_RETURN(params.stop, GetStop(body, model.limits));
   if (const json* ids = Find(body, "stop_token_ids")) {
     if (ids->is_array() && ids->size() > static_cast<size_t>(model.limits.max_stop_token_ids)) {
@@ -303,10 +304,7 @@ absl::Status GetEcho(const json& body, const ServedModel& model, OpenAiRequest* 
   }
   ASSIGN_OR_RETURN(const std::optional<int64_t> prompt_logprobs, GetInt(body, "prompt_logprobs"));
   if (prompt_logprobs.has_value()) {
-    if (*prompt_logprobs < 0 || *prompt_logprobs > kMaxLogprobs) {
-      return InvalidField("prompt_logprobs", absl::StrCat("must be in [0, ", kMaxLogprobs,
-                                                          "], got ", *prompt_logprobs));
-    }
+    RETURN_IF_ERROR(CheckLogprobs(*prompt_logprobs, "prompt_logprobs"));
     if (request->stream) return InvalidField("prompt_logprobs", "is not allowed with stream");
     request->prompt_logprobs = static_cast<int32_t>(*prompt_logprobs);
     request->return_prompt_logprobs = true;
@@ -350,8 +348,9 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
       const int64_t max_tokens,
       GetIntIn(request_body, "max_tokens", kDefaultCompletionMaxTokens, 1, model.context_length));
   request.params.max_tokens = static_cast<int32_t>(max_tokens);
-  ASSIGN_OR_RETURN(const int64_t logprobs, GetIntIn(request_body, "logprobs", -1, 0, kMaxLogprobs));
-  request.params.logprobs = static_cast<int32_t>(logprobs);
+  ASSIGN_OR_RETURN(const std::optional<int64_t> logprobs, GetInt(request_body, "logprobs"));
+  if (logprobs.has_value()) RETURN_IF_ERROR(CheckLogprobs(*logprobs, "logprobs"));
+  request.params.logprobs = static_cast<int32_t>(logprobs.value_or(-1));
   RETURN_IF_ERROR(GetEcho(request_body, model, &request));
   // best_of = n returns every sample, which is what n alone does.
   if (const json* best_of = Find(request_body, "best_of")) {
@@ -422,10 +421,7 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const Ser
     if (!logprobs.value_or(false)) {
       return InvalidField("top_logprobs", "requires logprobs to be true");
     }
-    if (*top_logprobs < 0 || *top_logprobs > kMaxLogprobs) {
-      return InvalidField("top_logprobs",
-                          absl::StrCat("must be in [0, ", kMaxLogprobs, "], got ", *top_logprobs));
-    }
+    RETURN_IF_ERROR(CheckLogprobs(*top_logprobs, "top_logprobs"));
   }
   request.params.logprobs =
       logprobs.value_or(false) ? static_cast<int32_t>(top_logprobs.value_or(0)) : -1;

@@ -13,21 +13,23 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "coordinator/openai_error.h"
 #include "model/tokenizer.h"
 
 namespace tpserve {
 
 struct RequestLimits {
-  int32_t max_n = 16;                      // samples of one request
-  int32_t max_stop_strings = 16;           // `stop` strings
-  int32_t max_stop_string_bytes = 4096;    // bytes of one stop string
-  int32_t max_stop_token_ids = 1024;       // `stop_token_ids`
-  int32_t max_tools = 128;                 // `tools` (OpenAI's own limit)
-  int32_t max_bad_words = 128;             // `bad_words`, each at most max_stop_string_bytes
-  int32_t max_logit_bias = 300;            // `logit_bias` entries (at most the workers' 1024)
-  int64_t max_constraint_bytes = 64 << 10;  // a schema, regex, grammar, choice list or tools' schemas
-  double grammar_compile_timeout_s = 10;   // seconds a constraint may take to compile
+  int32_t max_n = 16;                    // samples of one request
+  int32_t max_stop_strings = 16;         // `stop` strings
+  int32_t max_stop_string_bytes = 4096;  // bytes of one stop string
+  int32_t max_stop_token_ids = 1024;     // `stop_token_ids`
+  int32_t max_tools = 128;               // `tools` (OpenAI's own limit)
+  int32_t max_bad_words = 128;           // `bad_words`, each at most max_stop_string_bytes
+  int32_t max_logit_bias = 300;          // `logit_bias` entries (at most the workers' 1024)
+  int64_t max_constraint_bytes = 64
+                                 << 10;   // a schema, regex, grammar, choice list or tools' schemas
+  double grammar_compile_timeout_s = 10;  // seconds a constraint may take to compile
 };
 
 inline void AddRequestLimitFlags(CLI::App& app, RequestLimits* limits) {
@@ -68,13 +70,34 @@ inline void AddRequestLimitFlags(CLI::App& app, RequestLimits* limits) {
       ->check(CLI::Range(0.01, 3600.0));
 }
 
+inline constexpr int32_t kMaxLogprobs = 20;  // alternatives per token
+
+// The checks below are the one statement of each bound, for the HTTP parser (which names the
+// field as its API spells it) and the engine (which checks what every front end submits).
+
+// Samples per request, [1, limits.max_n]: INVALID_ARGUMENT naming n.
+inline absl::Status CheckSampleCount(int64_t n, const RequestLimits& limits) {
+  if (n >= 1 && n <= limits.max_n) return absl::OkStatus();
+  return WithParam(absl::InvalidArgumentError(
+                       absl::StrCat("n = ", n, " is outside [1, ", limits.max_n, "] (--max-n)")),
+                   "n");
+}
+
+// Alternatives per token, [0, kMaxLogprobs]: INVALID_ARGUMENT naming `param`.
+inline absl::Status CheckLogprobs(int64_t k, absl::string_view param) {
+  if (k >= 0 && k <= kMaxLogprobs) return absl::OkStatus();
+  return WithParam(absl::InvalidArgumentError(
+                       absl::StrCat(param, " = ", k, " is outside [0, ", kMaxLogprobs, "]")),
+                   param);
+}
+
 // `stop` against the limits, each string non-empty: INVALID_ARGUMENT naming stop or stop[i].
 inline absl::Status CheckStopStrings(const std::vector<std::string>& stop,
                                      const RequestLimits& limits) {
   if (stop.size() > static_cast<size_t>(limits.max_stop_strings)) {
     return WithParam(absl::InvalidArgumentError(absl::StrCat(
-                         "stop holds ", stop.size(), " strings; at most ",
-                         limits.max_stop_strings, " are allowed (--max-stop-strings)")),
+                         "stop holds ", stop.size(), " strings; at most ", limits.max_stop_strings,
+                         " are allowed (--max-stop-strings)")),
                      "stop");
   }
   for (size_t i = 0; i < stop.size(); ++i) {
@@ -105,9 +128,9 @@ inline absl::StatusOr<std::vector<int32_t>> EncodeBoundedPrompt(std::string_view
                                                                 const Tokenizer& tokenizer) {
   const int64_t limit = MaxPromptBytes(context_length, tokenizer);
   if (static_cast<int64_t>(text.size()) > limit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the prompt is ", text.size(), " bytes, more than the ", context_length,
-        " tokens of this model's context could hold (at most ", limit, " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prompt is ", text.size(), " bytes, more than the ", context_length,
+                     " tokens of this model's context could hold (at most ", limit, " bytes)"));
   }
   return tokenizer.EncodePrompt(text);
 }

@@ -13,12 +13,11 @@
 #include "coordinator/output_constraint.h"
 #include "coordinator/prefix_cache.h"
 #include "coordinator/request_handle.h"
+#include "coordinator/request_limits.h"
 #include "coordinator/token_text.h"
 #include "kernels/sampling_params.h"
 
 namespace tpserve {
-
-inline constexpr int32_t kMaxLogprobs = 20;  // alternatives per token
 
 // A generation request (see Engine::SubmitGenerate for the checks).
 struct GenerateParams {
@@ -35,7 +34,7 @@ struct GenerateParams {
   // Before this many tokens no end of generation, no stop token id and no stop string ends the
   // output (the first two are masked out of the draw).
   int32_t min_tokens = 0;
-  bool skip_special_tokens = true;  // control tokens leave no text (vLLM's default)
+  bool skip_special_tokens = true;         // control tokens leave no text (vLLM's default)
   std::vector<int32_t> allowed_token_ids;  // empty: any token; else the only ones drawn
   // (token, bias in [-100, 100]) added to the logits before the draw (OpenAI's logit_bias).
   std::vector<std::pair<int32_t, float>> logit_bias;
