@@ -19,6 +19,7 @@ import threading
 import time
 import unittest
 
+from sse_outcome import SseOutcome
 from tpserve_cluster import die_with_parent, parsed_args, run_tests
 
 PROMPT = "Write a long story about a lighthouse keeper."
@@ -120,11 +121,7 @@ class Stream(threading.Thread):
         self.address = address
         self.max_tokens = max_tokens
         self.started = threading.Event()
-        self.chunks = 0
-        self.finish_reason = None
-        self.completion_tokens = None
-        self.error = None
-        self.done = False
+        self.outcome = SseOutcome()
         self.failure = None
 
     def run(self):
@@ -138,28 +135,12 @@ class Stream(threading.Thread):
             if reply.status != 200:
                 self.failure = f"HTTP {reply.status}: {reply.read()!r}"
                 return
-            while True:
+            while not self.outcome.done:
                 line = reply.readline()
                 if not line:
                     break
-                line = line.strip()
-                if not line.startswith(b"data: "):
-                    continue
-                data = line[len(b"data: "):]
-                if data == b"[DONE]":
-                    self.done = True
-                    break
-                event = json.loads(data)
-                if "error" in event:
-                    self.error = event["error"]
-                    continue
-                if event.get("usage"):
-                    self.completion_tokens = event["usage"]["completion_tokens"]
-                for choice in event.get("choices", []):
-                    self.chunks += 1
+                if self.outcome.feed(line):
                     self.started.set()
-                    if choice.get("finish_reason"):
-                        self.finish_reason = choice["finish_reason"]
             conn.close()
         except Exception as e:  # the test reports it
             self.failure = repr(e)
@@ -210,10 +191,10 @@ class GracefulShutdown(unittest.TestCase):
         for i, s in enumerate(streams):
             s.join(10)
             self.assertIsNone(s.failure, f"stream {i}: {s.failure}")
-            self.assertIsNone(s.error, f"stream {i} ended with an error")
-            self.assertEqual(s.finish_reason, "length", f"stream {i}")
-            self.assertEqual(s.completion_tokens, max_tokens, f"stream {i}")
-            self.assertTrue(s.done, f"stream {i} has no [DONE]")
+            self.assertIsNone(s.outcome.error, f"stream {i} ended with an error")
+            self.assertEqual(s.outcome.finish_reason, "length", f"stream {i}")
+            self.assertEqual(s.outcome.completion_tokens, max_tokens, f"stream {i}")
+            self.assertTrue(s.outcome.done, f"stream {i} has no [DONE]")
 
     def test_streams_in_flight_finish_then_every_process_exits_0(self):
         timeout_s = 30
@@ -234,10 +215,10 @@ class GracefulShutdown(unittest.TestCase):
             for i, s in enumerate(streams):
                 s.join(10)
                 self.assertIsNone(s.failure, f"stream {i}: {s.failure}")
-                self.assertIsNone(s.finish_reason, f"stream {i} finished: the test proves nothing")
-                self.assertIsNotNone(s.error, f"stream {i} was cut without an error event")
-                self.assertIn("shutting down", s.error["message"], f"stream {i}")
-                self.assertTrue(s.done, f"stream {i} has no [DONE] after its error")
+                self.assertIsNone(s.outcome.finish_reason, f"stream {i} finished: the test proves nothing")
+                self.assertIsNotNone(s.outcome.error, f"stream {i} was cut without an error event")
+                self.assertIn("shutting down", s.outcome.error["message"], f"stream {i}")
+                self.assertTrue(s.outcome.done, f"stream {i} has no [DONE] after its error")
             print(f"exited {time.monotonic() - sent:.1f} s after SIGTERM "
                   f"(--shutdown-timeout {timeout_s})")
 

@@ -13,6 +13,7 @@ import resource
 import time
 import unittest
 
+from sse_outcome import SseOutcome
 from tpserve_cluster import coordinator_pid, parsed_args, run_tests, start_class_cluster
 
 STREAMS = 2000
@@ -38,13 +39,10 @@ def threads_of(pid):
     raise AssertionError(f"no Threads: line for {pid}")
 
 
-class Stream:
+class Stream(SseOutcome):
     def __init__(self):
+        super().__init__()
         self.headed = False
-        self.finish_reason = None
-        self.completion_tokens = None
-        self.done = False
-        self.error = None
 
 
 async def run_stream(host, port, body, stream, open_streams):
@@ -71,20 +69,7 @@ async def run_stream(host, port, body, stream, open_streams):
             buffer += data
             # Chunked framing aside, every SSE event is one "data: ...\n\n" line.
             for line in buffer.split(b"\n")[:-1]:
-                if not line.startswith(b"data: "):
-                    continue
-                payload = line[len(b"data: "):].strip()
-                if payload == b"[DONE]":
-                    stream.done = True
-                    continue
-                event = json.loads(payload)
-                if "error" in event:
-                    stream.error = event["error"]
-                if event.get("usage"):
-                    stream.completion_tokens = event["usage"]["completion_tokens"]
-                for choice in event.get("choices", []):
-                    if choice.get("finish_reason"):
-                        stream.finish_reason = choice["finish_reason"]
+                stream.feed(line)
             buffer = buffer.rsplit(b"\n", 1)[-1]
         open_streams[0] -= 1
     finally:
