@@ -37,8 +37,8 @@ int32_t TokensWithinAttention(int64_t attention, int64_t start) {
 
 int32_t Scheduler::JumpLimit(const Sequence& seq) const {
   // The sampled token is not appended yet: it counts against both limits.
-  int64_t limit = std::min<int64_t>(kMaxJumpForwardTokens,
-                                    options_.context_length - static_cast<int64_t>(seq.tokens.size()));
+  int64_t limit = std::min<int64_t>(
+      kMaxJumpForwardTokens, options_.context_length - static_cast<int64_t>(seq.tokens.size()));
   if (seq.params.max_tokens > 0) {
     limit = std::min<int64_t>(limit, seq.params.max_tokens - seq.num_generated());
   }
@@ -296,8 +296,8 @@ bool Scheduler::PostprocessScore(const ScheduledBatch::Entry& entry,
   const int64_t expected = static_cast<int64_t>(entry.num_tokens) * options_.vocab_size;
   const int64_t returned = output == nullptr ? 0 : static_cast<int64_t>(output->logits.size());
   if (returned != expected) {
-    update->error = absl::InternalError(
-        absl::StrCat("returned ", returned, " logits, expected ", expected));
+    update->error =
+        absl::InternalError(absl::StrCat("returned ", returned, " logits, expected ", expected));
     return true;
   }
   seq.score_logits.insert(seq.score_logits.end(), output->logits.begin(), output->logits.end());
@@ -306,8 +306,8 @@ bool Scheduler::PostprocessScore(const ScheduledBatch::Entry& entry,
 
 int32_t Scheduler::ProposalLimit(const Sequence& seq, int64_t run) const {
   // Drafts are verified over rows no allow-list covers.
-  if (seq.kind != Sequence::Kind::kGenerate || seq.token_matcher != nullptr ||
-      !seq.mask.empty() || !seq.params.speculate) {
+  if (seq.kind != Sequence::Kind::kGenerate || seq.token_matcher != nullptr || !seq.mask.empty() ||
+      !seq.params.speculate) {
     return 0;
   }
   const int64_t after = static_cast<int64_t>(seq.tokens.size()) + run;
@@ -471,15 +471,7 @@ std::optional<FinishReason> Scheduler::Emit(Sequence& seq, int32_t token,
   }
   if (output != nullptr && seq.params.logprobs >= 0 &&
       static_cast<size_t>(row) < output->logprobs.size()) {
-    const int32_t top = seq.params.logprobs;
-    TokenLogprob& logprob = out.logprob.emplace();
-    logprob.token_id = token;
-    logprob.logprob = output->logprobs[row];
-    const int available = static_cast<int>(
-        std::min(output->top_token_ids.size(), output->top_logprobs.size()));
-    for (int j = row * top; j < (row + 1) * top && j < available; ++j) {
-      logprob.top.emplace_back(output->top_token_ids[j], output->top_logprobs[j]);
-    }
+    out.logprob = output->logprobs[row];
   }
   return finish;
 }

@@ -1,5 +1,7 @@
 #include "coordinator/step_wire.h"
 
+#include <algorithm>
+
 namespace tpserve {
 namespace {
 
@@ -67,9 +69,20 @@ StepOutputs FromStepResponse(v1::StepResponse* response) {
     SequenceStepOutput& out = outputs.sequences.emplace_back();
     out.seq_id = wire.seq_id();
     out.token_ids.assign(wire.token_ids().begin(), wire.token_ids().end());
-    out.logprobs.assign(wire.logprobs().begin(), wire.logprobs().end());
-    out.top_token_ids.assign(wire.top_token_ids().begin(), wire.top_token_ids().end());
-    out.top_logprobs.assign(wire.top_logprobs().begin(), wire.top_logprobs().end());
+    // The alternatives come flattened, [tokens, top_logprobs].
+    const int rows = std::min(wire.logprobs_size(), wire.token_ids_size());
+    const int top =
+        rows > 0 ? std::min(wire.top_token_ids_size(), wire.top_logprobs_size()) / rows : 0;
+    out.logprobs.resize(rows);
+    for (int r = 0; r < rows; ++r) {
+      TokenLogprob& logprob = out.logprobs[r];
+      logprob.token_id = wire.token_ids(r);
+      logprob.logprob = wire.logprobs(r);
+      logprob.top.reserve(top);
+      for (int j = r * top; j < (r + 1) * top; ++j) {
+        logprob.top.emplace_back(wire.top_token_ids(j), wire.top_logprobs(j));
+      }
+    }
     out.logits.assign(wire.logits().begin(), wire.logits().end());
     {
       // Frees the wire copy now: a Score step's logits are then held once, not twice.
