@@ -41,83 +41,53 @@ std::shared_ptr<std::function<void()>> RequestHandle::TakeNotifier() {
   return notify_;
 }
 
+StreamUpdate& RequestHandle::End(int32_t sample) {
+  StreamUpdate& update = News(sample);
+  ended_[sample] = true;
+  update.done = true;
+  return update;
+}
+
 void RequestHandle::Push(int32_t sample, int32_t token_id, std::string text,
                          std::optional<TokenLogprob> logprob) {
-  std::shared_ptr<std::function<void()>> notify;
-  {
-    absl::MutexLock lock(&mutex_);
+  Publish([&] {
     StreamUpdate& update = News(sample);
     update.token_ids.push_back(token_id);
     update.text.append(text);
     if (logprob.has_value()) update.logprobs.push_back(*std::move(logprob));
-    notify = TakeNotifier();
-  }
-  if (notify != nullptr) (*notify)();
+  });
 }
 
 void RequestHandle::PushText(int32_t sample, std::string text) {
-  std::shared_ptr<std::function<void()>> notify;
-  {
-    absl::MutexLock lock(&mutex_);
-    News(sample).text.append(text);
-    notify = TakeNotifier();
-  }
-  if (notify != nullptr) (*notify)();
+  Publish([&] { News(sample).text.append(text); });
 }
 
 void RequestHandle::Finish(int32_t sample, FinishReason reason, int32_t prompt_tokens,
                            int32_t completion_tokens, int32_t cached_prompt_tokens) {
-  std::shared_ptr<std::function<void()>> notify;
-  {
-    absl::MutexLock lock(&mutex_);
-    StreamUpdate& update = News(sample);
-    ended_[sample] = true;
-    update.done = true;
+  Publish([&] {
+    StreamUpdate& update = End(sample);
     update.finish_reason = reason;
     update.prompt_tokens = prompt_tokens;
     update.completion_tokens = completion_tokens;
     update.cached_prompt_tokens = cached_prompt_tokens;
-    notify = TakeNotifier();
-  }
-  if (notify != nullptr) (*notify)();
+  });
 }
 
 void RequestHandle::FinishScore(int32_t sample, std::vector<float> logits, int32_t prompt_tokens) {
-  std::shared_ptr<std::function<void()>> notify;
-  {
-    absl::MutexLock lock(&mutex_);
-    StreamUpdate& update = News(sample);
-    ended_[sample] = true;
-    update.done = true;
+  Publish([&] {
+    StreamUpdate& update = End(sample);
     update.logits = std::move(logits);
     update.prompt_tokens = prompt_tokens;
-    notify = TakeNotifier();
-  }
-  if (notify != nullptr) (*notify)();
+  });
 }
 
 void RequestHandle::Fail(int32_t sample, absl::Status status) {
   TP_CHECK(!status.ok());
-  std::shared_ptr<std::function<void()>> notify;
-  {
-    absl::MutexLock lock(&mutex_);
-    StreamUpdate& update = News(sample);
-    ended_[sample] = true;
-    update.done = true;
-    update.status = std::move(status);
-    notify = TakeNotifier();
-  }
-  if (notify != nullptr) (*notify)();
+  Publish([&] { End(sample).status = std::move(status); });
 }
 
 void RequestHandle::Pause(std::string what) {
-  std::shared_ptr<std::function<void()>> notify;
-  {
-    absl::MutexLock lock(&mutex_);
-    pause_ = std::move(what);
-    notify = TakeNotifier();
-  }
-  if (notify != nullptr) (*notify)();
+  Publish([&] { pause_ = std::move(what); });
 }
 
 std::string RequestHandle::TakePause() {

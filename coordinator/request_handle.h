@@ -97,6 +97,20 @@ class RequestHandle {
   StreamUpdate& News(int32_t sample) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // The notifier to call once the lock is released, if this news is the first untaken.
   std::shared_ptr<std::function<void()>> TakeNotifier() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // News(sample), marked the sample's last.
+  StreamUpdate& End(int32_t sample) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Runs `change` (which records news) under the lock, then the notifier without it, when this
+  // is the first news not taken: every producer call goes through here.
+  template <typename Change>
+  void Publish(Change&& change) {
+    std::shared_ptr<std::function<void()>> notify;
+    {
+      absl::MutexLock lock(&mutex_);
+      change();
+      notify = TakeNotifier();
+    }
+    if (notify != nullptr) (*notify)();
+  }
 
   const uint64_t request_id_;
   const int32_t num_samples_;
