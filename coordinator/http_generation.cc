@@ -133,9 +133,7 @@ void HttpGeneration::Prepare() {
   if (!scored.ok()) return Refuse(scored.status());
   handle_ = *std::move(scored);
   phase_ = Phase::kScoring;
-  exchange_->SetOnGone([weak = weak_from_this()] {
-    if (std::shared_ptr<HttpGeneration> self = weak.lock()) self->OnGone();
-  });
+  WatchClient();
   Subscribe(&HttpGeneration::OnScoreNews);
 }
 
@@ -194,9 +192,7 @@ void HttpGeneration::Begin() {
   text_offsets_.assign(n, 0);
   tool_calls_.assign(n, 0);
   if (parsed.tool_syntax.has_value()) tool_streams_.assign(n, ToolCallStream(*parsed.tool_syntax));
-  exchange_->SetOnGone([weak = weak_from_this()] {
-    if (std::shared_ptr<HttpGeneration> self = weak.lock()) self->OnGone();
-  });
+  WatchClient();
   if (!parsed.stream) {
     choices_.resize(n);
     return Subscribe(&HttpGeneration::OnNews);
@@ -330,6 +326,12 @@ void HttpGeneration::Write(std::string event, absl::Time made) {
     };
   }
   exchange_->WriteChunk(std::move(event), std::move(written));
+}
+
+void HttpGeneration::WatchClient() {
+  exchange_->SetOnGone([weak = weak_from_this()] {
+    if (std::shared_ptr<HttpGeneration> self = weak.lock()) self->OnGone();
+  });
 }
 
 void HttpGeneration::OnGone() {

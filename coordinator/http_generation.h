@@ -98,6 +98,8 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
   void Begin();
   void OnNews();
   void OnGone();
+  // From now on a client that leaves ends the request (OnGone); set once handle_ is, each phase.
+  void WatchClient();
   void OnCut();
   // Stream: the chunks of one sample's news. Whole answer: adds it to the sample's choice.
   void SendUpdate(StreamUpdate& update);
