@@ -15,7 +15,10 @@ scripts/fetch-model.sh
 scripts/fetch-llama-cpp-models.sh >/dev/null
 scripts/fetch-xgrammar.sh >/dev/null
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# Line tables only (-g1): backtraces and profiles keep file and line, and the build takes about
+# a third less time than with full debug information.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
 cmake --build build -j "$jobs"
 scripts/docker-engine.sh start
 trap 'scripts/docker-engine.sh stop' EXIT

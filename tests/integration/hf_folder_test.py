@@ -215,20 +215,9 @@ class HfFolderEqualsGguf(unittest.TestCase):
             self.assertLess(rms(got, want), rms(want, at_one) / 5, tp)
             self.assertGreaterEqual(top1, 0.95, tp)
 
-        # Scales as calibrated (layer 0's kv_scale covering K and V), against the cache at scale
-        # 1: how far each serves from the unquantized model. Printed, not asserted: one 48-token
-        # prompt is too few to rank them.
-        exact = reference_logits(self.gguf, self.tokens, inv_freq)
+        # Layer 0's calibrated kv_scale covering K and V, for the cases below.
         both = np.array(max(amax[0][0].max(), amax[0][1]) / 448, dtype=np.float32)
         tensors["model.layers.0.self_attn.kv_scale"] = both
-        calibrated = os.path.join(self.tmp.name, "SmolLM2-kv-calibrated")
-        write_folder(self.gguf, tensors, calibrated)
-        for name, model in [("calibrated", calibrated), ("scale 1", self.folder)]:
-            got, _, _ = self.serve(model, 1, ["--kv-cache-dtype", "fp8"])
-            print("FP8 KV at %s: RMS logit difference %.4f from the unquantized NumPy model, top-1 "
-                  "%.0f%%" % (name, rms(got, exact),
-                              100 * np.mean(got.argmax(axis=1) == exact.argmax(axis=1))),
-                  flush=True)
 
         # A KV scale where no checkpoint format tpserve knows puts one is read past, as before.
         elsewhere = os.path.join(self.tmp.name, "kv-scale-elsewhere")

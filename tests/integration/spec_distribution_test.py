@@ -12,13 +12,10 @@ chosen at run time.
 
 import collections
 import concurrent.futures
-import json
 import math
 import os
-import re
 import sys
 import unittest
-import urllib.request
 
 import tpserve_cluster
 
@@ -85,18 +82,12 @@ def homogeneity_p(first, second, min_expected=5.0):
 def draw(cluster, seed):
     body = {"prompt": PROMPT, "n": N, "max_tokens": 3, "temperature": 0.8, "seed": seed,
             "ignore_eos": True}
-    request = urllib.request.Request(cluster.http_url + "/v1/completions",
-                                     json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as reply:
-        return [choice["text"] for choice in json.load(reply)["choices"]]
+    answer = tpserve_cluster.post_json(cluster, "/v1/completions", body)
+    return [choice["text"] for choice in answer["choices"]]
 
 
 def counters(cluster):
-    with urllib.request.urlopen(cluster.http_url + "/metrics", timeout=30) as reply:
-        text = reply.read().decode()
-    return {k: int(v) for k, v in re.findall(r"^tpserve:(spec_decode_\w+)_total\{[^}]*\} (\d+)$",
-                                             text, re.M)}
+    return tpserve_cluster.metric_totals(cluster, r"spec_decode_\w+")
 
 
 class SpecDistribution(unittest.TestCase):

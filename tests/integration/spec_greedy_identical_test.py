@@ -1,9 +1,10 @@
 """spec_greedy_identical: speculative decoding is lossless at temperature 0, with n-gram
 proposals (--speculative ngram), with a draft model (--speculative draft: the model at Q4_0,
 written by tpserve-quantize) and self-speculative (--speculative self: the model's first layers):
-20 prompts give the same tokens as without speculation, at tp 1 and tp 3, with the prefix cache
-on, n = 2, stop strings, and under preemption (a 20-block pool, so that concurrent requests
-preempt each other). The proposals must have been verified and
+20 prompts sent together, and the first TPSERVE_SPEC_ALONE of them one at a time (default 10; the
+full form is TPSERVE_SPEC_ALONE=20), give the same tokens as without speculation, at tp 1 and tp
+3, with the prefix cache on, n = 2, stop strings, and under preemption (a 20-block pool, so that
+concurrent requests preempt each other). The proposals must have been verified and
 accepted somewhere (the server's spec_decode counters, which `tpctl status` shows too), or the
 test would prove nothing.
 Real processes on 127.0.0.1, ports chosen at run time.
@@ -12,16 +13,14 @@ Real processes on 127.0.0.1, ports chosen at run time.
 """
 
 import concurrent.futures
-import json
 import os
-import re
 import subprocess
 import unittest
-import urllib.request
 
 import tpserve_cluster
 
 ARGS = tpserve_cluster.parsed_args
+ALONE = int(os.environ.get("TPSERVE_SPEC_ALONE", "10"))
 
 PASSAGE = ("The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins "
            "with a single step. All that glitters is not gold. Fortune favours the bold.")
@@ -43,29 +42,23 @@ PROMPTS = (
 
 
 def metrics(cluster):
-    with urllib.request.urlopen(cluster.http_url + "/metrics", timeout=30) as reply:
-        text = reply.read().decode()
-    return {name: int(value) for name, value in
-            re.findall(r"^tpserve:(spec_decode_\w+|num_preemptions)_total\{[^}]*\} (\d+)$",
-                       text, re.M)}
+    return tpserve_cluster.metric_totals(cluster, r"spec_decode_\w+|num_preemptions")
 
 
 def complete(cluster, prompt, **fields):
     body = dict({"messages": [{"role": "user", "content": prompt}], "temperature": 0,
                  "max_tokens": 96}, **fields)
-    request = urllib.request.Request(cluster.http_url + "/v1/chat/completions",
-                                     json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as reply:
-        answer = json.load(reply)
+    answer = tpserve_cluster.post_json(cluster, "/v1/chat/completions", body)
     return [(c["message"]["content"], c["finish_reason"]) for c in answer["choices"]]
 
 
 def run_all(cluster):
-    """Each prompt's choices: alone, with n = 2, with a stop string, and all 20 at once."""
+    """Each prompt's choices: alone (the first ALONE), with n = 2, with a stop string, and all 20
+    at once."""
     out = {}
     for i, prompt in enumerate(PROMPTS):
-        out[("alone", i)] = complete(cluster, prompt)
+        if i < ALONE:
+            out[("alone", i)] = complete(cluster, prompt)
         if i % 4 == 0:
             out[("n2", i)] = complete(cluster, prompt, n=2)
         if i % 4 == 1:

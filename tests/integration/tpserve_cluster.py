@@ -182,6 +182,28 @@ def rss_kib(pid):
         return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
 
 
+def post_json(cluster, path, body, timeout=300):
+    """The JSON answer of a POST of `body` to the cluster's HTTP `path`."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(cluster.http_url + path, json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as reply:
+        return json.load(reply)
+
+
+def metric_totals(cluster, pattern):
+    """{name: value} of the cluster's `tpserve:<name>_total` counters whose name matches the
+    regular expression `pattern`."""
+    import urllib.request
+
+    with urllib.request.urlopen(cluster.http_url + "/metrics", timeout=30) as reply:
+        text = reply.read().decode()
+    return {name: int(value) for name, value in
+            re.findall(r"^tpserve:(%s)_total\{[^}]*\} (\d+)$" % pattern, text, re.M)}
+
+
 def score_logits(protos, cluster, tokens):
     """[len(tokens), vocab] float64: the logits the cluster's gRPC Score gives each token."""
     import grpc
