@@ -19,7 +19,7 @@
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/cuda_backend.h"
 #include "worker/forward_batch.h"
-#include "worker/model_loader.h"
+#include "worker/loaded_shard.h"
 
 namespace tpserve {
 namespace {
@@ -71,7 +71,7 @@ absl::Status Generate(const Flags& flags) {
     options.cuda.enforce_eager = flags.enforce_eager;
     ASSIGN_OR_RETURN(device_comm, SingleRankDeviceComm());
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<RankModel> runner, LoadRankModel(options, &comm, device_comm));
+  ASSIGN_OR_RETURN(std::unique_ptr<LoadedShard> runner, LoadShard(options, &comm, device_comm));
   if (total > runner->config().context_length) {
     return absl::InvalidArgumentError(
         absl::StrCat("prompt (", prompt.size(), " tokens) plus --max-tokens (", flags.max_tokens,
@@ -99,7 +99,7 @@ absl::Status Generate(const Flags& flags) {
   while (generated < flags.max_tokens) {
     ForwardBatchBuilder builder(kBlockSize);
     builder.AddSequence(step_tokens, position, block_table, /*all_logits=*/false);
-    RETURN_IF_ERROR(runner->model().Forward(builder.Build(), &logits));
+    RETURN_IF_ERROR(runner->forward_pass().Forward(builder.Build(), &logits));
     if (generated == 0) decode_start = Clock::now();
     position += static_cast<int32_t>(step_tokens.size());
     const int32_t token = cpu::Sample(logits.data(), vocab, sampling, rng);

@@ -64,8 +64,8 @@ struct Flags {
   bool verbose = false;  // the logs on stderr instead of log_file
 };
 
-// Coordinator flags the launcher decides (--tp is the world size; the files and the token are
-// its own) and so does not take.
+// Coordinator flags the launcher decides (--tp times --pipeline-parallel-size is the world size;
+// the files and the token are its own) and so does not take.
 constexpr const char* kLaunchersOwn[] = {"--world-size", "--port-file", "--http-port-file",
                                          "--admin-port-file", "--cluster-token-file"};
 // Coordinator flags that lay out the local cluster: LocalCluster passes them on, and API keys go
@@ -136,7 +136,8 @@ absl::Status Serve(const Flags& flags, const Console& console) {
   LocalClusterOptions options;
   options.bin_dir = BinaryDir();
   options.model = coordinator.model;
-  options.world_size = flags.tp;
+  const int world = flags.tp * coordinator.pipeline_parallel_size;
+  options.world_size = world;
   options.host = coordinator.host;
   options.port = coordinator.port;
   options.http_port = coordinator.http_port;
@@ -161,8 +162,7 @@ absl::Status Serve(const Flags& flags, const Console& console) {
     options.worker_args.push_back(absl::StrCat("--draft-model=", coordinator.draft_model));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
-  LogInfo("tpserve", "coordinator listening on %s; started %d workers", cluster->address(),
-          flags.tp);
+  LogInfo("tpserve", "coordinator listening on %s; started %d workers", cluster->address(), world);
   const std::string http = cluster->http_address().empty()
                                ? "HTTP off"
                                : absl::StrCat("HTTP at ", cluster->http_address());
@@ -172,8 +172,8 @@ absl::Status Serve(const Flags& flags, const Console& console) {
                http.c_str(), cluster->admin_address().c_str(), logs.c_str());
   std::fflush(console.out);
   LoadProgressLine progress(console,
-                            absl::StrCat(coordinator.model, " on ", flags.tp, " ",
-                                         coordinator.device, flags.tp == 1 ? " worker" : " workers"));
+                            absl::StrCat(coordinator.model, " on ", world, " ", coordinator.device,
+                                         world == 1 ? " worker" : " workers"));
   RETURN_IF_ERROR(cluster->WaitReady(absl::Seconds(flags.ready_timeout_s),
                                      [&](const v1::HealthResponse& h) { progress.Update(h); }));
   // Until now the default handlers apply: a signal kills this process and PR_SET_PDEATHSIG
@@ -185,7 +185,7 @@ absl::Status Serve(const Flags& flags, const Console& console) {
   if (flags.once) return absl::OkStatus();
   std::fprintf(console.out, "tpserve: Ctrl-C stops the cluster\n");
   std::fflush(console.out);
-  return Supervise(*cluster, flags.tp, flags.worker_restarts);
+  return Supervise(*cluster, world, flags.worker_restarts);
 }
 
 int Run(const Flags& flags) {
@@ -218,7 +218,9 @@ int main(int argc, char** argv) {
   CLI::App app{"Start a local tpserve cluster: a coordinator and --tp workers"};
   tpserve::AddCoordinatorFlags(app, &flags.coordinator);
   for (const char* name : tpserve::kLaunchersOwn) app.remove_option(app.get_option(name));
-  app.add_option("--tp", flags.tp, "tensor-parallel size (number of workers)")
+  app.add_option("--tp", flags.tp,
+                 "tensor-parallel size: workers per pipeline stage (--pipeline-parallel-size "
+                 "stages of them)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   app.add_option(

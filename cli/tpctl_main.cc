@@ -72,9 +72,12 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
 
 void PrintStatus(const v1::ClusterStatusResponse& r) {
   std::string head =
-      absl::StrCat("cluster ", StateName(r.state()), ": ", r.world_size(), " ranks, model ",
-                   r.model_path(), ", KV ", r.kv_blocks_used(), "/", r.kv_blocks_total(),
-                   " blocks of ", r.kv_block_size(), " tokens");
+      absl::StrCat("cluster ", StateName(r.state()), ": ", r.world_size(), " ranks",
+                   r.pipeline_parallel_size() > 1
+                       ? absl::StrCat(" (", r.pipeline_parallel_size(), " pipeline stages)")
+                       : "",
+                   ", model ", r.model_path(), ", KV ", r.kv_blocks_used(), "/",
+                   r.kv_blocks_total(), " blocks of ", r.kv_block_size(), " tokens");
   if (!r.message().empty()) absl::StrAppend(&head, " (", r.message(), ")");
   std::printf("%s\n", head.c_str());
   const double hit_rate = r.prefix_cache_query_tokens() > 0
@@ -99,9 +102,13 @@ void PrintStatus(const v1::ClusterStatusResponse& r) {
                 static_cast<long long>(r.spec_draft_tokens()),
                 100.0 * r.spec_accepted_tokens() / r.spec_draft_tokens());
   }
+  // Pipeline stages add each rank's stage and tensor-parallel rank ("STAGE 1/2  TP 0/3").
+  const int stages = std::max(1, r.pipeline_parallel_size());
+  const int tp_size = std::max(1, r.world_size() / stages);
   std::vector<std::vector<std::string>> rows = {{"RANK", "ADDRESS", "HOST", "DEVICE", "STATE",
                                                  "WEIGHTS (MiB)", "KV USED/TOTAL", "HEARTBEAT",
                                                  "STEP P50", "LAST ERROR"}};
+  if (stages > 1) rows[0].insert(rows[0].begin() + 2, {"STAGE", "TP"});
   for (const v1::ShardStatus& s : r.shards()) {
     rows.push_back({
         absl::StrCat(s.rank()),
@@ -115,6 +122,10 @@ void PrintStatus(const v1::ClusterStatusResponse& r) {
         s.step_latency_p50_ms() > 0 ? absl::StrFormat("%.1f ms", s.step_latency_p50_ms()) : "-",
         s.last_error().empty() ? "-" : s.last_error(),
     });
+    if (stages > 1) {
+      rows.back().insert(rows.back().begin() + 2, {absl::StrCat(s.stage(), "/", stages),
+                                                   absl::StrCat(s.tp_rank(), "/", tp_size)});
+    }
   }
   PrintTable(rows);
 }

@@ -54,7 +54,10 @@ CLI::App* AddPlanCommand(CLI::App& app, PlanFlags* f) {
   plan->add_option("--kv-cache-dtype", f->kv_cache_dtype, "bf16 or fp8")
       ->capture_default_str()
       ->check(CLI::IsMember({"bf16", "fp8"}));
-  plan->add_option("--tp", hw.tp, "tensor-parallel size")->capture_default_str();
+  plan->add_option("--tp", hw.tp, "tensor-parallel size (GPUs per pipeline stage)")
+      ->capture_default_str();
+  plan->add_option("--pp", hw.pp, "pipeline stages, each a balanced share of the layers")
+      ->capture_default_str();
   plan->add_option("--gpus-per-node", hw.gpus_per_node, "GPUs a node holds")->capture_default_str();
   plan->add_option("--context", f->context, "tokens per sequence")->capture_default_str();
   plan->add_option("--gpu-memory-gib", hw.gpu_memory_gib, "GPU memory (default: the preset's)");
@@ -95,11 +98,23 @@ int RunPlan(const CLI::App& command, const PlanFlags& f, bool json) {
     std::fprintf(stderr, "tpctl plan: %s\n", std::string(r.status().message()).c_str());
     return 1;
   }
-  const double step_ms = r->decode_ms + r->allreduce_ms;
+  const double step_ms = r->decode_ms + r->allreduce_ms + r->p2p_ms;
   if (json) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (const StagePlan& s : r->stages) {
+      stages.push_back({{"first_layer", s.first_layer},
+                        {"layers", s.layers},
+                        {"rank_weight_bytes", s.rank_weight_bytes},
+                        {"kv_bytes_per_token", s.kv_bytes_per_token},
+                        {"kv_blocks", s.kv_blocks},
+                        {"decode_read_bytes", s.decode_read_bytes},
+                        {"decode_ms", s.decode_ms},
+                        {"allreduce_ms", s.allreduce_ms}});
+    }
     const nlohmann::json out = {
         {"params", r->params},
         {"tp", hw.tp},
+        {"pp", hw.pp},
         {"nodes", r->nodes},
         {"weights", f.weights},
         {"kv_cache_dtype", f.kv_cache_dtype},
@@ -113,6 +128,8 @@ int RunPlan(const CLI::App& command, const PlanFlags& f, bool json) {
         {"decode_read_bytes", r->decode_read_bytes},
         {"decode_ms", r->decode_ms},
         {"allreduce_ms", r->allreduce_ms},
+        {"p2p_ms", r->p2p_ms},
+        {"stages", stages},
         {"itl_ms", step_ms},
         {"warning", r->warning},
     };
@@ -127,20 +144,36 @@ int RunPlan(const CLI::App& command, const PlanFlags& f, bool json) {
       static_cast<long long>(config->intermediate_size), static_cast<long long>(config->vocab_size),
       r->params / 1e9);
   std::printf(
-      "plan: TP %d on %d node(s) of %d GPUs (%.1f GiB, %.2f TB/s each), weights %s, KV "
+      "plan: TP %d%s on %d node(s) of %d GPUs (%.1f GiB, %.2f TB/s each), weights %s, KV "
       "cache %s\n",
-      hw.tp, r->nodes, hw.gpus_per_node, hw.gpu_memory_gib, hw.hbm_tb_per_s, f.weights.c_str(),
+      hw.tp, hw.pp > 1 ? absl::StrFormat(" x PP %d", hw.pp).c_str() : "", r->nodes,
+      hw.gpus_per_node, hw.gpu_memory_gib, hw.hbm_tb_per_s, f.weights.c_str(),
       f.kv_cache_dtype.c_str());
+  if (hw.pp > 1) {
+    for (size_t i = 0; i < r->stages.size(); ++i) {
+      const StagePlan& s = r->stages[i];
+      std::printf(
+          "stage %zu (layers %lld-%lld), rank 0: weights %.2f GiB; KV pool %lld blocks (%lld B a "
+          "token); decode %.2f ms + %.2f ms of all-reduces\n",
+          i, static_cast<long long>(s.first_layer),
+          static_cast<long long>(s.first_layer + s.layers - 1), Gib(s.rank_weight_bytes),
+          static_cast<long long>(s.kv_blocks), static_cast<long long>(s.kv_bytes_per_token),
+          s.decode_ms, s.allreduce_ms);
+    }
+  }
   std::printf(
-      "rank 0: weights %.2f GiB; KV pool %lld blocks of %d = %lld tokens (%lld B a token): "
+      "%s: weights %.2f GiB; KV pool %lld blocks of %d = %lld tokens (%lld B a token): "
       "%lld sequences of %lld tokens\n",
-      Gib(r->rank_weight_bytes), static_cast<long long>(r->kv_blocks), hw.block_size,
-      static_cast<long long>(r->kv_tokens), static_cast<long long>(r->kv_bytes_per_token),
-      static_cast<long long>(r->sequences), static_cast<long long>(f.context));
+      hw.pp > 1 ? "fullest rank, smallest pool" : "rank 0", Gib(r->rank_weight_bytes),
+      static_cast<long long>(r->kv_blocks), hw.block_size, static_cast<long long>(r->kv_tokens),
+      static_cast<long long>(r->kv_bytes_per_token), static_cast<long long>(r->sequences),
+      static_cast<long long>(f.context));
   std::printf(
       "decode at batch 1 (bandwidth bound): %.2f ms reading %.2f GB a token + %.2f ms of "
-      "all-reduces = %.2f ms a token (%.0f tokens/s)\n",
-      r->decode_ms, r->decode_read_bytes / 1e9, r->allreduce_ms, step_ms, 1000.0 / step_ms);
+      "all-reduces%s = %.2f ms a token (%.0f tokens/s)\n",
+      r->decode_ms, r->decode_read_bytes / 1e9, r->allreduce_ms,
+      hw.pp > 1 ? absl::StrFormat(" + %.3f ms between stages", r->p2p_ms).c_str() : "", step_ms,
+      1000.0 / step_ms);
   if (!r->warning.empty()) std::printf("warning: %s\n", r->warning.c_str());
   return 0;
 }

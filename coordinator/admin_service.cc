@@ -11,8 +11,20 @@
 namespace tpserve {
 
 AdminServiceImpl::AdminServiceImpl(const ClusterServiceImpl* cluster, int world_size,
-                                   std::string model_path)
-    : cluster_(cluster), world_size_(world_size), model_path_(std::move(model_path)) {}
+                                   int pipeline_size, std::string model_path)
+    : cluster_(cluster),
+      world_size_(world_size),
+      pipeline_size_(pipeline_size),
+      model_path_(std::move(model_path)) {}
+
+v1::ShardStatus* AdminServiceImpl::AddShard(v1::ClusterStatusResponse* response, int rank) const {
+  const int tp_size = world_size_ / pipeline_size_;
+  v1::ShardStatus* shard = response->add_shards();
+  shard->set_rank(rank);
+  shard->set_stage(rank / tp_size);
+  shard->set_tp_rank(rank % tp_size);
+  return shard;
+}
 
 void AdminServiceImpl::SetServing(const WorkerPool* pool, Engine* engine) {
   absl::MutexLock lock(&mutex_);
@@ -39,6 +51,7 @@ grpc::Status AdminServiceImpl::ClusterStatus(grpc::ServerContext* context,
     engine = engine_;
   }
   response->set_world_size(world_size_);
+  response->set_pipeline_parallel_size(pipeline_size_);
   response->set_model_path(model_path_);
   if (pool == nullptr || engine == nullptr) {
     const std::vector<RegisteredWorker> registered = cluster_->Registered();
@@ -46,8 +59,7 @@ grpc::Status AdminServiceImpl::ClusterStatus(grpc::ServerContext* context,
     response->set_message(absl::StrCat("cluster is starting: ", registered.size(), " of ",
                                        world_size_, " ranks registered"));
     for (const RegisteredWorker& w : registered) {
-      v1::ShardStatus* shard = response->add_shards();
-      shard->set_rank(w.rank);
+      v1::ShardStatus* shard = AddShard(response, w.rank);
       shard->set_address(w.address);
       shard->set_hostname(w.hostname);
       shard->set_state("registered");
@@ -83,8 +95,7 @@ grpc::Status AdminServiceImpl::ClusterStatus(grpc::ServerContext* context,
 
   const absl::Time now = absl::Now();
   for (const RankReport& report : pool->Reports()) {
-    v1::ShardStatus* shard = response->add_shards();
-    shard->set_rank(report.info.rank);
+    v1::ShardStatus* shard = AddShard(response, report.info.rank);
     shard->set_address(report.info.address);
     shard->set_hostname(report.info.hostname);
     shard->set_device(report.device_name);

@@ -23,7 +23,8 @@ class AdminServiceImpl final : public v1::AdminService::Service {
  public:
   // `cluster` must outlive the service; until SetServing, ClusterStatus reports STATE_STARTING
   // with the ranks registered so far, and Drain and FlushPrefixCache fail with UNAVAILABLE.
-  AdminServiceImpl(const ClusterServiceImpl* cluster, int world_size, std::string model_path);
+  AdminServiceImpl(const ClusterServiceImpl* cluster, int world_size, int pipeline_size,
+                   std::string model_path);
 
   // `pool` and `engine` must outlive the server.
   void SetServing(const WorkerPool* pool, Engine* engine);
@@ -45,6 +46,7 @@ class AdminServiceImpl final : public v1::AdminService::Service {
   // Constant after construction.
   const ClusterServiceImpl* const cluster_;
   const int world_size_;
+  const int pipeline_size_;
   const std::string model_path_;
   const BearerKeys* admin_keys_ = nullptr;  // set before the server starts
 
@@ -53,6 +55,8 @@ class AdminServiceImpl final : public v1::AdminService::Service {
   }
   // The engine once serving; UNAVAILABLE "cluster is starting" before.
   absl::StatusOr<Engine*> GetEngine();
+  // A new shard row for `rank`, with its stage and tensor-parallel rank.
+  v1::ShardStatus* AddShard(v1::ClusterStatusResponse* response, int rank) const;
 
   absl::Mutex mutex_;
   const WorkerPool* pool_ ABSL_GUARDED_BY(mutex_) = nullptr;

@@ -23,7 +23,6 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "model/hf_folder.h"
 #include "model/sampling_defaults.h"
-#include "model/shard_layout.h"
 
 namespace tpserve {
 namespace {
@@ -250,8 +249,6 @@ absl::Status Coordinator::LoadModel() {
         "--model: the tokenizer has ", tokenizer_->vocab_size(), " tokens but llama.vocab_size is ",
         config_.vocab_size, "; tpserve needs them equal"));
   }
-  RETURN_IF_ERROR(WithPrefix(absl::StrCat("--world-size ", flags_.world_size, ": "),
-                             ShardLayout::Make(config_, 0, flags_.world_size).status()));
   LogInfo(kLog, "model %s: %s", flags_.model, config_.DebugString());
   ASSIGN_OR_RETURN(plan_, MakeServingPlan(flags_, config_));
   if (flags_.speculative == "draft") {
@@ -317,7 +314,8 @@ absl::Status Coordinator::StartFrontEnds() {
       tokenizer_.get(), front_end_.get(), flags_.world_size, served_model_name_, default_sampling_);
   inference_->SetBearerKeys(&api_keys_);
   inference_->SetLoadProgress(&load_progress_);
-  admin_ = std::make_unique<AdminServiceImpl>(cluster_.get(), flags_.world_size, flags_.model);
+  admin_ = std::make_unique<AdminServiceImpl>(cluster_.get(), flags_.world_size,
+                                              flags_.pipeline_parallel_size, flags_.model);
   admin_->SetAdminKeys(&admin_keys_);
   // Server reflection, so that grpcurl and other generic clients can list and call the services.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

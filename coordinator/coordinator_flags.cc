@@ -22,8 +22,16 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags* flags) {
                  "(temperature 1, every filter off)")
       ->check(CLI::IsMember({"model", "builtin"}))
       ->capture_default_str();
-  app.add_option("--world-size", flags->world_size, "number of worker ranks (tensor-parallel size)")
+  app.add_option("--world-size", flags->world_size,
+                 "number of worker ranks: the tensor-parallel size times the pipeline stages")
       ->required()
+      ->check(CLI::Range(1, 1024));
+  app.add_option(
+         "--pipeline-parallel-size,--pp", flags->pipeline_parallel_size,
+         "pipeline stages: the ranks form this many stages of world-size / this "
+         "tensor-parallel ranks, rank = stage × that + tensor-parallel rank; each stage runs "
+         "a balanced share of the layers (CPU workers)")
+      ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   app.add_option("--host", flags->host, "address to listen on")->capture_default_str();
   app.add_option("--port", flags->port, "port to listen on; 0 picks a free one")

@@ -20,6 +20,7 @@ struct CoordinatorFlags {
   std::string chat_template;  // a Jinja file that replaces the model's tokenizer.chat_template
   std::string sampling_defaults = "model";  // "model": the file's recommended sampling; "builtin"
   int world_size = 0;
+  int pipeline_parallel_size = 1;
   std::string host = "127.0.0.1";
   int port = 0;
   std::string port_file;

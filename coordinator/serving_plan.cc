@@ -3,12 +3,29 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "model/shard_layout.h"
 
 namespace tpserve {
 
 absl::StatusOr<ServingPlan> MakeServingPlan(const CoordinatorFlags& flags,
                                             const ModelConfig& config) {
   ServingPlan plan;
+  const int stages = flags.pipeline_parallel_size;
+  if (stages < 1 || flags.world_size % stages != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline-parallel-size ", stages, " does not divide --world-size ", flags.world_size));
+  }
+  const int tp_size = flags.world_size / stages;
+  if (absl::Status s = ShardLayout::Make(config, 0, tp_size, 0, stages).status(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--world-size ", flags.world_size, " in ",
+                                                   stages, " stage(s): ", s.message()));
+  }
+  if (stages > 1 &&
+      (flags.device == "cuda" || flags.speculative == "draft" || flags.speculative == "self")) {
+    return absl::InvalidArgumentError(
+        "--pipeline-parallel-size above 1 runs on CPU workers (--device cpu), without a draft "
+        "model (--speculative draft or self); --speculative ngram works");
+  }
   if (flags.speculative == "draft" && flags.draft_model.empty()) {
     return absl::InvalidArgumentError("--speculative draft needs --draft-model");
   }
@@ -32,7 +49,9 @@ absl::StatusOr<ServingPlan> MakeServingPlan(const CoordinatorFlags& flags,
   init.kv_cache_bytes = flags.kv_cache_memory_mib << 20;
   init.kv_cache_fp8 = flags.kv_cache_dtype != "auto";
   init.weights_fp8 = flags.quantization == "fp8";
-  init.relay_steps = !flags.no_step_relay;
+  // Every rank of a pipeline gets its steps from the coordinator: only stage 0's would relay.
+  init.relay_steps = !flags.no_step_relay && stages == 1;
+  init.pipeline_size = stages;
   init.device = flags.device == "cuda" ? v1::DEVICE_CUDA : v1::DEVICE_CPU;
   init.max_num_seqs = flags.max_num_seqs;
   init.max_num_batched_tokens = flags.max_num_batched_tokens;

@@ -226,6 +226,7 @@ absl::Status WorkerPool::Init(const WorkerInitOptions& options, absl::Duration t
     r.set_kv_cache_fp8(options.kv_cache_fp8);
     r.set_weights_fp8(options.weights_fp8);
     r.set_relay_steps(options.relay_steps);
+    r.set_pipeline_size(options.pipeline_size);
   }
   auto statuses = CallAll(timeout, /*cancel_on_failure=*/true,
                           [&](int rank, auto* stub, auto* context, auto done) {
@@ -237,6 +238,7 @@ absl::Status WorkerPool::Init(const WorkerInitOptions& options, absl::Duration t
                           absl::StrCat("Init failed: ", DescribeFailures(statuses, timeout)));
     }
   }
+  output_rank_ = world_size() - world_size() / std::max(1, options.pipeline_size);
   absl::MutexLock lock(&reports_mutex_);
   for (int rank = 0; rank < world_size(); ++rank) {
     LogInfo(kLog, "rank %d initialized: host %s, device %s", rank, responses[rank].hostname(),
@@ -353,11 +355,13 @@ absl::StatusOr<v1::StepResponse> WorkerPool::Step(const v1::StepRequest& request
     return absl::UnavailableError(
         absl::StrCat("step ", request.step_id(), ": ", ExplainStepFailure(statuses, timeout)));
   }
-  if (responses[0].step_id() != request.step_id()) {
-    return absl::UnavailableError(absl::StrCat("step ", request.step_id(), ": rank 0 (", Address(0),
-                                               ") answered step ", responses[0].step_id()));
+  const int answering = output_rank_;
+  if (responses[answering].step_id() != request.step_id()) {
+    return absl::UnavailableError(absl::StrCat("step ", request.step_id(), ": rank ", answering,
+                                               " (", Address(answering), ") answered step ",
+                                               responses[answering].step_id()));
   }
-  return std::move(responses[0]);
+  return std::move(responses[answering]);
 }
 
 absl::Status WorkerPool::Heartbeat(absl::Duration timeout, RankCheck check) {

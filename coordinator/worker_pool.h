@@ -44,6 +44,7 @@ struct WorkerInitOptions {
   bool kv_cache_fp8 = false;     // the KV pool holds FP8 E4M3 codes (InitRequest.kv_cache_fp8)
   bool weights_fp8 = false;      // FP8 W8A8 linears (InitRequest.weights_fp8)
   bool relay_steps = true;       // steps to rank 0 alone where it can relay them (InitRequest)
+  int32_t pipeline_size = 1;     // stages of world / this tensor-parallel ranks (InitRequest)
 };
 
 // What the ranks agreed on after LoadShard.
@@ -88,7 +89,8 @@ class WorkerPool {
   // Meanwhile, when `progress` is set, polls the ranks' Status and keeps it current.
   absl::StatusOr<LoadedModel> LoadShard(absl::Duration timeout, LoadProgress* progress = nullptr);
   // Sends `request` to every rank at once and waits for all, or to rank 0 alone when the last
-  // LoadShard found that the group relays steps; returns rank 0's answer.
+  // LoadShard found that the group relays steps; returns the answer of rank 0 (of the last
+  // pipeline stage: the rank that samples).
   // UNAVAILABLE naming the failing rank(s), their addresses and causes when any rank fails or
   // misses `timeout`; ranks that no longer answer Status come first, as "down". A second after the
   // first failure the calls still outstanding are cancelled, since their ranks would otherwise sit
@@ -151,6 +153,8 @@ class WorkerPool {
   const int world_size_;
   // Every rank's last LoadShard answered relays_steps: Step goes to rank 0 alone.
   std::atomic<bool> relay_steps_{false};
+  // The rank that answers a step's outputs: tensor-parallel rank 0 of the last pipeline stage.
+  std::atomic<int> output_rank_{0};
   // Lock order: reports_mutex_, then ranks_mutex_ (Address under reports_mutex_).
   mutable absl::Mutex ranks_mutex_;
   std::vector<Rank> ranks_ ABSL_GUARDED_BY(ranks_mutex_);  // [world_size]

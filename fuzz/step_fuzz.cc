@@ -89,8 +89,8 @@ void RunStep(const v1::StepRequest& request, StepPlanner& rank0, StepPlanner& ra
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tpserve;
-  StepPlanner rank0(kVocab, kContextLength, Pool(), /*rank=*/0);
-  StepPlanner rank1(kVocab, kContextLength, Pool(), /*rank=*/1);
+  StepPlanner rank0(kVocab, kContextLength, Pool(), /*samples=*/true);
+  StepPlanner rank1(kVocab, kContextLength, Pool(), /*samples=*/false);
   CpuLogitsProcessor processor;
   google::protobuf::io::ArrayInputStream input(data, static_cast<int>(size));
   for (int step = 0; step < kMaxSteps; ++step) {

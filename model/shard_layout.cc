@@ -27,10 +27,16 @@ std::string ValidTensorParallelSizes(const ModelConfig& config) {
   return absl::StrJoin(sizes, ", ");
 }
 
-absl::StatusOr<ShardLayout> ShardLayout::Make(const ModelConfig& config, int rank, int world_size) {
+absl::StatusOr<ShardLayout> ShardLayout::Make(const ModelConfig& config, int rank, int world_size,
+                                              int stage, int num_stages) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is outside a tensor-parallel world of ", world_size));
+  }
+  if (num_stages < 1 || num_stages > config.num_layers || stage < 0 || stage >= num_stages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline stage ", stage, " of ", num_stages, ": this model's ",
+                     config.num_layers, " layers make 1 to ", config.num_layers, " stages"));
   }
   if (!CanSplit(config, world_size)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -55,6 +61,9 @@ absl::StatusOr<ShardLayout> ShardLayout::Make(const ModelConfig& config, int ran
   }
   layout.ffn = BalancedRange(config.intermediate_size, rank, world_size);
   layout.vocab = BalancedRange(config.vocab_size, rank, world_size);
+  layout.stage = stage;
+  layout.num_stages = num_stages;
+  layout.layers = BalancedRange(config.num_layers, stage, num_stages);
   return layout;
 }
 

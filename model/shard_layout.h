@@ -1,6 +1,8 @@
 // Which slice of every layer a tensor-parallel rank owns (Megatron-style, see DESIGN.md):
 // attention by whole heads, the MLP by a balanced range of the intermediate dimension, the
-// lm_head by a balanced range of the vocabulary.
+// lm_head by a balanced range of the vocabulary; and, with pipeline parallelism, which layers its
+// stage runs: a balanced range of them (sizes differ by at most one), the embedding on the first
+// stage, the final norm and lm_head on the last.
 #pragma once
 
 #include <cstdint>
@@ -25,15 +27,23 @@ struct ShardLayout {
   Range kv_heads;  // KV heads owned; replicated across ranks when world_size > num_kv_heads
   Range ffn;       // columns of gate/up, rows of down
   Range vocab;     // lm_head rows
+  int stage = 0;   // pipeline stage, of num_stages
+  int num_stages = 1;
+  Range layers;  // the layers this stage runs
+
+  bool first_stage() const { return stage == 0; }
+  bool last_stage() const { return stage == num_stages - 1; }
 
   // Widths of this rank's attention rows for heads of `head_dim`: Q, K (and V), fused QKV.
   int64_t q_width(int64_t head_dim) const { return q_heads.size * head_dim; }
   int64_t kv_width(int64_t head_dim) const { return kv_heads.size * head_dim; }
   int64_t qkv_width(int64_t head_dim) const { return q_width(head_dim) + 2 * kv_width(head_dim); }
 
+  // `rank` and `world_size` are the tensor-parallel rank and size within the stage.
   // INVALID_ARGUMENT naming the head counts and the valid sizes when `world_size` cannot split
-  // the model's heads.
-  static absl::StatusOr<ShardLayout> Make(const ModelConfig& config, int rank, int world_size);
+  // the model's heads, or the layer count when there are more stages than layers.
+  static absl::StatusOr<ShardLayout> Make(const ModelConfig& config, int rank, int world_size,
+                                          int stage = 0, int num_stages = 1);
 };
 
 // The tensor-parallel sizes that can split `config`: divisors of the head count that either

@@ -57,7 +57,7 @@ fi
 # clusters get more than the single-kernel ones.
 test_share() {
   case "$(basename "$1")" in
-    cuda_llama_model_test | cuda_cluster_test) echo 40 ;;
+    cuda_forward_pass_test | cuda_cluster_test) echo 40 ;;
     cuda_paged_attention_test | cuda_families_test | cuda_model_sampling_test) echo 30 ;;
     *) echo 10 ;;
   esac

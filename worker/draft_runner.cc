@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<DraftRunner>> DraftRunner::Create(const ModelRunn
   options.kv_cache_blocks = target_kv.num_blocks;
   options.cpu_weights = target.cpu_weights;
   auto comm = std::make_unique<SingleRankCommunicator>();
-  absl::StatusOr<std::unique_ptr<RankModel>> loaded = LoadRankModel(options, comm.get());
+  absl::StatusOr<std::unique_ptr<LoadedShard>> loaded = LoadShard(options, comm.get());
   if (!loaded.ok()) {
     return absl::Status(loaded.status().code(),
                         absl::StrCat("draft model: ", loaded.status().message()));
@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<DraftRunner>> DraftRunner::Create(const ModelRunn
 }
 
 DraftRunner::DraftRunner(std::unique_ptr<SingleRankCommunicator> comm,
-                         std::unique_ptr<RankModel> loaded)
+                         std::unique_ptr<LoadedShard> loaded)
     : comm_(std::move(comm)), loaded_(std::move(loaded)) {}
 
 absl::Span<const float> DraftRunner::ProposalProbs(uint64_t seq_id,
@@ -121,7 +121,7 @@ absl::Status DraftRunner::DraftOnce(std::vector<Drafting>& drafting) {
         absl::MakeConstSpan(d.seq->tokens).subspan(d.seq->computed);
     builder.AddSequence(run, static_cast<int32_t>(d.seq->computed), d.table, false);
   }
-  RETURN_IF_ERROR(loaded_->model().Forward(builder.Build(), &logits_));
+  RETURN_IF_ERROR(loaded_->forward_pass().Forward(builder.Build(), &logits_));
   for (size_t j = 0; j < drafting.size(); ++j) {
     const Drafting& d = drafting[j];
     Sequence& seq = *d.seq;

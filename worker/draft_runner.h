@@ -31,8 +31,8 @@
 #include "kernels/sampling_params.h"
 #include "tpserve/v1/worker.pb.h"
 #include "worker/comm/single_rank_communicator.h"
+#include "worker/loaded_shard.h"
 #include "worker/logits_processor.h"
-#include "worker/model_loader.h"
 #include "worker/step_planner.h"
 
 namespace tpserve {
@@ -59,7 +59,7 @@ class DraftRunner {
   // Forgets every sequence.
   void Clear() { sequences_.clear(); }
 
-  const RankModel& loaded() const { return *loaded_; }
+  const LoadedShard& shard() const { return *loaded_; }
 
  private:
   struct Sequence {
@@ -78,14 +78,14 @@ class DraftRunner {
     int32_t wanted;  // proposals to make
   };
 
-  DraftRunner(std::unique_ptr<SingleRankCommunicator> comm, std::unique_ptr<RankModel> loaded);
+  DraftRunner(std::unique_ptr<SingleRankCommunicator> comm, std::unique_ptr<LoadedShard> loaded);
 
   // One forward pass over every sequence of `drafting` that still wants a proposal: from its
   // first position without draft KV to its last token; then draws the next proposal of each.
   absl::Status DraftOnce(std::vector<Drafting>& drafting);
 
   std::unique_ptr<SingleRankCommunicator> comm_;  // a world of one
-  std::unique_ptr<RankModel> loaded_;
+  std::unique_ptr<LoadedShard> loaded_;
   // Node-based: a pass holds pointers to its sequences while others are added.
   absl::node_hash_map<uint64_t, Sequence> sequences_;
   std::vector<float> logits_;  // reused between passes

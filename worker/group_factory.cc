@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/comm/coordinator_store.h"
@@ -14,27 +15,27 @@ namespace {
 // Rank 0 publishes the NCCL id as soon as it has its device; the others wait this long for it.
 constexpr absl::Duration kNcclRendezvousTimeout = absl::Seconds(60);
 
-}  // namespace
-
-absl::StatusOr<FormedGroup> FormGroup(const GroupSpec& spec) {
+// One group of `world` ranks meeting under `group_id`: `spec` says the device and transport.
+absl::StatusOr<FormedGroup> FormStageGroup(const GroupSpec& spec, int rank, int world,
+                                           const std::string& group_id) {
   const bool cuda = spec.cuda_device >= 0;
   FormedGroup formed;
-  if (spec.world == 1) {
+  if (world == 1) {
     formed.comm = std::make_unique<SingleRankCommunicator>();
     if (cuda) {
       ASSIGN_OR_RETURN(formed.device_comm, SingleRankDeviceComm());
     }
     return formed;
   }
-  if (spec.group_id.empty() || spec.coordinator_address.empty()) {
+  if (group_id.empty() || spec.coordinator_address.empty()) {
     return absl::InvalidArgumentError(
         "Init: a world of more than one rank needs group_id and coordinator_address");
   }
-  auto store = std::make_shared<CoordinatorStore>(spec.coordinator_address, spec.group_id);
+  auto store = std::make_shared<CoordinatorStore>(spec.coordinator_address, group_id);
   if (cuda) {
     ASSIGN_OR_RETURN(NcclCommunicatorHandles nccl,
-                     CreateNcclCommunicator(spec.rank, spec.world, spec.cuda_device,
-                                            std::move(store), kNcclRendezvousTimeout));
+                     CreateNcclCommunicator(rank, world, spec.cuda_device, std::move(store),
+                                            kNcclRendezvousTimeout));
     formed.device_comm = nccl.device;
     formed.comm = std::move(nccl.comm);
     return formed;
@@ -42,14 +43,55 @@ absl::StatusOr<FormedGroup> FormGroup(const GroupSpec& spec) {
   CpuGroupOptions cpu;
   cpu.transport = spec.cpu_transport;
   cpu.gloo.host = spec.host;
-  ASSIGN_OR_RETURN(CpuGroup group, CreateCpuGroup(spec.rank, spec.world, std::move(store), cpu));
+  ASSIGN_OR_RETURN(CpuGroup group, CreateCpuGroup(rank, world, std::move(store), cpu));
   if (spec.relay_steps) formed.relay_shm = group.shm;
-  LogInfo("worker", "rank %d: the CPU group of %d ranks all-reduces through %s%s", spec.rank,
-          spec.world, group.transport,
+  LogInfo("worker", "rank %d: the CPU group '%s' of %d ranks all-reduces through %s%s", rank,
+          group_id, world, group.transport,
           formed.relay_shm == nullptr ? ""
-          : spec.rank == 0            ? " and relays the steps to the others"
+          : rank == 0                 ? " and relays the steps to the others"
                                       : ", steps from rank 0");
   formed.comm = std::move(group.comm);
+  return formed;
+}
+
+}  // namespace
+
+absl::StatusOr<FormedGroup> FormGroup(const GroupSpec& spec) {
+  if (spec.pipeline_stages < 1 || spec.world % spec.pipeline_stages != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Init: ", spec.pipeline_stages,
+                                                   " pipeline stages do not divide a world of ",
+                                                   spec.world, " ranks"));
+  }
+  if (spec.pipeline_stages == 1) return FormStageGroup(spec, spec.rank, spec.world, spec.group_id);
+  if (spec.cuda_device >= 0) {
+    return absl::UnimplementedError(
+        "Init: pipeline parallelism runs on CPU ranks in this version (CUDA stages would move "
+        "their hidden states with NCCL send/recv, not built yet)");
+  }
+  const int tp_size = spec.world / spec.pipeline_stages;
+  const int stage = spec.rank / tp_size, tp_rank = spec.rank % tp_size;
+  // The coordinator sends every rank of a pipeline its steps: no rank relays them.
+  GroupSpec unrelayed = spec;
+  unrelayed.relay_steps = false;
+  // Stage by stage, each rank joins the link from the stage before before the one to the stage
+  // after, so the chain of rendezvous completes from the first stage on.
+  ASSIGN_OR_RETURN(
+      FormedGroup formed,
+      FormStageGroup(unrelayed, tp_rank, tp_size, absl::StrCat(spec.group_id, "/stage", stage)));
+  auto link = [&](int boundary, int link_rank) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    ASSIGN_OR_RETURN(FormedGroup formed_link,
+                     FormStageGroup(unrelayed, link_rank, 2,
+                                    absl::StrCat(spec.group_id, "/link", boundary, ".", tp_rank)));
+    return std::move(formed_link.comm);
+  };
+  if (stage > 0) {
+    ASSIGN_OR_RETURN(formed.from_previous, link(stage - 1, /*receiver*/ 0));
+  }
+  if (stage + 1 < spec.pipeline_stages) {
+    ASSIGN_OR_RETURN(formed.to_next, link(stage, /*sender*/ 1));
+  }
+  LogInfo("worker", "rank %d: pipeline stage %d of %d, tensor-parallel rank %d of %d", spec.rank,
+          stage, spec.pipeline_stages, tp_rank, tp_size);
   return formed;
 }
 

@@ -15,9 +15,9 @@
 #include "model/model_config.h"
 #include "model/shard_layout.h"
 #include "worker/comm/single_rank_communicator.h"
+#include "worker/cpu_forward_pass.h"
 #include "worker/forward_batch.h"
 #include "worker/kv_cache.h"
-#include "worker/llama_model.h"
 #include "worker/shard_loader.h"
 
 namespace tpserve {
@@ -56,13 +56,14 @@ absl::StatusOr<KvCacheScales> CalibrateKvScales(const GgufFile& file,
                      " and the model's context (", config.context_length, ") are run"));
   }
   ASSIGN_OR_RETURN(const ShardLayout layout, ShardLayout::Make(config, 0, 1));
-  ASSIGN_OR_RETURN(ModelWeights weights,
-                   LoadShard(file, config, layout, ShardFormats{options.cpu_weights, false}));
+  ASSIGN_OR_RETURN(
+      ModelWeights weights,
+      LoadShardWeights(file, config, layout, ShardFormats{options.cpu_weights, false}));
   KvCacheShape shape = KvCacheShape::For(config.num_layers, layout.kv_heads.size, config.head_dim,
                                          kBlockSize, /*cuda=*/false, /*fp8=*/false);
   shape.num_blocks = (options.chunk_tokens + kBlockSize - 1) / kBlockSize;
   SingleRankCommunicator comm;
-  LlamaModel model(config, layout, std::move(weights), &comm, shape);
+  CpuForwardPass model(config, layout, std::move(weights), &comm, /*links=*/nullptr, shape);
 
   const int64_t heads = layout.kv_heads.size;
   const int64_t head_dim = config.head_dim;

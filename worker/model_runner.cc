@@ -10,23 +10,28 @@ namespace tpserve {
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerOptions& options,
                                                                  Communicator* comm,
                                                                  DeviceCommunicator* device_comm) {
-  ASSIGN_OR_RETURN(std::unique_ptr<RankModel> loaded, LoadRankModel(options, comm, device_comm));
+  if (options.pipeline_stages > 1 && !options.draft_model_path.empty()) {
+    return absl::InvalidArgumentError("speculative decoding does not run with pipeline stages");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<LoadedShard> loaded, LoadShard(options, comm, device_comm));
+  // The rank that turns logits into tokens: tensor-parallel rank 0 of the last stage.
+  const bool samples = loaded->layout().last_stage() && comm->rank() == 0;
   std::unique_ptr<DraftRunner> draft;
-  if (comm->rank() == 0 && !options.draft_model_path.empty()) {
+  if (samples && !options.draft_model_path.empty()) {
     ASSIGN_OR_RETURN(draft,
                      DraftRunner::Create(options, loaded->kv_shape(), loaded->config().vocab_size));
   }
   return std::unique_ptr<ModelRunner>(
-      new ModelRunner(std::move(loaded), std::move(draft), comm->rank()));
+      new ModelRunner(std::move(loaded), std::move(draft), samples));
 }
 
-ModelRunner::ModelRunner(std::unique_ptr<RankModel> loaded, std::unique_ptr<DraftRunner> draft,
-                         int rank)
+ModelRunner::ModelRunner(std::unique_ptr<LoadedShard> loaded, std::unique_ptr<DraftRunner> draft,
+                         bool samples)
     : loaded_(std::move(loaded)),
       draft_(std::move(draft)),
-      rank_(rank),
+      samples_(samples),
       planner_(loaded_->config().vocab_size, loaded_->config().context_length, loaded_->kv_shape(),
-               rank) {}
+               samples) {}
 
 absl::StatusOr<v1::StepResponse> ModelRunner::Step(const v1::StepRequest& request) {
   ASSIGN_OR_RETURN(StepPlanner::Plan plan, planner_.Begin(request));
@@ -42,13 +47,13 @@ absl::StatusOr<v1::StepResponse> ModelRunner::Step(const v1::StepRequest& reques
   }
 
   const absl::Status status =
-      loaded_->model().ForwardAndProcess(plan.batch, plan.logits, &results_);
+      loaded_->forward_pass().ForwardAndProcess(plan.batch, plan.logits, &results_);
   if (!status.ok()) {
     planner_.Abandon(plan);
     return status;
   }
   planner_.Commit(request, plan);
-  if (rank_ == 0) WriteOutputs(request, results_, &response);
+  if (samples_) WriteOutputs(request, results_, &response);
   if (draft_ != nullptr) {
     // The step itself is done on every rank: a draft that fails costs only its proposals.
     const absl::Status drafted = draft_->Propose(request, planner_, results_, &response);

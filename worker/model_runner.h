@@ -2,7 +2,7 @@
 // about the running sequences, and turns a StepRequest into a StepResponse (DESIGN.md "Worker
 // protocol"; the field semantics are in worker.proto):
 //   drop finished → add new → plan the forward batch and the logits requests (StepPlanner) →
-//   forward and process the logits (StepModel::ForwardAndProcess) → commit → write rank 0's
+//   forward and process the logits (ForwardPass::ForwardAndProcess) → commit → write rank 0's
 //   outputs → (rank 0, with a draft model) the next step's proposals (DraftRunner).
 //
 // Finished sequences are dropped whatever happens next; the rest is all or nothing: a refused
@@ -18,14 +18,14 @@
 #include "absl/status/statusor.h"
 #include "tpserve/v1/worker.pb.h"
 #include "worker/draft_runner.h"
-#include "worker/model_loader.h"
+#include "worker/loaded_shard.h"
 #include "worker/step_planner.h"
 
 namespace tpserve {
 
 class ModelRunner {
  public:
-  // Loads the model (LoadRankModel, which says what `comm` and `device_comm` are for); both must
+  // Loads the model (LoadShard, which says what `comm` and `device_comm` are for); both must
   // outlive the runner.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(
       const ModelRunnerOptions& options, Communicator* comm,
@@ -41,19 +41,20 @@ class ModelRunner {
     if (draft_ != nullptr) draft_->Clear();
   }
 
-  RankModel& loaded() { return *loaded_; }
-  int rank() const { return rank_; }
+  LoadedShard& shard() { return *loaded_; }
+  bool samples() const { return samples_; }
   size_t num_sequences() const { return planner_.num_sequences(); }
 
  private:
-  ModelRunner(std::unique_ptr<RankModel> loaded, std::unique_ptr<DraftRunner> draft, int rank);
+  ModelRunner(std::unique_ptr<LoadedShard> loaded, std::unique_ptr<DraftRunner> draft,
+              bool samples);
 
   static void WriteOutputs(const v1::StepRequest& request, std::vector<LogitsResult>& results,
                            v1::StepResponse* response);
 
-  const std::unique_ptr<RankModel> loaded_;
+  const std::unique_ptr<LoadedShard> loaded_;
   const std::unique_ptr<DraftRunner> draft_;  // rank 0 with a draft model only
-  const int rank_;
+  const bool samples_;  // this rank turns logits into tokens and writes the outputs
   StepPlanner planner_;
   std::vector<LogitsResult> results_;  // reused between steps
 };

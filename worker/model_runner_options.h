@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 
+#include "worker/comm/pipeline_links.h"
 #include "worker/cpu_weights.h"
 
 namespace tpserve {
@@ -49,6 +50,12 @@ struct ModelRunnerOptions {
   int64_t draft_num_layers = 0;
   // Load only the model's first this many layers, then its final norm and output head; 0: all.
   int64_t num_layers = 0;
+  // Pipeline parallelism: this rank's stage of `pipeline_stages` (model/shard_layout.h says which
+  // layers it holds), and the links its hidden states move through, which must outlive the model
+  // (null for one stage). CPU only.
+  int pipeline_stage = 0;
+  int pipeline_stages = 1;
+  PipelineLinks* links = nullptr;
   // Told the loading's progress (worker/shard_loader.h); may be empty.
   std::function<void(int64_t done_bytes, int64_t total_bytes)> load_progress;
 };

@@ -272,23 +272,24 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
   return w;
 }
 
-// Bytes of the file's tensors by layer ([num_layers]: "blk.N."), and of those of no layer. The
-// layers past num_layers (a model cut to its first layers: self-speculation's draft) are not read.
+// Bytes of the file's tensors of the layers in `layers` ("blk.N.", indexed from layers.begin), and
+// of those of no layer. The other layers (a model cut to its first layers: self-speculation's
+// draft; another pipeline stage's) are not read.
 struct TensorBytes {
   std::vector<int64_t> layers;
   int64_t other = 0;
 };
 
-TensorBytes CountTensorBytes(const GgufFile& file, int num_layers) {
+TensorBytes CountTensorBytes(const GgufFile& file, Range layers) {
   TensorBytes bytes;
-  bytes.layers.assign(num_layers, 0);
+  bytes.layers.assign(layers.size, 0);
   for (const GgufTensorInfo& tensor : file.tensors()) {
     const int64_t size = static_cast<int64_t>(file.TensorData(tensor).size());
     int layer = -1;
     if (std::sscanf(tensor.name.c_str(), "blk.%d.", &layer) != 1) {
       bytes.other += size;
-    } else if (layer >= 0 && layer < num_layers) {
-      bytes.layers[layer] += size;
+    } else if (layer >= layers.begin && layer < layers.end()) {
+      bytes.layers[layer - layers.begin] += size;
     }
   }
   return bytes;
@@ -296,10 +297,10 @@ TensorBytes CountTensorBytes(const GgufFile& file, int num_layers) {
 
 }  // namespace
 
-absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& config,
-                                       const ShardLayout& layout, const ShardFormats& asked,
-                                       const LoadProgressFn& progress) {
-  const TensorBytes bytes = CountTensorBytes(file, config.num_layers);
+absl::StatusOr<ModelWeights> LoadShardWeights(const GgufFile& file, const ModelConfig& config,
+                                              const ShardLayout& layout, const ShardFormats& asked,
+                                              const LoadProgressFn& progress) {
+  const TensorBytes bytes = CountTensorBytes(file, layout.layers);
   const int64_t total =
       bytes.other + std::accumulate(bytes.layers.begin(), bytes.layers.end(), int64_t{0});
   int64_t done = 0;
@@ -309,13 +310,18 @@ absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& 
   // products on either device.
   const ShardFormats decoded{formats.cpu_weights, /*keep_fp8=*/false};
   ModelWeights out;
-  ASSIGN_OR_RETURN(const GgufTensorInfo* embedding,
-                   FindMatrix(file, "token_embd.weight", config.vocab_size, hidden));
-  ASSIGN_OR_RETURN(out.token_embedding,
-                   LoadRows(file, decoded, hidden, {{embedding, {0, config.vocab_size}}}));
-  ASSIGN_OR_RETURN(out.output_norm, LoadVector(file, "output_norm.weight", hidden));
+  // The embedding looks up the first stage's inputs and, tied, is the last stage's lm_head.
+  if (layout.first_stage() || (layout.last_stage() && config.tie_word_embeddings)) {
+    ASSIGN_OR_RETURN(const GgufTensorInfo* embedding,
+                     FindMatrix(file, "token_embd.weight", config.vocab_size, hidden));
+    ASSIGN_OR_RETURN(out.token_embedding,
+                     LoadRows(file, decoded, hidden, {{embedding, {0, config.vocab_size}}}));
+  }
   ASSIGN_OR_RETURN(out.rope_inv_freq, RopeInverseFrequencies(file, config));
-  if (!config.tie_word_embeddings) {
+  if (layout.last_stage()) {
+    ASSIGN_OR_RETURN(out.output_norm, LoadVector(file, "output_norm.weight", hidden));
+  }
+  if (layout.last_stage() && !config.tie_word_embeddings) {
     ASSIGN_OR_RETURN(const GgufTensorInfo* output,
                      FindMatrix(file, "output.weight", config.vocab_size, hidden));
     ASSIGN_OR_RETURN(out.lm_head, LoadRows(file, decoded, hidden, {{output, layout.vocab}}));
@@ -323,14 +329,14 @@ absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& 
   done += bytes.other;
   if (progress) progress(done, total);
   int scaled_layers = 0;
-  for (int layer = 0; layer < config.num_layers; ++layer) {
+  for (int layer = layout.layers.begin; layer < layout.layers.end(); ++layer) {
     scaled_layers += file.FindTensor(KCacheScaleName(layer)) != nullptr ||
                      file.FindTensor(VCacheScaleName(layer)) != nullptr;
     ASSIGN_OR_RETURN(LayerWeights w, LoadLayer(file, config, layout, formats, layer));
     out.layers.push_back(std::move(w));
-    done += bytes.layers[layer];
+    done += bytes.layers[layer - layout.layers.begin];
     if (progress) progress(done, total);
-    if ((layer + 1) % 10 == 0 || layer + 1 == config.num_layers) {
+    if ((layer + 1) % 10 == 0 || layer + 1 == layout.layers.end()) {
       LogInfo("loader", "rank %d/%d: loaded layer %d/%d", layout.rank, layout.world_size, layer + 1,
               config.num_layers);
     }
@@ -342,7 +348,7 @@ absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& 
     LogInfo("loader",
             "rank %d/%d: KV-cache scales from the model for %d of %d layers (1 for the "
             "rest); an FP8 KV cache stores K and V at them",
-            layout.rank, layout.world_size, scaled_layers, config.num_layers);
+            layout.rank, layout.world_size, scaled_layers, layout.layers.size);
   }
   return out;
 }

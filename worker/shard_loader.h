@@ -16,7 +16,7 @@
 
 namespace tpserve {
 
-// How LoadShard keeps what it reads.
+// How LoadShardWeights keeps what it reads.
 struct ShardFormats {
   // GGUF blocks packed (when they can be) with 8- or 16-bit activations, or fp32; kAuto is
   // resolved for the model (ResolveCpuWeights).
@@ -32,8 +32,9 @@ using LoadProgressFn = std::function<void(int64_t done_bytes, int64_t total_byte
 
 // Errors name the tensor and the expected and found shapes. Logs progress per layer and reports
 // it to `progress` (when set) after the embedding and output head and after each layer.
-absl::StatusOr<ModelWeights> LoadShard(const GgufFile& file, const ModelConfig& config,
-                                       const ShardLayout& layout, const ShardFormats& formats,
-                                       const LoadProgressFn& progress = nullptr);
+absl::StatusOr<ModelWeights> LoadShardWeights(const GgufFile& file, const ModelConfig& config,
+                                              const ShardLayout& layout,
+                                              const ShardFormats& formats,
+                                              const LoadProgressFn& progress = nullptr);
 
 }  // namespace tpserve

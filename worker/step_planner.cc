@@ -46,8 +46,8 @@ std::optional<uint64_t> RefusedSequenceId(const absl::Status& status) {
 }
 
 StepPlanner::StepPlanner(int64_t vocab_size, int64_t context_length, const KvCacheShape& kv,
-                         int rank)
-    : vocab_size_(vocab_size), context_length_(context_length), kv_(kv), rank_(rank) {}
+                         bool samples)
+    : vocab_size_(vocab_size), context_length_(context_length), kv_(kv), samples_(samples) {}
 
 absl::StatusOr<StepPlanner::Plan> StepPlanner::Begin(const v1::StepRequest& request) {
   for (uint64_t id : request.finished_seq_ids()) sequences_.erase(id);  // Unknown ids: no-op.
@@ -254,19 +254,19 @@ absl::StatusOr<StepPlanner::Plan> StepPlanner::PlanStep(const v1::StepRequest& r
                      "samples inside its prompt (start_position + len(token_ids) "
                      "is before the prompt's end)");
     }
-    if (state.sampling.has_penalties() && rank_ == 0) {
+    if (state.sampling.has_penalties() && samples_) {
       std::vector<int32_t>& history = plan.histories.emplace_back(
           state.tokens.begin(), state.tokens.begin() + s.start_position());
       history.insert(history.end(), s.token_ids().begin(), s.token_ids().end());
     }
   }
   plan.batch = builder.Build();
-  // Every rank refuses the same steps, or the others would wait in a collective for rank 0.
+  // Every rank refuses the same steps, or the others would wait in a collective for this one.
   for (size_t i = 0; i < plan.logits.size(); ++i) {
     const absl::Status status = CheckLogitsRequest(plan.logits[i], num_rows, vocab);
     if (!status.ok()) return Invalid(request.sequences(i).seq_id(), status.message());
   }
-  if (rank_ != 0) return plan;
+  if (!samples_) return plan;
   // The histories are complete (no more reallocation): point the penalized requests at them.
   size_t next_history = 0;
   for (LogitsRequest& logits : plan.logits) {

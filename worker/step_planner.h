@@ -44,9 +44,9 @@ class StepPlanner {
     std::vector<uint64_t> added;  // new_sequences of this step, forgotten by Abandon
   };
 
-  // `vocab_size` and `context_length` are the model's, `kv` this rank's pool. Only rank 0 builds
-  // the penalties' histories.
-  StepPlanner(int64_t vocab_size, int64_t context_length, const KvCacheShape& kv, int rank);
+  // `vocab_size` and `context_length` are the model's, `kv` this rank's pool. Only the rank that
+  // `samples` (rank 0 of the last pipeline stage) builds the penalties' histories.
+  StepPlanner(int64_t vocab_size, int64_t context_length, const KvCacheShape& kv, bool samples);
 
   // Drops the finished sequences, adds the new ones and plans the scheduled ones. A request that
   // schedules nothing gives a plan with an empty batch (its new sequences stay). The plan's
@@ -82,7 +82,7 @@ class StepPlanner {
   const int64_t vocab_size_;
   const int64_t context_length_;
   const KvCacheShape kv_;
-  const int rank_;
+  const bool samples_;
 
   SequenceMap sequences_;
 };

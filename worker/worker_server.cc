@@ -217,7 +217,10 @@ grpc::Status WorkerServer::Step(grpc::ServerContext* context, const v1::StepRequ
               LogWarning("worker",
                          "rank %d: the coordinator abandoned step %llu: leaving its collectives",
                          options_.rank, static_cast<unsigned long long>(request->step_id()));
-              comm_->Abort(absl::StrCat("the coordinator abandoned step ", request->step_id()));
+              const std::string why =
+                  absl::StrCat("the coordinator abandoned step ", request->step_id());
+              comm_->Abort(why);
+              links_.Abort(why);
             });
   return ToGrpc(status);
 }
@@ -315,6 +318,7 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   spec.group_id = request.group_id();
   spec.coordinator_address = request.coordinator_address();
   spec.relay_steps = request.relay_steps();
+  spec.pipeline_stages = std::max(1, request.pipeline_size());
   spec.cpu_transport = options_.cpu_transport;
   spec.host = options_.host;
   absl::StatusOr<FormedGroup> formed = FormGroup(spec);
@@ -351,22 +355,23 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
       request.model_path().empty() ? options_.model_path : request.model_path();
   // A CUDA model of several ranks is reloaded: its decode graphs captured NCCL calls on the old
   // communicator, and NCCL does not destroy a communicator while a graph still references it.
-  const bool keep_shard = runner_ != nullptr && comm_->world_size() == world &&
-                          model_path == model_path_ && group.block_size() == group_.block_size() &&
-                          group.kv_cache_blocks() == group_.kv_cache_blocks() &&
-                          group.kv_cache_bytes() == group_.kv_cache_bytes() &&
-                          group.device() == group_.device() && (!cuda || world == 1) &&
-                          group.max_num_seqs() == group_.max_num_seqs() &&
-                          group.max_num_batched_tokens() == group_.max_num_batched_tokens() &&
-                          group.enforce_eager() == group_.enforce_eager() &&
-                          group.draft_model_path() == group_.draft_model_path() &&
-                          group.self_spec_layers() == group_.self_spec_layers() &&
-                          group.kv_cache_fp8() == group_.kv_cache_fp8() &&
-                          group.weights_fp8() == group_.weights_fp8();
+  const bool keep_shard =
+      runner_ != nullptr && group.world_size() == group_.world_size() &&
+      group.pipeline_size() == group_.pipeline_size() && model_path == model_path_ &&
+      group.block_size() == group_.block_size() &&
+      group.kv_cache_blocks() == group_.kv_cache_blocks() &&
+      group.kv_cache_bytes() == group_.kv_cache_bytes() && group.device() == group_.device() &&
+      (!cuda || world == 1) && group.max_num_seqs() == group_.max_num_seqs() &&
+      group.max_num_batched_tokens() == group_.max_num_batched_tokens() &&
+      group.enforce_eager() == group_.enforce_eager() &&
+      group.draft_model_path() == group_.draft_model_path() &&
+      group.self_spec_layers() == group_.self_spec_layers() &&
+      group.kv_cache_fp8() == group_.kv_cache_fp8() && group.weights_fp8() == group_.weights_fp8();
   // Before the communicators it points to change. A kept CUDA shard is a world of one, whose
   // device communicator lives for the whole process.
   if (!keep_shard) runner_.reset();
   comm_->Reset(std::move(formed->comm));
+  links_.Reset(std::move(formed->from_previous), std::move(formed->to_next));
   if (formed->relay_shm != nullptr) relay_ = std::make_unique<StepRelay>(formed->relay_shm);
   device_comm_ = formed->device_comm;
   initialized_ = true;
@@ -402,6 +407,9 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
   options.kv_cache_fp8 = group_.kv_cache_fp8();
   options.weights_fp8 = group_.weights_fp8();
   options.cpu_weights = options_.cpu_weights;
+  options.pipeline_stages = std::max(1, group_.pipeline_size());
+  options.pipeline_stage = group_.rank() / (group_.world_size() / options.pipeline_stages);
+  options.links = &links_;
   options.load_progress = [this](int64_t done, int64_t total) {
     load_total_bytes_ = total;
     load_done_bytes_ = done;
@@ -428,8 +436,8 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
   if (!runner.ok()) return LoadError(model_path_, runner.status());
   runner_ = *std::move(runner);
   loaded_.Clear();
-  RankModel& model = runner_->loaded();
-  loaded_.set_weight_bytes(model.model().weight_bytes());
+  LoadedShard& model = runner_->shard();
+  loaded_.set_weight_bytes(model.forward_pass().weight_bytes());
   loaded_.set_kv_cache_blocks(model.kv_shape().num_blocks);
   loaded_.set_model_file_size(model.file().file_size());
   loaded_.set_model_fingerprint(Fingerprint(model.file().header_bytes()));

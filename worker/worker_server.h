@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "tpserve/v1/worker.grpc.pb.h"
 #include "worker/comm/cpu_group.h"
+#include "worker/comm/pipeline_links.h"
 #include "worker/comm/swappable_communicator.h"
 #include "worker/execution_thread.h"
 #include "worker/model_runner.h"
@@ -154,6 +155,7 @@ class WorkerServer final : public v1::WorkerService::Service {
   std::string model_path_;  // effective path after Init
   // Set at construction (a world of one until Init), so that a gRPC thread may Abort it.
   const std::unique_ptr<SwappableCommunicator> comm_;
+  PipelineLinks links_;  // a pipeline stage's links to its neighbours; swapped like `comm_`
   DeviceCommunicator* device_comm_ = nullptr;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<StepRelay> relay_;  // set by Init for a group that relays steps

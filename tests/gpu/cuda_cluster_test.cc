@@ -1,5 +1,5 @@
 // A real coordinator and worker with --device cuda on 127.0.0.1 against a CPU cluster on the same
-// model: the teacher-forced logits of Score agree within bf16's bar (cuda_llama_model_test says
+// model: the teacher-forced logits of Score agree within bf16's bar (cuda_forward_pass_test says
 // why 8%), greedy generation runs (decode through the CUDA graphs), and ClusterStatus names the
 // GPU. The binaries are the ones beside this test (build/bin here, gpu-pkg/bin on the GPU
 // machine).

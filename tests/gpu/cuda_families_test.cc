@@ -2,7 +2,7 @@
 // biases, rotate-half RoPE; tied, and untied with linear RoPE scaling), Llama with Llama-3.1's
 // llama3 RoPE scaling, and Mistral's 8 heads over 2 KV heads. The CPU model is checked against
 // an independent reference of the HF formulas (tests/integration/logits_families_test.py), so it
-// is the reference here; the bar is cuda_llama_model_test's bf16 one, scaled to 2 layers: a
+// is the reference here; the bar is cuda_forward_pass_test's bf16 one, scaled to 2 layers: a
 // family feature missing or misplaced on the device (a bias dropped, the other RoPE pairing, the
 // unscaled table) moves the logits by far more.
 #include <unistd.h>
@@ -20,7 +20,7 @@
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/comm/single_rank_device_communicator.h"
 #include "worker/forward_batch.h"
-#include "worker/model_loader.h"
+#include "worker/loaded_shard.h"
 
 namespace tpserve {
 namespace {
@@ -75,8 +75,8 @@ std::vector<Family> Families() {
   return families;
 }
 
-std::unique_ptr<RankModel> Load(const std::string& path, Device device, Communicator* comm,
-                                DeviceCommunicator* device_comm) {
+std::unique_ptr<LoadedShard> Load(const std::string& path, Device device, Communicator* comm,
+                                  DeviceCommunicator* device_comm) {
   ModelRunnerOptions options;
   options.model_path = path;
   options.device = device;
@@ -87,14 +87,14 @@ std::unique_ptr<RankModel> Load(const std::string& path, Device device, Communic
   options.cuda.max_num_seqs = 4;
   options.cuda.max_num_batched_tokens = 128;
   options.cuda.enforce_eager = true;
-  auto model = LoadRankModel(options, comm, device_comm);
+  auto model = LoadShard(options, comm, device_comm);
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? *std::move(model) : nullptr;
 }
 
-std::vector<float> Forward(RankModel& model, const ForwardBatch& batch) {
+std::vector<float> Forward(LoadedShard& model, const ForwardBatch& batch) {
   std::vector<float> logits;
-  const absl::Status status = model.model().Forward(batch, &logits);
+  const absl::Status status = model.forward_pass().Forward(batch, &logits);
   EXPECT_TRUE(status.ok()) << status;
   return logits;
 }

@@ -1,4 +1,4 @@
-// Device sampling inside the CUDA model's step (CudaLlamaModel::ForwardAndProcess) against the
+// Device sampling inside the CUDA model's step (CudaForwardPass::ForwardAndProcess) against the
 // CPU processor on the same model's logits: two CUDA models load the same weights and run the
 // same batches, one through Forward (every row to the host, then CpuLogitsProcessor), the other
 // through ForwardAndProcess. Their logits are the same computation, so:
@@ -20,8 +20,8 @@
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/comm/single_rank_device_communicator.h"
 #include "worker/forward_batch.h"
+#include "worker/loaded_shard.h"
 #include "worker/logits_processor.h"
-#include "worker/model_loader.h"
 
 namespace tpserve {
 namespace {
@@ -29,8 +29,8 @@ namespace {
 constexpr int64_t kBlockSize = 16;
 constexpr float kLogprobTolerance = 1e-5f;
 
-std::unique_ptr<RankModel> MakeCudaModel(bool enforce_eager, Communicator* comm,
-                                         DeviceCommunicator* device_comm) {
+std::unique_ptr<LoadedShard> MakeCudaModel(bool enforce_eager, Communicator* comm,
+                                           DeviceCommunicator* device_comm) {
   ModelRunnerOptions options;
   options.model_path = gpu_test::GetTestModel().path;
   options.device = Device::kCuda;
@@ -39,7 +39,7 @@ std::unique_ptr<RankModel> MakeCudaModel(bool enforce_eager, Communicator* comm,
   options.cuda.max_num_seqs = 4;  // logits passes of 4 rows
   options.cuda.max_num_batched_tokens = 256;
   options.cuda.enforce_eager = enforce_eager;
-  auto model = LoadRankModel(options, comm, device_comm);
+  auto model = LoadShard(options, comm, device_comm);
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? *std::move(model) : nullptr;
 }
@@ -73,12 +73,12 @@ class CudaModelSamplingTest : public ::testing::Test {
   void Step(const ForwardBatch& batch, const std::vector<LogitsRequest>& requests,
             std::vector<LogitsResult>* got, std::vector<LogitsResult>* want) {
     std::vector<float> logits;
-    ASSERT_TRUE(reference_->model().Forward(batch, &logits).ok());
+    ASSERT_TRUE(reference_->forward_pass().Forward(batch, &logits).ok());
     const int64_t rows = batch.num_logits();
     const int64_t vocab = static_cast<int64_t>(logits.size()) / rows;
     for (const LogitsRequest& r : requests) ASSERT_TRUE(CheckLogitsRequest(r, rows, vocab).ok());
     ASSERT_TRUE(CpuLogitsProcessor().Process(logits.data(), rows, vocab, requests, want).ok());
-    const absl::Status status = device_->model().ForwardAndProcess(batch, requests, got);
+    const absl::Status status = device_->forward_pass().ForwardAndProcess(batch, requests, got);
     ASSERT_TRUE(status.ok()) << status;
     ASSERT_EQ(got->size(), requests.size());
   }
@@ -107,8 +107,8 @@ class CudaModelSamplingTest : public ::testing::Test {
 
   SingleRankCommunicator comm_;
   SingleRankDeviceCommunicator device_comm_;
-  std::unique_ptr<RankModel> reference_;
-  std::unique_ptr<RankModel> device_;
+  std::unique_ptr<LoadedShard> reference_;
+  std::unique_ptr<LoadedShard> device_;
   int seeded_differ_ = 0;
 };
 
@@ -131,7 +131,7 @@ TEST_F(CudaModelSamplingTest, PrefillStepSamplesAsTheCpuAcrossPasses) {
   ForwardBatchBuilder alone(kBlockSize);
   alone.AddSequence(prompt1, 0, Table(4, 1), /*all_logits=*/false);
   std::vector<float> first_row;
-  ASSERT_TRUE(reference_->model().Forward(alone.Build(), &first_row).ok());
+  ASSERT_TRUE(reference_->forward_pass().Forward(alone.Build(), &first_row).ok());
   const std::vector<int32_t> drafts = {
       static_cast<int32_t>(std::max_element(first_row.begin(), first_row.end()) -
                            first_row.begin()),

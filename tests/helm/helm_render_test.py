@@ -11,7 +11,8 @@ Service carries; the NetworkPolicies let worker ports accept only the coordinato
 workers, and the admin port only workers and networkPolicy.adminFrom; TLS and credentials come
 from Secrets into every server; containers run as non-root on a read-only root;
 and the worker pods' rendered script, run for every ordinal with a stand-in tpserve-worker on
-PATH, starts ranks 0..tensorParallelSize-1 exactly once.
+PATH, starts ranks 0..tensorParallelSize × pipelineParallelSize - 1 exactly once, and the
+coordinator is told both sizes.
 
     helm_render_test.py --renderer BUILD/tests/helm/helm-render --bin-dir BUILD/bin --model M
 """
@@ -58,6 +59,8 @@ BAD_VALUES = [
     ({"model": {"source": "hostPath", "hostPath": {"path": "models"}}},
      "- model.hostPath.path: Does not match pattern '^/'"),
     ({"device": "tpu"}, '- device: device must be one of the following: "cpu", "cuda"'),
+    ({"pipelineParallelSize": 2, "device": "cuda"},
+     '- device: device does not match: "cpu"'),
     ({"workers": {"gpusPerNode": 0}}, "- workers.gpusPerNode: Must be greater than or equal to 1"),
     ({"tensorParalelSize": 2}, "- (root): Additional property tensorParalelSize is not allowed"),
     ({"tls": {"serverName": ""}},
@@ -257,6 +260,9 @@ class HelmRenderTest(unittest.TestCase):
                 coordinator = chart.container(chart.one(objects, "Deployment", "coordinator"),
                                               "coordinator")
                 world_size = int(chart.flag(coordinator["command"], "--world-size"))
+                stages = int(chart.flag(coordinator["command"], "--pipeline-parallel-size"))
+                self.assertEqual(stages, 2 if name == "pvc-long-names" else 1)
+                self.assertEqual(world_size % stages, 0)
                 ranks = sorted(int(chart.flag(argv, "--rank"))
                                for argv in self.run_all_worker_pods(objects))
                 self.assertEqual(ranks, list(range(world_size)))

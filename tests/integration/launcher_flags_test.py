@@ -21,7 +21,8 @@ import urllib.request
 from test_certificates import make_certificates
 from tpserve_cluster import coordinator_pid, die_with_parent, parsed_args, run_tests
 
-# Flags the launcher sets itself: --tp is the world size; the files and the token are its own.
+# Flags the launcher sets itself: --tp times --pipeline-parallel-size is the world size; the files
+# and the token are its own.
 LAUNCHERS_OWN = {"--world-size", "--port-file", "--http-port-file", "--admin-port-file",
                  "--cluster-token-file"}
 # Passed on by LocalCluster as two arguments, with the value the launcher was given.
@@ -72,6 +73,7 @@ class LauncherFlags(unittest.TestCase):
             "--max-stop-string-bytes": "100", "--max-stop-token-ids": "7", "--max-tools": "8",
             "--max-logit-bias": "9", "--max-bad-words": "10", "--max-constraint-bytes": "20000",
             "--grammar-compile-timeout": "11",
+            "--pipeline-parallel-size": "2",  # two stages of the one --tp rank: two workers
         }
         known = coordinator_flag_names(args.bin_dir)
         self.assertEqual(set(values) | LAUNCHERS_OWN, known,

@@ -3,9 +3,10 @@
 // some constrained to a regular expression) decode, and started again as a supervisor would. Within
 // the recovery grace every request is held, then recomputed, and its whole stream equals what the
 // same request streamed on the healthy cluster: no token repeated or missing, the same
-// log-probabilities. Past the grace they fail naming the rank and the cluster serves once the rank is
-// back. After kill-and-restart cycles the coordinator holds no KV block, no request, and not more
-// memory than it started with.
+// log-probabilities. Past the grace they fail naming the rank and the cluster serves once the rank
+// is back. After kill-and-restart cycles the coordinator holds no KV block, no request, and not
+// more memory than it started with. The same holds at three pipeline stages of one rank when the
+// middle stage's rank is the one lost.
 //
 // The cycles test runs TPSERVE_RECOVERY_CYCLES cycles (default 3); the full form is
 // TPSERVE_RECOVERY_CYCLES=10.
@@ -416,6 +417,33 @@ TEST(SurviveWorkerLossPastTheGrace, HeldRequestsFailNamingTheRankThenTheClusterS
   auto served = RunAll(**cluster, one, [](auto&) {});
   EXPECT_TRUE(served[0]->ok) << served[0]->error;
   EXPECT_GT(served[0]->chunks.load(), 0);
+  (*cluster)->StopAll();
+  std::filesystem::remove_all(options.log_dir);
+}
+
+TEST(SurviveWorkerLossInAPipeline, TheMiddleStagesRankKilledAndRestarted) {
+  LocalClusterOptions options = Options(60);
+  options.coordinator_args.insert(options.coordinator_args.end(),
+                                  {"--pipeline-parallel-size", "3"});  // rank 1: layers 10-19
+  auto cluster = StartServing(options, absl::Seconds(180));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::vector<Job> jobs = Jobs(kRequests);
+  auto healthy = RunAll(**cluster, jobs, [](auto&) {});
+  auto outcomes = RunAll(**cluster, jobs, [&](const auto& outcomes) {
+    ASSERT_TRUE(AwaitChunks(outcomes, kKilledAfter)) << LogTails(options);
+    (*cluster)->worker(1)->Signal(SIGKILL);
+    absl::SleepFor(absl::Seconds(2));
+    ASSERT_TRUE((*cluster)->RestartWorker(1).ok());
+  });
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(healthy[i]->ok) << i << ": " << healthy[i]->error;
+    ASSERT_TRUE(outcomes[i]->ok) << i << ": " << outcomes[i]->error << "\n" << LogTails(options);
+    EXPECT_EQ(outcomes[i]->texts, healthy[i]->texts) << i;
+    EXPECT_EQ(outcomes[i]->token_ids, healthy[i]->token_ids) << i;
+    EXPECT_EQ(outcomes[i]->logprobs, healthy[i]->logprobs) << i;
+  }
+  const std::map<std::string, double> metrics = Metrics(**cluster);
+  EXPECT_EQ(metrics.at("tpserve:recoveries_total"), 1);
   (*cluster)->StopAll();
   std::filesystem::remove_all(options.log_dir);
 }

@@ -9,7 +9,7 @@ target_sources(tp_worker PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/comm/nccl_communicator.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/comm/nccl_library.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/comm/single_rank_device_communicator.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_llama_model.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_forward_pass.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_logits_processor.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cuda/device_weights.cc
 )

@@ -52,9 +52,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default (printf "%s-%s" .Chart.AppVersion .Values.device)) }}
 {{- end }}
 
-{{/* Worker pods: tensorParallelSize / gpusPerNode (the schema makes this exact). */}}
+{{/* Worker ranks in all: tensorParallelSize × pipelineParallelSize. */}}
+{{- define "tpserve.worldSize" -}}
+{{- mul .Values.tensorParallelSize (.Values.pipelineParallelSize | default 1) }}
+{{- end }}
+
+{{/* Worker pods: the ranks / gpusPerNode (the schema makes this exact). */}}
 {{- define "tpserve.workerPods" -}}
-{{- div .Values.tensorParallelSize .Values.workers.gpusPerNode }}
+{{- div (include "tpserve.worldSize" . | int) .Values.workers.gpusPerNode }}
 {{- end }}
 
 {{/* host:port at which the workers reach the coordinator's ClusterService: its headless

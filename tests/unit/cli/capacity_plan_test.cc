@@ -117,6 +117,48 @@ TEST(PlanCapacity, Llama3_8bOnOneGpu) {
   EXPECT_EQ(r->allreduce_ms, 0);
 }
 
+// Llama-3-70B bf16 at TP 8 × PP 2 on two nodes of 8 H100s (79.65 GiB, 90% usable, 1 GiB of
+// overhead, 3.35 TB/s). Each stage holds 40 layers of the TP 8 layer above (213,942,272 B):
+// 8,557,690,880 B. Stage 0 adds the embedding (2,101,346,304): 10,659,037,184 B; stage 1 its
+// lm_head rows (262,668,288) and the final norm (16,384): 8,820,375,552 B. KV 2·40·128·2 = 20,480
+// B a token on each. Memory left: 76,993,812,070.4 − weights − 1,073,741,824 = 65,238,403,645.44
+// B on stage 0 = 199,091 blocks of 327,680 B; 67,077,065,277.44 B on stage 1 = 204,702 blocks.
+// The pool is the smaller: 199,091 blocks = 3,185,456 tokens = 388 sequences of 8192. A token
+// reads 40 layers, one embedding row and 8192·20,480 of KV on stage 0 (8,725,479,424 B) and 40
+// layers, the lm_head rows and the KV on stage 1 (8,988,131,328 B): 17,713,610,752 B = 5.2876 ms
+// at 3.35 TB/s. Each stage's 80 all-reduces stay on its node's NVLink: 2 · 0.80510 = 1.6102 ms.
+// One hop between the stages over the network: 25 µs + 16,384 / 50e9 s = 0.025328 ms. Against
+// TP 16 over the same two nodes, whose 160 all-reduces cross the network (4.0983 ms above).
+TEST(PlanCapacity, Llama3_70bBf16AtTp8Pp2OnTwoH100Nodes) {
+  PlanHardware hw;
+  hw.tp = 8;
+  hw.pp = 2;
+  hw.gpu_memory_gib = 79.65;
+  hw.hbm_tb_per_s = 3.35;
+  auto r = PlanCapacity(Llama3(80, 8192, 64, 28672), PlanDtype::kBf16, PlanDtype::kBf16, hw, 8192);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->stages.size(), 2u);
+  EXPECT_EQ(r->stages[0].first_layer, 0);
+  EXPECT_EQ(r->stages[0].layers, 40);
+  EXPECT_EQ(r->stages[1].first_layer, 40);
+  EXPECT_EQ(r->stages[0].rank_weight_bytes, 10'659'037'184);
+  EXPECT_EQ(r->stages[1].rank_weight_bytes, 8'820'375'552);
+  EXPECT_EQ(r->stages[0].kv_bytes_per_token, 20'480);
+  EXPECT_EQ(r->stages[0].kv_blocks, 199'091);
+  EXPECT_EQ(r->stages[1].kv_blocks, 204'702);
+  EXPECT_EQ(r->stages[0].decode_read_bytes, 8'725'479'424);
+  EXPECT_EQ(r->stages[1].decode_read_bytes, 8'988'131'328);
+  EXPECT_EQ(r->rank_weight_bytes, 10'659'037'184);
+  EXPECT_EQ(r->kv_blocks, 199'091);
+  EXPECT_EQ(r->kv_tokens, 3'185'456);
+  EXPECT_EQ(r->sequences, 388);
+  EXPECT_EQ(r->nodes, 2);
+  EXPECT_NEAR(r->decode_ms, 5.2876, 1e-4);
+  EXPECT_NEAR(r->stages[0].allreduce_ms, 0.80510, 1e-5);
+  EXPECT_NEAR(r->allreduce_ms, 1.6102, 1e-4);
+  EXPECT_NEAR(r->p2p_ms, 0.025328, 1e-6);
+}
+
 TEST(PlanCapacity, SaysWhatDoesNotFit) {
   PlanHardware small = H200(1);
   small.gpu_memory_gib = 80;
@@ -129,6 +171,11 @@ TEST(PlanCapacity, SaysWhatDoesNotFit) {
       PlanCapacity(Llama3(80, 8192, 64, 28672), PlanDtype::kBf16, PlanDtype::kBf16, H200(3), 8192);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("--tp"), std::string::npos) << bad.status();
+  PlanHardware stages = H200(8);
+  stages.pp = 81;
+  bad = PlanCapacity(Llama3(80, 8192, 64, 28672), PlanDtype::kBf16, PlanDtype::kBf16, stages, 8192);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "--pp: between 1 and the model's 80 layers");
 }
 
 // The planner reads a folder's config.json as the folder loader does (model/hf_folder.h).

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace tpserve {
@@ -27,6 +28,8 @@ CoordinatorFlags Parse(std::vector<std::string> args) {
 ModelConfig Model() {
   ModelConfig config;
   config.num_layers = 30;
+  config.num_heads = 9;
+  config.num_kv_heads = 3;
   config.context_length = 8192;
   config.vocab_size = 49152;
   return config;
@@ -105,6 +108,49 @@ TEST(ServingPlan, RefusesFlagsThatCannotServe) {
             "--self-spec-layers 30: the draft must be fewer layers than the model's 30");
   plan = MakeServingPlan(Parse({"--speculative", "draft"}), Model());
   EXPECT_EQ(plan.status().message(), "--speculative draft needs --draft-model");
+}
+
+TEST(ServingPlan, PipelineStagesSplitTheWorld) {
+  CoordinatorFlags flags = Parse({"--pipeline-parallel-size", "3", "--speculative", "ngram"});
+  flags.world_size = 9;
+  absl::StatusOr<ServingPlan> plan = MakeServingPlan(flags, Model());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->init.pipeline_size, 3);
+  EXPECT_FALSE(plan->init.relay_steps);  // the coordinator sends every rank of a pipeline its step
+  flags = Parse({"--pp", "2"});
+  flags.world_size = 2;
+  plan = MakeServingPlan(flags, Model());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->init.pipeline_size, 2);
+  plan = MakeServingPlan(Parse({}), Model());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->init.pipeline_size, 1);
+  EXPECT_TRUE(plan->init.relay_steps);
+
+  flags = Parse({"--pipeline-parallel-size", "2"});
+  flags.world_size = 3;
+  EXPECT_EQ(MakeServingPlan(flags, Model()).status().message(),
+            "--pipeline-parallel-size 2 does not divide --world-size 3");
+  flags = Parse({"--pipeline-parallel-size", "31"});
+  flags.world_size = 62;
+  EXPECT_EQ(MakeServingPlan(flags, Model()).status().message(),
+            "--world-size 62 in 31 stage(s): pipeline stage 0 of 31: this model's 30 layers make 1 "
+            "to 30 stages");
+  flags = Parse({"--pipeline-parallel-size", "2"});
+  flags.world_size = 4;  // stages of 2 ranks cannot split 9 heads
+  EXPECT_TRUE(absl::StrContains(MakeServingPlan(flags, Model()).status().message(),
+                                "tensor-parallel size 2 cannot split"));
+  for (const std::vector<std::string>& refused :
+       {std::vector<std::string>{"--device", "cuda"},
+        {"--speculative", "self"},
+        {"--speculative", "draft", "--draft-model", kModel}}) {
+    std::vector<std::string> args = {"--pipeline-parallel-size", "2"};
+    args.insert(args.end(), refused.begin(), refused.end());
+    flags = Parse(args);
+    flags.world_size = 2;
+    EXPECT_EQ(MakeServingPlan(flags, Model()).status().code(), absl::StatusCode::kInvalidArgument)
+        << refused[1];
+  }
 }
 
 TEST(ServingPlan, EngineOptionsFromFlagsAndTheLoadedModel) {

@@ -1,4 +1,4 @@
-// Teacher-forced logits of LlamaModel against llama.cpp's, written by scripts/make-golden.py:
+// Teacher-forced logits of CpuForwardPass against llama.cpp's, written by scripts/make-golden.py:
 // - logits_top20.json: llama.cpp on the same weights decoded to F32 by the `gguf` package, F32 KV
 //   cache. With CpuWeights::kFp32 tpserve computes in fp32 on weights decoded at load, so this is
 //   the model's exact function computed twice, and the two must agree to fp32 rounding.
@@ -16,7 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/forward_batch.h"
-#include "worker/model_loader.h"
+#include "worker/loaded_shard.h"
 
 namespace tpserve {
 namespace {
@@ -95,7 +95,7 @@ class LogitsMatchLlamaCpp : public ::testing::Test {
     options.kv_cache_blocks = blocks;
     options.cpu_weights = weights;
     options.kv_cache_fp8 = kv_cache_fp8;
-    auto runner = LoadRankModel(options, &comm_);
+    auto runner = LoadShard(options, &comm_);
     ASSERT_TRUE(runner.ok()) << runner.status()
                              << " (run scripts/fetch-model.sh to fetch the model)";
     runner_ = std::move(runner).value();
@@ -109,7 +109,7 @@ class LogitsMatchLlamaCpp : public ::testing::Test {
       builder.AddSequence(prompt.ids, 0, TakeBlocks(prompt.ids.size()), /*all_logits=*/true);
     }
     std::vector<float> logits;
-    const absl::Status status = runner_->model().Forward(builder.Build(), &logits);
+    const absl::Status status = runner_->forward_pass().Forward(builder.Build(), &logits);
     EXPECT_TRUE(status.ok()) << status;
     return logits;
   }
@@ -126,7 +126,7 @@ class LogitsMatchLlamaCpp : public ::testing::Test {
 
   SingleRankCommunicator comm_;
   std::vector<GoldenPrompt> golden_;
-  std::unique_ptr<RankModel> runner_;
+  std::unique_ptr<LoadedShard> runner_;
   int64_t vocab_ = 0;
   int64_t next_ = 0;
 };
@@ -250,7 +250,7 @@ TEST(KvCacheBudget, Fp8HoldsFourTimesTheBlocksOfFp32) {
     options.model_path = TPSERVE_MODEL_PATH;
     options.kv_cache_bytes = int64_t{24} << 20;
     options.kv_cache_fp8 = fp8;
-    auto runner = LoadRankModel(options, &comm);
+    auto runner = LoadShard(options, &comm);
     ASSERT_TRUE(runner.ok()) << runner.status();
     EXPECT_EQ((*runner)->kv_shape().fp8, fp8);
     EXPECT_LE((*runner)->kv_shape().num_blocks * (*runner)->kv_shape().bytes_per_block(),
@@ -267,7 +267,7 @@ TEST(Fp8Weights, OnTheCpuAreRefusedNamingTheFlag) {
   ModelRunnerOptions options;
   options.model_path = TPSERVE_MODEL_PATH;
   options.weights_fp8 = true;
-  auto runner = LoadRankModel(options, &comm);
+  auto runner = LoadShard(options, &comm);
   ASSERT_FALSE(runner.ok());
   EXPECT_EQ(runner.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(runner.status().message().find("--quantization fp8"), std::string::npos)
@@ -288,7 +288,7 @@ TEST_P(ChunkedPrefill, EqualsWholePrompt) {
   {
     ForwardBatchBuilder builder(kBlockSize);
     builder.AddSequence(prompt.ids, 0, TakeBlocks(n), /*all_logits=*/true);
-    ASSERT_TRUE(runner_->model().Forward(builder.Build(), &whole).ok());
+    ASSERT_TRUE(runner_->forward_pass().Forward(builder.Build(), &whole).ok());
   }
   const std::vector<int32_t> table = TakeBlocks(n);
   constexpr int64_t kChunk = 13;
@@ -300,7 +300,7 @@ TEST_P(ChunkedPrefill, EqualsWholePrompt) {
     builder.AddSequence(absl::MakeConstSpan(prompt.ids).subspan(start, len),
                         static_cast<int32_t>(start), table, /*all_logits=*/true);
     std::vector<float> chunk;
-    ASSERT_TRUE(runner_->model().Forward(builder.Build(), &chunk).ok());
+    ASSERT_TRUE(runner_->forward_pass().Forward(builder.Build(), &chunk).ok());
     for (int64_t i = 0; i < len; ++i) {
       const float* ours = chunk.data() + i * vocab_;
       const float* ref = whole.data() + (start + i) * vocab_;

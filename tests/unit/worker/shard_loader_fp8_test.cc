@@ -1,8 +1,8 @@
-// LoadShard over an FP8 checkpoint (tests/unit/worker/fp8_checkpoint_view.h): a CUDA rank keeps
-// each projection's E4M3 codes and row scales exactly as the checkpoint holds them, for its own
-// rows (column-parallel) or columns (row-parallel); a CPU rank gets the same weights decoded, each
-// value code * scale. Checked element by element against the view's tensors, at tp 1 and 2, with
-// per-channel and per-tensor scales.
+// LoadShardWeights over an FP8 checkpoint (tests/unit/worker/fp8_checkpoint_view.h): a CUDA rank
+// keeps each projection's E4M3 codes and row scales exactly as the checkpoint holds them, for its
+// own rows (column-parallel) or columns (row-parallel); a CPU rank gets the same weights decoded,
+// each value code * scale. Checked element by element against the view's tensors, at tp 1 and 2,
+// with per-channel and per-tensor scales.
 #include <unistd.h>
 
 #include <cstdint>
@@ -96,7 +96,8 @@ TEST_P(ShardLoaderFp8Test, RanksKeepOrDecodeTheirSlices) {
       for (const bool keep : {true, false}) {
         SCOPED_TRACE(::testing::Message()
                      << "rank " << rank << "/" << world << (keep ? " codes" : " decoded"));
-        auto weights = LoadShard(*view_, config_, *layout, ShardFormats{CpuWeights::kPacked, keep});
+        auto weights =
+            LoadShardWeights(*view_, config_, *layout, ShardFormats{CpuWeights::kPacked, keep});
         ASSERT_TRUE(weights.ok()) << weights.status();
         const LayerWeights& l = weights->layers[1];
         ASSERT_EQ(l.qkv.type, keep ? GgmlType::kF8E4M3 : GgmlType::kF32);

@@ -1,8 +1,8 @@
-// LoadShard's KV-cache scales (KCacheScaleName, VCacheScaleName): each rank gets the scales of its
-// own KV heads, from a tensor with one per KV head or one for the layer, F32 or BF16; a layer
-// without one gets 1. Tensor parallel 1, 2 and 4 split the 4 KV heads; 8 replicates them (each
-// rank holds the KV head of its query heads). A tensor of another size, or a scale that is not
-// finite and at least FLT_MIN, is refused naming the tensor.
+// LoadShardWeights's KV-cache scales (KCacheScaleName, VCacheScaleName): each rank gets the scales
+// of its own KV heads, from a tensor with one per KV head or one for the layer, F32 or BF16; a
+// layer without one gets 1. Tensor parallel 1, 2 and 4 split the 4 KV heads; 8 replicates them
+// (each rank holds the KV head of its query heads). A tensor of another size, or a scale that is
+// not finite and at least FLT_MIN, is refused naming the tensor.
 #include <unistd.h>
 
 #include <cmath>
@@ -105,7 +105,7 @@ class ShardLoaderKvScalesTest : public ::testing::Test {
   absl::StatusOr<ModelWeights> Load(const GgufFile& view, int rank, int world) {
     absl::StatusOr<ShardLayout> layout = ShardLayout::Make(config_, rank, world);
     EXPECT_TRUE(layout.ok()) << layout.status();
-    return LoadShard(view, config_, *layout, ShardFormats{CpuWeights::kPacked, false});
+    return LoadShardWeights(view, config_, *layout, ShardFormats{CpuWeights::kPacked, false});
   }
 
   std::string path_;

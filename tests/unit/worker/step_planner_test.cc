@@ -26,7 +26,7 @@ KvCacheShape Pool() {
 }
 
 TEST(StepPlannerTest, RefusedStepAddsNoSequence) {
-  StepPlanner planner(/*vocab_size=*/100, /*context_length=*/64, Pool(), /*rank=*/0);
+  StepPlanner planner(/*vocab_size=*/100, /*context_length=*/64, Pool(), /*samples=*/true);
   const v1::StepRequest bad = Step(
       "new_sequences { seq_id: 1 sampling { temperature: 0 top_p: 1 repetition_penalty: 1 } "
       "prompt_token_ids: [1, 2] }"
@@ -40,7 +40,7 @@ TEST(StepPlannerTest, RefusedStepAddsNoSequence) {
 }
 
 TEST(StepPlannerTest, NextStartMustFallInsideTheLastStepsDrafts) {
-  StepPlanner planner(100, 64, Pool(), 0);
+  StepPlanner planner(100, 64, Pool(), true);
   const v1::StepRequest first = Step(
       "new_sequences { seq_id: 1 sampling { temperature: 0 top_p: 1 repetition_penalty: 1 } "
       "prompt_token_ids: [1, 2] }"
@@ -64,7 +64,7 @@ TEST(StepPlannerTest, NextStartMustFallInsideTheLastStepsDrafts) {
 // Blocks that held only rejected drafts were freed by the coordinator: the table is cut to
 // kept_blocks before new_block_ids are appended, never below the positions before the start.
 TEST(StepPlannerTest, KeptBlocksCutTheTableBeforeNewBlocks) {
-  StepPlanner planner(100, 64, Pool(), 0);
+  StepPlanner planner(100, 64, Pool(), true);
   const v1::StepRequest first = Step(
       "new_sequences { seq_id: 1 sampling { temperature: 0 top_p: 1 repetition_penalty: 1 } "
       "prompt_token_ids: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] }"

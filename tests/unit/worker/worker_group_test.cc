@@ -17,7 +17,7 @@
 #include "kernels/cpu/sampling.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/forward_batch.h"
-#include "worker/model_loader.h"
+#include "worker/loaded_shard.h"
 #include "worker/worker_server.h"
 
 namespace tpserve {
@@ -171,7 +171,7 @@ TEST_P(WorkerGroup, ThreeCpuRanksDecodeLikeOneAndSurviveReforming) {
     ModelRunnerOptions options;
     options.model_path = TPSERVE_MODEL_PATH;
     options.kv_cache_blocks = kBlocks;
-    auto runner = LoadRankModel(options, &comm);
+    auto runner = LoadShard(options, &comm);
     ASSERT_TRUE(runner.ok()) << runner.status();
     std::vector<int32_t> run = kPrompt;
     int32_t position = 0;
@@ -179,7 +179,7 @@ TEST_P(WorkerGroup, ThreeCpuRanksDecodeLikeOneAndSurviveReforming) {
     for (int i = 0; i < kSteps; ++i) {
       ForwardBatchBuilder builder(kBlockSize);
       builder.AddSequence(run, position, std::vector<int32_t>{2, 7}, false);
-      ASSERT_TRUE((*runner)->model().Forward(builder.Build(), &logits).ok());
+      ASSERT_TRUE((*runner)->forward_pass().Forward(builder.Build(), &logits).ok());
       expected.push_back(cpu::Argmax(logits.data(), static_cast<int64_t>(logits.size())));
       position += static_cast<int32_t>(run.size());
       run = {expected.back()};

@@ -55,7 +55,7 @@ class WorkerServerTest : public ::testing::Test {
     runner_options.model_path = TPSERVE_MODEL_PATH;
     runner_options.block_size = kBlockSize;
     runner_options.kv_cache_blocks = kBlocks;
-    auto runner = LoadRankModel(runner_options, comm_);
+    auto runner = LoadShard(runner_options, comm_);
     ASSERT_TRUE(runner.ok()) << runner.status();
     reference_ = runner->release();
   }
@@ -110,13 +110,13 @@ class WorkerServerTest : public ::testing::Test {
     ForwardBatchBuilder builder(kBlockSize);
     builder.AddSequence(tokens, start, table, all_logits);
     std::vector<float> logits;
-    EXPECT_TRUE(reference_->model().Forward(builder.Build(), &logits).ok());
+    EXPECT_TRUE(reference_->forward_pass().Forward(builder.Build(), &logits).ok());
     return logits;
   }
 
   static WorkerServer* server_;
   static SingleRankCommunicator* comm_;
-  static RankModel* reference_;
+  static LoadedShard* reference_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   int64_t vocab_ = 0;
   uint64_t step_id_ = 0;
@@ -124,7 +124,7 @@ class WorkerServerTest : public ::testing::Test {
 
 WorkerServer* WorkerServerTest::server_ = nullptr;
 SingleRankCommunicator* WorkerServerTest::comm_ = nullptr;
-RankModel* WorkerServerTest::reference_ = nullptr;
+LoadedShard* WorkerServerTest::reference_ = nullptr;
 
 v1::ScheduledSequence* Schedule(v1::StepRequest* request, uint64_t seq_id,
                                 const std::vector<int32_t>& tokens, int32_t start,

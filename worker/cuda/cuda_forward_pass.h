@@ -1,6 +1,6 @@
 // The Llama forward pass of one tensor-parallel rank on a CUDA device: bf16 weights, activations
 // and KV pool in device memory (plain cudaMalloc), fp32 inside every kernel. The same layer as
-// the CPU LlamaModel (worker/llama_model.h), fused where the kernels allow:
+// CpuForwardPass (worker/cpu_forward_pass.h), fused where the kernels allow:
 //   embedding → [AddRmsNorm → QKV GEMM → + QKV bias (Qwen2) → split, RoPE (the CPU model's pair
 //   layout and frequency table) and KV write in one kernel → paged attention → o_proj GEMM →
 //   all-reduce → AddRmsNorm → gate_up GEMM → SiLU·mul → down GEMM → all-reduce] × layers →
@@ -45,13 +45,13 @@
 #include "worker/cuda/cuda_logits_processor.h"
 #include "worker/cuda/device_weights.h"
 #include "worker/cuda_backend.h"
-#include "worker/model_loader.h"
+#include "worker/forward_pass.h"
+#include "worker/loaded_shard.h"
 #include "worker/step_inputs.h"
-#include "worker/step_model.h"
 
 namespace tpserve::cuda {
 
-class CudaLlamaModel : public StepModel {
+class CudaForwardPass : public ForwardPass {
  public:
   // Loads onto options.cuda.device (made current on the calling thread, which must be the one
   // that runs Forward). `comm` (the layout's rank and world size; an NcclCommunicator on the same
@@ -59,7 +59,7 @@ class CudaLlamaModel : public StepModel {
   // collectives. FAILED_PRECONDITION without a usable device, RESOURCE_EXHAUSTED when the
   // weights, buffers or pool do not fit, INVALID_ARGUMENT for shapes the kernels do not support.
   // `device` is options.cuda.device as SelectCudaDevice found it.
-  static absl::StatusOr<std::unique_ptr<CudaLlamaModel>> Create(
+  static absl::StatusOr<std::unique_ptr<CudaForwardPass>> Create(
       const ModelRunnerOptions& options, const CudaDeviceChoice& device, const ModelConfig& config,
       const ShardLayout& layout, ModelWeights weights, DeviceCommunicator* comm);
 
@@ -93,8 +93,8 @@ class CudaLlamaModel : public StepModel {
     CudaGraphExec exec;
   };
 
-  CudaLlamaModel(const ModelConfig& config, const ShardLayout& layout, DeviceCommunicator* comm,
-                 const CudaRunnerOptions& options, CudaStream stream);
+  CudaForwardPass(const ModelConfig& config, const ShardLayout& layout, DeviceCommunicator* comm,
+                  const CudaRunnerOptions& options, CudaStream stream);
 
   // FP8 linears (--quantization fp8, or an FP8 checkpoint): how the scales enter the products
   // (Gemm::ChooseFp8Mode over the layer's shapes; the epilogue if any shape needs it), logged.

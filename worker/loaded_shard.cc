@@ -1,4 +1,4 @@
-#include "worker/model_loader.h"
+#include "worker/loaded_shard.h"
 
 #include <algorithm>
 
@@ -7,22 +7,23 @@
 #include "common/status_macros.h"
 #include "model/hf_folder.h"
 #include "model/shard_layout.h"
+#include "worker/cpu_forward_pass.h"
 #include "worker/cuda_backend.h"
-#include "worker/llama_model.h"
 #include "worker/shard_loader.h"
 #if TPSERVE_WITH_CUDA
-#include "worker/cuda/cuda_llama_model.h"
+#include "worker/cuda/cuda_forward_pass.h"
 #endif
 
 namespace tpserve {
 namespace {
 
-absl::StatusOr<std::unique_ptr<StepModel>> CreateCpuModel(const ModelRunnerOptions& options,
-                                                          const ModelConfig& config,
-                                                          const ShardLayout& layout,
-                                                          ModelWeights weights,
-                                                          Communicator* comm) {
-  KvCacheShape shape = KvCacheShape::For(config.num_layers, layout.kv_heads.size, config.head_dim,
+absl::StatusOr<std::unique_ptr<ForwardPass>> CreateCpuModel(const ModelRunnerOptions& options,
+                                                            const ModelConfig& config,
+                                                            const ShardLayout& layout,
+                                                            ModelWeights weights,
+                                                            Communicator* comm) {
+  // A pipeline stage's pool holds its own layers, under the coordinator's block ids.
+  KvCacheShape shape = KvCacheShape::For(layout.layers.size, layout.kv_heads.size, config.head_dim,
                                          options.block_size, /*cuda=*/false, options.kv_cache_fp8);
   shape.num_blocks = options.kv_cache_blocks > 0 ? options.kv_cache_blocks
                                                  : options.kv_cache_bytes / shape.bytes_per_block();
@@ -42,14 +43,15 @@ absl::StatusOr<std::unique_ptr<StepModel>> CreateCpuModel(const ModelRunnerOptio
           comm->rank(), comm->world_size(), weights.resident_bytes() / 1048576.0,
           static_cast<long long>(shape.num_blocks),
           shape.num_blocks * shape.bytes_per_block() / 1048576.0, shape.fp8 ? "FP8 E4M3" : "fp32");
-  return std::make_unique<LlamaModel>(config, layout, std::move(weights), comm, shape);
+  return std::make_unique<CpuForwardPass>(config, layout, std::move(weights), comm, options.links,
+                                          shape);
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOptions& options,
-                                                         Communicator* comm,
-                                                         DeviceCommunicator* device_comm) {
+absl::StatusOr<std::unique_ptr<LoadedShard>> LoadShard(const ModelRunnerOptions& options,
+                                                       Communicator* comm,
+                                                       DeviceCommunicator* device_comm) {
   if (options.block_size <= 0 || options.kv_cache_blocks < 0 || options.kv_cache_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "block size (", options.block_size, ") must be positive, KV cache blocks (",
@@ -75,7 +77,7 @@ absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOption
   if (options.device == Device::kCuda) {  // Before loading: say at once when there is no GPU.
     ASSIGN_OR_RETURN(cuda_device, SelectCudaDevice(options.cuda.device, comm->rank()));
   }
-  std::unique_ptr<RankModel> runner(new RankModel());
+  std::unique_ptr<LoadedShard> runner(new LoadedShard());
   ASSIGN_OR_RETURN(runner->file_, OpenModel(options.model_path));
   ASSIGN_OR_RETURN(runner->config_, ModelConfig::FromGguf(*runner->file_));
   if (options.num_layers > 0) {
@@ -86,8 +88,21 @@ absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOption
     }
     runner->config_.num_layers = options.num_layers;
   }
-  ASSIGN_OR_RETURN(const ShardLayout layout,
-                   ShardLayout::Make(runner->config_, comm->rank(), comm->world_size()));
+  if (options.pipeline_stages > 1 &&
+      (options.device == Device::kCuda || options.links == nullptr || options.num_layers > 0)) {
+    return absl::InvalidArgumentError(
+        "pipeline stages run on CPU ranks, with links to their neighbours, over the whole model");
+  }
+  ASSIGN_OR_RETURN(runner->layout_,
+                   ShardLayout::Make(runner->config_, comm->rank(), comm->world_size(),
+                                     options.pipeline_stage, options.pipeline_stages));
+  const ShardLayout& layout = runner->layout_;
+  if (options.pipeline_stages > 1) {
+    LogInfo("runner", "rank %d/%d of pipeline stage %d/%d: layers %lld to %lld of %d", comm->rank(),
+            comm->world_size(), layout.stage, layout.num_stages,
+            static_cast<long long>(layout.layers.begin),
+            static_cast<long long>(layout.layers.end() - 1), runner->config_.num_layers);
+  }
   LogInfo("runner", "rank %d/%d: loading %s (%s)", comm->rank(), comm->world_size(),
           options.model_path, runner->config_.DebugString());
   if (options.device == Device::kCpu) {
@@ -98,19 +113,19 @@ absl::StatusOr<std::unique_ptr<RankModel>> LoadRankModel(const ModelRunnerOption
             static_cast<double>(ParameterCount(runner->config_)) / 1e9);
   }
   ASSIGN_OR_RETURN(ModelWeights weights,
-                   LoadShard(*runner->file_, runner->config_, layout,
-                             ShardFormats{options.cpu_weights,
-                                          /*keep_fp8=*/options.device == Device::kCuda},
-                             options.load_progress));
+                   LoadShardWeights(*runner->file_, runner->config_, layout,
+                                    ShardFormats{options.cpu_weights,
+                                                 /*keep_fp8=*/options.device == Device::kCuda},
+                                    options.load_progress));
 #if TPSERVE_WITH_CUDA
   if (options.device == Device::kCuda) {
-    ASSIGN_OR_RETURN(runner->model_,
-                     cuda::CudaLlamaModel::Create(options, cuda_device, runner->config_, layout,
-                                                  std::move(weights), device_comm));
+    ASSIGN_OR_RETURN(runner->forward_pass_,
+                     cuda::CudaForwardPass::Create(options, cuda_device, runner->config_, layout,
+                                                   std::move(weights), device_comm));
     return runner;
   }
 #endif
-  ASSIGN_OR_RETURN(runner->model_,
+  ASSIGN_OR_RETURN(runner->forward_pass_,
                    CreateCpuModel(options, runner->config_, layout, std::move(weights), comm));
   return runner;
 }

@@ -6,7 +6,9 @@
 // scaling makes them) → KV write into the paged pool → paged causal GQA attention → o_proj
 // (row-parallel) → all-reduce → residual; RMSNorm → gate/up (column-parallel) → SiLU·mul → down
 // (row-parallel) → all-reduce → residual. The final norm and the vocab-parallel lm_head run only
-// for the tokens whose logits are wanted, and the logits are gathered on rank 0.
+// for the tokens whose logits are wanted, and the logits are gathered on rank 0. A pipeline stage
+// runs its own layers: it takes the previous stage's residual stream instead of the embedding, and
+// all but the last hand theirs to the next stage instead of computing logits.
 #pragma once
 
 #include <cstdint>
@@ -18,18 +20,20 @@
 #include "model/model_config.h"
 #include "model/shard_layout.h"
 #include "worker/comm/communicator.h"
+#include "worker/comm/pipeline_links.h"
 #include "worker/forward_batch.h"
+#include "worker/forward_pass.h"
 #include "worker/kv_cache.h"
 #include "worker/model_weights.h"
-#include "worker/step_model.h"
 
 namespace tpserve {
 
-class LlamaModel : public StepModel {
+class CpuForwardPass : public ForwardPass {
  public:
-  // `comm` must outlive the model. The pool's shape must match the layout.
-  LlamaModel(const ModelConfig& config, const ShardLayout& layout, ModelWeights weights,
-             Communicator* comm, const KvCacheShape& kv_shape);
+  // `comm` (the stage's tensor-parallel group) and `links` (null for one stage) must outlive the
+  // model. The pool's shape must match the layout: one layer per layer of the stage.
+  CpuForwardPass(const ModelConfig& config, const ShardLayout& layout, ModelWeights weights,
+                 Communicator* comm, PipelineLinks* links, const KvCacheShape& kv_shape);
 
   absl::Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override;
   const KvCacheShape& kv_shape() const override { return kv_cache_.shape(); }
@@ -52,6 +56,7 @@ class LlamaModel : public StepModel {
   const ShardLayout layout_;
   const ModelWeights weights_;
   Communicator* const comm_;
+  PipelineLinks* const links_;
   KvCache kv_cache_;
   KvObserver kv_observer_;
   // A step's activations, kept between steps at the largest size seen.

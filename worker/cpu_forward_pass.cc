@@ -1,4 +1,4 @@
-#include "worker/llama_model.h"
+#include "worker/cpu_forward_pass.h"
 
 #include <cmath>
 
@@ -26,15 +26,19 @@ float* Sized(std::vector<float>& v, int64_t n) {
 
 }  // namespace
 
-LlamaModel::LlamaModel(const ModelConfig& config, const ShardLayout& layout, ModelWeights weights,
-                       Communicator* comm, const KvCacheShape& kv_shape)
+CpuForwardPass::CpuForwardPass(const ModelConfig& config, const ShardLayout& layout,
+                               ModelWeights weights, Communicator* comm, PipelineLinks* links,
+                               const KvCacheShape& kv_shape)
     : config_(config),
       layout_(layout),
       weights_(std::move(weights)),
       comm_(comm),
+      links_(links),
       kv_cache_(kv_shape) {
   TP_CHECK(comm_->rank() == layout_.rank && comm_->world_size() == layout_.world_size);
-  TP_CHECK(kv_shape.num_layers == config_.num_layers);
+  TP_CHECK(layout_.num_stages == 1 || links_ != nullptr);
+  TP_CHECK(kv_shape.num_layers == layout_.layers.size &&
+           static_cast<int64_t>(weights_.layers.size()) == layout_.layers.size);
   TP_CHECK(kv_shape.num_kv_heads == layout_.kv_heads.size);
   TP_CHECK(kv_shape.head_dim == config_.head_dim);
   TP_CHECK(static_cast<int64_t>(weights_.rope_inv_freq.size()) == config_.rope_dims / 2);
@@ -44,7 +48,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, const ShardLayout& layout, Mod
   }
 }
 
-absl::Status LlamaModel::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
+absl::Status CpuForwardPass::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
   RETURN_IF_ERROR(ValidateForwardBatch(batch, config_, kv_cache_.shape()));
   const int64_t n = batch.num_tokens();
   const int64_t hidden = config_.hidden_size;
@@ -52,8 +56,12 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, std::vector<float>* 
   float* residual = Sized(buffers_.residual, n * hidden);  // [n, hidden]
   float* normed = Sized(buffers_.normed, n * hidden);      // [n, hidden]
   float* partial = Sized(buffers_.partial, n * hidden);    // this rank's share before all-reduce
-  LookupRows(weights_.token_embedding, batch.token_ids.data(), n, residual);
-  for (int layer = 0; layer < config_.num_layers; ++layer) {
+  if (layout_.first_stage()) {
+    LookupRows(weights_.token_embedding, batch.token_ids.data(), n, residual);
+  } else {
+    RETURN_IF_ERROR(links_->Receive(residual, n * hidden));
+  }
+  for (int layer = 0; layer < layout_.layers.size; ++layer) {  // this stage's, from 0
     const LayerWeights& w = weights_.layers[layer];
     cpu::RmsNorm(residual, w.attn_norm.data(), n, hidden, eps, normed);
     Attention(layer, batch, normed, partial);
@@ -64,10 +72,15 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, std::vector<float>* 
     RETURN_IF_ERROR(comm_->AllReduceSum(partial, n * hidden));
     for (int64_t i = 0; i < n * hidden; ++i) residual[i] += partial[i];
   }
+  if (!layout_.last_stage()) {
+    logits->clear();
+    return links_->Send(residual, n * hidden);
+  }
   return Logits(batch, residual, logits);
 }
 
-void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* normed, float* out) {
+void CpuForwardPass::Attention(int layer, const ForwardBatch& batch, const float* normed,
+                               float* out) {
   const LayerWeights& w = weights_.layers[layer];
   const int64_t n = batch.num_tokens();
   const int64_t hidden = config_.hidden_size;
@@ -133,7 +146,7 @@ void LlamaModel::Attention(int layer, const ForwardBatch& batch, const float* no
   ApplyLinear(w.attn_output, attn, n, out);
 }
 
-void LlamaModel::Mlp(int layer, const float* normed, int64_t num_tokens, float* out) {
+void CpuForwardPass::Mlp(int layer, const float* normed, int64_t num_tokens, float* out) {
   const LayerWeights& w = weights_.layers[layer];
   const int64_t ffn = layout_.ffn.size;
   float* gate_up = Sized(buffers_.gate_up, num_tokens * 2 * ffn);  // [n, gate | up]
@@ -148,8 +161,8 @@ void LlamaModel::Mlp(int layer, const float* normed, int64_t num_tokens, float* 
   ApplyLinear(w.down, act, num_tokens, out);
 }
 
-absl::Status LlamaModel::Logits(const ForwardBatch& batch, const float* hidden_states,
-                                std::vector<float>* logits) {
+absl::Status CpuForwardPass::Logits(const ForwardBatch& batch, const float* hidden_states,
+                                    std::vector<float>* logits) {
   const int64_t hidden = config_.hidden_size;
   const int64_t m = batch.num_logits();
   float* selected = Sized(buffers_.selected, m * hidden);  // [m, hidden]

@@ -11,7 +11,7 @@
 //
 // The model: gpu_test_model.h. With random weights the logits are near-ties, so the
 // greedy-agreement check runs on the real model only.
-#include "worker/cuda/cuda_llama_model.h"
+#include "worker/cuda/cuda_forward_pass.h"
 
 #include <cuda_runtime_api.h>
 
@@ -27,10 +27,10 @@
 #include "tests/unit/worker/fp8_checkpoint_view.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/comm/single_rank_device_communicator.h"
+#include "worker/cpu_forward_pass.h"
 #include "worker/decode_buckets.h"
 #include "worker/forward_batch.h"
-#include "worker/llama_model.h"
-#include "worker/model_loader.h"
+#include "worker/loaded_shard.h"
 #include "worker/shard_loader.h"
 
 namespace tpserve {
@@ -50,8 +50,8 @@ struct RunnerConfig {
   bool weights_fp8 = false;
 };
 
-std::unique_ptr<RankModel> MakeRunner(const RunnerConfig& config, Communicator* comm,
-                                      DeviceCommunicator* device_comm) {
+std::unique_ptr<LoadedShard> MakeRunner(const RunnerConfig& config, Communicator* comm,
+                                        DeviceCommunicator* device_comm) {
   ModelRunnerOptions options;
   options.model_path = gpu_test::GetTestModel().path;
   options.device = config.device;
@@ -62,7 +62,7 @@ std::unique_ptr<RankModel> MakeRunner(const RunnerConfig& config, Communicator* 
   options.cuda.enforce_eager = config.enforce_eager;
   options.kv_cache_fp8 = config.kv_cache_fp8;
   options.weights_fp8 = config.weights_fp8;
-  auto runner = LoadRankModel(options, comm, device_comm);
+  auto runner = LoadShard(options, comm, device_comm);
   EXPECT_TRUE(runner.ok()) << runner.status();
   return runner.ok() ? *std::move(runner) : nullptr;
 }
@@ -84,9 +84,9 @@ int Argmax(const float* row, int64_t n) {
   return static_cast<int>(std::max_element(row, row + n) - row);
 }
 
-std::vector<float> Forward(RankModel& runner, const ForwardBatch& batch) {
+std::vector<float> Forward(LoadedShard& runner, const ForwardBatch& batch) {
   std::vector<float> logits;
-  const absl::Status status = runner.model().Forward(batch, &logits);
+  const absl::Status status = runner.forward_pass().Forward(batch, &logits);
   EXPECT_TRUE(status.ok()) << status;
   return logits;
 }
@@ -98,7 +98,7 @@ struct DecodeErrors {
   double vs_reference = 0;
   double graph_vs_eager = 0;
 };
-DecodeErrors RunDecodeSteps(RankModel& reference, RankModel& graphed, RankModel& eager) {
+DecodeErrors RunDecodeSteps(LoadedShard& reference, LoadedShard& graphed, LoadedShard& eager) {
   const int64_t vocab = reference.config().vocab_size;
   const std::vector<int> lengths = {5, 17, 33};
   std::vector<std::vector<int32_t>> tokens;
@@ -141,7 +141,7 @@ class CudaLlamaModelTest : public ::testing::Test {
 
   SingleRankCommunicator comm_;
   SingleRankDeviceCommunicator device_comm_;
-  std::unique_ptr<RankModel> cpu_;
+  std::unique_ptr<LoadedShard> cpu_;
 };
 
 TEST_F(CudaLlamaModelTest, PrefillLogitsMatchTheCpuWholeAndInChunks) {
@@ -149,7 +149,7 @@ TEST_F(CudaLlamaModelTest, PrefillLogitsMatchTheCpuWholeAndInChunks) {
   config.device = Device::kCuda;
   auto gpu = MakeRunner(config, &comm_, &device_comm_);
   ASSERT_NE(gpu, nullptr);
-  EXPECT_NE(gpu->model().device_name().find("cuda:0"), std::string::npos);
+  EXPECT_NE(gpu->forward_pass().device_name().find("cuda:0"), std::string::npos);
   const int64_t vocab = cpu_->config().vocab_size;
   const std::vector<int32_t> prompt = Prompt(45, 1);
   const std::vector<int32_t> table = Table(0, 3);
@@ -197,8 +197,8 @@ TEST_F(CudaLlamaModelTest, BatchedDecodeThroughGraphsMatchesEagerAndTheCpu) {
   auto eager = MakeRunner(config, &comm_, &device_comm_);
   ASSERT_NE(graphed, nullptr);
   ASSERT_NE(eager, nullptr);
-  auto& graph_model = dynamic_cast<cuda::CudaLlamaModel&>(graphed->model());
-  auto& eager_model = dynamic_cast<cuda::CudaLlamaModel&>(eager->model());
+  auto& graph_model = dynamic_cast<cuda::CudaForwardPass&>(graphed->forward_pass());
+  auto& eager_model = dynamic_cast<cuda::CudaForwardPass&>(eager->forward_pass());
   EXPECT_EQ(graph_model.num_decode_graphs(), DecodeBuckets(config.max_num_seqs).size());
   EXPECT_EQ(eager_model.num_decode_graphs(), 0u);
 
@@ -271,7 +271,7 @@ TEST_F(CudaLlamaModelTest, Fp8WeightsStayNearTheCpu) {
   const int64_t rows = (q + 2 * kv) + c.hidden_size + 2 * c.intermediate_size + c.hidden_size;
   const int64_t elements =
       (q + 2 * kv) * c.hidden_size + c.hidden_size * q + 3 * c.intermediate_size * c.hidden_size;
-  EXPECT_EQ(bf16->model().weight_bytes() - fp8->model().weight_bytes(),
+  EXPECT_EQ(bf16->forward_pass().weight_bytes() - fp8->forward_pass().weight_bytes(),
             c.num_layers * (elements - 4 * rows));
 
   const bool real = gpu_test::GetTestModel().real;
@@ -315,14 +315,14 @@ TEST_F(CudaLlamaModelTest, Fp8CheckpointRunsItsOwnCodes) {
   ASSERT_TRUE(config.ok()) << config.status();
   auto layout = ShardLayout::Make(*config, 0, 1);
   ASSERT_TRUE(layout.ok());
-  auto decoded = LoadShard(**view, *config, *layout, ShardFormats{CpuWeights::kFp32, false});
-  auto codes = LoadShard(**view, *config, *layout, ShardFormats{CpuWeights::kFp32, true});
+  auto decoded = LoadShardWeights(**view, *config, *layout, ShardFormats{CpuWeights::kFp32, false});
+  auto codes = LoadShardWeights(**view, *config, *layout, ShardFormats{CpuWeights::kFp32, true});
   ASSERT_TRUE(decoded.ok() && codes.ok());
   ASSERT_EQ(codes->layers[0].qkv.type, GgmlType::kF8E4M3);
   KvCacheShape shape = KvCacheShape::For(config->num_layers, layout->kv_heads.size,
                                          config->head_dim, kBlockSize, /*cuda=*/false, false);
   shape.num_blocks = kBlocks;
-  LlamaModel cpu(*config, *layout, *std::move(decoded), &comm_, shape);
+  CpuForwardPass cpu(*config, *layout, *std::move(decoded), &comm_, /*links=*/nullptr, shape);
   ModelRunnerOptions options;
   options.block_size = kBlockSize;
   options.kv_cache_blocks = kBlocks;
@@ -331,8 +331,8 @@ TEST_F(CudaLlamaModelTest, Fp8CheckpointRunsItsOwnCodes) {
   options.cuda.enforce_eager = true;
   auto device = SelectCudaDevice(0, 0);
   ASSERT_TRUE(device.ok()) << device.status();
-  auto gpu = cuda::CudaLlamaModel::Create(options, *device, *config, *layout, *std::move(codes),
-                                          &device_comm_);
+  auto gpu = cuda::CudaForwardPass::Create(options, *device, *config, *layout, *std::move(codes),
+                                           &device_comm_);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
 
   const std::vector<int32_t> prompt = Prompt(45, 1);
@@ -375,7 +375,7 @@ TEST_F(CudaLlamaModelTest, PoolFillsTheShareOfMemoryItIsGiven) {
   options.device = Device::kCuda;
   options.block_size = kBlockSize;
   options.cuda.gpu_memory_utilization = 0.5;
-  auto runner = LoadRankModel(options, &comm_, &device_comm_);
+  auto runner = LoadShard(options, &comm_, &device_comm_);
   ASSERT_TRUE(runner.ok()) << runner.status();
   size_t free = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
@@ -397,19 +397,19 @@ TEST_F(CudaLlamaModelTest, RefusesStepsBeyondItsLimitsOrTheModel) {
   std::vector<float> logits;
   ForwardBatchBuilder three(kBlockSize);
   for (int s = 0; s < 3; ++s) three.AddSequence({5}, 0, Table(s, 1), /*all_logits=*/false);
-  absl::Status status = gpu->model().Forward(three.Build(), &logits);
+  absl::Status status = gpu->forward_pass().Forward(three.Build(), &logits);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_NE(status.message().find("--max-num-seqs"), std::string::npos) << status;
 
   ForwardBatchBuilder bad_token(kBlockSize);
   bad_token.AddSequence({static_cast<int32_t>(cpu_->config().vocab_size)}, 0, Table(0, 1), false);
-  status = gpu->model().Forward(bad_token.Build(), &logits);
+  status = gpu->forward_pass().Forward(bad_token.Build(), &logits);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
 
   // Still serving after both.
   ForwardBatchBuilder good(kBlockSize);
   good.AddSequence(Prompt(4, 3), 0, Table(0, 1), false);
-  EXPECT_TRUE(gpu->model().Forward(good.Build(), &logits).ok());
+  EXPECT_TRUE(gpu->forward_pass().Forward(good.Build(), &logits).ok());
   EXPECT_EQ(static_cast<int64_t>(logits.size()), cpu_->config().vocab_size);
 }
 

@@ -1,4 +1,4 @@
-#include "worker/cuda/cuda_llama_model.h"
+#include "worker/cuda/cuda_forward_pass.h"
 
 #include <algorithm>
 #include <cmath>
@@ -70,9 +70,9 @@ absl::Status CheckShapes(const ModelConfig& config, const ShardLayout& layout,
 
 }  // namespace
 
-CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, const ShardLayout& layout,
-                               DeviceCommunicator* comm, const CudaRunnerOptions& options,
-                               CudaStream stream)
+CudaForwardPass::CudaForwardPass(const ModelConfig& config, const ShardLayout& layout,
+                                 DeviceCommunicator* comm, const CudaRunnerOptions& options,
+                                 CudaStream stream)
     : config_(config),
       layout_(layout),
       comm_(comm),
@@ -81,7 +81,7 @@ CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, const ShardLayout& lay
       // A padded decode graph runs up to max_num_seqs tokens, whatever the token budget.
       token_capacity_(std::max(options.max_num_batched_tokens, options.max_num_seqs)) {}
 
-absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(
+absl::StatusOr<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(
     const ModelRunnerOptions& options, const CudaDeviceChoice& device, const ModelConfig& config,
     const ShardLayout& layout, ModelWeights weights, DeviceCommunicator* comm) {
   const CudaRunnerOptions& cuda = options.cuda;
@@ -98,8 +98,8 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(
   ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
   CudaRunnerOptions resolved = cuda;
   resolved.device = device.ordinal;
-  std::unique_ptr<CudaLlamaModel> model(
-      new CudaLlamaModel(config, layout, comm, resolved, std::move(stream)));
+  std::unique_ptr<CudaForwardPass> model(
+      new CudaForwardPass(config, layout, comm, resolved, std::move(stream)));
   model->device_name_ = device.name;
   model->kv_shape_ = KvCacheShape::For(config.num_layers, layout.kv_heads.size, config.head_dim,
                                        options.block_size, /*cuda=*/true, options.kv_cache_fp8);
@@ -127,7 +127,7 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(
   return model;
 }
 
-absl::Status CudaLlamaModel::WarmUpCollectives() {
+absl::Status CudaForwardPass::WarmUpCollectives() {
   if (layout_.world_size == 1) return absl::OkStatus();
   // NCCL sets up connections, and allocates their buffers, at a communicator's first collective
   // of each kind: let that happen before the KV pool takes what is free. The data is garbage.
@@ -140,7 +140,7 @@ absl::Status CudaLlamaModel::WarmUpCollectives() {
   return stream_.Synchronize();
 }
 
-absl::Status CudaLlamaModel::ChooseFp8Mode(absl::string_view why) {
+absl::Status CudaForwardPass::ChooseFp8Mode(absl::string_view why) {
   const int64_t hidden = config_.hidden_size;
   const int64_t q_width = layout_.q_width(config_.head_dim);
   const int64_t ffn = layout_.ffn.size;
@@ -167,7 +167,7 @@ absl::Status CudaLlamaModel::ChooseFp8Mode(absl::string_view why) {
   return absl::OkStatus();
 }
 
-absl::Status CudaLlamaModel::Linear(const DeviceLinear& w, const bf16* x, int64_t m, bf16* out) {
+absl::Status CudaForwardPass::Linear(const DeviceLinear& w, const bf16* x, int64_t m, bf16* out) {
   const cudaStream_t stream = stream_.get();
   const int64_t k = w.cols;
   if (!w.is_fp8()) return gemm_->MatmulBT(x, w.weight.data(), m, w.rows, k, out, stream);
@@ -185,7 +185,7 @@ absl::Status CudaLlamaModel::Linear(const DeviceLinear& w, const bf16* x, int64_
   return gemm_->RunFp8(p, *fp8_mode_, stream);
 }
 
-absl::Status CudaLlamaModel::AllocateStepBuffers() {
+absl::Status CudaForwardPass::AllocateStepBuffers() {
   const int64_t hidden = config_.hidden_size;
   const int64_t head_dim = config_.head_dim;
   const int64_t q_width = layout_.q_width(head_dim);
@@ -228,7 +228,7 @@ absl::Status CudaLlamaModel::AllocateStepBuffers() {
   return absl::OkStatus();
 }
 
-absl::Status CudaLlamaModel::AllocateKvPool(const ModelRunnerOptions& options) {
+absl::Status CudaForwardPass::AllocateKvPool(const ModelRunnerOptions& options) {
   // Slots are int32 inside the attention kernels.
   const int64_t max_blocks = std::numeric_limits<int32_t>::max() / options.block_size;
   if (options.kv_cache_blocks > 0) {
@@ -260,7 +260,7 @@ absl::Status CudaLlamaModel::AllocateKvPool(const ModelRunnerOptions& options) {
                     "KV pool clear");
 }
 
-absl::Status CudaLlamaModel::CaptureDecodeGraphs() {
+absl::Status CudaForwardPass::CaptureDecodeGraphs() {
   for (int64_t batch : DecodeBuckets(options_.max_num_seqs)) {
     // A padding-only batch: real kernels on valid addresses, no KV written.
     const PackedStep packed = PackStep(ForwardBatch{}, blocks_per_seq_, heads(), batch);
@@ -282,7 +282,7 @@ absl::Status CudaLlamaModel::CaptureDecodeGraphs() {
   return absl::OkStatus();
 }
 
-CudaLlamaModel::StepArrays CudaLlamaModel::ArraysFor(const StepInputLayout& layout) const {
+CudaForwardPass::StepArrays CudaForwardPass::ArraysFor(const StepInputLayout& layout) const {
   const int32_t* base = inputs_.data();
   return StepArrays{
       base + layout.token_ids,      base + layout.positions,
@@ -291,7 +291,7 @@ CudaLlamaModel::StepArrays CudaLlamaModel::ArraysFor(const StepInputLayout& layo
       base + layout.decode_work,    reinterpret_cast<const int64_t*>(base + layout.slot_mapping)};
 }
 
-absl::Status CudaLlamaModel::Upload(const PackedStep& packed) {
+absl::Status CudaForwardPass::Upload(const PackedStep& packed) {
   if (packed.layout.total > inputs_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("step inputs of ", packed.layout.total,
                                                    " words exceed the buffer of ", inputs_.size()));
@@ -311,7 +311,7 @@ absl::Status CudaLlamaModel::Upload(const PackedStep& packed) {
                     "block table upload");
 }
 
-absl::Status CudaLlamaModel::EnqueueLayers(const StepShape& shape, const StepArrays& arrays) {
+absl::Status CudaForwardPass::EnqueueLayers(const StepShape& shape, const StepArrays& arrays) {
   const cudaStream_t stream = stream_.get();
   const int64_t n = shape.num_tokens;
   const int64_t hidden = config_.hidden_size;
@@ -336,8 +336,8 @@ absl::Status CudaLlamaModel::EnqueueLayers(const StepShape& shape, const StepArr
   return absl::OkStatus();
 }
 
-absl::Status CudaLlamaModel::EnqueueAttention(int layer, const StepShape& shape,
-                                              const StepArrays& arrays) {
+absl::Status CudaForwardPass::EnqueueAttention(int layer, const StepShape& shape,
+                                               const StepArrays& arrays) {
   const cudaStream_t stream = stream_.get();
   const DeviceLayerWeights& w = weights_.layers[layer];
   const int64_t n = shape.num_tokens;
@@ -406,7 +406,7 @@ absl::Status CudaLlamaModel::EnqueueAttention(int layer, const StepShape& shape,
   return comm_->EnqueueAllReduceSum(partial_.data(), n * hidden, stream);
 }
 
-absl::Status CudaLlamaModel::EnqueueMlp(int layer, int64_t num_tokens) {
+absl::Status CudaForwardPass::EnqueueMlp(int layer, int64_t num_tokens) {
   const cudaStream_t stream = stream_.get();
   const DeviceLayerWeights& w = weights_.layers[layer];
   const int64_t hidden = config_.hidden_size;
@@ -418,7 +418,7 @@ absl::Status CudaLlamaModel::EnqueueMlp(int layer, int64_t num_tokens) {
   return comm_->EnqueueAllReduceSum(partial_.data(), num_tokens * hidden, stream);
 }
 
-absl::Status CudaLlamaModel::EnqueueLogits(const int32_t* rows, int64_t count) {
+absl::Status CudaForwardPass::EnqueueLogits(const int32_t* rows, int64_t count) {
   const cudaStream_t stream = stream_.get();
   const int64_t hidden = config_.hidden_size;
   // The embedding kernel is a row gather: here, of the final-normed hidden states.
@@ -433,12 +433,12 @@ absl::Status CudaLlamaModel::EnqueueLogits(const int32_t* rows, int64_t count) {
       gathered_logits(), stream);
 }
 
-float* CudaLlamaModel::gathered_logits() {
+float* CudaForwardPass::gathered_logits() {
   return layout_.world_size > 1 ? gathered_.data() : local_logits_.data();
 }
 
-absl::Status CudaLlamaModel::EnqueueLogitsCopy(int64_t count, int64_t wanted, float* dst,
-                                               cudaMemcpyKind kind) {
+absl::Status CudaForwardPass::EnqueueLogitsCopy(int64_t count, int64_t wanted, float* dst,
+                                                cudaMemcpyKind kind) {
   const float* src = gathered_logits();
   const int64_t vocab = config_.vocab_size;
   // Rank r's part is [count, vocab_r] at the offset of the ranks before it.
@@ -455,13 +455,13 @@ absl::Status CudaLlamaModel::EnqueueLogitsCopy(int64_t count, int64_t wanted, fl
   return absl::OkStatus();
 }
 
-absl::StatusOr<const float*> CudaLlamaModel::ContiguousLogits(int64_t count, int64_t wanted) {
+absl::StatusOr<const float*> CudaForwardPass::ContiguousLogits(int64_t count, int64_t wanted) {
   if (layout_.world_size == 1) return local_logits_.data();
   RETURN_IF_ERROR(EnqueueLogitsCopy(count, wanted, contiguous_.data(), cudaMemcpyDeviceToDevice));
   return contiguous_.data();
 }
 
-absl::Status CudaLlamaModel::RunEager(const ForwardBatch& batch, LogitsPass on_pass) {
+absl::Status CudaForwardPass::RunEager(const ForwardBatch& batch, LogitsPass on_pass) {
   const PackedStep packed =
       PackStep(batch, std::min<int64_t>(batch.max_blocks_per_seq, blocks_per_seq_), heads());
   RETURN_IF_ERROR(Upload(packed));
@@ -477,8 +477,8 @@ absl::Status CudaLlamaModel::RunEager(const ForwardBatch& batch, LogitsPass on_p
   return absl::OkStatus();
 }
 
-absl::Status CudaLlamaModel::RunGraph(const ForwardBatch& batch, const DecodeGraph& graph,
-                                      LogitsPass on_pass) {
+absl::Status CudaForwardPass::RunGraph(const ForwardBatch& batch, const DecodeGraph& graph,
+                                       LogitsPass on_pass) {
   const PackedStep packed = PackStep(batch, blocks_per_seq_, heads(), graph.batch);
   RETURN_IF_ERROR(Upload(packed));
   RETURN_IF_ERROR(graph.exec.Launch(stream_.get()));
@@ -487,7 +487,7 @@ absl::Status CudaLlamaModel::RunGraph(const ForwardBatch& batch, const DecodeGra
   return absl::OkStatus();
 }
 
-absl::Status CudaLlamaModel::CheckStep(const ForwardBatch& batch) const {
+absl::Status CudaForwardPass::CheckStep(const ForwardBatch& batch) const {
   RETURN_IF_ERROR(ValidateForwardBatch(batch, config_, kv_shape_));
   if (batch.num_tokens() > token_capacity_ || batch.num_seqs() > options_.max_num_seqs) {
     return absl::InvalidArgumentError(
@@ -505,7 +505,7 @@ absl::Status CudaLlamaModel::CheckStep(const ForwardBatch& batch) const {
   return absl::OkStatus();
 }
 
-absl::Status CudaLlamaModel::Enqueue(const ForwardBatch& batch, LogitsPass on_pass) {
+absl::Status CudaForwardPass::Enqueue(const ForwardBatch& batch, LogitsPass on_pass) {
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
   if (!graphs_.empty() && IsDecodeBatch(batch)) {
     const auto graph = std::find_if(graphs_.begin(), graphs_.end(), [&](const DecodeGraph& g) {
@@ -516,7 +516,7 @@ absl::Status CudaLlamaModel::Enqueue(const ForwardBatch& batch, LogitsPass on_pa
   return RunEager(batch, on_pass);
 }
 
-absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
+absl::Status CudaForwardPass::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
   logits->clear();
   RETURN_IF_ERROR(CheckStep(batch));
   const int64_t vocab = config_.vocab_size;
@@ -528,9 +528,9 @@ absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, std::vector<floa
   return stream_.Synchronize();
 }
 
-absl::Status CudaLlamaModel::ForwardAndProcess(const ForwardBatch& batch,
-                                               absl::Span<const LogitsRequest> requests,
-                                               std::vector<LogitsResult>* results) {
+absl::Status CudaForwardPass::ForwardAndProcess(const ForwardBatch& batch,
+                                                absl::Span<const LogitsRequest> requests,
+                                                std::vector<LogitsResult>* results) {
   results->clear();
   RETURN_IF_ERROR(CheckStep(batch));
   if (layout_.rank != 0) {

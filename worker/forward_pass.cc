@@ -1,12 +1,12 @@
-#include "worker/step_model.h"
+#include "worker/forward_pass.h"
 
 #include "common/status_macros.h"
 
 namespace tpserve {
 
-absl::Status StepModel::ForwardAndProcess(const ForwardBatch& batch,
-                                          absl::Span<const LogitsRequest> requests,
-                                          std::vector<LogitsResult>* results) {
+absl::Status ForwardPass::ForwardAndProcess(const ForwardBatch& batch,
+                                            absl::Span<const LogitsRequest> requests,
+                                            std::vector<LogitsResult>* results) {
   results->clear();
   RETURN_IF_ERROR(Forward(batch, &host_logits_));
   if (host_logits_.empty()) return absl::OkStatus();  // not rank 0
