@@ -101,6 +101,13 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   }
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxReceiveMessageSize(256 << 20);
+  // The coordinator may come back on the same address (RestartCoordinator): reconnect within a
+  // second of it listening, not after gRPC's backoff of up to two minutes, nor behind another
+  // channel's backoff in the process-wide subchannel pool.
+  channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  channel_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   cluster->inference_ =
       v1::InferenceService::NewStub(cluster->tls_.Channel(cluster->address_, channel_args));
   return cluster;

@@ -70,14 +70,14 @@ absl::StatusOr<FormedGroup> FormGroup(const GroupSpec& spec) {
   }
   const int tp_size = spec.world / spec.pipeline_stages;
   const int stage = spec.rank / tp_size, tp_rank = spec.rank % tp_size;
-  // The coordinator sends every rank of a pipeline its steps: no rank relays them.
+  // A stage's rank 0 relays the steps to its stage; the links carry hidden states only.
   GroupSpec unrelayed = spec;
   unrelayed.relay_steps = false;
   // Stage by stage, each rank joins the link from the stage before before the one to the stage
   // after, so the chain of rendezvous completes from the first stage on.
   ASSIGN_OR_RETURN(
       FormedGroup formed,
-      FormStageGroup(unrelayed, tp_rank, tp_size, absl::StrCat(spec.group_id, "/stage", stage)));
+      FormStageGroup(spec, tp_rank, tp_size, absl::StrCat(spec.group_id, "/stage", stage)));
   auto link = [&](int boundary, int link_rank) -> absl::StatusOr<std::unique_ptr<Communicator>> {
     ASSIGN_OR_RETURN(FormedGroup formed_link,
                      FormStageGroup(unrelayed, link_rank, 2,

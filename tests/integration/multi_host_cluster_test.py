@@ -1,7 +1,9 @@
-"""Ranks on separate hosts: the coordinator and three workers as four containers of tpserve's image
-(scripts/build-image.sh) on a user-defined bridge network made by the test. Each container has its
-own address, network namespace and /dev/shm, so the group all-reduces through Gloo over the
-network; mutual TLS (certificates made here with the openssl CLI) and the cluster token are on.
+"""Ranks on separate hosts: the coordinator and six workers as seven containers of tpserve's image
+(scripts/build-image.sh) on a user-defined bridge network made by the test, the workers two
+pipeline stages of three tensor-parallel ranks. Each container has its own address, network
+namespace and /dev/shm, so each stage all-reduces through Gloo over the network, and the hidden
+states pass from stage to stage through Gloo too; mutual TLS (certificates made here with the
+openssl CLI) and the cluster token are on.
 
 From the host, over the published ports: greedy output (HTTP) and Score logits (gRPC with the
 cluster CA's client certificate) on the fp32 path match a single-process tp-1 run of the same
@@ -36,7 +38,8 @@ DOCKER = "/usr/bin/docker" if os.path.exists("/usr/bin/docker") else "docker"
 IMAGE = "tpserve:multi-host-test"
 PROMPTS = ["The capital of France is", "Write a haiku about the sea."]
 MAX_TOKENS = 48
-WORLD = 3
+STAGES = 2
+WORLD = 3 * STAGES
 # fp32 on both sides: what differs is the order of the all-reduce's sums.
 LOGIT_TOLERANCE = 1e-3
 
@@ -129,6 +132,7 @@ class MultiHostCluster(unittest.TestCase):
         docker("run", "-d", "--name", cls.coordinator, "--hostname", cls.coordinator, *common,
                "-p", "127.0.0.1::8000", "-p", "127.0.0.1::50051", IMAGE,
                "tpserve-coordinator", "--model", cls.model, "--world-size", str(WORLD),
+               "--pipeline-parallel-size", str(STAGES),
                "--host", cls.coordinator, "--port", "50051", "--admin-port", "50052",
                "--http-host", "0.0.0.0", "--http-port", "8000", "--recovery-grace", "120", *tls)
         for rank, name in enumerate(cls.workers):
@@ -194,6 +198,8 @@ class MultiHostCluster(unittest.TestCase):
         for name in self.workers:
             log = self.logs(name, lines=200)
             self.assertRegex(log, r"all-reduces through Gloo over TCP", name)
+            rank = self.workers.index(name)
+            self.assertRegex(log, r"pipeline stage %d of %d" % (rank // 3, STAGES), name)
             addresses.add(docker("inspect", "-f",
                                  "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", name))
         self.assertEqual(len(addresses), WORLD, f"the workers' addresses: {addresses}")
