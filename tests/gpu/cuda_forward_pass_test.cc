@@ -131,7 +131,7 @@ DecodeErrors RunDecodeSteps(LoadedShard& reference, LoadedShard& graphed, Loaded
   return errors;
 }
 
-class CudaLlamaModelTest : public ::testing::Test {
+class CudaForwardPassTest : public ::testing::Test {
  protected:
   void SetUp() override {
     TP_SKIP_WITHOUT_CUDA_DEVICES(1);
@@ -144,7 +144,7 @@ class CudaLlamaModelTest : public ::testing::Test {
   std::unique_ptr<LoadedShard> cpu_;
 };
 
-TEST_F(CudaLlamaModelTest, PrefillLogitsMatchTheCpuWholeAndInChunks) {
+TEST_F(CudaForwardPassTest, PrefillLogitsMatchTheCpuWholeAndInChunks) {
   RunnerConfig config;
   config.device = Device::kCuda;
   auto gpu = MakeRunner(config, &comm_, &device_comm_);
@@ -188,7 +188,7 @@ TEST_F(CudaLlamaModelTest, PrefillLogitsMatchTheCpuWholeAndInChunks) {
   EXPECT_LE(gpu_test::NormalizedError(pieces, got), kGraphTolerance);
 }
 
-TEST_F(CudaLlamaModelTest, BatchedDecodeThroughGraphsMatchesEagerAndTheCpu) {
+TEST_F(CudaForwardPassTest, BatchedDecodeThroughGraphsMatchesEagerAndTheCpu) {
   RunnerConfig config;
   config.device = Device::kCuda;
   config.enforce_eager = false;
@@ -219,7 +219,7 @@ TEST_F(CudaLlamaModelTest, BatchedDecodeThroughGraphsMatchesEagerAndTheCpu) {
 // bf16 ones, and where bf16's rounding (2^-9 of a value) crosses an E4M3 midpoint (codes 2^-3
 // apart) a code moves one step: about one value in 30, by 6-12%, about 1.6% of RMS noise on K and
 // V beside the bf16 roundings the bf16 bar allows for. The bar is that one and a half times.
-TEST_F(CudaLlamaModelTest, Fp8KvCacheMatchesTheCpusFp8Cache) {
+TEST_F(CudaForwardPassTest, Fp8KvCacheMatchesTheCpusFp8Cache) {
   RunnerConfig config;
   config.kv_cache_fp8 = true;
   auto cpu_fp8 = MakeRunner(config, &comm_, &device_comm_);
@@ -254,7 +254,7 @@ TEST_F(CudaLlamaModelTest, Fp8KvCacheMatchesTheCpusFp8Cache) {
 // logits) by 18.3%. The GPU adds its bf16 roundings (~3%, the bf16 bar's estimate), so the bars
 // are 10% and 85% for the real model, 30% for the random one. The weights: each linear's bf16
 // element becomes one byte, plus 4 bytes of scale per output row.
-TEST_F(CudaLlamaModelTest, Fp8WeightsStayNearTheCpu) {
+TEST_F(CudaForwardPassTest, Fp8WeightsStayNearTheCpu) {
   RunnerConfig config;
   config.device = Device::kCuda;
   auto bf16 = MakeRunner(config, &comm_, &device_comm_);
@@ -306,7 +306,7 @@ TEST_F(CudaLlamaModelTest, Fp8WeightsStayNearTheCpu) {
 // reference is the CPU model on the same checkpoint decoded (code * scale in fp32), so what
 // differs is the per-token E4M3 rounding of the activations and the bf16 roundings; the bars are
 // the FP8-weights test's, which also allow for the weights' rounding.
-TEST_F(CudaLlamaModelTest, Fp8CheckpointRunsItsOwnCodes) {
+TEST_F(CudaForwardPassTest, Fp8CheckpointRunsItsOwnCodes) {
   auto file = GgufFile::Open(gpu_test::GetTestModel().path);
   ASSERT_TRUE(file.ok()) << file.status();
   auto view = testing::Fp8CheckpointView(**file, /*per_channel=*/true);
@@ -357,7 +357,7 @@ TEST_F(CudaLlamaModelTest, Fp8CheckpointRunsItsOwnCodes) {
   }
 }
 
-TEST_F(CudaLlamaModelTest, LogitsBeyondOnePassComeInChunks) {
+TEST_F(CudaForwardPassTest, LogitsBeyondOnePassComeInChunks) {
   RunnerConfig config;
   config.device = Device::kCuda;
   config.max_num_seqs = 4;  // 4 logits rows per pass: 13 rows take 4 passes
@@ -369,7 +369,7 @@ TEST_F(CudaLlamaModelTest, LogitsBeyondOnePassComeInChunks) {
   EXPECT_LE(gpu_test::NormalizedError(Forward(*gpu, batch), Forward(*cpu_, batch)), kBf16Tolerance);
 }
 
-TEST_F(CudaLlamaModelTest, PoolFillsTheShareOfMemoryItIsGiven) {
+TEST_F(CudaForwardPassTest, PoolFillsTheShareOfMemoryItIsGiven) {
   ModelRunnerOptions options;
   options.model_path = gpu_test::GetTestModel().path;
   options.device = Device::kCuda;
@@ -388,7 +388,7 @@ TEST_F(CudaLlamaModelTest, PoolFillsTheShareOfMemoryItIsGiven) {
   EXPECT_GE(used, 0.5 - 0.05);  // the reserve (512 MiB) is under 1% of a large device
 }
 
-TEST_F(CudaLlamaModelTest, RefusesStepsBeyondItsLimitsOrTheModel) {
+TEST_F(CudaForwardPassTest, RefusesStepsBeyondItsLimitsOrTheModel) {
   RunnerConfig config;
   config.device = Device::kCuda;
   config.max_num_seqs = 2;
