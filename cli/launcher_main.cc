@@ -215,7 +215,8 @@ int Run(const Flags& flags) {
 
 int main(int argc, char** argv) {
   tpserve::Flags flags;
-  CLI::App app{"Start a local tpserve cluster: a coordinator and --tp workers"};
+  CLI::App app{
+      "Start a local tpserve cluster: a coordinator and --tp × --pipeline-parallel-size workers"};
   tpserve::AddCoordinatorFlags(app, &flags.coordinator);
   for (const char* name : tpserve::kLaunchersOwn) app.remove_option(app.get_option(name));
   app.add_option("--tp", flags.tp,

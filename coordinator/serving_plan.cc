@@ -49,7 +49,8 @@ absl::StatusOr<ServingPlan> MakeServingPlan(const CoordinatorFlags& flags,
   init.kv_cache_bytes = flags.kv_cache_memory_mib << 20;
   init.kv_cache_fp8 = flags.kv_cache_dtype != "auto";
   init.weights_fp8 = flags.quantization == "fp8";
-  init.relay_steps = !flags.no_step_relay;
+  // Every rank of a pipeline gets its steps from the coordinator: only stage 0's would relay.
+  init.relay_steps = !flags.no_step_relay && stages == 1;
   init.pipeline_size = stages;
   init.device = flags.device == "cuda" ? v1::DEVICE_CUDA : v1::DEVICE_CPU;
   init.max_num_seqs = flags.max_num_seqs;

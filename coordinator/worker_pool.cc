@@ -77,11 +77,10 @@ std::vector<RankReport> WorkerPool::Reports() const {
 
 std::vector<grpc::Status> WorkerPool::CallAll(absl::Duration timeout, bool cancel_on_failure,
                                               const StartCall& start, bool abandonable,
-                                              int stride) const {
-  std::vector<int> called;
-  for (int rank = 0; rank < world_size(); rank += stride) called.push_back(rank);
+                                              int ranks) const {
+  const int n = ranks == kEveryRank ? world_size() : ranks;
   std::vector<grpc::Status> statuses(world_size());
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(called.size());
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
   const auto deadline = absl::ToChronoTime(absl::Now() + timeout);
   for (auto& context : contexts) {
     context = std::make_unique<grpc::ClientContext>();
@@ -98,11 +97,10 @@ std::vector<grpc::Status> WorkerPool::CallAll(absl::Duration timeout, bool cance
     for (auto& context : contexts) step_contexts_.push_back(context.get());
   }
   absl::Mutex mutex;
-  int pending = static_cast<int>(called.size());
+  int pending = n;
   std::optional<absl::Time> first_failure;
-  for (size_t i = 0; i < called.size(); ++i) {
-    const int rank = called[i];
-    start(rank, stubs[rank]->async(), contexts[i].get(), [&, rank](grpc::Status s) {
+  for (int rank = 0; rank < n; ++rank) {
+    start(rank, stubs[rank]->async(), contexts[rank].get(), [&, rank](grpc::Status s) {
       absl::MutexLock lock(&mutex);
       if (!s.ok() && !first_failure.has_value()) first_failure = absl::Now();
       statuses[rank] = std::move(s);
@@ -240,8 +238,7 @@ absl::Status WorkerPool::Init(const WorkerInitOptions& options, absl::Duration t
                           absl::StrCat("Init failed: ", DescribeFailures(statuses, timeout)));
     }
   }
-  stage_size_ = world_size() / std::max(1, options.pipeline_size);
-  output_rank_ = world_size() - stage_size_;
+  output_rank_ = world_size() - world_size() / std::max(1, options.pipeline_size);
   absl::MutexLock lock(&reports_mutex_);
   for (int rank = 0; rank < world_size(); ++rank) {
     LogInfo(kLog, "rank %d initialized: host %s, device %s", rank, responses[rank].hostname(),
@@ -318,14 +315,7 @@ absl::StatusOr<LoadedModel> WorkerPool::LoadShard(absl::Duration timeout, LoadPr
   const bool relay = world_size() > 1 && std::all_of(responses.begin(), responses.end(),
                                                      [](auto& r) { return r.relays_steps(); });
   relay_steps_ = relay;
-  if (relay && stage_size_ == world_size()) {
-    LogInfo(kLog, "steps go to rank 0, which relays them to the other ranks");
-  } else if (relay) {
-    LogInfo(kLog,
-            "steps go to rank 0 of each pipeline stage, every %d ranks, which relays them to "
-            "its stage",
-            stage_size_.load());
-  }
+  if (relay) LogInfo(kLog, "steps go to rank 0, which relays them to the other ranks");
   LoadedModel model;
   model.kv_cache_blocks = first.kv_cache_blocks();
   model.vocab_size = first.vocab_size();
@@ -353,7 +343,7 @@ absl::StatusOr<v1::StepResponse> WorkerPool::Step(const v1::StepRequest& request
       [&](int rank, auto* stub, auto* context, auto done) {
         stub->Step(context, &request, &responses[rank], done);
       },
-      /*abandonable=*/true, relay_steps_ ? stage_size_.load() : 1);
+      /*abandonable=*/true, relay_steps_ ? 1 : kEveryRank);
   {
     absl::MutexLock lock(&step_mutex_);
     if (!abandoned_.ok()) {

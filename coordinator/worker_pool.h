@@ -1,8 +1,7 @@
 // gRPC clients for the N worker ranks. Every collective-bearing call (Init, LoadShard, Step) goes
 // to all ranks at once: the ranks meet inside collectives, so a call sent to one rank after
 // another would deadlock. The exception is a Step to a group that relays steps, which goes to
-// rank 0 of each pipeline stage alone (worker/step_relay.h). See DESIGN.md "Worker protocol" and
-// "Failure model".
+// rank 0 alone (worker/step_relay.h). See DESIGN.md "Worker protocol" and "Failure model".
 //
 // Thread-safe: Step (engine thread), Heartbeat (heartbeat thread) and Shutdown may overlap.
 #pragma once
@@ -89,9 +88,9 @@ class WorkerPool {
   // FAILED_PRECONDITION naming the ranks whose size or fingerprint differ from rank 0's.
   // Meanwhile, when `progress` is set, polls the ranks' Status and keeps it current.
   absl::StatusOr<LoadedModel> LoadShard(absl::Duration timeout, LoadProgress* progress = nullptr);
-  // Sends `request` to every rank at once and waits for all, or to each pipeline stage's rank 0
-  // alone when the last LoadShard found that the group relays steps; returns the answer of rank
-  // 0 of the last stage (the rank that samples).
+  // Sends `request` to every rank at once and waits for all, or to rank 0 alone when the last
+  // LoadShard found that the group relays steps; returns the answer of rank 0 (of the last
+  // pipeline stage: the rank that samples).
   // UNAVAILABLE naming the failing rank(s), their addresses and causes when any rank fails or
   // misses `timeout`; ranks that no longer answer Status come first, as "down". A second after the
   // first failure the calls still outstanding are cancelled, since their ranks would otherwise sit
@@ -122,15 +121,16 @@ class WorkerPool {
       std::function<void(int rank, v1::WorkerService::StubInterface::async_interface* stub,
                          grpc::ClientContext* context, std::function<void(grpc::Status)> done)>;
 
-  // Starts a call on every `stride`-th rank at once (ranks 0, stride, 2·stride, …; 1: every
-  // rank) and waits for all of them; statuses by rank (OK for a rank not called). With
+  static constexpr int kEveryRank = 0;
+  // Starts a call on every rank at once, or on ranks [0, `ranks`), and waits for all of them;
+  // statuses by rank (OK for a rank not called). With
   // `cancel_on_failure`, the calls still running a second after the first failure are
   // cancelled. `abandonable` calls (Step) are the ones AbandonStep cancels.
   // Status on every rank: the slowest one's load progress into `progress`.
   void PollLoadProgress(LoadProgress* progress);
   std::vector<grpc::Status> CallAll(absl::Duration timeout, bool cancel_on_failure,
                                     const StartCall& start, bool abandonable = false,
-                                    int stride = 1) const;
+                                    int ranks = kEveryRank) const;
   // The ranks whose call failed; calls we cancelled ourselves are left out when another rank
   // failed first.
   std::vector<int> FailedRanks(const std::vector<grpc::Status>& statuses) const;
@@ -153,8 +153,6 @@ class WorkerPool {
   const int world_size_;
   // Every rank's last LoadShard answered relays_steps: Step goes to rank 0 alone.
   std::atomic<bool> relay_steps_{false};
-  // Ranks per pipeline stage: a relayed Step goes to each stage's rank 0, every this many.
-  std::atomic<int> stage_size_{1};
   // The rank that answers a step's outputs: tensor-parallel rank 0 of the last pipeline stage.
   std::atomic<int> output_rank_{0};
   // Lock order: reports_mutex_, then ranks_mutex_ (Address under reports_mutex_).

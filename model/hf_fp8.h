@@ -32,7 +32,7 @@ bool IsWeightScale(const std::string& hf_name);
 bool IsScaleReadPast(const std::string& hf_name);
 
 // The names a model file gives layer `layer`'s KV-cache scales: one value for the layer or one per
-// KV head (LoadShard, worker/shard_loader.cc, reads them). GGUF files have none; a folder's
+// KV head (LoadShardWeights, worker/shard_loader.cc, reads them). GGUF files have none; a folder's
 // view makes them from its `k_scale`, `v_scale` and `kv_scale` tensors.
 std::string KCacheScaleName(int64_t layer);
 std::string VCacheScaleName(int64_t layer);

@@ -48,7 +48,8 @@ cmake --build "$build" -j "$jobs" --target "${targets[@]/%/_fuzz}" >"$build/buil
 echo "fuzz: built ${#targets[@]} targets in $((SECONDS - start)) s"
 
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+# Fuzzers still running (the script was stopped) go before their corpora do.
+trap 'kill $(jobs -p) 2>/dev/null || true; wait || true; rm -rf "$work"' EXIT
 mkdir -p "$build/artifacts"
 # The committed text seeds, then the binary ones (GGUF images, step streams) that
 # fuzz/make_corpus.py writes from code here, with the main build's tpserve-mkmodel.
@@ -80,11 +81,11 @@ wait
 failed=0
 for t in "${targets[@]}"; do
   log="$build/$t.log"
-  status="$(cat "$work/$t.status")"
+  status="$(cat "$work/$t.status" 2>/dev/null || echo "none")"
   runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")"
   rate="$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")"
   cov="$(grep -o 'cov: [0-9]* ft: [0-9]* corp: [0-9]*' "$log" | tail -1 || true)"
-  if [ "$status" -eq 0 ]; then
+  if [ "$status" = 0 ]; then
     echo "fuzz: $t ok: ${seconds} s, ${runs:-?} runs (${rate:-?}/s), $cov, 0 crashes"
   else
     failed=1

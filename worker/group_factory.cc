@@ -1,5 +1,6 @@
 #include "worker/group_factory.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,10 +15,17 @@ namespace {
 
 // Rank 0 publishes the NCCL id as soon as it has its device; the others wait this long for it.
 constexpr absl::Duration kNcclRendezvousTimeout = absl::Seconds(60);
+// A link's receive waits for every earlier stage's whole forward pass, not for one collective's
+// skew: a slow step is not a dead rank. The coordinator's step deadline bounds it (an abandoned
+// step aborts the links), and a peer that dies fails it at once.
+constexpr absl::Duration kLinkOperationTimeout = absl::Hours(1);
 
-// One group of `world` ranks meeting under `group_id`: `spec` says the device and transport.
+// One group of `world` ranks meeting under `group_id`, `rank` within it: `spec` says the device
+// and transport; `label` names a stage's group or a link in the log; `operation_timeout`, when
+// set, is how long a CPU collective may wait for a peer.
 absl::StatusOr<FormedGroup> FormStageGroup(const GroupSpec& spec, int rank, int world,
-                                           const std::string& group_id) {
+                                           const std::string& group_id, const std::string& label,
+                                           std::optional<absl::Duration> operation_timeout = {}) {
   const bool cuda = spec.cuda_device >= 0;
   FormedGroup formed;
   if (world == 1) {
@@ -43,10 +51,13 @@ absl::StatusOr<FormedGroup> FormStageGroup(const GroupSpec& spec, int rank, int 
   CpuGroupOptions cpu;
   cpu.transport = spec.cpu_transport;
   cpu.gloo.host = spec.host;
+  if (operation_timeout.has_value()) {
+    cpu.gloo.operation_timeout = cpu.shm.operation_timeout = *operation_timeout;
+  }
   ASSIGN_OR_RETURN(CpuGroup group, CreateCpuGroup(rank, world, std::move(store), cpu));
   if (spec.relay_steps) formed.relay_shm = group.shm;
-  LogInfo("worker", "rank %d: the CPU group '%s' of %d ranks all-reduces through %s%s", rank,
-          group_id, world, group.transport,
+  LogInfo("worker", "rank %d: the CPU group%s of %d ranks all-reduces through %s%s", spec.rank,
+          label, world, group.transport,
           formed.relay_shm == nullptr ? ""
           : rank == 0                 ? " and relays the steps to the others"
                                       : ", steps from rank 0");
@@ -62,7 +73,9 @@ absl::StatusOr<FormedGroup> FormGroup(const GroupSpec& spec) {
                                                    " pipeline stages do not divide a world of ",
                                                    spec.world, " ranks"));
   }
-  if (spec.pipeline_stages == 1) return FormStageGroup(spec, spec.rank, spec.world, spec.group_id);
+  if (spec.pipeline_stages == 1) {
+    return FormStageGroup(spec, spec.rank, spec.world, spec.group_id, /*label=*/"");
+  }
   if (spec.cuda_device >= 0) {
     return absl::UnimplementedError(
         "Init: pipeline parallelism runs on CPU ranks in this version (CUDA stages would move "
@@ -70,18 +83,20 @@ absl::StatusOr<FormedGroup> FormGroup(const GroupSpec& spec) {
   }
   const int tp_size = spec.world / spec.pipeline_stages;
   const int stage = spec.rank / tp_size, tp_rank = spec.rank % tp_size;
-  // A stage's rank 0 relays the steps to its stage; the links carry hidden states only.
+  // The coordinator sends every rank of a pipeline its steps: no rank relays them.
   GroupSpec unrelayed = spec;
   unrelayed.relay_steps = false;
   // Stage by stage, each rank joins the link from the stage before before the one to the stage
   // after, so the chain of rendezvous completes from the first stage on.
-  ASSIGN_OR_RETURN(
-      FormedGroup formed,
-      FormStageGroup(spec, tp_rank, tp_size, absl::StrCat(spec.group_id, "/stage", stage)));
+  ASSIGN_OR_RETURN(FormedGroup formed, FormStageGroup(unrelayed, tp_rank, tp_size,
+                                                      absl::StrCat(spec.group_id, "/stage", stage),
+                                                      absl::StrCat(" (stage ", stage, ")")));
   auto link = [&](int boundary, int link_rank) -> absl::StatusOr<std::unique_ptr<Communicator>> {
     ASSIGN_OR_RETURN(FormedGroup formed_link,
                      FormStageGroup(unrelayed, link_rank, 2,
-                                    absl::StrCat(spec.group_id, "/link", boundary, ".", tp_rank)));
+                                    absl::StrCat(spec.group_id, "/link", boundary, ".", tp_rank),
+                                    absl::StrCat(" (link ", boundary, ".", tp_rank, ")"),
+                                    kLinkOperationTimeout));
     return std::move(formed_link.comm);
   };
   if (stage > 0) {

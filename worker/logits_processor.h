@@ -1,5 +1,6 @@
-// Between logits and tokens (DESIGN.md): what rank 0 does with the logits rows of one step, the
-// same on every device. Per sequence, over its rows of the step's logits:
+// Between logits and tokens (DESIGN.md): what the sampling rank (rank 0 of the last pipeline
+// stage) does with the logits rows of one step, the same on every device. Per sequence, over its
+// rows of the step's logits:
 //   1. penalties over the sequence's history (repetition, frequency, presence; vLLM's order);
 //   2. an optional allow-list bitmask per row (bit t of word t / 32 set: token t may follow);
 //   3. either one sampled token (the last row), or the verification of K draft tokens over K+1

@@ -2,8 +2,9 @@
 // about the running sequences, and turns a StepRequest into a StepResponse (DESIGN.md "Worker
 // protocol"; the field semantics are in worker.proto):
 //   drop finished → add new → plan the forward batch and the logits requests (StepPlanner) →
-//   forward and process the logits (ForwardPass::ForwardAndProcess) → commit → write rank 0's
-//   outputs → (rank 0, with a draft model) the next step's proposals (DraftRunner).
+//   forward and process the logits (ForwardPass::ForwardAndProcess) → commit → write the
+//   sampling rank's outputs (rank 0 of the last pipeline stage) → (that rank, with a draft model)
+//   the next step's proposals (DraftRunner).
 //
 // Finished sequences are dropped whatever happens next; the rest is all or nothing: a refused
 // step (INVALID_ARGUMENT naming the sequence and field) adds no sequence and changes no state.
@@ -53,7 +54,7 @@ class ModelRunner {
                            v1::StepResponse* response);
 
   const std::unique_ptr<LoadedShard> loaded_;
-  const std::unique_ptr<DraftRunner> draft_;  // rank 0 with a draft model only
+  const std::unique_ptr<DraftRunner> draft_;  // the sampling rank with a draft model only
   const bool samples_;  // this rank turns logits into tokens and writes the outputs
   StepPlanner planner_;
   std::vector<LogitsResult> results_;  // reused between steps

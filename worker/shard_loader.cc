@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -273,21 +274,22 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
 }
 
 // Bytes of the file's tensors of the layers in `layers` ("blk.N.", indexed from layers.begin), and
-// of those of no layer. The other layers (a model cut to its first layers: self-speculation's
-// draft; another pipeline stage's) are not read.
+// of those of no layer that `reads` says are read. The other layers (a model cut to its first
+// layers: self-speculation's draft; another pipeline stage's) are not read.
 struct TensorBytes {
   std::vector<int64_t> layers;
   int64_t other = 0;
 };
 
-TensorBytes CountTensorBytes(const GgufFile& file, Range layers) {
+TensorBytes CountTensorBytes(const GgufFile& file, Range layers,
+                             const std::function<bool(const std::string&)>& reads) {
   TensorBytes bytes;
   bytes.layers.assign(layers.size, 0);
   for (const GgufTensorInfo& tensor : file.tensors()) {
     const int64_t size = static_cast<int64_t>(file.TensorData(tensor).size());
     int layer = -1;
     if (std::sscanf(tensor.name.c_str(), "blk.%d.", &layer) != 1) {
-      bytes.other += size;
+      if (reads(tensor.name)) bytes.other += size;
     } else if (layer >= layers.begin && layer < layers.end()) {
       bytes.layers[layer - layers.begin] += size;
     }
@@ -300,7 +302,14 @@ TensorBytes CountTensorBytes(const GgufFile& file, Range layers) {
 absl::StatusOr<ModelWeights> LoadShardWeights(const GgufFile& file, const ModelConfig& config,
                                               const ShardLayout& layout, const ShardFormats& asked,
                                               const LoadProgressFn& progress) {
-  const TensorBytes bytes = CountTensorBytes(file, layout.layers);
+  // The embedding looks up the first stage's inputs and, tied, is the last stage's lm_head.
+  const bool embedding =
+      layout.first_stage() || (layout.last_stage() && config.tie_word_embeddings);
+  const TensorBytes bytes = CountTensorBytes(file, layout.layers, [&](const std::string& name) {
+    if (name == "token_embd.weight") return embedding;
+    if (name == "output.weight" || name == "output_norm.weight") return layout.last_stage();
+    return true;
+  });
   const int64_t total =
       bytes.other + std::accumulate(bytes.layers.begin(), bytes.layers.end(), int64_t{0});
   int64_t done = 0;
@@ -310,8 +319,7 @@ absl::StatusOr<ModelWeights> LoadShardWeights(const GgufFile& file, const ModelC
   // products on either device.
   const ShardFormats decoded{formats.cpu_weights, /*keep_fp8=*/false};
   ModelWeights out;
-  // The embedding looks up the first stage's inputs and, tied, is the last stage's lm_head.
-  if (layout.first_stage() || (layout.last_stage() && config.tie_word_embeddings)) {
+  if (embedding) {
     ASSIGN_OR_RETURN(const GgufTensorInfo* embedding,
                      FindMatrix(file, "token_embd.weight", config.vocab_size, hidden));
     ASSIGN_OR_RETURN(out.token_embedding,

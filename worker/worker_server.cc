@@ -182,15 +182,12 @@ grpc::Status WorkerServer::LoadShard(grpc::ServerContext* context, const v1::Loa
   if (grpc::Status s = CheckClusterToken(*context, "WorkerService.LoadShard"); !s.ok()) return s;
   const CoordinatorCall call(this);
   // Whether steps are relayed belongs to the group Init formed, not to the shard `loaded_` holds.
-  // Every rank of a stage but its rank 0 takes its steps from the relay.
-  bool follows = false;
   const grpc::Status status = Execute([&] {
     const absl::Status loaded = DoLoadShard(response);
     response->set_relays_steps(relay_ != nullptr);
-    follows = relay_ != nullptr && comm_->rank() != 0;
     return loaded;
   });
-  if (status.ok() && follows) {
+  if (status.ok() && response->relays_steps() && options_.rank != 0) {
     absl::MutexLock lock(&status_mu_);
     if (!following_) {
       following_ = true;

@@ -116,7 +116,7 @@ TEST(ServingPlan, PipelineStagesSplitTheWorld) {
   absl::StatusOr<ServingPlan> plan = MakeServingPlan(flags, Model());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->init.pipeline_size, 3);
-  EXPECT_TRUE(plan->init.relay_steps);  // each stage's rank 0 relays to its stage
+  EXPECT_FALSE(plan->init.relay_steps);  // the coordinator sends every rank of a pipeline its step
   flags = Parse({"--pp", "2"});
   flags.world_size = 2;
   plan = MakeServingPlan(flags, Model());

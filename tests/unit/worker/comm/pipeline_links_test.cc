@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -110,22 +111,18 @@ TEST(PipelineLinksTest, HiddenStatesPassStageToStageThroughGloo) {
 TEST(PipelineLinksTest, AnAbortedLinkFailsTheReceiveWaitingOnIt) {
   ExpectAllPassed(RunRanks(
       AllRanks(2), kWorldTimeout, [](int stage, Store store) -> absl::StatusOr<std::string> {
-        // Two stages: stage 1 waits for a hidden state that never comes, and aborts.
+        // Two stages: stage 1 waits for a hidden state that never comes, and aborts; stage 0
+        // stays in the link until stage 1 says its receive ended, so only the abort can end it.
         PipelineLinks links;
-        std::unique_ptr<Communicator> link;
-        if (absl::StatusOr<std::unique_ptr<Communicator>> made =
-                Link(stage, 0, store, CpuTransport::kShm);
-            made.ok()) {
-          link = *std::move(made);
-        } else {
-          return made.status();
-        }
+        absl::StatusOr<std::unique_ptr<Communicator>> link =
+            Link(stage, 0, store, CpuTransport::kShm);
+        if (!link.ok()) return link.status();
         if (stage == 0) {
-          links.Reset(nullptr, std::move(link));
-          absl::SleepFor(absl::Seconds(2));  // stays in the group, sends nothing
+          links.Reset(nullptr, *std::move(link));
+          store->wait({"receive_ended"});
           return std::string("sent nothing");
         }
-        links.Reset(std::move(link), nullptr);
+        links.Reset(*std::move(link), nullptr);
         std::thread aborter([&] {
           absl::SleepFor(absl::Milliseconds(300));
           links.Abort("the test gives the step up");
@@ -133,7 +130,11 @@ TEST(PipelineLinksTest, AnAbortedLinkFailsTheReceiveWaitingOnIt) {
         float hidden[4];
         const absl::Status status = links.Receive(hidden, 4);
         aborter.join();
-        if (status.ok()) return absl::InternalError("received after the abort");
+        store->set("receive_ended", {1});
+        if (!absl::StrContains(status.message(), "the test gives the step up")) {
+          return absl::InternalError(
+              absl::StrCat("the receive did not end by the abort: ", status.ToString()));
+        }
         return absl::StrCat("the receive failed: ", status.ToString());
       }));
 }
