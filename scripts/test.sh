@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, fetches the model, builds, and runs every test.
 # Also builds the GGUF parser tests with AddressSanitizer and runs them on corrupt files, and runs
-# every fuzz target for 45 s under ASan + UBSan (scripts/fuzz.sh; docs/FUZZING.md; the full form
+# every fuzz target for 30 s under ASan + UBSan (scripts/fuzz.sh; docs/FUZZING.md; the full form
 # is scripts/fuzz.sh 600). The container tests get a Docker engine from scripts/docker-engine.sh,
 # which this starts when none runs and stops at the end.
 set -euo pipefail
@@ -29,4 +29,4 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTPSERVE_ASAN=ON
 cmake --build build-asan -j "$jobs" --target gguf_rejects_bad_files_test
 ctest --test-dir build-asan --output-on-failure -R '^gguf_rejects_bad_files$'
 
-scripts/fuzz.sh 45
+scripts/fuzz.sh 30

@@ -1,7 +1,7 @@
 """spec_greedy_identical: speculative decoding is lossless at temperature 0, with n-gram
 proposals (--speculative ngram), with a draft model (--speculative draft: the model at Q4_0,
 written by tpserve-quantize) and self-speculative (--speculative self: the model's first layers):
-20 prompts sent together, and the first TPSERVE_SPEC_ALONE of them one at a time (default 10; the
+20 prompts sent together, and the first TPSERVE_SPEC_ALONE of them one at a time (default 6; the
 full form is TPSERVE_SPEC_ALONE=20), give the same tokens as without speculation, at tp 1 and tp
 3, with the prefix cache on, n = 2, stop strings, and under preemption (a 20-block pool, so that
 concurrent requests preempt each other). The proposals must have been verified and
@@ -20,7 +20,7 @@ import unittest
 import tpserve_cluster
 
 ARGS = tpserve_cluster.parsed_args
-ALONE = int(os.environ.get("TPSERVE_SPEC_ALONE", "10"))
+ALONE = int(os.environ.get("TPSERVE_SPEC_ALONE", "6"))
 
 PASSAGE = ("The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins "
            "with a single step. All that glitters is not gold. Fortune favours the bold.")
