@@ -64,11 +64,12 @@ absl::StatusOr<PlanResult> PlanCapacity(const ModelConfig& c, PlanDtype weights,
   r.kv_blocks = -1;
   for (int stage = 0; stage < hw.pp; ++stage) {
     StagePlan& s = r.stages.emplace_back();
-    const Range layers = BalancedRange(c.num_layers, stage, hw.pp);
-    const bool first = stage == 0, last = stage + 1 == hw.pp;
-    s.first_layer = layers.begin;
-    s.layers = layers.size;
-    const bool embedding = first || (last && c.tie_word_embeddings);
+    ASSIGN_OR_RETURN(const ShardLayout staged,
+                     ShardLayout::Make(c, /*rank=*/0, hw.tp, stage, hw.pp));
+    const bool first = staged.first_stage(), last = staged.last_stage();
+    s.first_layer = staged.layers.begin;
+    s.layers = staged.layers.size;
+    const bool embedding = staged.holds_embedding(c.tie_word_embeddings);
     s.rank_weight_bytes = s.layers * layer_bytes + (embedding ? embedding_bytes : 0) +
                           (last && !c.tie_word_embeddings ? head_bytes : 0) + (last ? h * 2 : 0);
     s.kv_bytes_per_token = 2 * s.layers * kv0 * kv_element;

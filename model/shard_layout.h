@@ -33,6 +33,10 @@ struct ShardLayout {
 
   bool first_stage() const { return stage == 0; }
   bool last_stage() const { return stage == num_stages - 1; }
+  // The embedding looks up the first stage's inputs and, tied, is the last stage's lm_head.
+  bool holds_embedding(bool tied_embeddings) const {
+    return first_stage() || (last_stage() && tied_embeddings);
+  }
 
   // Widths of this rank's attention rows for heads of `head_dim`: Q, K (and V), fused QKV.
   int64_t q_width(int64_t head_dim) const { return q_heads.size * head_dim; }

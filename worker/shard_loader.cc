@@ -302,9 +302,7 @@ TensorBytes CountTensorBytes(const GgufFile& file, Range layers,
 absl::StatusOr<ModelWeights> LoadShardWeights(const GgufFile& file, const ModelConfig& config,
                                               const ShardLayout& layout, const ShardFormats& asked,
                                               const LoadProgressFn& progress) {
-  // The embedding looks up the first stage's inputs and, tied, is the last stage's lm_head.
-  const bool embedding =
-      layout.first_stage() || (layout.last_stage() && config.tie_word_embeddings);
+  const bool embedding = layout.holds_embedding(config.tie_word_embeddings);
   const TensorBytes bytes = CountTensorBytes(file, layout.layers, [&](const std::string& name) {
     if (name == "token_embd.weight") return embedding;
     if (name == "output.weight" || name == "output_norm.weight") return layout.last_stage();
