@@ -386,6 +386,11 @@ void Coordinator::Serve() {
                "context of %d (raise --kv-cache-memory or --kv-cache-blocks for more)",
                options.context_length, model_context, options.context_length);
   }
+  if (flags_.pipeline_parallel_size > 1) {
+    LogInfo(kLog, "%d pipeline stages of %d tensor-parallel ranks, %d step(s) in flight",
+            flags_.pipeline_parallel_size, flags_.world_size / flags_.pipeline_parallel_size,
+            options.steps_in_flight);
+  }
   engine_ = std::make_unique<Engine>(options, pool_.get(), tokenizer_.get());
   engine_->SetMetrics(metrics_.get());
   reformer_ =

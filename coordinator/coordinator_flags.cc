@@ -33,6 +33,12 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags* flags) {
          "a balanced share of the layers (CPU workers)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  app.add_option("--steps-in-flight", flags->steps_in_flight,
+                 "steps sent to the workers before the oldest returns, from 1 to the pipeline "
+                 "stages, so that every stage works on a step of its own; 0 (the default): one per "
+                 "stage")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
   app.add_option("--host", flags->host, "address to listen on")->capture_default_str();
   app.add_option("--port", flags->port, "port to listen on; 0 picks a free one")
       ->capture_default_str()

@@ -21,6 +21,7 @@ struct CoordinatorFlags {
   std::string sampling_defaults = "model";  // "model": the file's recommended sampling; "builtin"
   int world_size = 0;
   int pipeline_parallel_size = 1;
+  int steps_in_flight = 0;  // 0: one per pipeline stage
   std::string host = "127.0.0.1";
   int port = 0;
   std::string port_file;

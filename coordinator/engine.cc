@@ -17,19 +17,6 @@ namespace {
 
 constexpr char kLog[] = "engine";
 
-// A step's work in the units its time grows with: every token's linears, plus its attention
-// over the context so far, a 1,024-token context counting as much again.
-double StepWork(const ScheduledBatch& batch) {
-  double work = 1.0;  // the step's fixed cost (plan, RPC, sampling)
-  for (const ScheduledBatch::Entry& e : batch.entries) {
-    work += e.num_tokens * (1.0 + (e.start + e.num_tokens) / 1024.0);
-  }
-  return work;
-}
-
-// How much slower than so far a step may run before it counts as stuck.
-constexpr double kStepDeadlineMargin = 8.0;
-
 SchedulerOptions ToSchedulerOptions(const EngineOptions& options, const Tokenizer& tokenizer,
                                     const JumpForward* jump_forward) {
   SchedulerOptions s;
@@ -49,6 +36,7 @@ SchedulerOptions ToSchedulerOptions(const EngineOptions& options, const Tokenize
   s.spec_min_acceptance = options.spec_min_acceptance;
   s.ngram = options.ngram;
   s.draft_model = options.draft_model;
+  s.steps_in_flight = options.steps_in_flight;
   return s;
 }
 
@@ -67,6 +55,7 @@ Engine::Engine(EngineOptions options, WorkerPool* pool, const Tokenizer* tokeniz
                  : std::make_unique<NoPrefixCache>()),
       scheduler_(ToSchedulerOptions(options, *tokenizer, jump_forward_.get()), &blocks_,
                  cache_.get()),
+      dispatcher_(pool, options.steps_in_flight),
       recovery_state_(options.recovery_grace, options.clock) {
   TP_CHECK(options_.block_size > 0 && options_.max_num_seqs > 0);
   TP_CHECK(options_.max_num_batched_tokens > 0);
@@ -87,11 +76,6 @@ void Engine::Stop() {
     stopping_ = true;
   }
   if (thread_.joinable()) thread_.join();
-}
-
-absl::Duration Engine::StepTimeout(double work) const {
-  return std::max(options_.step_timeout,
-                  absl::Seconds(kStepDeadlineMargin * seconds_per_work_ * work));
 }
 
 int32_t Engine::BlocksFor(int64_t num_tokens) const {
@@ -134,6 +118,7 @@ void Engine::FailIfRequested() {
     std::swap(status, fail_requested_);
   }
   if (status.ok()) return;
+  while (!flights_.empty()) LandOldest();  // their sequences are about to end
   FailAll(status);
   PublishStats();
 }
@@ -159,6 +144,7 @@ void Engine::Run() {
       if (!health.ok() && !hold) expired = recovery_state_.GraceExpired();
     }
     if (!health.ok()) {
+      DropFlights();  // their sequences are about to be requeued or failed
       if (hold) {
         HoldAll(health);
       } else {
@@ -172,59 +158,16 @@ void Engine::Run() {
       continue;
     }
     DropCancelled();
-    ScheduledBatch batch = scheduler_.Schedule();
-    ran = !batch.empty();
-    if (!ran) continue;
-    RecordQueueTimes(batch);
-    PublishStats();
-    absl::StatusOr<v1::StepResponse> response = RunStep(batch);
-    if (!response.ok()) {
-      MarkDegraded(response.status());
-      continue;  // the next iteration fails everything
-    }
-    Apply(batch, FromStepResponse(&*response));
+    ran = SendSteps();
+    if (flights_.empty()) continue;
+    LandOldest();
+    ran = true;  // what it applied may let more run at once
   }
+  DropFlights();
   FailAll(absl::UnavailableError("coordinator is shutting down"));
   PublishStats();
   absl::MutexLock lock(&mutex_);
   idle_ = true;
-}
-
-absl::StatusOr<v1::StepResponse> Engine::RunStep(ScheduledBatch& batch) {
-  for (;;) {
-    ++step_id_;
-    const double work = StepWork(batch);
-    const absl::Duration timeout = StepTimeout(work);
-    const absl::Time started = absl::Now();
-    const int64_t deadline_ms = absl::ToUnixMillis(started + timeout);
-    absl::StatusOr<v1::StepResponse> response =
-        pool_->Step(ToStepRequest(batch, step_id_, deadline_ms), timeout);
-    if (!response.ok()) return response;
-    if (!response->has_refused()) {
-      const double measured = absl::ToDoubleSeconds(absl::Now() - started) / work;
-      seconds_per_work_ = 0.8 * seconds_per_work_ + 0.2 * measured;
-      return response;
-    }
-    const v1::RefusedSequence& refused = response->refused();
-    const auto entry = std::find_if(
-        batch.entries.begin(), batch.entries.end(),
-        [&](const ScheduledBatch::Entry& e) { return e.seq->seq_id == refused.seq_id(); });
-    if (entry == batch.entries.end()) {
-      return absl::InternalError(absl::StrCat("step ", step_id_, ": the workers refused sequence ",
-                                              refused.seq_id(), ", which the step does not hold (",
-                                              refused.message(), ")"));
-    }
-    Sequence* seq = entry->seq;
-    if (entry->is_new) seq->known_to_workers = false;  // the refused step added it nowhere
-    batch.entries.erase(entry);
-    batch.finished_seq_ids.clear();  // the workers dropped them before refusing
-    // The engine checked the request's data before queueing it: what the workers still refuse is
-    // the coordinator's fault, not the client's.
-    Fail(*scheduler_.Finish(seq),
-         absl::InternalError(
-             absl::StrCat("the workers refused this request's step: ", refused.message())));
-    if (batch.empty()) return v1::StepResponse();
-  }
 }
 
 EngineStats Engine::stats() const {

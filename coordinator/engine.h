@@ -2,7 +2,9 @@
 // Scheduler, and drives the workers in lockstep. Each step is three calls (nano-vllm's loop):
 // Scheduler::Schedule() plans a ScheduledBatch, WorkerPool::Step runs it on every rank,
 // Scheduler::Postprocess() applies rank 0's results and Apply() streams them. Planning and applying
-// stay separate so that step N+1 can later be planned while step N runs.
+// stay separate so that, with pipeline stages (EngineOptions::steps_in_flight > 1), steps N+1 …
+// N+S-1 are planned and sent (StepDispatcher) while step N runs in a later stage; their
+// sequences are disjoint (Sequence::in_flight), and their answers are applied in the order sent.
 //
 // Failure model (DESIGN.md): a failed step or heartbeat marks the cluster degraded. For up to
 // the recovery grace every request in flight is held: its blocks are released (a re-formed
@@ -23,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -45,6 +48,7 @@
 #include "coordinator/scheduled_batch.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/sequence.h"
+#include "coordinator/step_dispatcher.h"
 #include "coordinator/step_outputs.h"
 #include "coordinator/worker_pool.h"
 #include "model/tokenizer.h"
@@ -87,6 +91,9 @@ struct EngineOptions {
   // that kills a rank each time it runs would otherwise loop through restarts for ever (the
   // other sequences in those same steps share its fate, as they cannot be told apart).
   int32_t max_request_holds = 3;
+  // Steps sent before the oldest returns: the pipeline stages, so that each works on a step of
+  // its own (the coordinator's --steps-in-flight). 1: one step at a time.
+  int32_t steps_in_flight = 1;
   // Output constraints compile on this pool, each within its timeout.
   ConstraintCompilerOptions grammar;
   RequestLimits limits;
@@ -207,10 +214,25 @@ class Engine {
   bool TakeSubmitted(absl::Duration wait);
   // Drops requests whose client went away (CANCELLED to the stream, blocks freed).
   void DropCancelled();
-  // Runs `batch` on every rank. A step the workers refuse for one sequence's data
-  // (StepResponse.refused) fails that sequence alone, and the rest of the batch runs as the next
-  // step; only a transport error, a timeout or a lost rank is returned (a cluster fault).
-  absl::StatusOr<v1::StepResponse> RunStep(ScheduledBatch& batch);
+  // A step sent to the workers whose answer was not applied yet.
+  struct Flight {
+    ScheduledBatch batch;
+    uint64_t step_id = 0;
+    double work = 0;  // StepWork
+    absl::Time sent;
+  };
+  // Plans and sends steps while the dispatcher has room and the scheduler has work; false when it
+  // sent none.
+  bool SendSteps();
+  // Sends `batch` as the next step.
+  void Send(ScheduledBatch batch);
+  // Waits for the oldest step in flight and applies its answer. A step the workers refuse for one
+  // sequence's data (StepResponse.refused) fails that sequence alone, and the rest of the batch is
+  // sent again as a new step; a transport error, a timeout or a lost rank (a cluster fault) marks
+  // the cluster degraded, after the other steps in flight returned.
+  void LandOldest();
+  // Waits for every step in flight; their answers are dropped, their sequences computed nothing.
+  void DropFlights();
   // Hands rank 0's outputs to the scheduler (Postprocess) and streams what it returns.
   void Apply(const ScheduledBatch& batch, const StepOutputs& outputs);
   // Observes the queue time of sequences scheduled for the first time.
@@ -266,6 +288,9 @@ class Engine {
   std::unique_ptr<PrefixCache> cache_;  // a NoPrefixCache with enable_prefix_cache off
   Scheduler scheduler_;
   uint64_t step_id_ = 0;
+  StepDispatcher dispatcher_;
+  std::deque<Flight> flights_;  // oldest first
+  absl::Time last_landed_ = absl::InfinitePast();
   // Seconds per unit of StepWork, a moving average over the steps run; before the first, a slow
   // CPU's 1 ms. Engine thread only.
   double seconds_per_work_ = 1e-3;

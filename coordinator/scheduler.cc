@@ -125,6 +125,7 @@ void Scheduler::LeaveGroup(Sequence& seq) {
 std::unique_ptr<Sequence> Scheduler::TakeRunning(size_t index) {
   std::unique_ptr<Sequence> seq = std::move(running_[index]);
   running_.erase(running_.begin() + index);
+  seq->in_flight = false;
   if (seq->known_to_workers) finished_seq_ids_.push_back(seq->seq_id);
   seq->known_to_workers = false;
   ReleaseBlocks(*seq);
@@ -139,12 +140,15 @@ void Scheduler::Requeue(std::unique_ptr<Sequence> seq) {
   waiting_.push_front(std::move(seq));
 }
 
-void Scheduler::PreemptLast() {
-  std::unique_ptr<Sequence> seq = TakeRunning(running_.size() - 1);
+bool Scheduler::PreemptLast(size_t from) {
+  size_t last = running_.size() - 1;
+  while (last > from && running_[last]->in_flight) --last;
+  std::unique_ptr<Sequence> seq = TakeRunning(last);
   ++counters_.num_preemptions;
   LogInfo(kLog, "request %d: preempted for lack of KV blocks; %d tokens to recompute",
           seq->request_id, seq->tokens.size());
   Requeue(std::move(seq));
+  return last == from;
 }
 
 void Scheduler::RequeueAll() {
@@ -164,11 +168,16 @@ ScheduledBatch Scheduler::Schedule() {
     if (n > 1) prefill_taken = true;
     if (seq.kind == Sequence::Kind::kScore) logit_rows -= n;
   };
+  // With steps in flight, each takes its share of the sequences (see the class comment).
+  size_t max_entries = running_.size() + waiting_.size();
+  if (options_.steps_in_flight > 1) {
+    max_entries = (max_entries + options_.steps_in_flight - 1) / options_.steps_in_flight;
+  }
   // What the decodes not yet passed will take, set aside from a prefill chunk's share.
   int32_t decode_tokens = 0;
   int64_t decode_attention = 0;
   for (const auto& seq : running_) {
-    if (!Decoding(*seq)) continue;
+    if (seq->in_flight || !Decoding(*seq)) continue;
     ++decode_tokens;
     decode_attention += StepAttention(seq->num_computed, 1);
   }
@@ -179,8 +188,9 @@ ScheduledBatch Scheduler::Schedule() {
 
   // Running sequences first: decodes and the next chunks of prefills.
   bool preempted = false;
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+  for (size_t i = 0; i < running_.size() && budget > 0 && batch.entries.size() < max_entries; ++i) {
     Sequence& seq = *running_[i];
+    if (seq.in_flight) continue;
     int32_t n;
     if (Decoding(seq)) {
       --decode_tokens;
@@ -200,8 +210,7 @@ ScheduledBatch Scheduler::Schedule() {
     std::optional<std::vector<int32_t>> ids;
     bool self_preempted = false;
     while (!(ids = AllocateBlocks(needed))) {
-      self_preempted = i + 1 == running_.size();
-      PreemptLast();
+      self_preempted = PreemptLast(i);
       preempted = true;
       if (self_preempted) break;
     }
@@ -219,6 +228,7 @@ ScheduledBatch Scheduler::Schedule() {
   // Then waiting sequences, FCFS. Not in a step that had to preempt: the pool is full and
   // admitting would only thrash. Samples waiting for their first sample's prompt are passed over.
   for (auto it = waiting_.begin(); !preempted && it != waiting_.end() && budget > 0 &&
+                                   batch.entries.size() < max_entries &&
                                    static_cast<int32_t>(running_.size()) < options_.max_num_seqs;) {
     Sequence& seq = **it;
     if (seq.group != nullptr && !seq.group_leader && !seq.group->prompt_cached) {
@@ -254,6 +264,7 @@ ScheduledBatch Scheduler::Schedule() {
     batch.finished_seq_ids = std::move(finished_seq_ids_);
     finished_seq_ids_.clear();
   }
+  for (const ScheduledBatch::Entry& entry : batch.entries) entry.seq->in_flight = true;
   return batch;
 }
 
@@ -476,7 +487,12 @@ std::optional<FinishReason> Scheduler::Emit(Sequence& seq, int32_t token,
   return finish;
 }
 
+void Scheduler::Returned(const ScheduledBatch& batch) {
+  for (const ScheduledBatch::Entry& entry : batch.entries) entry.seq->in_flight = false;
+}
+
 void Scheduler::Commit(const ScheduledBatch& batch) {
+  Returned(batch);
   for (const ScheduledBatch::Entry& entry : batch.entries) {
     Sequence& seq = *entry.seq;
     TP_CHECK(entry.start == seq.num_computed);
@@ -529,7 +545,7 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::TakeIf(
     absl::FunctionRef<bool(const Sequence&)> take) {
   std::vector<std::unique_ptr<Sequence>> taken;
   for (size_t i = 0; i < running_.size();) {
-    if (take(*running_[i])) {
+    if (!running_[i]->in_flight && take(*running_[i])) {
       LeaveGroup(*running_[i]);
       taken.push_back(TakeRunning(i));
     } else {

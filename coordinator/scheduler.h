@@ -33,6 +33,11 @@
 // Full blocks enter the cache after the step that computed them (Commit), so requests that
 // share a prefix share blocks even while the first is still running.
 //
+// With several steps in flight (SchedulerOptions::steps_in_flight = S, one per pipeline stage), a
+// step takes only sequences that are in no step in flight (Sequence::in_flight), and at most
+// ceil(sequences / S) of them, so that S steps of about the same size fill the stages. A sequence
+// in flight is neither preempted nor cancelled until its step returns (Commit or Returned).
+//
 // Not thread-safe: owned by the engine thread.
 #pragma once
 
@@ -85,6 +90,9 @@ struct SchedulerOptions {
   // The proposals come from rank 0's draft model (worker/draft_runner.h) instead of n-grams: each
   // sampling step asks for the next step's, and the block table covers what the draft writes.
   bool draft_model = false;
+  // Steps the engine keeps in flight at once (a pipeline's micro-batches): a sequence runs in one
+  // of them at a time, and each step takes at most its share of the sequences (see Scheduler).
+  int32_t steps_in_flight = 1;
 };
 
 // Proposed tokens after which a request's acceptance is judged (spec_min_acceptance).
@@ -130,6 +138,9 @@ class Scheduler {
   // After `batch` ran: every entry's tokens are computed, and newly full blocks of Generate
   // sequences enter the prefix cache.
   void Commit(const ScheduledBatch& batch);
+  // After `batch` failed: its sequences are no longer in flight, and nothing of it is computed
+  // (the engine then requeues or fails them).
+  void Returned(const ScheduledBatch& batch);
 
   // Appends a sampled token to a running Generate sequence and says whether it ends it: "stop"
   // for an end-of-generation token (unless ignore_eos) or a stop token id, "length" at
@@ -139,9 +150,11 @@ class Scheduler {
   // Removes a running sequence, releases its blocks and queues its worker id for the next
   // step's finished_seq_ids.
   std::unique_ptr<Sequence> Finish(Sequence* seq);
-  // Removes every running or waiting sequence whose client cancelled (blocks released now).
+  // Removes every running or waiting sequence whose client cancelled (blocks released now); one
+  // in flight waits for its step to return.
   std::vector<std::unique_ptr<Sequence>> TakeCancelled();
-  // Removes every running or waiting sequence `take` picks (blocks released now).
+  // Removes every running or waiting sequence `take` picks (blocks released now), but those in
+  // flight.
   std::vector<std::unique_ptr<Sequence>> TakeIf(absl::FunctionRef<bool(const Sequence&)> take);
   // Removes every sequence (the engine fails them). The workers' state is then unknown, so no
   // finished ids are kept.
@@ -176,8 +189,9 @@ class Scheduler {
   void ReleaseBlocks(Sequence& seq);
   // A sample leaves (finished or cancelled): its group must not wait for it any more.
   void LeaveGroup(Sequence& seq);
-  // Requeues the most recently admitted running sequence for recompute.
-  void PreemptLast();
+  // Requeues the most recently admitted running sequence not in flight for recompute (one at
+  // `from` or later: those before it are in this step already); true when that was `from`.
+  bool PreemptLast(size_t from);
   // Puts a sequence taken from running_ at the front of the waiting queue, forgetting what only
   // the workers' state gave it (score rows, the draft's proposals).
   void Requeue(std::unique_ptr<Sequence> seq);

@@ -73,6 +73,9 @@ struct Sequence {
   // tokens and possibly more.
   std::vector<int32_t> block_ids;
   bool known_to_workers = false;  // sent as a NewSequence under seq_id
+  // In a step sent and not yet returned: with several steps in flight (pipeline stages), it runs
+  // in no other step until then, and keeps its blocks (no preemption, no cancellation) meanwhile.
+  bool in_flight = false;
   // Prefix cache: the node this sequence locks (covers block_ids[0, num_cached_blocks)) or null.
   PrefixCache::Node* cache_node = nullptr;
   int32_t num_cached_blocks = 0;

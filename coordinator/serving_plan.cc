@@ -20,11 +20,15 @@ absl::StatusOr<ServingPlan> MakeServingPlan(const CoordinatorFlags& flags,
     return absl::InvalidArgumentError(absl::StrCat("--world-size ", flags.world_size, " in ",
                                                    stages, " stage(s): ", s.message()));
   }
-  if (stages > 1 &&
-      (flags.device == "cuda" || flags.speculative == "draft" || flags.speculative == "self")) {
+  if (stages > 1 && (flags.speculative == "draft" || flags.speculative == "self")) {
     return absl::InvalidArgumentError(
-        "--pipeline-parallel-size above 1 runs on CPU workers (--device cpu), without a draft "
-        "model (--speculative draft or self); --speculative ngram works");
+        "--pipeline-parallel-size above 1 runs without a draft model (--speculative draft or "
+        "self); --speculative ngram works");
+  }
+  if (flags.steps_in_flight > stages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--steps-in-flight ", flags.steps_in_flight, " is more than the ", stages,
+                     " pipeline stage(s): a stage runs one step at a time"));
   }
   if (flags.speculative == "draft" && flags.draft_model.empty()) {
     return absl::InvalidArgumentError("--speculative draft needs --draft-model");
@@ -92,6 +96,8 @@ EngineOptions MakeEngineOptions(const CoordinatorFlags& flags, const ModelConfig
   options.ngram.max_n = std::max(flags.ngram.min_n, flags.ngram.max_n);
   options.max_queued_requests = flags.max_queued_requests;
   options.recovery_grace = absl::Seconds(flags.recovery_grace_s);
+  options.steps_in_flight =
+      flags.steps_in_flight > 0 ? flags.steps_in_flight : flags.pipeline_parallel_size;
   options.limits = flags.limits;
   options.grammar.timeout = absl::Seconds(flags.limits.grammar_compile_timeout_s);
   options.grammar.max_bytes = flags.limits.max_constraint_bytes;

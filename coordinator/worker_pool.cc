@@ -76,7 +76,7 @@ std::vector<RankReport> WorkerPool::Reports() const {
 }
 
 std::vector<grpc::Status> WorkerPool::CallAll(absl::Duration timeout, bool cancel_on_failure,
-                                              const StartCall& start, bool abandonable,
+                                              const StartCall& start, StepCalls* step,
                                               int ranks) const {
   const int n = ranks == kEveryRank ? world_size() : ranks;
   std::vector<grpc::Status> statuses(world_size());
@@ -91,10 +91,10 @@ std::vector<grpc::Status> WorkerPool::CallAll(absl::Duration timeout, bool cance
     absl::MutexLock lock(&ranks_mutex_);
     for (const Rank& r : ranks_) stubs.push_back(r.stub);
   }
-  if (abandonable) {
+  if (step != nullptr) {
     absl::MutexLock lock(&step_mutex_);
-    abandoned_ = absl::OkStatus();
-    for (auto& context : contexts) step_contexts_.push_back(context.get());
+    for (auto& context : contexts) step->contexts.push_back(context.get());
+    steps_.push_back(step);
   }
   absl::Mutex mutex;
   int pending = n;
@@ -127,9 +127,10 @@ std::vector<grpc::Status> WorkerPool::CallAll(absl::Duration timeout, bool cance
     mutex.Await(absl::Condition(&all_done));
   }
   mutex.Unlock();
-  if (abandonable) {
+  if (step != nullptr) {
     absl::MutexLock lock(&step_mutex_);
-    step_contexts_.clear();
+    steps_.erase(std::find(steps_.begin(), steps_.end(), step));
+    step->contexts.clear();
   }
   return statuses;
 }
@@ -137,10 +138,12 @@ std::vector<grpc::Status> WorkerPool::CallAll(absl::Duration timeout, bool cance
 void WorkerPool::AbandonStep(const absl::Status& cause) const {
   // TryCancel may run a call's callback on this thread; those take only their CallAll's mutex.
   absl::MutexLock lock(&step_mutex_);
-  if (step_contexts_.empty()) return;
-  LogWarning("pool", "abandoning the step in flight: %s", cause.message());
-  abandoned_ = cause;
-  for (grpc::ClientContext* context : step_contexts_) context->TryCancel();
+  if (steps_.empty()) return;
+  LogWarning("pool", "abandoning the %d step(s) in flight: %s", steps_.size(), cause.message());
+  for (StepCalls* step : steps_) {
+    step->abandoned = cause;
+    for (grpc::ClientContext* context : step->contexts) context->TryCancel();
+  }
 }
 
 std::vector<int> WorkerPool::FailedRanks(const std::vector<grpc::Status>& statuses) const {
@@ -338,17 +341,18 @@ absl::StatusOr<LoadedModel> WorkerPool::LoadShard(absl::Duration timeout, LoadPr
 absl::StatusOr<v1::StepResponse> WorkerPool::Step(const v1::StepRequest& request,
                                                   absl::Duration timeout) {
   std::vector<v1::StepResponse> responses(world_size());
+  StepCalls calls;
   auto statuses = CallAll(
       timeout, /*cancel_on_failure=*/true,
       [&](int rank, auto* stub, auto* context, auto done) {
         stub->Step(context, &request, &responses[rank], done);
       },
-      /*abandonable=*/true, relay_steps_ ? 1 : kEveryRank);
+      &calls, relay_steps_ ? 1 : kEveryRank);
   {
     absl::MutexLock lock(&step_mutex_);
-    if (!abandoned_.ok()) {
+    if (!calls.abandoned.ok()) {
       return absl::UnavailableError(
-          absl::StrCat("step ", request.step_id(), " abandoned: ", abandoned_.message()));
+          absl::StrCat("step ", request.step_id(), " abandoned: ", calls.abandoned.message()));
     }
   }
   if (!FailedRanks(statuses).empty()) {

@@ -96,8 +96,9 @@ class WorkerPool {
   // first failure the calls still outstanding are cancelled, since their ranks would otherwise sit
   // in a collective waiting for the failed one.
   absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request, absl::Duration timeout);
-  // Cancels the Step in flight, if any: the heartbeats found a rank gone, so the step returns
-  // UNAVAILABLE with `cause` now instead of at its deadline. No effect between steps.
+  // Cancels the Steps in flight, if any: the heartbeats found a rank gone, so each step returns
+  // UNAVAILABLE with `cause` now instead of at its deadline. No effect between steps. Several
+  // Steps may be in flight at once (StepDispatcher), from different threads.
   void AbandonStep(const absl::Status& cause) const;
   // What Heartbeat requires of every rank: to answer and not report the state "failed", or
   // only to answer (a rank whose collective failed reports "failed" until the next Init).
@@ -121,15 +122,21 @@ class WorkerPool {
       std::function<void(int rank, v1::WorkerService::StubInterface::async_interface* stub,
                          grpc::ClientContext* context, std::function<void(grpc::Status)> done)>;
 
+  // A Step's calls while they run, for AbandonStep, and why it abandoned them, if it did.
+  struct StepCalls {
+    std::vector<grpc::ClientContext*> contexts;
+    absl::Status abandoned;
+  };
+
   static constexpr int kEveryRank = 0;
   // Starts a call on every rank at once, or on ranks [0, `ranks`), and waits for all of them;
   // statuses by rank (OK for a rank not called). With
   // `cancel_on_failure`, the calls still running a second after the first failure are
-  // cancelled. `abandonable` calls (Step) are the ones AbandonStep cancels.
+  // cancelled. With `step` (Step's calls), AbandonStep may cancel them, and says so in it.
   // Status on every rank: the slowest one's load progress into `progress`.
   void PollLoadProgress(LoadProgress* progress);
   std::vector<grpc::Status> CallAll(absl::Duration timeout, bool cancel_on_failure,
-                                    const StartCall& start, bool abandonable = false,
+                                    const StartCall& start, StepCalls* step = nullptr,
                                     int ranks = kEveryRank) const;
   // The ranks whose call failed; calls we cancelled ourselves are left out when another rank
   // failed first.
@@ -159,10 +166,9 @@ class WorkerPool {
   mutable absl::Mutex ranks_mutex_;
   std::vector<Rank> ranks_ ABSL_GUARDED_BY(ranks_mutex_);  // [world_size]
 
-  // The Step in flight: its calls' contexts while it runs, and why it was abandoned, if it was.
+  // The Steps in flight.
   mutable absl::Mutex step_mutex_;
-  mutable std::vector<grpc::ClientContext*> step_contexts_ ABSL_GUARDED_BY(step_mutex_);
-  mutable absl::Status abandoned_ ABSL_GUARDED_BY(step_mutex_);
+  mutable std::vector<StepCalls*> steps_ ABSL_GUARDED_BY(step_mutex_);
 
   mutable absl::Mutex reports_mutex_;
   // [world_size]: written by LoadShard and Heartbeat, read by Reports.

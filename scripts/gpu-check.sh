@@ -2,7 +2,8 @@
 # The GPU check, run ON the GPU machine from the repository root, with gpu-pkg/ carried there
 # (made here by scripts/package-gpu-build.sh). One command, no package registry:
 #   1. nvidia-smi;
-#   2. every GPU test executable in the package, each printed as PASS, SKIP or FAIL;
+#   2. every GPU test executable in the package, each printed as PASS, SKIP or FAIL (the
+#      pipeline-stage tests need 2 GPUs: the report says whether they ran);
 #   3. tpserve-bench-cuda (decode-shaped bf16 and FP8 GEMMs, bf16 and FP8-KV decode attention,
 #      vs peak HBM bandwidth);
 #   4. T=1 decode tokens/s on SmolLM2-135M and on a Llama-3-8B-shaped random-weight model, through
@@ -182,6 +183,14 @@ echo "== nvidia-smi"
 timeout 30 nvidia-smi || say "nvidia-smi failed (exit $?)"
 grep -E '^(built|commit|build|cuda):' "$pkg/MANIFEST" | sed 's/^/gpu-check: package /' || true
 say "plan: ${#plan_names[@]} parts, ${planned} s of shares, budget ${budget_s} s"
+
+gpus=$(timeout 30 nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l || true)
+if (( ${gpus:-0} >= 2 )); then
+  say "$gpus GPUs: the pipeline-stage tests (NCCL send/recv between stages) run"
+else
+  say "${gpus:-0} GPU(s): the pipeline-stage tests (NCCL send/recv between two stages, each on a" \
+      "GPU of its own) need 2 and are reported as skipped"
+fi
 
 echo "== GPU tests"
 for test in "${gpu_tests[@]}"; do

@@ -76,11 +76,6 @@ absl::StatusOr<FormedGroup> FormGroup(const GroupSpec& spec) {
   if (spec.pipeline_stages == 1) {
     return FormStageGroup(spec, spec.rank, spec.world, spec.group_id, /*label=*/"");
   }
-  if (spec.cuda_device >= 0) {
-    return absl::UnimplementedError(
-        "Init: pipeline parallelism runs on CPU ranks in this version (CUDA stages would move "
-        "their hidden states with NCCL send/recv, not built yet)");
-  }
   const int tp_size = spec.world / spec.pipeline_stages;
   const int stage = spec.rank / tp_size, tp_rank = spec.rank % tp_size;
   // The coordinator sends every rank of a pipeline its steps: no rank relays them.
@@ -91,19 +86,21 @@ absl::StatusOr<FormedGroup> FormGroup(const GroupSpec& spec) {
   ASSIGN_OR_RETURN(FormedGroup formed, FormStageGroup(unrelayed, tp_rank, tp_size,
                                                       absl::StrCat(spec.group_id, "/stage", stage),
                                                       absl::StrCat(" (stage ", stage, ")")));
-  auto link = [&](int boundary, int link_rank) -> absl::StatusOr<std::unique_ptr<Communicator>> {
-    ASSIGN_OR_RETURN(FormedGroup formed_link,
-                     FormStageGroup(unrelayed, link_rank, 2,
-                                    absl::StrCat(spec.group_id, "/link", boundary, ".", tp_rank),
-                                    absl::StrCat(" (link ", boundary, ".", tp_rank, ")"),
-                                    kLinkOperationTimeout));
-    return std::move(formed_link.comm);
+  // On CUDA ranks a link is a two-rank NCCL group, which the model sends and receives on.
+  auto link = [&](int boundary, int link_rank) -> absl::StatusOr<FormedGroup> {
+    return FormStageGroup(
+        unrelayed, link_rank, 2, absl::StrCat(spec.group_id, "/link", boundary, ".", tp_rank),
+        absl::StrCat(" (link ", boundary, ".", tp_rank, ")"), kLinkOperationTimeout);
   };
   if (stage > 0) {
-    ASSIGN_OR_RETURN(formed.from_previous, link(stage - 1, /*receiver*/ 0));
+    ASSIGN_OR_RETURN(FormedGroup from_previous, link(stage - 1, /*receiver*/ 0));
+    formed.from_previous = std::move(from_previous.comm);
+    formed.device_from_previous = from_previous.device_comm;
   }
   if (stage + 1 < spec.pipeline_stages) {
-    ASSIGN_OR_RETURN(formed.to_next, link(stage, /*sender*/ 1));
+    ASSIGN_OR_RETURN(FormedGroup to_next, link(stage, /*sender*/ 1));
+    formed.to_next = std::move(to_next.comm);
+    formed.device_to_next = to_next.device_comm;
   }
   LogInfo("worker", "rank %d: pipeline stage %d of %d, tensor-parallel rank %d of %d", spec.rank,
           stage, spec.pipeline_stages, tp_rank, tp_size);

@@ -35,12 +35,15 @@ struct FormedGroup {
       from_previous;                          // the link from the previous stage; null on the first
   std::unique_ptr<Communicator> to_next;      // the link to the next stage; null on the last
   DeviceCommunicator* device_comm = nullptr;  // a CUDA group's, for the CUDA model
+  // A CUDA group's links, device side (the objects from_previous and to_next own).
+  DeviceCommunicator* device_from_previous = nullptr;
+  DeviceCommunicator* device_to_next = nullptr;
   ShmCommunicator* relay_shm = nullptr;       // `comm`, when it relays the steps
 };
 
 // INVALID_ARGUMENT for a world of several ranks without group_id or coordinator_address, or a
-// world the stages do not divide; UNIMPLEMENTED for CUDA stages; the transport's error when the
-// group does not form. Logs which transport a CPU group took.
+// world the stages do not divide; the transport's error when the group does not form. Logs which
+// transport a CPU group took.
 absl::StatusOr<FormedGroup> FormGroup(const GroupSpec& spec);
 
 }  // namespace tpserve

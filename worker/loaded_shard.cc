@@ -88,10 +88,9 @@ absl::StatusOr<std::unique_ptr<LoadedShard>> LoadShard(const ModelRunnerOptions&
     }
     runner->config_.num_layers = options.num_layers;
   }
-  if (options.pipeline_stages > 1 &&
-      (options.device == Device::kCuda || options.links == nullptr || options.num_layers > 0)) {
+  if (options.pipeline_stages > 1 && (options.links == nullptr || options.num_layers > 0)) {
     return absl::InvalidArgumentError(
-        "pipeline stages run on CPU ranks, with links to their neighbours, over the whole model");
+        "pipeline stages run with links to their neighbours, over the whole model");
   }
   ASSIGN_OR_RETURN(runner->layout_,
                    ShardLayout::Make(runner->config_, comm->rank(), comm->world_size(),

@@ -52,7 +52,7 @@ struct ModelRunnerOptions {
   int64_t num_layers = 0;
   // Pipeline parallelism: this rank's stage of `pipeline_stages` (model/shard_layout.h says which
   // layers it holds), and the links its hidden states move through, which must outlive the model
-  // (null for one stage). CPU only.
+  // (null for one stage). A CUDA model sends and receives on their device side.
   int pipeline_stage = 0;
   int pipeline_stages = 1;
   PipelineLinks* links = nullptr;

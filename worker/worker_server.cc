@@ -205,6 +205,11 @@ grpc::Status WorkerServer::Step(grpc::ServerContext* context, const v1::StepRequ
                         "this rank takes its steps from rank 0 (relay_steps), not over gRPC");
   }
   const CoordinatorCall call(this);
+  if (!AwaitTurn(*context, request->step_id())) {
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        absl::StrCat("step ", request->step_id(),
+                                     " was given up while it waited for the step before it"));
+  }
   absl::Status status;
   bool abandoned = false;
   exec_.Run([&] { status = DoStep(*request, response); }, kCancelPoll,
@@ -371,7 +376,8 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   // device communicator lives for the whole process.
   if (!keep_shard) runner_.reset();
   comm_->Reset(std::move(formed->comm));
-  links_.Reset(std::move(formed->from_previous), std::move(formed->to_next));
+  links_.Reset(std::move(formed->from_previous), std::move(formed->to_next),
+               formed->device_from_previous, formed->device_to_next);
   if (formed->relay_shm != nullptr) relay_ = std::make_unique<StepRelay>(formed->relay_shm);
   device_comm_ = formed->device_comm;
   initialized_ = true;
@@ -504,6 +510,17 @@ absl::Status WorkerServer::DoStep(const v1::StepRequest& request, v1::StepRespon
                static_cast<unsigned long long>(request.step_id()), ms, request.sequences_size());
   }
   return status;
+}
+
+bool WorkerServer::AwaitTurn(grpc::ServerContext& context, uint64_t step_id) {
+  absl::MutexLock lock(&status_mu_);
+  auto turn = [this, step_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(status_mu_) {
+    return status_last_step_id_ + 1 >= step_id;
+  };
+  while (!status_mu_.AwaitWithTimeout(absl::Condition(&turn), kCancelPoll)) {
+    if (context.IsCancelled()) return false;
+  }
+  return true;
 }
 
 void WorkerServer::FollowSteps() {

@@ -134,6 +134,10 @@ class WorkerServer final : public v1::WorkerService::Service {
   // Runs the steps rank 0 relays until the relay fails (Init and Stop abort it) or a step fails
   // otherwise than by rejecting its input.
   void FollowSteps();
+  // gRPC thread: waits until the step before `step_id` has run (the coordinator keeps one step
+  // per pipeline stage in flight, and their calls may arrive in any order); false when the
+  // coordinator gave the call up first.
+  bool AwaitTurn(grpc::ServerContext& context, uint64_t step_id);
   // Any thread: whether FollowSteps has the execution thread, and taking it back.
   bool following();
   void StopFollowing(absl::string_view why);

@@ -1,8 +1,9 @@
 // NcclCommunicator on real GPUs: a world of 1, and a world of N = the number of visible devices
-// (ranks as threads, rank r on device r) when N > 1. The ranks meet through an in-process
-// gloo::rendezvous::HashStore. Both sides are checked: the Communicator (blocking, on the
-// communicator's stream) and the DeviceCommunicator (enqueued on a caller's stream, as the CUDA
-// model uses it). Values are small integers, so the sums are exact in float and in bf16.
+// (ranks as threads, rank r on device r) when N > 1, and a two-rank pipeline link's send/recv. The
+// ranks meet through an in-process gloo::rendezvous::HashStore. Both sides are checked: the
+// Communicator (blocking, on the communicator's stream) and the DeviceCommunicator (enqueued on a
+// caller's stream, as the CUDA model uses it). Values are small integers, so the sums are exact in
+// float and in bf16.
 #include "worker/comm/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
@@ -144,6 +145,55 @@ TEST(NcclCommunicatorTest, OneRankPerDevice) {
   for (int r = 0; r < devices; ++r)
     ranks.emplace_back([r, devices, store] { RunRank(r, devices, store); });
   for (std::thread& t : ranks) t.join();
+}
+
+// A pipeline link: rank 1 (device 1) sends two bf16 buffers to rank 0 (device 0), which receives
+// them in the order sent, as the stages of the CUDA model hand over the residual and the last MLP
+// output; a peer outside the group or the rank itself is refused.
+TEST(NcclCommunicatorTest, SendRecvCarriesBuffersInOrder) {
+  TP_SKIP_WITHOUT_CUDA_DEVICES(2);
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  constexpr int64_t kCount = 3 * 576;  // three rows of SmolLM2's hidden size
+  auto value = [](int buffer, int64_t i) {
+    return static_cast<float>((i % 200) - 100 + 0.5 * buffer);  // exact in bf16
+  };
+  auto run = [&](int rank) {
+    auto comm = NcclCommunicator::Create(rank, 2, /*device=*/rank, store, absl::Seconds(60));
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    EXPECT_EQ((*comm)->EnqueueSend(nullptr, 1, rank, nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ((*comm)->EnqueueRecv(nullptr, 1, 2, nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
+    cudaStream_t stream = nullptr;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    gpu_test::DeviceArray<bf16> first(kCount), second(kCount);
+    if (rank == 1) {
+      std::vector<bf16> a(kCount), b(kCount);
+      for (int64_t i = 0; i < kCount; ++i) {
+        a[i] = cuda::ToBf16(value(0, i));
+        b[i] = cuda::ToBf16(value(1, i));
+      }
+      first.Upload(a);
+      second.Upload(b);
+      ASSERT_TRUE((*comm)->EnqueueSend(first.get(), kCount, 0, stream).ok());
+      ASSERT_TRUE((*comm)->EnqueueSend(second.get(), kCount, 0, stream).ok());
+    } else {
+      ASSERT_TRUE((*comm)->EnqueueRecv(first.get(), kCount, 1, stream).ok());
+      ASSERT_TRUE((*comm)->EnqueueRecv(second.get(), kCount, 1, stream).ok());
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    if (rank != 0) return;
+    const std::vector<bf16> a = first.Download(), b = second.Download();
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < kCount; ++i) {
+      if (cuda::ToFloat(a[i]) != value(0, i) || cuda::ToFloat(b[i]) != value(1, i)) ++mismatches;
+    }
+    EXPECT_EQ(mismatches, 0);
+  };
+  std::thread receiver(run, 0), sender(run, 1);
+  receiver.join();
+  sender.join();
 }
 
 TEST(NcclCommunicatorTest, BadDeviceIsAnError) {

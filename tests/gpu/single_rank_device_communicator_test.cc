@@ -82,5 +82,11 @@ TEST(SingleRankDeviceCommunicatorTest, BadCountsAreInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(SingleRankDeviceCommunicatorTest, SendAndRecvHaveNoPeer) {
+  SingleRankDeviceCommunicator comm;
+  EXPECT_EQ(comm.EnqueueSend(nullptr, 4, 1, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm.EnqueueRecv(nullptr, 4, 1, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace tpserve

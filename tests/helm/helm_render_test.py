@@ -59,8 +59,6 @@ BAD_VALUES = [
     ({"model": {"source": "hostPath", "hostPath": {"path": "models"}}},
      "- model.hostPath.path: Does not match pattern '^/'"),
     ({"device": "tpu"}, '- device: device must be one of the following: "cpu", "cuda"'),
-    ({"pipelineParallelSize": 2, "device": "cuda"},
-     '- device: device does not match: "cpu"'),
     ({"workers": {"gpusPerNode": 0}}, "- workers.gpusPerNode: Must be greater than or equal to 1"),
     ({"tensorParalelSize": 2}, "- (root): Additional property tensorParalelSize is not allowed"),
     ({"tls": {"serverName": ""}},

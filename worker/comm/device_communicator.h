@@ -40,6 +40,14 @@ class DeviceCommunicator {
   // rank 0's part is then already in place.
   virtual absl::Status EnqueueGatherToRoot(const float* send, absl::Span<const int64_t> counts,
                                            float* recv, cudaStream_t stream) = 0;
+
+  // Point to point, for pipeline stages: `count` bf16 (device memory) to or from rank `peer`,
+  // which enqueues the matching Recv or Send. Transfers between two ranks arrive in the order
+  // they were sent.
+  virtual absl::Status EnqueueSend(const cuda::bf16* data, int64_t count, int peer,
+                                   cudaStream_t stream) = 0;
+  virtual absl::Status EnqueueRecv(cuda::bf16* data, int64_t count, int peer,
+                                   cudaStream_t stream) = 0;
 };
 
 }  // namespace tpserve

@@ -307,4 +307,36 @@ absl::Status NcclCommunicator::EnqueueGatherToRoot(const float* send,
   return status.ok() ? status : Fail(std::move(status));
 }
 
+absl::Status NcclCommunicator::EnqueueSend(const cuda::bf16* data, int64_t count, int peer,
+                                           cudaStream_t stream) {
+  // ncclSend only reads the buffer; its signature is shared with ncclRecv's.
+  return EnqueuePointToPoint(/*send=*/true, const_cast<cuda::bf16*>(data), count, peer, stream);
+}
+
+absl::Status NcclCommunicator::EnqueueRecv(cuda::bf16* data, int64_t count, int peer,
+                                           cudaStream_t stream) {
+  return EnqueuePointToPoint(/*send=*/false, data, count, peer, stream);
+}
+
+absl::Status NcclCommunicator::EnqueuePointToPoint(bool send, void* data, int64_t count, int peer,
+                                                   cudaStream_t stream) {
+  if (!error_.ok()) return error_;
+  const std::string context =
+      absl::StrCat("NCCL rank ", rank_, send ? ": Send of " : ": Recv of ", count, " elements ",
+                   send ? "to" : "from", " rank ", peer);
+  if (peer < 0 || peer >= world_size_ || peer == rank_ || count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(context, ": no such peer or count"));
+  }
+  if (count == 0) return absl::OkStatus();
+  absl::Status status = CudaStatus(cudaSetDevice(device_), context);
+  if (status.ok()) {
+    status = Issue(context, [&](ncclComm_t comm) {
+      const size_t n = static_cast<size_t>(count);
+      return send ? nccl_.ncclSend(data, n, ncclBfloat16, peer, comm, stream)
+                  : nccl_.ncclRecv(data, n, ncclBfloat16, peer, comm, stream);
+    });
+  }
+  return status.ok() ? status : Fail(std::move(status));
+}
+
 }  // namespace tpserve

@@ -90,6 +90,10 @@ class NcclCommunicator : public Communicator, public DeviceCommunicator {
   absl::Status EnqueueAllReduceSum(cuda::bf16* data, int64_t count, cudaStream_t stream) override;
   absl::Status EnqueueGatherToRoot(const float* send, absl::Span<const int64_t> counts, float* recv,
                                    cudaStream_t stream) override;
+  // ncclSend / ncclRecv; INVALID_ARGUMENT for this rank itself or a rank outside the group.
+  absl::Status EnqueueSend(const cuda::bf16* data, int64_t count, int peer,
+                           cudaStream_t stream) override;
+  absl::Status EnqueueRecv(cuda::bf16* data, int64_t count, int peer, cudaStream_t stream) override;
 
   // ncclCommAbort, at once: kernels waiting for a peer end, and every later call fails naming
   // `reason`.
@@ -103,6 +107,10 @@ class NcclCommunicator : public Communicator, public DeviceCommunicator {
   // enqueued on `stream`.
   absl::Status EnqueueAllReduce(void* data, int64_t count, ncclDataType_t type,
                                 cudaStream_t stream);
+
+  // One ncclSend (`send`) or ncclRecv of [count] bf16 with `peer`, enqueued on `stream`.
+  absl::Status EnqueuePointToPoint(bool send, void* data, int64_t count, int peer,
+                                   cudaStream_t stream);
 
   // Records the first collective failure (the communicator is broken from then on).
   absl::Status Fail(absl::Status status);

@@ -5,10 +5,14 @@
 namespace tpserve {
 
 void PipelineLinks::Reset(std::unique_ptr<Communicator> from_previous,
-                          std::unique_ptr<Communicator> to_next) {
+                          std::unique_ptr<Communicator> to_next,
+                          DeviceCommunicator* device_from_previous,
+                          DeviceCommunicator* device_to_next) {
   absl::MutexLock lock(&mu_);
   from_previous_.swap(from_previous);
   to_next_.swap(to_next);
+  device_from_previous_ = device_from_previous;
+  device_to_next_ = device_to_next;
 }
 
 absl::Status PipelineLinks::Receive(float* data, int64_t count) {

@@ -30,4 +30,14 @@ absl::Status SingleRankDeviceCommunicator::EnqueueGatherToRoot(const float* send
                     "GatherToRoot");
 }
 
+absl::Status SingleRankDeviceCommunicator::EnqueueSend(const cuda::bf16*, int64_t, int peer,
+                                                       cudaStream_t) {
+  return absl::InvalidArgumentError(absl::StrCat("Send to rank ", peer, " in a world of 1"));
+}
+
+absl::Status SingleRankDeviceCommunicator::EnqueueRecv(cuda::bf16*, int64_t, int peer,
+                                                       cudaStream_t) {
+  return absl::InvalidArgumentError(absl::StrCat("Recv from rank ", peer, " in a world of 1"));
+}
+
 }  // namespace tpserve

@@ -1,5 +1,6 @@
 // The DeviceCommunicator of a world of one: the all-reduce has nothing to add, the gather is a
-// device copy, or nothing when in place. CUDA builds only (TPSERVE_CUDA). It holds no state.
+// device copy, or nothing when in place; there is no peer to send to or receive from. CUDA builds
+// only (TPSERVE_CUDA). It holds no state.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,6 +21,10 @@ class SingleRankDeviceCommunicator : public DeviceCommunicator {
   absl::Status EnqueueAllReduceSum(cuda::bf16* data, int64_t count, cudaStream_t stream) override;
   absl::Status EnqueueGatherToRoot(const float* send, absl::Span<const int64_t> counts, float* recv,
                                    cudaStream_t stream) override;
+  // INVALID_ARGUMENT: a world of one has no peer.
+  absl::Status EnqueueSend(const cuda::bf16* data, int64_t count, int peer,
+                           cudaStream_t stream) override;
+  absl::Status EnqueueRecv(cuda::bf16* data, int64_t count, int peer, cudaStream_t stream) override;
 };
 
 }  // namespace tpserve

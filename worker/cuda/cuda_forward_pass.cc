@@ -60,9 +60,12 @@ absl::Status CheckShapes(const ModelConfig& config, const ShardLayout& layout,
   if (static_cast<int64_t>(weights.rope_inv_freq.size()) != config.rope_dims / 2) {
     return absl::InternalError("CUDA model: the RoPE frequency table does not match rope_dims");
   }
-  if (static_cast<int64_t>(weights.layers.size()) != config.num_layers ||
-      weights.token_embedding.rows != config.vocab_size ||
-      (weights.lm_head.rows != 0 && weights.lm_head.rows != layout.vocab.size)) {
+  // A pipeline stage holds the embedding where it looks tokens up or is the tied lm_head.
+  const int64_t embedding = weights.token_embedding.rows;
+  const bool head_ok = !layout.last_stage() || weights.lm_head.rows == layout.vocab.size ||
+                       (weights.lm_head.rows == 0 && embedding == config.vocab_size);
+  if (static_cast<int64_t>(weights.layers.size()) != layout.layers.size ||
+      (embedding != config.vocab_size && (embedding != 0 || layout.first_stage())) || !head_ok) {
     return absl::InternalError("CUDA model: embedding or lm_head shapes do not match the layout");
   }
   return absl::OkStatus();
@@ -101,7 +104,19 @@ absl::StatusOr<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(
   std::unique_ptr<CudaForwardPass> model(
       new CudaForwardPass(config, layout, comm, resolved, std::move(stream)));
   model->device_name_ = device.name;
-  model->kv_shape_ = KvCacheShape::For(config.num_layers, layout.kv_heads.size, config.head_dim,
+  if (layout.num_stages > 1) {
+    // The links' device side: a two-rank NCCL group each, this rank the receiver (0) of the link
+    // from the previous stage and the sender (1) of the one to the next.
+    model->from_previous_ =
+        options.links == nullptr ? nullptr : options.links->device_from_previous();
+    model->to_next_ = options.links == nullptr ? nullptr : options.links->device_to_next();
+    if ((!layout.first_stage() && model->from_previous_ == nullptr) ||
+        (!layout.last_stage() && model->to_next_ == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat("CUDA model: pipeline stage ", layout.stage,
+                                                     " needs NCCL links to its neighbours"));
+    }
+  }
+  model->kv_shape_ = KvCacheShape::For(layout.layers.size, layout.kv_heads.size, config.head_dim,
                                        options.block_size, /*cuda=*/true, options.kv_cache_fp8);
   ASSIGN_OR_RETURN(model->gemm_, Gemm::Create());
   ASSIGN_OR_RETURN(model->weights_,
@@ -123,14 +138,28 @@ absl::StatusOr<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(
           comm->rank(), comm->world_size(), model->device_name_,
           model->weights_.bytes() / 1048576.0, static_cast<long long>(model->kv_shape_.num_blocks),
           model->kv_pool_.bytes() / 1048576.0, model->kv_shape_.fp8 ? "FP8 E4M3" : "bf16");
-  if (!cuda.enforce_eager) RETURN_IF_ERROR(model->CaptureDecodeGraphs());
+  if (cuda.enforce_eager) return model;
+  if (layout.num_stages > 1) {
+    LogInfo(kLog, "rank %d of stage %d: decode steps run eagerly (no graphs across stages)",
+            layout.rank, layout.stage);
+    return model;
+  }
+  RETURN_IF_ERROR(model->CaptureDecodeGraphs());
   return model;
 }
 
 absl::Status CudaForwardPass::WarmUpCollectives() {
-  if (layout_.world_size == 1) return absl::OkStatus();
   // NCCL sets up connections, and allocates their buffers, at a communicator's first collective
   // of each kind: let that happen before the KV pool takes what is free. The data is garbage.
+  // The links first, stage after stage, then the stage's own group.
+  const int64_t hidden = config_.hidden_size;
+  if (from_previous_ != nullptr) {
+    RETURN_IF_ERROR(from_previous_->EnqueueRecv(residual_.data(), hidden, 1, stream_.get()));
+  }
+  if (to_next_ != nullptr) {
+    RETURN_IF_ERROR(to_next_->EnqueueSend(residual_.data(), hidden, 0, stream_.get()));
+  }
+  if (layout_.world_size == 1) return stream_.Synchronize();
   RETURN_IF_ERROR(comm_->EnqueueAllReduceSum(partial_.data(), token_capacity_ * config_.hidden_size,
                                              stream_.get()));
   RETURN_IF_ERROR(comm_->EnqueueGatherToRoot(
@@ -221,7 +250,7 @@ absl::Status CudaForwardPass::AllocateStepBuffers() {
     RETURN_IF_ERROR(Allocate(gathered_, logits_capacity_ * config_.vocab_size));
     RETURN_IF_ERROR(Allocate(contiguous_, logits_capacity_ * config_.vocab_size));
   }
-  if (layout_.rank == 0) {
+  if (layout_.rank == 0 && layout_.last_stage()) {
     ASSIGN_OR_RETURN(processor_, CudaLogitsProcessor::Create(config_.vocab_size, logits_capacity_,
                                                              token_capacity_, stream_.get()));
   }
@@ -316,11 +345,17 @@ absl::Status CudaForwardPass::EnqueueLayers(const StepShape& shape, const StepAr
   const int64_t n = shape.num_tokens;
   const int64_t hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  Embedding(weights_.token_embedding.weight.data(), config_.vocab_size, hidden, arrays.token_ids, n,
-            residual_.data(), stream);
-  for (int layer = 0; layer < config_.num_layers; ++layer) {
+  if (layout_.first_stage()) {
+    Embedding(weights_.token_embedding.weight.data(), config_.vocab_size, hidden, arrays.token_ids,
+              n, residual_.data(), stream);
+  } else {
+    // The previous stage's residual and its last MLP output, which AddRmsNorm adds below.
+    RETURN_IF_ERROR(from_previous_->EnqueueRecv(residual_.data(), n * hidden, 1, stream));
+    RETURN_IF_ERROR(from_previous_->EnqueueRecv(partial_.data(), n * hidden, 1, stream));
+  }
+  for (int layer = 0; layer < layout_.layers.size; ++layer) {  // this stage's, from 0
     const DeviceLayerWeights& w = weights_.layers[layer];
-    if (layer == 0) {
+    if (layer == 0 && layout_.first_stage()) {
       RmsNorm(residual_.data(), w.attn_norm.data(), n, hidden, eps, normed_.data(), stream);
     } else {  // The previous layer's MLP output joins the residual here.
       AddRmsNorm(residual_.data(), partial_.data(), w.attn_norm.data(), n, hidden, eps,
@@ -330,6 +365,10 @@ absl::Status CudaForwardPass::EnqueueLayers(const StepShape& shape, const StepAr
     AddRmsNorm(residual_.data(), partial_.data(), w.ffn_norm.data(), n, hidden, eps, normed_.data(),
                stream);
     RETURN_IF_ERROR(EnqueueMlp(layer, n));
+  }
+  if (!layout_.last_stage()) {
+    RETURN_IF_ERROR(to_next_->EnqueueSend(residual_.data(), n * hidden, 0, stream));
+    return to_next_->EnqueueSend(partial_.data(), n * hidden, 0, stream);
   }
   AddRmsNorm(residual_.data(), partial_.data(), weights_.output_norm.data(), n, hidden, eps,
              normed_.data(), stream);
@@ -467,7 +506,7 @@ absl::Status CudaForwardPass::RunEager(const ForwardBatch& batch, LogitsPass on_
   RETURN_IF_ERROR(Upload(packed));
   const StepArrays arrays = ArraysFor(packed.layout);
   RETURN_IF_ERROR(EnqueueLayers(packed.shape, arrays));
-  const int64_t m = batch.num_logits();
+  const int64_t m = layout_.last_stage() ? batch.num_logits() : 0;
   for (int64_t start = 0; start < m; start += logits_capacity_) {
     const int64_t count = std::min(logits_capacity_, m - start);
     RETURN_IF_ERROR(EnqueueLogits(arrays.logits_indices + start, count));
@@ -533,7 +572,7 @@ absl::Status CudaForwardPass::ForwardAndProcess(const ForwardBatch& batch,
                                                 std::vector<LogitsResult>* results) {
   results->clear();
   RETURN_IF_ERROR(CheckStep(batch));
-  if (layout_.rank != 0) {
+  if (layout_.rank != 0 || !layout_.last_stage()) {
     RETURN_IF_ERROR(Enqueue(batch, [](int64_t, int64_t, int64_t) { return absl::OkStatus(); }));
     return stream_.Synchronize();
   }

@@ -5,6 +5,10 @@
 //   layout and frequency table) and KV write in one kernel → paged attention → o_proj GEMM →
 //   all-reduce → AddRmsNorm → gate_up GEMM → SiLU·mul → down GEMM → all-reduce] × layers →
 //   AddRmsNorm (final norm) → rows that want logits → lm_head GEMM (fp32 out) → gather to rank 0.
+// A pipeline stage runs its own layers (ShardLayout::layers): one after the first receives the
+// residual and the last MLP output from the previous stage (NCCL recv on the link's group)
+// instead of the embedding, one before the last sends them on instead of the final norm and
+// logits. Stages run eagerly: no decode graphs.
 // Everything is enqueued on one compute stream, the DeviceCommunicator's collectives included
 // (bf16 all-reduce, NCCL in a group), and the step synchronizes once, at its end.
 //
@@ -140,6 +144,10 @@ class CudaForwardPass : public ForwardPass {
   const ModelConfig config_;
   const ShardLayout layout_;
   DeviceCommunicator* const comm_;
+  // Pipeline stages: the links to the neighbouring stages (ModelRunnerOptions::links), null where
+  // there is none.
+  DeviceCommunicator* from_previous_ = nullptr;
+  DeviceCommunicator* to_next_ = nullptr;
   const CudaRunnerOptions options_;
   std::string device_name_;
   CudaStream stream_;

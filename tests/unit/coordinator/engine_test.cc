@@ -747,5 +747,59 @@ TEST_F(EngineTest, HeartbeatDoesNotReportASlowRankThatAnswers) {
   EXPECT_GT(fakes_[1]->last_status_answer(), absl::Now() - 2 * kInterval);
 }
 
+// Two steps in flight (two pipeline stages): the engine sends a step before the one ahead of it
+// has returned, each fake holds two Step calls at once (running them in step-id order), and every
+// stream is exactly what one step at a time gives.
+TEST_F(EngineTest, TwoStepsInFlightOverlapAndEveryStreamIsExact) {
+  FakeWorkerOptions slow;
+  slow.step_delay = absl::Milliseconds(20);
+  EngineOptions options;
+  options.steps_in_flight = 2;
+  Start({slow, slow}, options);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back({300 + i, 310, 320 + i, 330, 340, 350 + i});
+  std::vector<Generated> outs(prompts.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    clients.emplace_back([&, i] { outs[i] = Generate(Request(prompts[i], 10)); });
+  }
+  for (auto& client : clients) client.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(outs[i].status.ok()) << i << ": " << outs[i].status.error_message();
+    EXPECT_EQ(outs[i].tokens, Expected(prompts[i], 10)) << i;
+  }
+  for (const auto& fake : fakes_) EXPECT_EQ(fake->max_steps_at_once(), 2);
+  EXPECT_EQ(engine_->stats().blocks_used(), 0);
+  ExpectConsistentSteps();
+}
+
+// A step fails while the next one is in flight: the engine waits for that one too, holds every
+// request of both, and they resume exactly when the group re-forms.
+TEST_F(EngineTest, AFailedStepWithAnotherInFlightHoldsTheRequestsOfBoth) {
+  EngineOptions options;
+  options.steps_in_flight = 2;
+  StartWithRank2FailingAt(6, absl::Seconds(60), options);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back({400 + i, 410, 420 + i, 430});
+  std::vector<Generated> outs(prompts.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    clients.emplace_back([&, i] { outs[i] = Generate(Request(prompts[i], 12)); });
+  }
+  AwaitHeld(4);
+  EXPECT_EQ(engine_->stats().blocks_used(), 0);
+  rank_back_ = true;
+  for (auto& client : clients) client.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(outs[i].status.ok()) << i << ": " << outs[i].status.error_message();
+    EXPECT_EQ(outs[i].tokens, Expected(prompts[i], 12)) << i;
+  }
+  const EngineStats stats = engine_->stats();
+  EXPECT_EQ(stats.recovery.requests_held, 4);
+  EXPECT_EQ(stats.recovery.recoveries, 1);
+  EXPECT_EQ(stats.blocks_used(), 0);
+  ExpectConsistentSteps();
+}
+
 }  // namespace
 }  // namespace tpserve::testing

@@ -1,5 +1,7 @@
 #include "tests/unit/coordinator/fake_worker.h"
 
+#include <algorithm>
+
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -69,7 +71,33 @@ grpc::Status FakeWorker::Step(grpc::ServerContext*, const v1::StepRequest* reque
     release_.WaitForNotificationWithTimeout(absl::Seconds(20));
     return grpc::Status(grpc::StatusCode::ABORTED, "released");
   }
+  {
+    absl::MutexLock lock(&mutex_);
+    max_steps_at_once_ = std::max(max_steps_at_once_, ++steps_now_);
+  }
+  const grpc::Status status = RunStep(request, response);
+  absl::SleepFor(options_.step_delay);
   absl::MutexLock lock(&mutex_);
+  --steps_now_;
+  return status;
+}
+
+int FakeWorker::max_steps_at_once() const {
+  absl::MutexLock lock(&mutex_);
+  return max_steps_at_once_;
+}
+
+grpc::Status FakeWorker::RunStep(const v1::StepRequest* request, v1::StepResponse* response) {
+  absl::MutexLock lock(&mutex_);
+  // The step before this one may still be on its way (several steps in flight).
+  auto turn = [this, request]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return last_step_ + 1 >= request->step_id();
+  };
+  mutex_.AwaitWithTimeout(absl::Condition(&turn), absl::Seconds(10));
+  if (request->step_id() != last_step_ + 1) {
+    Error(absl::StrCat("step ", request->step_id(), " after ", last_step_));
+  }
+  last_step_ = request->step_id();  // a failed step is consumed too, as on a real worker
   if (request->step_id() == options_.fail_at_step && !failed_) {
     failed_ = true;
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected failure");
@@ -79,10 +107,6 @@ grpc::Status FakeWorker::Step(grpc::ServerContext*, const v1::StepRequest* reque
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected failure");
     }
   }
-  if (request->step_id() != last_step_ + 1) {
-    Error(absl::StrCat("step ", request->step_id(), " after ", last_step_));
-  }
-  last_step_ = request->step_id();
   response->set_step_id(request->step_id());
   for (uint64_t id : request->finished_seq_ids()) {
     if (seqs_.erase(id) == 0) Error(absl::StrCat("finished unknown sequence ", id));

@@ -42,6 +42,7 @@ struct FakeWorkerOptions {
   // Status stops answering (until the worker goes away) after this many answers; -1: never.
   int silent_after_heartbeats = -1;
   absl::Duration status_delay;  // each Status answers this late
+  absl::Duration step_delay;    // each Step answers this late (after its checks)
 };
 
 class FakeWorker final : public v1::WorkerService::Service {
@@ -56,6 +57,9 @@ class FakeWorker final : public v1::WorkerService::Service {
   bool AwaitStatusAnswers(int n, absl::Time deadline) const;
   // Inconsistencies seen in the steps so far.
   std::vector<std::string> errors() const;
+  // The most Step calls this worker held at once (a step waits for the one before it to have run,
+  // as a real worker's does).
+  int max_steps_at_once() const;
 
   // The stand-in model.
   static int32_t NextToken(const std::vector<int32_t>& context);
@@ -78,6 +82,8 @@ class FakeWorker final : public v1::WorkerService::Service {
     std::vector<int32_t> blocks;
     int64_t num_computed = -1;  // -1 before the first step
   };
+  // Step's checks and answer, in step-id order.
+  grpc::Status RunStep(const v1::StepRequest* request, v1::StepResponse* response);
   void Error(std::string message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Checks and records the K/V writes of `seq_id` for positions [start, start + tokens.size()).
   void Write(uint64_t seq_id, const Seq& seq, int64_t start, absl::Span<const int32_t> tokens)
@@ -92,6 +98,8 @@ class FakeWorker final : public v1::WorkerService::Service {
   int rank_ ABSL_GUARDED_BY(mutex_) = -1;
   int64_t block_size_ ABSL_GUARDED_BY(mutex_) = 16;
   uint64_t last_step_ ABSL_GUARDED_BY(mutex_) = 0;
+  int steps_now_ ABSL_GUARDED_BY(mutex_) = 0;
+  int max_steps_at_once_ ABSL_GUARDED_BY(mutex_) = 0;
   bool failed_ ABSL_GUARDED_BY(mutex_) = false;  // fail_at_step has answered
   int status_answers_ ABSL_GUARDED_BY(mutex_) = 0;
   absl::Time last_status_answer_ ABSL_GUARDED_BY(mutex_) = absl::InfinitePast();

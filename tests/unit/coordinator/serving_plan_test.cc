@@ -140,9 +140,16 @@ TEST(ServingPlan, PipelineStagesSplitTheWorld) {
   flags.world_size = 4;  // stages of 2 ranks cannot split 9 heads
   EXPECT_TRUE(absl::StrContains(MakeServingPlan(flags, Model()).status().message(),
                                 "tensor-parallel size 2 cannot split"));
+  flags = Parse({"--pipeline-parallel-size", "2", "--device", "cuda"});
+  flags.world_size = 2;
+  EXPECT_TRUE(MakeServingPlan(flags, Model()).ok()) << "CUDA stages link through NCCL";
+  flags = Parse({"--pipeline-parallel-size", "2", "--steps-in-flight", "3"});
+  flags.world_size = 2;
+  EXPECT_EQ(MakeServingPlan(flags, Model()).status().message(),
+            "--steps-in-flight 3 is more than the 2 pipeline stage(s): a stage runs one step at a "
+            "time");
   for (const std::vector<std::string>& refused :
-       {std::vector<std::string>{"--device", "cuda"},
-        {"--speculative", "self"},
+       {std::vector<std::string>{"--speculative", "self"},
         {"--speculative", "draft", "--draft-model", kModel}}) {
     std::vector<std::string> args = {"--pipeline-parallel-size", "2"};
     args.insert(args.end(), refused.begin(), refused.end());
@@ -188,6 +195,13 @@ TEST(ServingPlan, EngineOptionsFromFlagsAndTheLoadedModel) {
   EXPECT_EQ(options.limits.max_n, 5);
   EXPECT_EQ(options.grammar.max_bytes, 20000);
   EXPECT_EQ(options.grammar.timeout, absl::Seconds(11));
+  EXPECT_EQ(options.steps_in_flight, 1);
+
+  CoordinatorFlags pipeline = Parse({"--pp", "3"});
+  EXPECT_EQ(MakeEngineOptions(pipeline, Model(), loaded, nullptr).steps_in_flight, 3)
+      << "one step per stage";
+  pipeline = Parse({"--pp", "3", "--steps-in-flight", "1"});
+  EXPECT_EQ(MakeEngineOptions(pipeline, Model(), loaded, nullptr).steps_in_flight, 1);
 }
 
 TEST(ServingPlan, TheContextIsWhatTheKvPoolHolds) {

@@ -8,10 +8,12 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/forward_batch.h"
@@ -208,22 +210,44 @@ TEST(WorkerServerLifecycle, InitRefusesAModelItWasNotStartedWith) {
   (*server)->Stop();
 }
 
-TEST_F(WorkerServerTest, StepsRunStrictlyInOrder) {
+// With steps in flight (pipeline stages) the calls of steps k and k+1 may arrive in either order:
+// a step waits for the one before it, a repeated one is refused, and a step whose predecessor
+// never comes ends at its deadline without blocking the rank.
+TEST_F(WorkerServerTest, StepsRunInStepIdOrder) {
+  v1::StepResponse early_response;
+  v1::StepRequest early;
+  early.set_step_id(2);
+  grpc::Status early_status;
+  absl::Notification early_done;
+  std::thread early_call([&] {
+    early_status = Step(early, &early_response);
+    early_done.Notify();
+  });
+  EXPECT_FALSE(early_done.WaitForNotificationWithTimeout(absl::Milliseconds(300)))
+      << "step 2 ran before step 1: " << early_status.error_message();
   v1::StepResponse response;
-  v1::StepRequest gap;
-  gap.set_step_id(2);
-  grpc::Status status = Step(gap, &response);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_NE(status.error_message().find("step_id 2"), std::string::npos) << status.error_message();
-  EXPECT_NE(status.error_message().find("must be 1"), std::string::npos) << status.error_message();
   ASSERT_TRUE(Step(NextStep(), &response).ok());
   EXPECT_EQ(response.step_id(), 1u);
+  early_call.join();
+  ASSERT_TRUE(early_status.ok()) << early_status.error_message();
+  EXPECT_EQ(early_response.step_id(), 2u);
+  ++step_id_;
+
   v1::StepRequest repeat;
   repeat.set_step_id(1);
-  status = Step(repeat, &response);
+  grpc::Status status = Step(repeat, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_NE(status.error_message().find("must be 2"), std::string::npos) << status.error_message();
-  EXPECT_TRUE(Step(NextStep(), &response).ok());
+  EXPECT_NE(status.error_message().find("step_id 1"), std::string::npos) << status.error_message();
+  EXPECT_NE(status.error_message().find("must be 3"), std::string::npos) << status.error_message();
+
+  v1::StepRequest gap;
+  gap.set_step_id(5);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+  status = stub_->Step(&context, gap, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  ASSERT_TRUE(Step(NextStep(), &response).ok());
+  EXPECT_EQ(response.step_id(), 3u);
 }
 
 TEST_F(WorkerServerTest, ChunkedPrefillThenGreedyDecodeMatchesTheModel) {
