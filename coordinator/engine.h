@@ -220,6 +220,7 @@ class Engine {
     uint64_t step_id = 0;
     double work = 0;  // StepWork
     absl::Time sent;
+    absl::Time deadline;
   };
   // Plans and sends steps while the dispatcher has room and the scheduler has work; false when it
   // sent none.

@@ -49,11 +49,17 @@ void Engine::Send(ScheduledBatch batch) {
   flight.step_id = ++step_id_;
   flight.work = StepWork(flight.batch);
   flight.sent = absl::Now();
-  // A step waits for those ahead of it in the stages: its deadline counts their work too.
+  // A step waits for those ahead of it in the stages: its deadline counts their work too, and
+  // comes no sooner than theirs.
   double work = 0;
-  for (const Flight& f : flights_) work += f.work;
-  const absl::Duration timeout = StepTimeout(work);
-  const int64_t deadline_ms = absl::ToUnixMillis(flight.sent + timeout);
+  absl::Time deadline = flight.sent;
+  for (const Flight& f : flights_) {
+    work += f.work;
+    deadline = std::max(deadline, f.deadline);
+  }
+  flight.deadline = std::max(deadline, flight.sent + StepTimeout(work));
+  const absl::Duration timeout = flight.deadline - flight.sent;
+  const int64_t deadline_ms = absl::ToUnixMillis(flight.deadline);
   dispatcher_.Send(ToStepRequest(flight.batch, flight.step_id, deadline_ms), timeout);
 }
 
@@ -64,8 +70,8 @@ void Engine::LandOldest() {
   const absl::Time now = absl::Now();
   if (!response.ok()) {
     scheduler_.Returned(flight.batch);
+    MarkDegraded(response.status());  // abandons the other steps in flight
     DropFlights();
-    MarkDegraded(response.status());
     return;
   }
   if (!response->has_refused()) {
@@ -84,10 +90,10 @@ void Engine::LandOldest() {
       [&](const ScheduledBatch::Entry& e) { return e.seq->seq_id == refused.seq_id(); });
   if (entry == batch.entries.end()) {
     scheduler_.Returned(batch);
-    DropFlights();
     MarkDegraded(absl::InternalError(
         absl::StrCat("step ", flight.step_id, ": the workers refused sequence ", refused.seq_id(),
                      ", which the step does not hold (", refused.message(), ")")));
+    DropFlights();
     return;
   }
   Sequence* seq = entry->seq;

@@ -140,15 +140,18 @@ void Scheduler::Requeue(std::unique_ptr<Sequence> seq) {
   waiting_.push_front(std::move(seq));
 }
 
-bool Scheduler::PreemptLast(size_t from) {
+Scheduler::Preemption Scheduler::PreemptLast(size_t from) {
   size_t last = running_.size() - 1;
   while (last > from && running_[last]->in_flight) --last;
+  // Newer sequences in flight keep their blocks until they land: the one at `from` waits for them
+  // rather than lose its KV to them.
+  if (last == from && from + 1 < running_.size()) return Preemption::kNone;
   std::unique_ptr<Sequence> seq = TakeRunning(last);
   ++counters_.num_preemptions;
   LogInfo(kLog, "request %d: preempted for lack of KV blocks; %d tokens to recompute",
           seq->request_id, seq->tokens.size());
   Requeue(std::move(seq));
-  return last == from;
+  return last == from ? Preemption::kItself : Preemption::kNewer;
 }
 
 void Scheduler::RequeueAll() {
@@ -168,8 +171,11 @@ ScheduledBatch Scheduler::Schedule() {
     if (n > 1) prefill_taken = true;
     if (seq.kind == Sequence::Kind::kScore) logit_rows -= n;
   };
-  // With steps in flight, each takes its share of the sequences (see the class comment).
-  size_t max_entries = running_.size() + waiting_.size();
+  // With steps in flight, each takes its share of the sequences that can run (see the class
+  // comment): the queue beyond max_num_seqs waits whatever the steps.
+  size_t max_entries =
+      running_.size() + std::min(waiting_.size(), static_cast<size_t>(std::max<int64_t>(
+                                                      0, options_.max_num_seqs - num_running())));
   if (options_.steps_in_flight > 1) {
     max_entries = (max_entries + options_.steps_in_flight - 1) / options_.steps_in_flight;
   }
@@ -208,13 +214,11 @@ ScheduledBatch Scheduler::Schedule() {
     const int32_t needed = BlocksFor(seq.num_computed + n + k + num_proposals) -
                            static_cast<int32_t>(seq.block_ids.size());
     std::optional<std::vector<int32_t>> ids;
-    bool self_preempted = false;
     while (!(ids = AllocateBlocks(needed))) {
-      self_preempted = PreemptLast(i);
       preempted = true;
-      if (self_preempted) break;
+      if (PreemptLast(i) != Preemption::kNewer) break;
     }
-    if (self_preempted) break;
+    if (!ids.has_value()) break;  // every sequence after it is gone or in flight
     seq.block_ids.insert(seq.block_ids.end(), ids->begin(), ids->end());
     batch.entries.push_back({&seq, false, seq.num_computed, n, std::move(*ids), drafts,
                              num_proposals, seq.kept_blocks});

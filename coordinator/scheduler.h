@@ -35,8 +35,9 @@
 //
 // With several steps in flight (SchedulerOptions::steps_in_flight = S, one per pipeline stage), a
 // step takes only sequences that are in no step in flight (Sequence::in_flight), and at most
-// ceil(sequences / S) of them, so that S steps of about the same size fill the stages. A sequence
-// in flight is neither preempted nor cancelled until its step returns (Commit or Returned).
+// ceil(sequences that can run / S) of them, so that S steps of about the same size fill the
+// stages. A sequence in flight is neither preempted nor cancelled until its step returns (Commit or
+// Returned); one that needs blocks only newer sequences in flight could free waits for them.
 //
 // Not thread-safe: owned by the engine thread.
 #pragma once
@@ -189,9 +190,13 @@ class Scheduler {
   void ReleaseBlocks(Sequence& seq);
   // A sample leaves (finished or cancelled): its group must not wait for it any more.
   void LeaveGroup(Sequence& seq);
+  // What PreemptLast did: requeued a sequence after `from`, `from` itself, or nothing, since
+  // every sequence after `from` is in flight.
+  enum class Preemption { kNewer, kItself, kNone };
   // Requeues the most recently admitted running sequence not in flight for recompute (one at
-  // `from` or later: those before it are in this step already); true when that was `from`.
-  bool PreemptLast(size_t from);
+  // `from` or later: those before it are in this step already), but not `from` while newer ones
+  // are in flight.
+  Preemption PreemptLast(size_t from);
   // Puts a sequence taken from running_ at the front of the waiting queue, forgetting what only
   // the workers' state gave it (score rows, the draft's proposals).
   void Requeue(std::unique_ptr<Sequence> seq);

@@ -93,6 +93,11 @@ std::vector<grpc::Status> WorkerPool::CallAll(absl::Duration timeout, bool cance
   }
   if (step != nullptr) {
     absl::MutexLock lock(&step_mutex_);
+    if (!abandoned_.ok()) {
+      step->abandoned = abandoned_;
+      return std::vector<grpc::Status>(
+          world_size(), grpc::Status(grpc::StatusCode::CANCELLED, "abandoned before it was sent"));
+    }
     for (auto& context : contexts) step->contexts.push_back(context.get());
     steps_.push_back(step);
   }
@@ -138,6 +143,7 @@ std::vector<grpc::Status> WorkerPool::CallAll(absl::Duration timeout, bool cance
 void WorkerPool::AbandonStep(const absl::Status& cause) const {
   // TryCancel may run a call's callback on this thread; those take only their CallAll's mutex.
   absl::MutexLock lock(&step_mutex_);
+  abandoned_ = cause;
   if (steps_.empty()) return;
   LogWarning("pool", "abandoning the %d step(s) in flight: %s", steps_.size(), cause.message());
   for (StepCalls* step : steps_) {
@@ -208,6 +214,10 @@ std::string WorkerPool::ExplainStepFailure(const std::vector<grpc::Status>& stat
 }
 
 absl::Status WorkerPool::Init(const WorkerInitOptions& options, absl::Duration timeout) {
+  {
+    absl::MutexLock lock(&step_mutex_);
+    abandoned_ = absl::OkStatus();  // a new group: its steps start afresh
+  }
   std::vector<v1::InitRequest> requests(world_size());
   std::vector<v1::InitResponse> responses(world_size());
   for (int rank = 0; rank < world_size(); ++rank) {

@@ -97,8 +97,9 @@ class WorkerPool {
   // in a collective waiting for the failed one.
   absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request, absl::Duration timeout);
   // Cancels the Steps in flight, if any: the heartbeats found a rank gone, so each step returns
-  // UNAVAILABLE with `cause` now instead of at its deadline. No effect between steps. Several
-  // Steps may be in flight at once (StepDispatcher), from different threads.
+  // UNAVAILABLE with `cause` now instead of at its deadline; so does every Step after it until the
+  // next Init (one sent meanwhile would wait for a step its ranks never ran). Several Steps may be
+  // in flight at once (StepDispatcher), from different threads.
   void AbandonStep(const absl::Status& cause) const;
   // What Heartbeat requires of every rank: to answer and not report the state "failed", or
   // only to answer (a rank whose collective failed reports "failed" until the next Init).
@@ -169,6 +170,8 @@ class WorkerPool {
   // The Steps in flight.
   mutable absl::Mutex step_mutex_;
   mutable std::vector<StepCalls*> steps_ ABSL_GUARDED_BY(step_mutex_);
+  // Why AbandonStep gave the group up, until the next Init; OK: it did not.
+  mutable absl::Status abandoned_ ABSL_GUARDED_BY(step_mutex_);
 
   mutable absl::Mutex reports_mutex_;
   // [world_size]: written by LoadShard and Heartbeat, read by Reports.

@@ -208,7 +208,8 @@ grpc::Status WorkerServer::Step(grpc::ServerContext* context, const v1::StepRequ
   if (!AwaitTurn(*context, request->step_id())) {
     return grpc::Status(grpc::StatusCode::CANCELLED,
                         absl::StrCat("step ", request->step_id(),
-                                     " was given up while it waited for the step before it"));
+                                     " was given up (or its group re-formed) while it waited for "
+                                     "the step before it"));
   }
   absl::Status status;
   bool abandoned = false;
@@ -514,13 +515,15 @@ absl::Status WorkerServer::DoStep(const v1::StepRequest& request, v1::StepRespon
 
 bool WorkerServer::AwaitTurn(grpc::ServerContext& context, uint64_t step_id) {
   absl::MutexLock lock(&status_mu_);
-  auto turn = [this, step_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(status_mu_) {
-    return status_last_step_id_ + 1 >= step_id;
+  // An Init meanwhile restarts the step ids: this step belonged to the group before it.
+  const uint64_t seen = status_last_step_id_;
+  auto turn = [this, step_id, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(status_mu_) {
+    return status_last_step_id_ + 1 >= step_id || status_last_step_id_ < seen;
   };
   while (!status_mu_.AwaitWithTimeout(absl::Condition(&turn), kCancelPoll)) {
     if (context.IsCancelled()) return false;
   }
-  return true;
+  return status_last_step_id_ >= seen;
 }
 
 void WorkerServer::FollowSteps() {

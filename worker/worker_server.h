@@ -136,7 +136,7 @@ class WorkerServer final : public v1::WorkerService::Service {
   void FollowSteps();
   // gRPC thread: waits until the step before `step_id` has run (the coordinator keeps one step
   // per pipeline stage in flight, and their calls may arrive in any order); false when the
-  // coordinator gave the call up first.
+  // coordinator gave the call up first, or an Init started a new group meanwhile.
   bool AwaitTurn(grpc::ServerContext& context, uint64_t step_id);
   // Any thread: whether FollowSteps has the execution thread, and taking it back.
   bool following();

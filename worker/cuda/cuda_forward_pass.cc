@@ -162,6 +162,7 @@ absl::Status CudaForwardPass::WarmUpCollectives() {
   if (layout_.world_size == 1) return stream_.Synchronize();
   RETURN_IF_ERROR(comm_->EnqueueAllReduceSum(partial_.data(), token_capacity_ * config_.hidden_size,
                                              stream_.get()));
+  if (!layout_.last_stage()) return stream_.Synchronize();
   RETURN_IF_ERROR(comm_->EnqueueGatherToRoot(
       local_logits_.data(),
       VocabGatherCounts(config_.vocab_size, layout_.world_size, logits_capacity_),
@@ -244,13 +245,15 @@ absl::Status CudaForwardPass::AllocateStepBuffers() {
   RETURN_IF_ERROR(Allocate(attention_workspace_,
                            static_cast<int64_t>(PagedAttentionWorkspaceBytes(
                                max_seqs, layout_.q_heads.size, layout_.kv_heads.size, head_dim))));
+  // Logits are the last stage's: the KV pools of the others keep that memory.
+  if (!layout_.last_stage()) return absl::OkStatus();
   RETURN_IF_ERROR(Allocate(selected_, logits_capacity_ * hidden));
   RETURN_IF_ERROR(Allocate(local_logits_, logits_capacity_ * layout_.vocab.size));
   if (layout_.world_size > 1 && layout_.rank == 0) {
     RETURN_IF_ERROR(Allocate(gathered_, logits_capacity_ * config_.vocab_size));
     RETURN_IF_ERROR(Allocate(contiguous_, logits_capacity_ * config_.vocab_size));
   }
-  if (layout_.rank == 0 && layout_.last_stage()) {
+  if (layout_.rank == 0) {
     ASSIGN_OR_RETURN(processor_, CudaLogitsProcessor::Create(config_.vocab_size, logits_capacity_,
                                                              token_capacity_, stream_.get()));
   }

@@ -801,9 +801,10 @@ TEST_F(SchedulerInFlightTest, TwoStepsInFlightTakeDisjointHalvesAndEveryOutputIs
   EXPECT_EQ(pool_->num_free() + cache_->num_evictable_blocks(), pool_->num_blocks());
 }
 
-TEST_F(SchedulerInFlightTest, PreemptionPassesOverASequenceInFlight) {
+TEST_F(SchedulerInFlightTest, PreemptionWaitsForTheNewerSequenceInFlight) {
   // 4 blocks of 4: two 8-token prompts fill them; x's first decode (position 8) needs a third
-  // block. y, admitted after x, would be preempted first, but it is in flight.
+  // block. y, admitted after x, is the one to preempt, but it is in flight: x neither takes its
+  // blocks nor gives up its own, and waits for y to land.
   Make(4, 2);
   Sequence* x = Add(Prompt(8, 1), 3);
   Sequence* y = Add(Prompt(8, 50), 3);
@@ -815,18 +816,41 @@ TEST_F(SchedulerInFlightTest, PreemptionPassesOverASequenceInFlight) {
   EXPECT_EQ(second.entries[0].seq, y);
   Land(first);
   EXPECT_TRUE(scheduler_->Schedule().empty());
-  EXPECT_EQ(scheduler_->counters().num_preemptions, 1);
-  EXPECT_TRUE(y->in_flight);
+  EXPECT_EQ(scheduler_->counters().num_preemptions, 0);
+  EXPECT_THAT(x->block_ids, SizeIs(2)) << "x keeps its KV";
   EXPECT_THAT(y->block_ids, SizeIs(2)) << "y keeps its blocks while in flight";
-  ASSERT_EQ(scheduler_->num_waiting(), 1);
-  EXPECT_EQ(scheduler_->waiting().front().get(), x);
   Land(second);
+  const ScheduledBatch third = scheduler_->Schedule();
+  ASSERT_THAT(third.entries, SizeIs(1));
+  EXPECT_EQ(third.entries[0].seq, x);
+  EXPECT_EQ(scheduler_->counters().num_preemptions, 1);
+  ASSERT_EQ(scheduler_->num_waiting(), 1);
+  EXPECT_EQ(scheduler_->waiting().front().get(), y) << "the newer one is preempted, once landed";
+  Land(third);
   RunPipelined(2);
   ASSERT_THAT(done_, SizeIs(2));
   for (const auto& seq : done_) {
     const std::vector<int32_t> prompt = seq->request_id == 1 ? Prompt(8, 1) : Prompt(8, 50);
     EXPECT_EQ(Output(*seq), Expected(prompt, 3)) << "request " << seq->request_id;
   }
+}
+
+TEST_F(SchedulerInFlightTest, TheShareCountsOnlyWhatMaxNumSeqsLetsRun) {
+  // 4 may run, 8 are queued: two steps of 2, not one of 4 and an empty one.
+  SchedulerOptions options;
+  options.steps_in_flight = 2;
+  options.max_num_seqs = 4;
+  SchedulerTest::Make(256, options);
+  for (int i = 0; i < 8; ++i) Add(Prompt(5, 20 * i + 1), 4);
+  const ScheduledBatch first = scheduler_->Schedule();
+  const ScheduledBatch second = scheduler_->Schedule();
+  EXPECT_THAT(first.entries, SizeIs(2));
+  EXPECT_THAT(second.entries, SizeIs(2));
+  Land(first);
+  Land(second);
+  // All 4 running, 4 queued behind them: still two halves.
+  EXPECT_THAT(scheduler_->Schedule().entries, SizeIs(2));
+  EXPECT_THAT(scheduler_->Schedule().entries, SizeIs(2));
 }
 
 TEST_F(SchedulerInFlightTest, ACancelledSequenceLeavesOnlyOnceItsStepLanded) {
