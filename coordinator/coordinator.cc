@@ -280,7 +280,9 @@ absl::Status Coordinator::LoadModel() {
 
 absl::Status Coordinator::StartFrontEnds() {
   // HTTP comes up before the workers, so that /health and /health/ready answer during start-up.
-  metrics_ = std::make_unique<Metrics>(served_model_name_);
+  metrics_ = std::make_unique<Metrics>(served_model_name_, flags_.metrics_names == "vllm"
+                                                               ? MetricNames::kVllm
+                                                               : MetricNames::kTpserve);
   SetAuthRefusalCounter(
       [metrics = metrics_.get()](const char* surface) { metrics->AddAuthFailure(surface); });
   counting_auth_refusals_ = true;
@@ -391,6 +393,7 @@ void Coordinator::Serve() {
             flags_.pipeline_parallel_size, flags_.world_size / flags_.pipeline_parallel_size,
             options.steps_in_flight);
   }
+  metrics_->SetCacheConfig(options.block_size, options.num_blocks, options.enable_prefix_cache);
   engine_ = std::make_unique<Engine>(options, pool_.get(), tokenizer_.get());
   engine_->SetMetrics(metrics_.get());
   reformer_ =

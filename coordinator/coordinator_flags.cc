@@ -39,6 +39,14 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags* flags) {
                  "stage")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
+  app.add_option(
+         "--metrics-names", flags->metrics_names,
+         "the names /metrics gives the series vLLM also has: 'tpserve' (tpserve:...) or "
+         "'vllm' (vllm:num_requests_waiting, vllm:kv_cache_usage_perc, ...: what vLLM's "
+         "dashboards, the Gateway API Inference Extension's endpoint picker and autoscalers "
+         "read); tpserve's own series keep tpserve:")
+      ->check(CLI::IsMember({"tpserve", "vllm"}))
+      ->capture_default_str();
   app.add_option("--host", flags->host, "address to listen on")->capture_default_str();
   app.add_option("--port", flags->port, "port to listen on; 0 picks a free one")
       ->capture_default_str()

@@ -22,6 +22,7 @@ struct CoordinatorFlags {
   int world_size = 0;
   int pipeline_parallel_size = 1;
   int steps_in_flight = 0;  // 0: one per pipeline stage
+  std::string metrics_names = "tpserve";  // or "vllm" (Metrics' MetricNames)
   std::string host = "127.0.0.1";
   int port = 0;
   std::string port_file;

@@ -77,8 +77,9 @@ void AppendHeader(std::string& out, absl::string_view name, absl::string_view ty
 
 }  // namespace
 
-Metrics::Metrics(std::string model_name)
+Metrics::Metrics(std::string model_name, MetricNames names)
     : model_name_(std::move(model_name)),
+      shared_prefix_(names == MetricNames::kVllm ? "vllm:" : "tpserve:"),
       ttft_(TtftBounds()),
       itl_(InterTokenBounds()),
       e2e_(RequestBounds()),
@@ -158,6 +159,13 @@ void Metrics::SetEngineState(const EngineState& state) {
   engine_ = state;
 }
 
+void Metrics::SetCacheConfig(int64_t block_size, int64_t num_blocks, bool prefix_caching) {
+  absl::MutexLock lock(&mutex_);
+  block_size_ = block_size;
+  num_blocks_ = num_blocks;
+  prefix_caching_ = prefix_caching;
+}
+
 std::string Metrics::RenderPrometheus() const {
   const std::string model_label =
       absl::StrCat("model_name=\"", EscapeLabelValue(model_name_), "\"");
@@ -184,14 +192,16 @@ std::string Metrics::RenderPrometheus() const {
     absl::StrAppend(&out, name, "{", model_label, "} ", value, "\n");
   };
 
+  auto shared = [this](absl::string_view name) { return absl::StrCat(shared_prefix_, name); };
+
   absl::MutexLock lock(&mutex_);
-  histogram("tpserve:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+  histogram(shared("time_to_first_token_seconds"), "Histogram of time to first token in seconds.",
             ttft_);
-  histogram("tpserve:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+  histogram(shared("inter_token_latency_seconds"), "Histogram of inter-token latency in seconds.",
             itl_);
-  histogram("tpserve:e2e_request_latency_seconds",
+  histogram(shared("e2e_request_latency_seconds"),
             "Histogram of end to end request latency in seconds.", e2e_);
-  histogram("tpserve:request_queue_time_seconds",
+  histogram(shared("request_queue_time_seconds"),
             "Histogram of time spent waiting in the queue in seconds.", queue_);
   histogram("tpserve:recovery_duration_seconds",
             "Histogram of time from a lost rank to the re-formed group serving again in seconds.",
@@ -201,38 +211,38 @@ std::string Metrics::RenderPrometheus() const {
             "client's socket in seconds.",
             delivery_);
 
-  single("tpserve:num_requests_running", "gauge", "Number of requests in the running batch.",
+  single(shared("num_requests_running"), "gauge", "Number of requests in the running batch.",
          absl::StrCat(engine_.num_running));
-  single("tpserve:num_requests_waiting", "gauge", "Number of requests waiting to be scheduled.",
+  single(shared("num_requests_waiting"), "gauge", "Number of requests waiting to be scheduled.",
          absl::StrCat(engine_.num_waiting));
-  single("tpserve:kv_cache_usage_perc", "gauge",
+  single(shared("kv_cache_usage_perc"), "gauge",
          "Fraction of KV cache blocks held by requests (1 means all).",
          FormatDouble(engine_.kv_cache_usage));
   single("tpserve:num_requests_held", "gauge",
          "Number of requests held while the cluster re-forms after a lost rank.",
          absl::StrCat(engine_.num_held));
 
-  single("tpserve:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+  single(shared("prompt_tokens_total"), "counter", "Number of prefill tokens processed.",
          absl::StrCat(prompt_tokens_));
-  single("tpserve:generation_tokens_total", "counter", "Number of generation tokens processed.",
+  single(shared("generation_tokens_total"), "counter", "Number of generation tokens processed.",
          absl::StrCat(generation_tokens_));
-  single("tpserve:prefix_cache_queries_total", "counter",
+  single(shared("prefix_cache_queries_total"), "counter",
          "Prefix cache queries, in number of prompt tokens looked up.",
          absl::StrCat(engine_.prefix_cache_query_tokens));
-  single("tpserve:prefix_cache_hits_total", "counter",
+  single(shared("prefix_cache_hits_total"), "counter",
          "Prefix cache hits, in number of prompt tokens found cached.",
          absl::StrCat(engine_.prefix_cache_hit_tokens));
-  single("tpserve:num_preemptions_total", "counter", "Number of requests preempted.",
+  single(shared("num_preemptions_total"), "counter", "Number of requests preempted.",
          absl::StrCat(engine_.num_preemptions));
   single("tpserve:jump_forward_tokens_total", "counter",
          "Generated tokens that an output constraint forced, appended without sampling.",
          absl::StrCat(engine_.jump_forward_tokens));
-  single("tpserve:spec_decode_num_drafts_total", "counter",
+  single(shared("spec_decode_num_drafts_total"), "counter",
          "Speculative decoding: steps in which a request's proposed tokens were verified.",
          absl::StrCat(engine_.spec_drafts));
-  single("tpserve:spec_decode_num_draft_tokens_total", "counter",
+  single(shared("spec_decode_num_draft_tokens_total"), "counter",
          "Speculative decoding: tokens proposed.", absl::StrCat(engine_.spec_draft_tokens));
-  single("tpserve:spec_decode_num_accepted_tokens_total", "counter",
+  single(shared("spec_decode_num_accepted_tokens_total"), "counter",
          "Speculative decoding: proposed tokens accepted.",
          absl::StrCat(engine_.spec_accepted_tokens));
   if (const std::vector<int64_t>& lengths = engine_.spec_acceptance_lengths; !lengths.empty()) {
@@ -246,13 +256,13 @@ std::string Metrics::RenderPrometheus() const {
     histogram("tpserve:spec_decode_acceptance_length",
               "Speculative decoding: proposed tokens accepted per verified run of proposals.",
               accepted);
-    constexpr absl::string_view kPerPos = "tpserve:spec_decode_num_accepted_tokens_per_pos_total";
-    AppendHeader(out, kPerPos, "counter",
+    const std::string per_pos = shared("spec_decode_num_accepted_tokens_per_pos_total");
+    AppendHeader(out, per_pos, "counter",
                  "Speculative decoding: proposals accepted at each position of their run.");
     for (size_t position = 0; position + 1 < lengths.size(); ++position) {
       int64_t reached = 0;  // runs that accepted more than `position` tokens
       for (size_t n = position + 1; n < lengths.size(); ++n) reached += lengths[n];
-      absl::StrAppend(&out, kPerPos, "{", model_label, ",position=\"", position, "\"} ", reached,
+      absl::StrAppend(&out, per_pos, "{", model_label, ",position=\"", position, "\"} ", reached,
                       "\n");
     }
   }
@@ -266,11 +276,18 @@ std::string Metrics::RenderPrometheus() const {
          "Number of times the cluster re-formed after a lost rank.",
          absl::StrCat(engine_.recoveries));
 
-  constexpr absl::string_view kSuccess = "tpserve:request_success_total";
-  AppendHeader(out, kSuccess, "counter", "Number of finished requests, by finished reason.");
+  const std::string success = shared("request_success_total");
+  AppendHeader(out, success, "counter", "Number of finished requests, by finished reason.");
   for (const auto& [reason, count] : request_success_) {
-    absl::StrAppend(&out, kSuccess, "{", model_label, ",finished_reason=\"",
+    absl::StrAppend(&out, success, "{", model_label, ",finished_reason=\"",
                     EscapeLabelValue(reason), "\"} ", count, "\n");
+  }
+  if (block_size_ > 0) {
+    const std::string info = shared("cache_config_info");
+    AppendHeader(out, info, "gauge", "Information of the KV cache: its labels; the value is 1.");
+    absl::StrAppend(&out, info, "{", model_label, ",block_size=\"", block_size_,
+                    "\",num_gpu_blocks=\"", num_blocks_, "\",enable_prefix_caching=\"",
+                    prefix_caching_ ? "True" : "False", "\"} 1\n");
   }
   constexpr absl::string_view kAuthFailures = "tpserve:auth_failures_total";
   AppendHeader(out, kAuthFailures, "counter", "Number of refused credentials, by surface.");

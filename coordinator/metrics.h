@@ -17,6 +17,16 @@
 //               tpserve:auth_failures_total{surface} (refused credentials: http, inference,
 //               admin, cluster; common/auth_refusal.h)
 //
+//   info        tpserve:cache_config_info{block_size, num_gpu_blocks, enable_prefix_caching} 1,
+//               once the KV pool is known
+//
+// With MetricNames::kVllm the series vLLM also has (every one above but the recovery and
+// delivery histograms, num_requests_held, jump_forward_tokens_total, the acceptance-length
+// histogram, the held / resumed / recoveries counters and auth_failures_total) are named `vllm:`
+// instead, as vLLM names them, so that vLLM's dashboards, the Gateway API Inference Extension's
+// endpoint picker (vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc,
+// vllm:cache_config_info's block_size) and autoscalers on those series read tpserve unchanged.
+//
 // Every sample carries the label model_name. Rendered in the Prometheus text exposition format
 // 0.0.4 (# HELP and # TYPE lines, cumulative `le` buckets ending in +Inf, _sum and _count).
 //
@@ -53,9 +63,12 @@ struct EngineState {
   int64_t recoveries = 0;
 };
 
+// Whose names the series vLLM also has carry (the coordinator's --metrics-names).
+enum class MetricNames { kTpserve, kVllm };
+
 class Metrics {
  public:
-  explicit Metrics(std::string model_name);
+  explicit Metrics(std::string model_name, MetricNames names = MetricNames::kTpserve);
 
   void ObserveTimeToFirstToken(double seconds);
   void ObserveInterTokenLatency(double seconds);
@@ -75,6 +88,8 @@ class Metrics {
 
   // What the engine counts itself, as of its last step: cumulative values and gauges.
   void SetEngineState(const EngineState& state);
+  // The KV pool the coordinator serves with, for cache_config_info.
+  void SetCacheConfig(int64_t block_size, int64_t num_blocks, bool prefix_caching);
 
   // The whole exposition, ending in a newline.
   std::string RenderPrometheus() const;
@@ -92,6 +107,8 @@ class Metrics {
   static void Observe(Histogram& histogram, double value);
 
   const std::string model_name_;
+  // The prefix of the series vLLM also has: "tpserve:" or "vllm:".
+  const std::string shared_prefix_;
 
   mutable absl::Mutex mutex_;
   Histogram ttft_ ABSL_GUARDED_BY(mutex_);
@@ -105,6 +122,9 @@ class Metrics {
   std::map<std::string, int64_t> request_success_ ABSL_GUARDED_BY(mutex_);
   std::map<std::string, int64_t> auth_failures_ ABSL_GUARDED_BY(mutex_);
   EngineState engine_ ABSL_GUARDED_BY(mutex_);
+  int64_t block_size_ ABSL_GUARDED_BY(mutex_) = 0;  // 0: cache_config_info not known yet
+  int64_t num_blocks_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool prefix_caching_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace tpserve

@@ -412,6 +412,12 @@ class HelmRenderTest(unittest.TestCase):
         self.assertEqual(sorted(by_pod[0]), [(local, local) for local in range(8)])
         self.assertEqual(sorted(by_pod[1]), [(local, 8 + local) for local in range(8)])
 
+    def test_metric_names(self):
+        for values, names in [("defaults", "tpserve"), ("hostpath-monitoring", "vllm")]:
+            coordinator = chart.container(
+                chart.one(self.rendered[values], "Deployment", "coordinator"), "coordinator")
+            self.assertEqual(chart.flag(coordinator["command"], "--metrics-names"), names, values)
+
     def test_worker_pod_stops_when_a_rank_dies(self):
         objects = self.rendered["llama3-70b-2x8"]
         worker_set = chart.one(objects, "StatefulSet", "worker")

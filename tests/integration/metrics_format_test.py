@@ -1,5 +1,6 @@
 """GET /metrics on a T=1 cluster parses as Prometheus text (prometheus_client's parser), holds every
-family coordinator/metrics.h lists, and counts the requests sent through /v1/completions.
+family coordinator/metrics.h lists, and counts the requests sent through /v1/completions; under
+--metrics-names vllm, the series the Gateway API Inference Extension's endpoint picker reads.
 
     metrics_format_test.py --bin-dir BUILD/bin --model MODEL.gguf [unittest args]
 """
@@ -29,6 +30,7 @@ FAMILIES = {
     "tpserve:num_preemptions": "counter",
     "tpserve:request_success": "counter",
     "tpserve:auth_failures": "counter",
+    "tpserve:cache_config_info": "gauge",
 }
 PROMPTS = ["The capital of France is", "Count from one to ten: one, two,",
            "The capital of France is"]
@@ -129,6 +131,49 @@ class MetricsFormatTest(unittest.TestCase):
         self.assertEqual(delta["tpserve:generation_tokens"], completion_tokens)
         self.assertGreater(delta["tpserve:prefix_cache_queries"], 0)
         self.assertEqual(self.value(after, "tpserve:num_requests_running", ""), 0)
+
+
+# What the Gateway API Inference Extension's endpoint picker reads from a vLLM server (its model
+# server protocol: queue, running batch, KV cache use, and the block size for prefix-aware routing).
+ENDPOINT_PICKER_FAMILIES = {
+    "vllm:num_requests_waiting": "gauge",
+    "vllm:num_requests_running": "gauge",
+    "vllm:kv_cache_usage_perc": "gauge",
+    "vllm:cache_config_info": "gauge",
+}
+
+
+class VllmNamesTest(MetricsFormatTest):
+    """The same cluster under --metrics-names vllm: the endpoint picker's series under vLLM's
+    names, and counters that count under them."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = start_class_cluster(cls, tp=1, extra_args=["--metrics-names", "vllm"])
+
+    def test_families_and_counts(self):
+        families = self.scrape()
+        for name, kind in ENDPOINT_PICKER_FAMILIES.items():
+            with self.subTest(name):
+                self.assertIn(name, families)
+                self.assertEqual(families[name].type, kind)
+        self.assertNotIn("tpserve:num_requests_waiting", families, "one name per series")
+        self.assertIn("tpserve:recoveries", families, "tpserve's own series keep their names")
+        (info,) = families["vllm:cache_config_info"].samples
+        self.assertEqual(info.labels["block_size"], "16")
+        self.assertGreater(int(info.labels["num_gpu_blocks"]), 0)
+        self.assertTrue(0 <= self.value(families, "vllm:kv_cache_usage_perc", "") <= 1)
+
+        model = json.loads(http(self.cluster.http_url + "/v1/models")[1])["data"][0]["id"]
+        _, text = http(self.cluster.http_url + "/v1/completions",
+                       {"model": model, "prompt": PROMPTS[0], "max_tokens": MAX_TOKENS,
+                        "temperature": 0})
+        usage = json.loads(text)["usage"]
+        after = self.scrape()
+        self.assertEqual(self.value(after, "vllm:request_success", "_total"), 1)
+        self.assertEqual(self.value(after, "vllm:generation_tokens", "_total"),
+                         usage["completion_tokens"])
+        self.assertEqual(self.value(after, "vllm:num_requests_waiting", ""), 0)
 
 
 if __name__ == "__main__":

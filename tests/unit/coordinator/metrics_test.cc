@@ -433,6 +433,40 @@ TEST(MetricsTest, EveryFamilyHasItsSamples) {
   EXPECT_EQ(samples, expected);
 }
 
+// --metrics-names vllm: the series vLLM has under its names, tpserve's own under tpserve:, and the
+// KV cache's shape in cache_config_info once it is known.
+TEST(MetricsTest, VllmNamesForTheSeriesVllmHas) {
+  Metrics metrics("m", MetricNames::kVllm);
+  EngineState state;
+  state.num_waiting = 3;
+  state.kv_cache_usage = 0.25;
+  state.spec_acceptance_lengths = {1, 2};
+  metrics.SetEngineState(state);
+  EXPECT_THAT(metrics.RenderPrometheus(), Not(::testing::HasSubstr("cache_config_info")));
+  metrics.SetCacheConfig(16, 4096, true);
+  const std::string text = metrics.RenderPrometheus();
+  EXPECT_THAT(FormatProblems(text), ::testing::IsEmpty());
+  const std::vector<std::string> lines = Lines(text);
+  for (const char* line :
+       {"vllm:num_requests_waiting{model_name=\"m\"} 3",
+        "vllm:num_requests_running{model_name=\"m\"} 0",
+        "vllm:kv_cache_usage_perc{model_name=\"m\"} 0.25",
+        "vllm:cache_config_info{model_name=\"m\",block_size=\"16\",num_gpu_blocks=\"4096\","
+        "enable_prefix_caching=\"True\"} 1",
+        "vllm:time_to_first_token_seconds_count{model_name=\"m\"} 0",
+        "vllm:request_success_total{model_name=\"m\",finished_reason=\"stop\"} 0",
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"0\"} 2",
+        "tpserve:recoveries_total{model_name=\"m\"} 0",
+        "tpserve:spec_decode_acceptance_length_count{model_name=\"m\"} 3"}) {
+    EXPECT_THAT(lines, Contains(line));
+  }
+  for (const std::string& line : lines) {
+    if (line.empty() || line[0] == '#' || line.rfind("vllm:", 0) == 0) continue;
+    EXPECT_EQ(line.rfind("tpserve:", 0), 0u) << line;
+    EXPECT_EQ(line.find("tpserve:num_requests_waiting"), std::string::npos) << "named twice";
+  }
+}
+
 TEST(MetricsTest, FormatCheckerCatchesBadLines) {
   // The checker must reject what the scenarios rely on it to reject.
   EXPECT_THAT(FormatProblems("# HELP a x\n# TYPE a gauge\na 1\n"), testing::IsEmpty());
