@@ -196,6 +196,8 @@ class HelmRenderTest(unittest.TestCase):
                 self.assertIn(port["targetPort"], ports, service["metadata"]["name"])
         for pdb in chart.find(objects, "PodDisruptionBudget"):
             selected(pdb["spec"]["selector"]["matchLabels"])
+            # A drain must be able to finish: one pod of each kind at a time.
+            self.assertEqual(pdb["spec"]["maxUnavailable"], 1, pdb["metadata"]["name"])
 
         coordinator_set = chart.one(objects, "Deployment", "coordinator")
         coordinator = chart.container(coordinator_set, "coordinator")
