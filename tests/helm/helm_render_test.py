@@ -67,7 +67,14 @@ BAD_VALUES = [
      "- networkPolicy.enabled: Invalid type. Expected: boolean, given: string"),
     ({"coordinator": {"adminPort": 0}},
      "- coordinator.adminPort: Must be greater than or equal to 1"),
+    ({"replicas": 2}, '- mode: mode does not match: "lws"'),
+    ({"mode": "lws", "lws": {"restartPolicy": "Always"}},
+     '- lws.restartPolicy: lws.restartPolicy must be one of the following: "None", '
+     '"RecreateGroupOnPodRestart"'),
 ]
+# Mode lws: LeaderWorkerSet groups, rendered from values-cpu-demo.yaml with wiring-lws.yaml.
+LWS_VALUES = [os.path.join(chart.CHART, "values-cpu-demo.yaml"),
+              os.path.join(chart.TEST_VALUES, "wiring-lws.yaml")]
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 STANDARD_LABELS = ["app.kubernetes.io/name", "app.kubernetes.io/instance",
                    "app.kubernetes.io/version", "app.kubernetes.io/managed-by"]
@@ -80,21 +87,24 @@ exec sleep 600
 
 
 class WorkerPod:
-    """The worker StatefulSet's container for one ordinal, run here with the stand-in
-    tpserve-worker: started() returns once every rank it started has recorded its arguments."""
+    """A worker pod's "worker" container, run here with the stand-in tpserve-worker: started()
+    returns once every rank it started has recorded its arguments. The pod is the worker
+    StatefulSet's of one ordinal, or (`pod_spec`, `name`, `first_env`) one of a LeaderWorkerSet
+    group with LeaderWorkerSet's environment."""
 
-    def __init__(self, processes, worker_set, ordinal, workdir, secret_values):
+    def __init__(self, processes, worker_set, ordinal, workdir, secret_values, pod_spec=None,
+                 name=None, first_env=None):
         self.processes = processes
-        self.name = f"{worker_set['metadata']['name']}-{ordinal}"
-        self.ranks = chart.ranks_per_pod(worker_set)
+        self.name = name or f"{worker_set['metadata']['name']}-{ordinal}"
+        pod_spec = pod_spec or worker_set["spec"]["template"]["spec"]
+        self.container = next(c for c in pod_spec["containers"] if c["name"] == "worker")
+        self.ranks = len(self.container["ports"])
         self.record_dir = os.path.join(workdir, self.name)
         os.mkdir(self.record_dir)
-        pod_spec = worker_set["spec"]["template"]["spec"]
-        self.container = chart.container(worker_set, "worker")
         argv, env = pods.local_process(
             pod_spec, self.container, self.name,
             {"model": "/models", "tmp": workdir, "shm": "/dev/shm", "tls": workdir}, [workdir],
-            secret_values)
+            secret_values, first_env)
         env["FAKE_WORKER_DIR"] = self.record_dir
         self.env = env
         self.process = processes.start(self.name, argv, env)
@@ -495,6 +505,115 @@ class HelmRenderTest(unittest.TestCase):
                 self.assertIn(f"port-forward svc/{service} ", notes)
                 self.assertIn(f"exec deploy/{coordinator['metadata']['name']} -- tpctl status",
                               notes)
+
+
+class LeaderWorkerSetRenderTest(unittest.TestCase):
+    """Mode lws: one LeaderWorkerSet of `replicas` groups, each a whole cluster: the leader pod
+    runs the coordinator beside the first ranks, the other pods the rest; the clients' Service
+    spreads over the leaders; a PodDisruptionBudget per group; peers reach each other."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.values = chart.values(*LWS_VALUES)
+        cls.objects = chart.render(*LWS_VALUES)
+        cls.lws = chart.one(cls.objects, "LeaderWorkerSet")
+        template = cls.lws["spec"]["leaderWorkerTemplate"]
+        cls.leader = template["leaderTemplate"]
+        cls.worker = template["workerTemplate"]
+
+    def test_objects_validate_against_kubernetes_schemas(self):
+        kinds = sorted(o["kind"] for o in self.objects)
+        self.assertNotIn("StatefulSet", kinds)
+        self.assertNotIn("Deployment", kinds)
+        for o in self.objects:
+            if o["kind"] == "LeaderWorkerSet":
+                continue
+            with self.subTest(object=f"{o['kind']}/{o['metadata']['name']}"):
+                kubernetes_validate.validate(o, KUBERNETES_VERSION, strict=True)
+        # The LeaderWorkerSet's pod templates are Kubernetes pod templates.
+        for name, template in (("leader", self.leader), ("worker", self.worker)):
+            with self.subTest(template=name):
+                kubernetes_validate.validate(
+                    {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": name},
+                     "template": template}, KUBERNETES_VERSION, strict=True)
+
+    def test_groups(self):
+        spec = self.lws["spec"]
+        self.assertEqual(self.lws["apiVersion"], "leaderworkerset.x-k8s.io/v1")
+        self.assertEqual(spec["replicas"], 2)
+        # The coordinator turns ready once every rank registered: workers start with the leader.
+        self.assertEqual(spec["startupPolicy"], "LeaderCreated")
+        template = spec["leaderWorkerTemplate"]
+        self.assertEqual(template["restartPolicy"], "None")
+        self.assertEqual(self.lws["metadata"]["annotations"],
+                         {"leaderworkerset.sigs.k8s.io/exclusive-topology":
+                          "topology.kubernetes.io/zone"})
+        ranks_per_pod = self.values["workers"]["gpusPerNode"]
+        world = self.values["tensorParallelSize"]
+        self.assertEqual(template["size"], world // ranks_per_pod)
+        self.assertEqual([c["name"] for c in self.leader["spec"]["containers"]],
+                         ["coordinator", "worker"])
+        self.assertEqual([c["name"] for c in self.worker["spec"]["containers"]], ["worker"])
+        coordinator = self.leader["spec"]["containers"][0]
+        self.assertEqual(chart.flag(coordinator["command"], "--world-size"), str(world))
+        grpc_port = chart.named_port(coordinator, "grpc")
+        for pod in (self.leader, self.worker):
+            worker = next(c for c in pod["spec"]["containers"] if c["name"] == "worker")
+            env = {e["name"]: e.get("value") for e in worker["env"]}
+            self.assertEqual(env["TPSERVE_CLUSTER_ADDRESS"], f"$(LWS_LEADER_ADDRESS):{grpc_port}")
+            self.assertEqual(env["TPSERVE_POD_INDEX"], "$(LWS_WORKER_INDEX)")
+
+    def test_each_group_starts_every_rank_once(self):
+        workdir = fake_worker_dir(self)
+        secret_values = pods.secrets(self.objects)
+        grpc_port = chart.named_port(self.leader["spec"]["containers"][0], "grpc")
+        size = self.lws["spec"]["leaderWorkerTemplate"]["size"]
+        with pods.Processes() as processes:
+            for group in range(self.lws["spec"]["replicas"]):
+                leader = f"{self.lws['metadata']['name']}-{group}"
+                ranks = []
+                for index in range(size):
+                    first_env = {"LWS_LEADER_ADDRESS": f"{leader}.{self.lws['metadata']['name']}",
+                                 "LWS_WORKER_INDEX": str(index), "LWS_GROUP_SIZE": str(size)}
+                    template = self.leader if index == 0 else self.worker
+                    pod = WorkerPod(processes, None, index, workdir, secret_values,
+                                    template["spec"], leader if index == 0 else
+                                    f"{leader}-{index}", first_env)
+                    for argv in pod.started().values():
+                        self.assertEqual(chart.flag(argv, "--coordinator"),
+                                         f"{first_env['LWS_LEADER_ADDRESS']}:{grpc_port}")
+                        ranks.append(int(chart.flag(argv, "--rank")))
+                    self.assertEqual(processes.terminate(pod.name), 0, processes.log(pod.name))
+                self.assertEqual(sorted(ranks), list(range(self.values["tensorParallelSize"])))
+
+    def test_services_budgets_and_policies(self):
+        leader_labels = self.leader["metadata"]["labels"]
+        worker_labels = self.worker["metadata"]["labels"]
+        services = chart.find(self.objects, "Service")
+        self.assertEqual(len(services), 1, "LeaderWorkerSet makes the groups' headless Service")
+        self.assertTrue(chart.selects(services[0]["spec"]["selector"], leader_labels))
+        self.assertFalse(chart.selects(services[0]["spec"]["selector"], worker_labels))
+        budgets = chart.find(self.objects, "PodDisruptionBudget")
+        self.assertEqual(len(budgets), self.lws["spec"]["replicas"])
+        for group, budget in enumerate(budgets):
+            labels = budget["spec"]["selector"]["matchLabels"]
+            self.assertEqual(labels["leaderworkerset.sigs.k8s.io/name"],
+                             self.lws["metadata"]["name"])
+            self.assertEqual(labels["leaderworkerset.sigs.k8s.io/group-index"], str(group))
+            self.assertEqual(budget["spec"]["maxUnavailable"], 1)
+        # A leader runs ranks too: leader and worker pods reach each other on every port (Gloo
+        # and NCCL listen where the kernel says).
+        for target in (leader_labels, worker_labels):
+            for source in (leader_labels, worker_labels):
+                self.assertTrue(any(
+                    chart.selects(p["spec"]["podSelector"]["matchLabels"], target) and any(
+                        "ports" not in rule and any(
+                            chart.selects(f["podSelector"]["matchLabels"], source)
+                            for f in rule.get("from", []) if "podSelector" in f)
+                        for rule in p["spec"]["ingress"])
+                    for p in chart.find(self.objects, "NetworkPolicy")),
+                    f"{source['app.kubernetes.io/component']} -> "
+                    f"{target['app.kubernetes.io/component']}")
 
 
 if __name__ == "__main__":

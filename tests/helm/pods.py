@@ -6,7 +6,11 @@ would supply is replaced by its local equivalent, and nothing else is touched.
   pod's name, as in a pod;
 - volumes: every mount path in the command and the environment -> a local directory, one per
   volume, which the caller names for every volume the container mounts;
-- PATH: the caller's directories (the image puts the binaries and scripts on PATH).
+- PATH: the caller's directories (the image puts the binaries and scripts on PATH);
+- what a controller puts first in the environment (LeaderWorkerSet's LWS_LEADER_ADDRESS,
+  LWS_WORKER_INDEX, LWS_GROUP_SIZE): the caller's `first_env`;
+- $(VAR) in an environment value: VAR's value where it is defined earlier, as the kubelet expands
+  it.
 Addresses and ports are the caller's to rewrite (helm_wiring_test maps them to free ports).
 
 Processes start in their own session and die with the test (tpserve_cluster.die_with_parent).
@@ -14,6 +18,7 @@ Processes start in their own session and die with the test (tpserve_cluster.die_
 
 import base64
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -43,10 +48,16 @@ def secrets(objects):
     return out
 
 
+def _expand(value, defined):
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: defined.get(m.group(1), m.group(0)), value)
+
+
 def local_process(pod_spec, container_spec, pod_name, volume_dirs, path_dirs,
-                  secret_values=None):
+                  secret_values=None, first_env=None):
     """(argv, env) that run `container_spec` of a pod named `pod_name` here; environment
-    variables from Secrets take their values from `secret_values` (see secrets())."""
+    variables from Secrets take their values from `secret_values` (see secrets()), and
+    `first_env` comes before the container's own."""
     mounts = {}
     for mount in container_spec.get("volumeMounts", []):
         if mount["name"] not in volume_dirs:
@@ -58,9 +69,10 @@ def local_process(pod_spec, container_spec, pod_name, volume_dirs, path_dirs,
     if missing:
         raise AssertionError(f"{pod_name} mounts {missing}, which the pod does not define")
     env = {"PATH": os.pathsep.join(path_dirs + [os.defpath]), "HOSTNAME": pod_name}
+    env.update(first_env or {})
     for entry in container_spec.get("env", []):
         if "value" in entry:
-            env[entry["name"]] = _map_paths(entry["value"], mounts)
+            env[entry["name"]] = _map_paths(_expand(entry["value"], env), mounts)
         elif "secretKeyRef" in entry["valueFrom"]:
             ref = entry["valueFrom"]["secretKeyRef"]
             if (ref["name"], ref["key"]) not in (secret_values or {}):

@@ -1,14 +1,15 @@
 {{/* The entrypoint of a worker pod: starts its gpusPerNode ranks, rank = ordinal × gpusPerNode +
-local rank, the ordinal read from the pod's name (POD_NAME=<statefulset>-<ordinal>; not
-HOSTNAME, which is the node's name under hostNetwork). When any rank exits the others are
+local rank, the ordinal the pod's index in its LeaderWorkerSet group (TPSERVE_POD_INDEX, mode
+lws) or read from the pod's name (POD_NAME=<statefulset>-<ordinal>; not HOSTNAME, which is the
+node's name under hostNetwork). When any rank exits the others are
 stopped and the pod exits with that rank's status, so Kubernetes restarts the pod and its ranks
 register again; SIGTERM stops every rank and exits 0. Needs bash >= 5.1 (wait -n -p). */}}
 {{- define "tpserve.workerScript" -}}
 set -euo pipefail
 ranks_per_pod={{ .Values.workers.gpusPerNode }}
-ordinal="${POD_NAME##*-}"
+ordinal="${TPSERVE_POD_INDEX:-${POD_NAME##*-}}"
 if [[ ! $ordinal =~ ^[0-9]+$ ]]; then
-  echo "tpserve-worker-pod: no StatefulSet ordinal at the end of POD_NAME=$POD_NAME" >&2
+  echo "tpserve-worker-pod: no pod index (TPSERVE_POD_INDEX=${TPSERVE_POD_INDEX:-}, POD_NAME=$POD_NAME)" >&2
   exit 1
 fi
 first=$((ordinal * ranks_per_pod))
