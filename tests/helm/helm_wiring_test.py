@@ -10,6 +10,9 @@ coordinator does not list), and each pod stops on SIGTERM, leaving no process be
 hop runs mutual TLS from the tls Secret's mount (certificates made here with the openssl CLI,
 SAN tls.serverName): tpctl without the pod's TLS variables cannot reach the admin port.
 
+In mode lws (wiring-lws.yaml), 2 LeaderWorkerSet groups × 3 ranks run the same way with the
+environment LeaderWorkerSet gives each pod, and both groups serve.
+
     helm_wiring_test.py --renderer BUILD/tests/helm/helm-render --bin-dir BUILD/bin --model M
 """
 
@@ -27,6 +30,8 @@ import pods
 
 VALUES = [os.path.join(chart.CHART, "values-cpu-demo.yaml"),
           os.path.join(chart.TEST_VALUES, "wiring.yaml")]
+LWS_VALUES = [os.path.join(chart.CHART, "values-cpu-demo.yaml"),
+              os.path.join(chart.TEST_VALUES, "wiring-lws.yaml")]
 READY_TIMEOUT_S = 180
 
 
@@ -59,6 +64,43 @@ def make_certificates(directory, server_name):
              path("ca.key"), "-CAcreateserial", "-days", "2", "-extfile", ext,
              "-out", path("tls.crt")]):
         subprocess.run(["openssl", *command], check=True, capture_output=True, timeout=30)
+
+
+def local_coordinator_argv(test, argv, container, grpc_port, http_port, admin_port):
+    """The coordinator container's rendered argv with its addresses on 127.0.0.1 and these
+    ports."""
+    rewrites = {  # flag: (rendered value, local value)
+        "--host": ("0.0.0.0", "127.0.0.1"),
+        "--http-host": ("0.0.0.0", "127.0.0.1"),
+        "--port": (str(chart.named_port(container, "grpc")), str(grpc_port)),
+        "--http-port": (str(chart.named_port(container, "http")), str(http_port)),
+        "--admin-host": ("0.0.0.0", "127.0.0.1"),
+        "--admin-port": (str(chart.named_port(container, "admin")), str(admin_port)),
+    }
+    for flag, (rendered, local) in rewrites.items():
+        i = argv.index(flag) + 1
+        test.assertEqual(argv[i], rendered, flag)
+        argv[i] = local
+    return argv
+
+
+def wait_ready(test, processes, url):
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        processes.check_alive()
+        if http_get(url)[0] == 200:
+            return
+        time.sleep(0.5)
+    test.fail(f"{url} not 200 within {READY_TIMEOUT_S} s: {http_get(url)}")
+
+
+def complete(base_url):
+    body = json.dumps({"prompt": "The capital of France is", "max_tokens": 8,
+                       "temperature": 0}).encode()
+    request = urllib.request.Request(base_url + "/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())
 
 
 class HelmWiringTest(unittest.TestCase):
@@ -97,18 +139,7 @@ class HelmWiringTest(unittest.TestCase):
         argv, env = pods.local_process(self.coordinator_set["spec"]["template"]["spec"],
                                        container, pod, self.volumes(pod), self.path,
                                        pods.secrets(self.objects))
-        rewrites = {  # flag: (rendered value, local value)
-            "--host": ("0.0.0.0", "127.0.0.1"),
-            "--http-host": ("0.0.0.0", "127.0.0.1"),
-            "--port": (str(chart.named_port(container, "grpc")), str(grpc_port)),
-            "--http-port": (str(chart.named_port(container, "http")), str(http_port)),
-            "--admin-host": ("0.0.0.0", "127.0.0.1"),
-            "--admin-port": (str(chart.named_port(container, "admin")), str(admin_port)),
-        }
-        for flag, (rendered, local) in rewrites.items():
-            i = argv.index(flag) + 1
-            self.assertEqual(argv[i], rendered, flag)
-            argv[i] = local
+        local_coordinator_argv(self, argv, container, grpc_port, http_port, admin_port)
         self.assertEqual(env["TPSERVE_COORDINATOR"],
                          f"127.0.0.1:{chart.named_port(container, 'admin')}")
         env["TPSERVE_COORDINATOR"] = f"127.0.0.1:{admin_port}"
@@ -138,15 +169,6 @@ class HelmWiringTest(unittest.TestCase):
             started[pod] = env
         return started
 
-    def wait_ready(self, processes, url):
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            processes.check_alive()
-            if http_get(url)[0] == 200:
-                return
-            time.sleep(0.5)
-        self.fail(f"{url} not 200 within {READY_TIMEOUT_S} s: {http_get(url)}")
-
     def run_probe(self, probe, env):
         return subprocess.run(probe["exec"]["command"], env=env, capture_output=True, text=True,
                               timeout=probe["timeoutSeconds"] + 5)
@@ -163,15 +185,10 @@ class HelmWiringTest(unittest.TestCase):
             tpctl_env = self.start_coordinator(processes, grpc_port, http_port, admin_port)
             worker_envs = self.start_worker_pods(processes, grpc_port, admin_port, grpc_port + 3)
             base = f"http://127.0.0.1:{http_port}"
-            self.wait_ready(processes, base + container["readinessProbe"]["httpGet"]["path"])
+            wait_ready(self, processes, base + container["readinessProbe"]["httpGet"]["path"])
             self.assertEqual(http_get(base + container["livenessProbe"]["httpGet"]["path"])[0], 200)
 
-            body = json.dumps({"prompt": "The capital of France is", "max_tokens": 8,
-                               "temperature": 0}).encode()
-            request = urllib.request.Request(base + "/v1/completions", data=body,
-                                             headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=120) as response:
-                completion = json.loads(response.read())
+            completion = complete(base)
             self.assertTrue(completion["choices"][0]["text"].strip(), completion)
 
             status = subprocess.run(["tpctl", "status"], env=tpctl_env, capture_output=True,
@@ -198,6 +215,89 @@ class HelmWiringTest(unittest.TestCase):
             coordinator_pod = self.coordinator_set["metadata"]["name"] + "-0"
             self.assertEqual(processes.terminate(coordinator_pod), 0,
                              processes.log(coordinator_pod))
+
+
+class HelmWiringLwsTest(unittest.TestCase):
+    """Mode lws (wiring-lws.yaml): 2 LeaderWorkerSet groups of 3 pods, one rank each. Every pod
+    runs here with the environment LeaderWorkerSet gives it (LWS_LEADER_ADDRESS 127.0.0.1, its
+    index and the group size), each group on ports of its own: both groups serve a completion,
+    and each coordinator lists its own 3 ranks."""
+
+    def setUp(self):
+        self.objects = chart.render(*LWS_VALUES)
+        self.lws = chart.one(self.objects, "LeaderWorkerSet")
+        template = self.lws["spec"]["leaderWorkerTemplate"]
+        self.size = template["size"]
+        self.templates = [template["leaderTemplate"]["spec"], template["workerTemplate"]["spec"]]
+        self.tmp = tempfile.TemporaryDirectory(prefix="tpserve-wiring-lws-")
+        self.addCleanup(self.tmp.cleanup)
+        self.path = [chart.args().bin_dir, os.path.join(chart.REPO, "scripts")]
+
+    def start_pod(self, processes, pod_spec, pod, first_env, ports):
+        """Runs the pod's init containers, then starts its containers; returns {container: env}."""
+        tmp = os.path.join(self.tmp.name, pod)
+        os.makedirs(tmp)
+        volumes = {"model": os.path.dirname(os.path.abspath(chart.args().model)), "tmp": tmp,
+                   "shm": "/dev/shm"}
+        secret_values = pods.secrets(self.objects)
+        for init in pod_spec.get("initContainers", []):
+            argv, env = pods.local_process(pod_spec, init, pod, volumes, self.path, secret_values,
+                                           first_env)
+            result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+            self.assertEqual(result.returncode, 0, f"{pod}/{init['name']}: {result.stderr}")
+        envs = {}
+        for container in pod_spec["containers"]:
+            argv, env = pods.local_process(pod_spec, container, pod, volumes, self.path,
+                                           secret_values, first_env)
+            if container["name"] == "coordinator":
+                local_coordinator_argv(self, argv, container, ports["grpc"], ports["http"],
+                                       ports["admin"])
+                self.assertEqual(env["TPSERVE_COORDINATOR"],
+                                 f"127.0.0.1:{ports['rendered']['admin']}")
+                env["TPSERVE_COORDINATOR"] = f"127.0.0.1:{ports['admin']}"
+            else:
+                # The leader's address and the coordinator's ports, as LeaderWorkerSet expands
+                # them; here each group's coordinator has ports of its own.
+                for variable, name in (("TPSERVE_CLUSTER_ADDRESS", "grpc"),
+                                       ("TPSERVE_COORDINATOR", "admin")):
+                    self.assertEqual(env[variable], f"127.0.0.1:{ports['rendered'][name]}")
+                    env[variable] = f"127.0.0.1:{ports[name]}"
+                env["TPSERVE_WORKER_PORT"] = str(ports["worker"])
+            name = f"{pod}/{container['name']}"
+            processes.start(name.replace("/", "."), argv, env)
+            envs[container["name"]] = env
+        return envs
+
+    def test_both_groups_serve(self):
+        coordinator = self.templates[0]["containers"][0]
+        rendered = {name: chart.named_port(coordinator, name) for name in ("grpc", "http", "admin")}
+        replicas = self.lws["spec"]["replicas"]
+        self.assertEqual(replicas, 2)
+        first = pods.free_ports(replicas * (3 + self.size))
+        groups = []
+        with pods.Processes() as processes:
+            for group in range(replicas):
+                base = first + group * (3 + self.size)
+                ports = {"grpc": base, "http": base + 1, "admin": base + 2, "rendered": rendered}
+                leader = f"{self.lws['metadata']['name']}-{group}"
+                for index in range(self.size):
+                    first_env = {"LWS_LEADER_ADDRESS": "127.0.0.1",
+                                 "LWS_WORKER_INDEX": str(index), "LWS_GROUP_SIZE": str(self.size)}
+                    pod = leader if index == 0 else f"{leader}-{index}"
+                    envs = self.start_pod(processes, self.templates[min(index, 1)], pod,
+                                          first_env, dict(ports, worker=base + 3 + index))
+                    if index == 0:
+                        groups.append((f"http://127.0.0.1:{ports['http']}", envs["coordinator"]))
+            for base_url, tpctl_env in groups:
+                wait_ready(self, processes, base_url + "/health/ready")
+                completion = complete(base_url)
+                self.assertTrue(completion["choices"][0]["text"].strip(), completion)
+                status = subprocess.run(["tpctl", "status"], env=tpctl_env, capture_output=True,
+                                        text=True, timeout=30)
+                self.assertEqual(status.returncode, 0, status.stderr)
+                self.assertIn(f"cluster serving: {self.size} ranks", status.stdout)
+            for name in list(processes.running):
+                self.assertEqual(processes.terminate(name), 0, processes.log(name))
 
 
 if __name__ == "__main__":
