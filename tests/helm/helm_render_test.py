@@ -615,6 +615,12 @@ class LeaderWorkerSetRenderTest(unittest.TestCase):
                     f"{source['app.kubernetes.io/component']} -> "
                     f"{target['app.kubernetes.io/component']}")
 
+    def test_notes_say_how_to_run_tpctl_in_a_leader(self):
+        notes = chart.render_notes(*LWS_VALUES)
+        self.assertIn("in each of 2 LeaderWorkerSet group(s)", notes)
+        self.assertIn(f"exec {self.lws['metadata']['name']}-0 -c coordinator -- tpctl status",
+                      notes)
+
 
 if __name__ == "__main__":
     chart.run_tests()
