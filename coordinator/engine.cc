@@ -213,6 +213,10 @@ void Engine::PublishStats() {
     state.requests_held = recovery_.requests_held;
     state.requests_resumed = recovery_.requests_resumed;
     state.recoveries = recovery_.recoveries;
+    {
+      absl::MutexLock lock(&mutex_);
+      state.degraded = !recovery_state_.serving();
+    }
     metrics->SetEngineState(state);
   }
   absl::MutexLock lock(&stats_mutex_);

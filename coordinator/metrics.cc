@@ -218,6 +218,9 @@ std::string Metrics::RenderPrometheus() const {
   single(shared("kv_cache_usage_perc"), "gauge",
          "Fraction of KV cache blocks held by requests (1 means all).",
          FormatDouble(engine_.kv_cache_usage));
+  single("tpserve:cluster_degraded", "gauge",
+         "1 while the cluster is degraded (a rank lost, the group not re-formed yet), else 0.",
+         engine_.degraded ? "1" : "0");
   single("tpserve:num_requests_held", "gauge",
          "Number of requests held while the cluster re-forms after a lost rank.",
          absl::StrCat(engine_.num_held));

@@ -5,7 +5,8 @@
 //               tpserve:recovery_duration_seconds (from a lost rank to the re-formed group)
 //   gauges      tpserve:num_requests_running, tpserve:num_requests_waiting,
 //               tpserve:kv_cache_usage_perc (fraction of KV blocks held by requests, 0..1),
-//               tpserve:num_requests_held (waiting for the group to re-form)
+//               tpserve:num_requests_held (waiting for the group to re-form),
+//               tpserve:cluster_degraded (1 from a lost rank until the group re-forms)
 //   counters    tpserve:prompt_tokens_total, tpserve:generation_tokens_total,
 //               tpserve:prefix_cache_queries_total, tpserve:prefix_cache_hits_total (tokens),
 //               tpserve:num_preemptions_total, tpserve:jump_forward_tokens_total,
@@ -61,6 +62,7 @@ struct EngineState {
   int64_t requests_held = 0;
   int64_t requests_resumed = 0;
   int64_t recoveries = 0;
+  bool degraded = false;  // a rank was lost and the group has not re-formed yet
 };
 
 // Whose names the series vLLM also has carry (the coordinator's --metrics-names).

@@ -158,6 +158,8 @@ class HelmRenderTest(unittest.TestCase):
                 with self.subTest(values=name, object=f"{o['kind']}/{o['metadata']['name']}"):
                     if o["kind"] == "ServiceMonitor":
                         jsonschema.validate(o, self.service_monitor_schema)
+                    elif o["kind"] == "PrometheusRule":
+                        self.check_prometheus_rule(o)
                     else:
                         kubernetes_validate.validate(o, KUBERNETES_VERSION, strict=True)
 
@@ -423,6 +425,33 @@ class HelmRenderTest(unittest.TestCase):
             by_pod.setdefault(rank // 8, []).append((local, rank))
         self.assertEqual(sorted(by_pod[0]), [(local, local) for local in range(8)])
         self.assertEqual(sorted(by_pod[1]), [(local, 8 + local) for local in range(8)])
+
+    def check_prometheus_rule(self, rule):
+        """The PrometheusRule's shape (its CRD's schema is not reachable from here: see
+        docs/DEPLOY.md): groups of named rules, each an alert with an expression and a
+        severity."""
+        self.assertEqual(rule["apiVersion"], "monitoring.coreos.com/v1")
+        for group in rule["spec"]["groups"]:
+            self.assertTrue(group["name"])
+            for r in group["rules"]:
+                self.assertEqual(set(r) - {"alert", "expr", "for", "labels", "annotations"}, set())
+                self.assertRegex(r["alert"], r"^Tpserve[A-Za-z]+$")
+                self.assertIn(r["labels"]["severity"], ("warning", "critical"))
+                self.assertIn("tpserve:", r["expr"])
+
+    def test_dashboard_and_alerts(self):
+        with open(os.path.join(chart.CHART, "dashboards", "tpserve.json")) as f:
+            dashboard = json.load(f)
+        self.assertEqual(chart.find(self.rendered["defaults"], "ConfigMap"), [])
+        self.assertEqual(chart.find(self.rendered["defaults"], "PrometheusRule"), [])
+        objects = self.rendered["hostpath-monitoring"]
+        config_map = chart.one(objects, "ConfigMap")
+        self.assertEqual(config_map["metadata"]["labels"]["grafana_dashboard"], "1")
+        self.assertEqual(json.loads(config_map["data"]["tpserve.json"]), dashboard)
+        alerts = [r["alert"] for g in chart.one(objects, "PrometheusRule")["spec"]["groups"]
+                  for r in g["rules"]]
+        self.assertEqual(alerts, ["TpserveClusterDegraded", "TpserveRankRecovered",
+                                  "TpserveQueueHigh", "TpserveKvCacheFull"])
 
     def test_metric_names(self):
         for values, names in [("defaults", "tpserve"), ("hostpath-monitoring", "vllm")]:

@@ -7,12 +7,16 @@ family coordinator/metrics.h lists, and counts the requests sent through /v1/com
 
 import json
 import math
+import os
+import re
 import unittest
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from tpserve_cluster import run_tests, start_class_cluster
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Family names as the parser gives them: counters without their `_total` suffix.
 FAMILIES = {
@@ -31,6 +35,7 @@ FAMILIES = {
     "tpserve:request_success": "counter",
     "tpserve:auth_failures": "counter",
     "tpserve:cache_config_info": "gauge",
+    "tpserve:cluster_degraded": "gauge",
 }
 PROMPTS = ["The capital of France is", "Count from one to ten: one, two,",
            "The capital of France is"]
@@ -45,10 +50,8 @@ def http(url, body=None):
         return response.headers.get("Content-Type", ""), response.read().decode()
 
 
-class MetricsFormatTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.cluster = start_class_cluster(cls, tp=1)
+class Scrape:
+    """/metrics of the class's cluster, checked and parsed."""
 
     def scrape(self):
         """{family name: family}, after checking the parts every family must have."""
@@ -78,6 +81,29 @@ class MetricsFormatTest(unittest.TestCase):
         family = families.get(name)
         return 0 if family is None else sum(
             s.value for s in family.samples if s.name == name + suffix)
+
+
+class MetricsFormatTest(Scrape, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = start_class_cluster(cls, tp=1)
+
+    def test_dashboard_and_alerts_name_only_exported_series(self):
+        """Every series the chart's Grafana dashboard and PrometheusRule query is one /metrics
+        exports (a sample name: counters with _total, histograms with _bucket)."""
+        chart = os.path.join(REPO, "helm", "tpserve")
+        with open(os.path.join(chart, "dashboards", "tpserve.json")) as f:
+            dashboard = json.load(f)
+        queries = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+        queries += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+        with open(os.path.join(chart, "templates", "prometheusrule.yaml")) as f:
+            queries += [line.split("expr:", 1)[1] for line in f if "expr:" in line]
+        samples = {s.name for family in self.scrape().values() for s in family.samples}
+        named = {n for q in queries for n in re.findall(r"tpserve:[a-z0-9_]+", q)}
+        self.assertGreater(len(named), 15)
+        for name in sorted(named):
+            with self.subTest(name):
+                self.assertIn(name, samples)
 
     def test_families_and_counts(self):
         before = self.scrape()
@@ -143,7 +169,7 @@ ENDPOINT_PICKER_FAMILIES = {
 }
 
 
-class VllmNamesTest(MetricsFormatTest):
+class VllmNamesTest(Scrape, unittest.TestCase):
     """The same cluster under --metrics-names vllm: the endpoint picker's series under vLLM's
     names, and counters that count under them."""
 

@@ -312,6 +312,7 @@ TEST_F(SurviveWorkerLoss, SixteenStreamsPauseAndContinueAsOnAHealthyCluster) {
   const int samples = Samples(jobs);
   const std::map<std::string, double> before = Metrics(*cluster_);
   int held_seen = 0;
+  bool degraded_seen = false;
   std::string health_seen;
   auto outcomes = RunAll(*cluster_, jobs, [&](const auto& outcomes) {
     ASSERT_TRUE(AwaitChunks(outcomes, kKilledAfter)) << LogTails(*options_);
@@ -322,6 +323,7 @@ TEST_F(SurviveWorkerLoss, SixteenStreamsPauseAndContinueAsOnAHealthyCluster) {
       auto status = ClusterStatus(*cluster_);
       if (status.ok() && status->num_requests_held() > held_seen) {
         held_seen = status->num_requests_held();
+        degraded_seen = degraded_seen || Metrics(*cluster_).at("tpserve:cluster_degraded") == 1;
         EXPECT_NE(status->waiting_for(), "");
         EXPECT_GT(status->recovery_grace_left_ms(), 0);
         httplib::Client http("http://" + cluster_->http_address());
@@ -352,6 +354,8 @@ TEST_F(SurviveWorkerLoss, SixteenStreamsPauseAndContinueAsOnAHealthyCluster) {
                 before.at("tpserve:recovery_duration_seconds_count"),
             1);
   EXPECT_EQ(after.at("tpserve:num_requests_held"), 0);
+  EXPECT_TRUE(degraded_seen) << "/metrics never said the cluster was degraded";
+  EXPECT_EQ(after.at("tpserve:cluster_degraded"), 0);
   std::printf("survive_worker_loss: 16 streams resumed; recovery took %.2f s; %d keep-alives\n",
               after.at("tpserve:recovery_duration_seconds_sum") -
                   before.at("tpserve:recovery_duration_seconds_sum"),

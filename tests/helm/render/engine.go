@@ -121,6 +121,7 @@ func (c *chart) render(values map[string]interface{}, release string, state rele
 			"Template": map[string]interface{}{
 				"Name": name, "BasePath": path.Join(c.metadata.Name, "templates"),
 			},
+			"Files": chartFiles{dir: c.dir},
 		}
 		var buf bytes.Buffer
 		if err := set.ExecuteTemplate(&buf, name, context); err != nil {
@@ -139,6 +140,18 @@ func (c *chart) render(values map[string]interface{}, release string, state rele
 		}
 	}
 	return out, nil
+}
+
+// chartFiles is helm's .Files: the chart's files by their path in the chart. Get of a file that
+// is not there is empty, as in helm.
+type chartFiles struct{ dir string }
+
+func (f chartFiles) Get(name string) string {
+	data, err := os.ReadFile(filepath.Join(f.dir, filepath.FromSlash(name)))
+	if err != nil {
+		return ""
+	}
+	return string(data)
 }
 
 func onlyComments(doc string) bool {

@@ -412,6 +412,7 @@ TEST(MetricsTest, EveryFamilyHasItsSamples) {
       {"tpserve:token_delivery_seconds_sum", 1},
       {"tpserve:token_delivery_seconds_count", 1},
       {"tpserve:num_requests_held", 1},
+      {"tpserve:cluster_degraded", 1},
       {"tpserve:requests_held_total", 1},
       {"tpserve:requests_resumed_total", 1},
       {"tpserve:recoveries_total", 1},
