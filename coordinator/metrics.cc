@@ -1,13 +1,12 @@
 #include "coordinator/metrics.h"
 
-#include <charconv>
-#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/auth_refusal.h"
 #include "common/check.h"
+#include "common/prometheus_text.h"
 
 namespace tpserve {
 namespace {
@@ -33,47 +32,6 @@ std::vector<double> DeliveryBounds() {
 
 // The reasons a dashboard can rely on seeing, at 0 before the first such request.
 constexpr absl::string_view kFinishedReasons[] = {"stop", "length", "abort"};
-
-// Shortest text that parses back to the same double ("0.001", "1", "2560"), in the spellings
-// Prometheus uses for the non-finite values.
-std::string FormatDouble(double value) {
-  if (std::isnan(value)) return "NaN";
-  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
-  char buffer[32];
-  auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  TP_CHECK(error == std::errc());
-  return std::string(buffer, end);
-}
-
-// Label values escape exactly backslash, double quote and line feed (format 0.0.4).
-std::string EscapeLabelValue(absl::string_view value) {
-  std::string escaped;
-  escaped.reserve(value.size());
-  for (char c : value) {
-    switch (c) {
-      case '\\':
-        escaped += "\\\\";
-        break;
-      case '"':
-        escaped += "\\\"";
-        break;
-      case '\n':
-        escaped += "\\n";
-        break;
-      default:
-        escaped += c;
-    }
-  }
-  return escaped;
-}
-
-// In format 0.0.4 a TYPE line names the samples it types, so a counter's HELP and TYPE carry the
-// full `_total` name, as the Go and Python clients (and so vLLM) write it. The OpenMetrics
-// convention of a family name without `_total` would leave the samples untyped here.
-void AppendHeader(std::string& out, absl::string_view name, absl::string_view type,
-                  absl::string_view help) {
-  absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
-}
 
 }  // namespace
 
@@ -173,22 +131,13 @@ std::string Metrics::RenderPrometheus() const {
   out.reserve(16 << 10);  // the whole exposition is about 10 KiB
 
   auto histogram = [&](absl::string_view name, absl::string_view help, const Histogram& h) {
-    AppendHeader(out, name, "histogram", help);
-    int64_t cumulative = 0;
-    for (size_t i = 0; i < h.bounds.size(); ++i) {
-      cumulative += h.counts[i];
-      absl::StrAppend(&out, name, "_bucket{", model_label, ",le=\"", FormatDouble(h.bounds[i]),
-                      "\"} ", cumulative, "\n");
-    }
-    cumulative += h.counts.back();
-    absl::StrAppend(&out, name, "_bucket{", model_label, ",le=\"+Inf\"} ", cumulative, "\n");
-    absl::StrAppend(&out, name, "_sum{", model_label, "} ", FormatDouble(h.sum), "\n");
-    absl::StrAppend(&out, name, "_count{", model_label, "} ", h.count, "\n");
+    AppendMetricHeader(out, name, "histogram", help);
+    AppendHistogramSamples(out, name, model_label, h.bounds, h.counts, h.sum, h.count);
   };
   // `value` is already formatted: int64 gauges and counters print as integers, doubles shortest.
   auto single = [&](absl::string_view name, absl::string_view type, absl::string_view help,
                     absl::string_view value) {
-    AppendHeader(out, name, type, help);
+    AppendMetricHeader(out, name, type, help);
     absl::StrAppend(&out, name, "{", model_label, "} ", value, "\n");
   };
 
@@ -217,7 +166,7 @@ std::string Metrics::RenderPrometheus() const {
          absl::StrCat(engine_.num_waiting));
   single(shared("kv_cache_usage_perc"), "gauge",
          "Fraction of KV cache blocks held by requests (1 means all).",
-         FormatDouble(engine_.kv_cache_usage));
+         FormatPrometheusDouble(engine_.kv_cache_usage));
   single("tpserve:cluster_degraded", "gauge",
          "1 while the cluster is degraded (a rank lost, the group not re-formed yet), else 0.",
          engine_.degraded ? "1" : "0");
@@ -260,8 +209,8 @@ std::string Metrics::RenderPrometheus() const {
               "Speculative decoding: proposed tokens accepted per verified run of proposals.",
               accepted);
     const std::string per_pos = shared("spec_decode_num_accepted_tokens_per_pos_total");
-    AppendHeader(out, per_pos, "counter",
-                 "Speculative decoding: proposals accepted at each position of their run.");
+    AppendMetricHeader(out, per_pos, "counter",
+                       "Speculative decoding: proposals accepted at each position of their run.");
     for (size_t position = 0; position + 1 < lengths.size(); ++position) {
       int64_t reached = 0;  // runs that accepted more than `position` tokens
       for (size_t n = position + 1; n < lengths.size(); ++n) reached += lengths[n];
@@ -280,20 +229,21 @@ std::string Metrics::RenderPrometheus() const {
          absl::StrCat(engine_.recoveries));
 
   const std::string success = shared("request_success_total");
-  AppendHeader(out, success, "counter", "Number of finished requests, by finished reason.");
+  AppendMetricHeader(out, success, "counter", "Number of finished requests, by finished reason.");
   for (const auto& [reason, count] : request_success_) {
     absl::StrAppend(&out, success, "{", model_label, ",finished_reason=\"",
                     EscapeLabelValue(reason), "\"} ", count, "\n");
   }
   if (block_size_ > 0) {
     const std::string info = shared("cache_config_info");
-    AppendHeader(out, info, "gauge", "Information of the KV cache: its labels; the value is 1.");
+    AppendMetricHeader(out, info, "gauge",
+                       "Information of the KV cache: its labels; the value is 1.");
     absl::StrAppend(&out, info, "{", model_label, ",block_size=\"", block_size_,
                     "\",num_gpu_blocks=\"", num_blocks_, "\",enable_prefix_caching=\"",
                     prefix_caching_ ? "True" : "False", "\"} 1\n");
   }
   constexpr absl::string_view kAuthFailures = "tpserve:auth_failures_total";
-  AppendHeader(out, kAuthFailures, "counter", "Number of refused credentials, by surface.");
+  AppendMetricHeader(out, kAuthFailures, "counter", "Number of refused credentials, by surface.");
   for (const auto& [surface, count] : auth_failures_) {
     absl::StrAppend(&out, kAuthFailures, "{", model_label, ",surface=\"", EscapeLabelValue(surface),
                     "\"} ", count, "\n");

@@ -7,6 +7,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -20,6 +21,8 @@
 #include "kernels/cpu/threads.h"
 #include "worker/coordinator_link.h"
 #include "worker/cpu_weights.h"
+#include "worker/metrics_http.h"
+#include "worker/worker_metrics.h"
 #include "worker/worker_server.h"
 
 namespace tpserve {
@@ -31,6 +34,7 @@ struct Flags {
   std::string model;
   std::string host = "127.0.0.1";
   int port = 0;
+  int metrics_port = -1;
   int register_timeout_s = 30;
   int threads = 0;
   int local_rank = -1;
@@ -85,6 +89,18 @@ int Run(const Flags& flags) {
     return 1;
   }
   WorkerServer* worker = server->get();
+  std::unique_ptr<MetricsHttpServer> metrics;
+  if (flags.metrics_port >= 0) {
+    auto started = MetricsHttpServer::Start(flags.host, flags.metrics_port, [worker] {
+      return RenderWorkerMetrics(worker->MetricsSnapshot());
+    });
+    if (!started.ok()) {
+      std::fprintf(stderr, "tpserve-worker: %s\n", std::string(started.status().message()).c_str());
+      return 1;
+    }
+    metrics = *std::move(started);
+    LogInfo("worker", "rank %d: metrics on %s:%d/metrics", flags.rank, flags.host, metrics->port());
+  }
   CoordinatorLink::Options link_options;
   link_options.coordinator = flags.coordinator;
   link_options.rank = flags.rank;
@@ -136,6 +152,12 @@ int main(int argc, char** argv) {
   app.add_option("--port", flags.port, "port to serve on; 0 picks a free one")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
+  app.add_option("--metrics-port", flags.metrics_port,
+                 "serve this rank's Prometheus metrics (step time, collective time, KV blocks) "
+                 "at http://HOST:PORT/metrics on --host; 0 picks a free port, -1 (the default) "
+                 "serves none")
+      ->check(CLI::Range(-1, 65535))
+      ->capture_default_str();
   app.add_option("--register-timeout", flags.register_timeout_s,
                  "seconds to keep trying to reach the coordinator")
       ->capture_default_str()

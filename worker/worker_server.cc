@@ -501,6 +501,7 @@ absl::Status WorkerServer::DoStep(const v1::StepRequest& request, v1::StepRespon
     status_last_step_id_ = request.step_id();
     step_ms_.push_back(ms);
     if (step_ms_.size() > kLatencyWindow) step_ms_.pop_front();
+    step_durations_.Observe(ms / 1000);
     if (status.ok() && state_ == WorkerState::kLoaded) state_ = WorkerState::kServing;
   }
   if (!status.ok()) {
@@ -511,6 +512,19 @@ absl::Status WorkerServer::DoStep(const v1::StepRequest& request, v1::StepRespon
                static_cast<unsigned long long>(request.step_id()), ms, request.sequences_size());
   }
   return status;
+}
+
+WorkerMetricsSnapshot WorkerServer::MetricsSnapshot() {
+  WorkerMetricsSnapshot snapshot;
+  snapshot.rank = options_.rank;
+  snapshot.collectives = comm_->collectives();
+  snapshot.collective_seconds = comm_->collective_seconds();
+  absl::MutexLock lock(&status_mu_);
+  snapshot.state = WorkerStateName(state_);
+  snapshot.kv_cache_blocks = kv_cache_blocks_;
+  snapshot.weight_bytes = weight_bytes_;
+  snapshot.steps = step_durations_;
+  return snapshot;
 }
 
 bool WorkerServer::AwaitTurn(grpc::ServerContext& context, uint64_t step_id) {

@@ -38,6 +38,7 @@
 #include "worker/model_runner.h"
 #include "worker/model_runner_options.h"
 #include "worker/step_relay.h"
+#include "worker/worker_metrics.h"
 
 namespace tpserve {
 
@@ -96,6 +97,8 @@ class WorkerServer final : public v1::WorkerService::Service {
   // Stops serving (in-flight calls get a short grace period) and finishes the queued work.
   // Idempotent; the destructor calls it.
   void Stop();
+  // What the metrics port shows (worker/worker_metrics.h); any thread.
+  WorkerMetricsSnapshot MetricsSnapshot();
 
   grpc::Status Init(grpc::ServerContext*, const v1::InitRequest* request,
                     v1::InitResponse* response) override;
@@ -178,6 +181,7 @@ class WorkerServer final : public v1::WorkerService::Service {
   int64_t kv_cache_blocks_ ABSL_GUARDED_BY(status_mu_) = 0;
   uint64_t status_last_step_id_ ABSL_GUARDED_BY(status_mu_) = 0;
   std::deque<double> step_ms_ ABSL_GUARDED_BY(status_mu_);  // the most recent steps
+  StepDurations step_durations_ ABSL_GUARDED_BY(status_mu_);  // every step, for the metrics
   bool shutdown_requested_ ABSL_GUARDED_BY(status_mu_) = false;
   bool stopped_by_signal_ ABSL_GUARDED_BY(status_mu_) = false;
   bool following_ ABSL_GUARDED_BY(status_mu_) = false;       // FollowSteps is queued or running

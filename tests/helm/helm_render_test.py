@@ -98,7 +98,7 @@ class WorkerPod:
         self.name = name or f"{worker_set['metadata']['name']}-{ordinal}"
         pod_spec = pod_spec or worker_set["spec"]["template"]["spec"]
         self.container = next(c for c in pod_spec["containers"] if c["name"] == "worker")
-        self.ranks = len(self.container["ports"])
+        self.ranks = sum(p["name"].startswith("rank") for p in self.container["ports"])
         self.record_dir = os.path.join(workdir, self.name)
         os.mkdir(self.record_dir)
         argv, env = pods.local_process(
@@ -160,6 +160,8 @@ class HelmRenderTest(unittest.TestCase):
                         jsonschema.validate(o, self.service_monitor_schema)
                     elif o["kind"] == "PrometheusRule":
                         self.check_prometheus_rule(o)
+                    elif o["kind"] == "PodMonitor":
+                        self.check_pod_monitor(o, objects)
                     else:
                         kubernetes_validate.validate(o, KUBERNETES_VERSION, strict=True)
 
@@ -342,7 +344,10 @@ class HelmRenderTest(unittest.TestCase):
             return False
 
         outsider = {"app.kubernetes.io/name": "something-else"}
-        worker_ports = [p["containerPort"] for p in worker["ports"]]
+        worker_ports = [p["containerPort"] for p in worker["ports"] if p["name"].startswith("rank")]
+        metrics_ports = [p["containerPort"] for p in worker["ports"]
+                         if p["name"].startswith("metrics")]
+        self.assertEqual(len(metrics_ports), len(worker_ports))
         rules = policy_for(worker_pod)
         for port in worker_ports:
             self.assertTrue(admitted(rules, coordinator_pod, port), port)
@@ -352,6 +357,9 @@ class HelmRenderTest(unittest.TestCase):
         # only the gRPC ones.
         self.assertTrue(admitted(rules, worker_pod, 45678))
         self.assertFalse(admitted(rules, coordinator_pod, 45678))
+        # The metrics ports serve GET /metrics alone: scrapers come from anywhere.
+        for port in metrics_ports:
+            self.assertTrue(admitted(rules, outsider, port), port)
 
         rules = policy_for(coordinator_pod)
         admin = chart.named_port(coordinator, "admin")
@@ -438,6 +446,18 @@ class HelmRenderTest(unittest.TestCase):
                 self.assertRegex(r["alert"], r"^Tpserve[A-Za-z]+$")
                 self.assertIn(r["labels"]["severity"], ("warning", "critical"))
                 self.assertIn("tpserve:", r["expr"])
+
+    def check_pod_monitor(self, monitor, objects):
+        """The PodMonitor selects the pods that run ranks and scrapes each rank's metrics port
+        (its CRD's schema is not reachable from here either)."""
+        self.assertEqual(monitor["apiVersion"], "monitoring.coreos.com/v1")
+        worker_set = chart.one(objects, "StatefulSet", "worker")
+        template = worker_set["spec"]["template"]
+        self.assertTrue(chart.selects(monitor["spec"]["selector"]["matchLabels"],
+                                      template["metadata"]["labels"]))
+        ports = {p["name"] for p in chart.container(worker_set, "worker")["ports"]}
+        scraped = [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]]
+        self.assertEqual(sorted(scraped), sorted(p for p in ports if p.startswith("metrics")))
 
     def test_dashboard_and_alerts(self):
         with open(os.path.join(chart.CHART, "dashboards", "tpserve.json")) as f:

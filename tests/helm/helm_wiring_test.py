@@ -94,6 +94,21 @@ def wait_ready(test, processes, url):
     test.fail(f"{url} not 200 within {READY_TIMEOUT_S} s: {http_get(url)}")
 
 
+def rank_step_counts(test, metrics_port, ranks):
+    """{rank: steps} from the metrics ports metrics_port .. + ranks - 1 of one worker pod."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    counts = {}
+    for local in range(ranks):
+        status, text = http_get(f"http://127.0.0.1:{metrics_port + local}/metrics")
+        test.assertEqual(status, 200, text)
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "tpserve_worker:step_duration_seconds_count":
+                    counts[int(sample.labels["rank"])] = sample.value
+    return counts
+
+
 def complete(base_url):
     body = json.dumps({"prompt": "The capital of France is", "max_tokens": 8,
                        "temperature": 0}).encode()
@@ -159,6 +174,7 @@ class HelmWiringTest(unittest.TestCase):
                                            pods.secrets(self.objects))
             # Every pod has an IP of its own; here they share 127.0.0.1, so each gets its ports.
             env["TPSERVE_WORKER_PORT"] = str(first_port + ordinal * self.ranks)
+            env["TPSERVE_METRICS_PORT"] = str(first_port + (self.pods + ordinal) * self.ranks)
             # helm_render checks that these are the coordinator's headless Service.
             for variable, port in (("TPSERVE_CLUSTER_ADDRESS", grpc_port),
                                    ("TPSERVE_COORDINATOR", admin_port)):
@@ -179,7 +195,7 @@ class HelmWiringTest(unittest.TestCase):
         world_size = int(chart.flag(container["command"], "--world-size"))
         self.assertEqual(world_size, self.pods * self.ranks)
         # One block for every port, so that no two processes are given the same one.
-        grpc_port = pods.free_ports(3 + world_size)
+        grpc_port = pods.free_ports(3 + 2 * world_size)
         http_port, admin_port = grpc_port + 1, grpc_port + 2
         with pods.Processes() as processes:
             tpctl_env = self.start_coordinator(processes, grpc_port, http_port, admin_port)
@@ -200,6 +216,13 @@ class HelmWiringTest(unittest.TestCase):
                                      capture_output=True, text=True, timeout=30)
             self.assertNotEqual(refused.returncode, 0, refused.stdout)
             self.assertIn(f"cannot reach coordinator at 127.0.0.1:{admin_port}", refused.stderr)
+
+            # Every rank's metrics port counts the steps it ran.
+            steps = {}
+            for env in worker_envs.values():
+                steps.update(rank_step_counts(self, int(env["TPSERVE_METRICS_PORT"]), self.ranks))
+            self.assertEqual(sorted(steps), list(range(world_size)))
+            self.assertTrue(all(n > 0 for n in steps.values()), steps)
 
             for pod, env in worker_envs.items():
                 for probe in ("startupProbe", "livenessProbe"):
@@ -263,6 +286,7 @@ class HelmWiringLwsTest(unittest.TestCase):
                     self.assertEqual(env[variable], f"127.0.0.1:{ports['rendered'][name]}")
                     env[variable] = f"127.0.0.1:{ports[name]}"
                 env["TPSERVE_WORKER_PORT"] = str(ports["worker"])
+                env["TPSERVE_METRICS_PORT"] = str(ports["metrics"])
             name = f"{pod}/{container['name']}"
             processes.start(name.replace("/", "."), argv, env)
             envs[container["name"]] = env
@@ -273,11 +297,11 @@ class HelmWiringLwsTest(unittest.TestCase):
         rendered = {name: chart.named_port(coordinator, name) for name in ("grpc", "http", "admin")}
         replicas = self.lws["spec"]["replicas"]
         self.assertEqual(replicas, 2)
-        first = pods.free_ports(replicas * (3 + self.size))
+        first = pods.free_ports(replicas * (3 + 2 * self.size))
         groups = []
         with pods.Processes() as processes:
             for group in range(replicas):
-                base = first + group * (3 + self.size)
+                base = first + group * (3 + 2 * self.size)
                 ports = {"grpc": base, "http": base + 1, "admin": base + 2, "rendered": rendered}
                 leader = f"{self.lws['metadata']['name']}-{group}"
                 for index in range(self.size):
@@ -285,7 +309,8 @@ class HelmWiringLwsTest(unittest.TestCase):
                                  "LWS_WORKER_INDEX": str(index), "LWS_GROUP_SIZE": str(self.size)}
                     pod = leader if index == 0 else f"{leader}-{index}"
                     envs = self.start_pod(processes, self.templates[min(index, 1)], pod,
-                                          first_env, dict(ports, worker=base + 3 + index))
+                                          first_env, dict(ports, worker=base + 3 + index,
+                                                          metrics=base + 3 + self.size + index))
                     if index == 0:
                         groups.append((f"http://127.0.0.1:{ports['http']}", envs["coordinator"]))
             for base_url, tpctl_env in groups:
@@ -296,6 +321,13 @@ class HelmWiringLwsTest(unittest.TestCase):
                                         text=True, timeout=30)
                 self.assertEqual(status.returncode, 0, status.stderr)
                 self.assertIn(f"cluster serving: {self.size} ranks", status.stdout)
+            for group in range(replicas):
+                base = first + group * (3 + 2 * self.size)
+                steps = {}
+                for index in range(self.size):
+                    steps.update(rank_step_counts(self, base + 3 + self.size + index, 1))
+                self.assertEqual(sorted(steps), list(range(self.size)), f"group {group}")
+                self.assertTrue(all(n > 0 for n in steps.values()), steps)
             for name in list(processes.running):
                 self.assertEqual(processes.terminate(name), 0, processes.log(name))
 

@@ -40,6 +40,9 @@ group's leader pod is one too, with the coordinator's container beside its ranks
     {{- include "tpserve.tlsEnv" . | nindent 4 }}
     - name: TPSERVE_WORKER_PORT
       value: {{ .Values.workers.port | quote }}
+    # Local rank L serves its Prometheus metrics on this + L (tpserve-worker --metrics-port).
+    - name: TPSERVE_METRICS_PORT
+      value: {{ .Values.workers.metricsPort | quote }}
     - name: TPSERVE_MODEL
       value: {{ include "tpserve.modelPath" . | quote }}
     {{- if eq .Values.device "cuda" }}
@@ -63,6 +66,10 @@ group's leader pod is one too, with the coordinator's container beside its ranks
     {{- range $local := until (int .Values.workers.gpusPerNode) }}
     - name: {{ printf "rank%d" $local }}
       containerPort: {{ add $.Values.workers.port $local }}
+    {{- end }}
+    {{- range $local := until (int .Values.workers.gpusPerNode) }}
+    - name: {{ printf "metrics%d" $local }}
+      containerPort: {{ add $.Values.workers.metricsPort $local }}
     {{- end }}
   startupProbe:
     {{- include "tpserve.workerRegisteredProbe" . | nindent 4 }}

@@ -20,6 +20,7 @@ for ((local_rank = 0; local_rank < ranks_per_pod && !stopping; local_rank++)); d
   tpserve-worker --coordinator "$TPSERVE_CLUSTER_ADDRESS" --rank "$((first + local_rank))" \
     --local-rank "$local_rank" --model "$TPSERVE_MODEL" \
     --host "$POD_IP" --port "$((TPSERVE_WORKER_PORT + local_rank))" \
+    --metrics-port "$((TPSERVE_METRICS_PORT + local_rank))" \
     --threads {{ .Values.workers.threads }} \
     {{- if eq .Values.device "cuda" }}
     --gpu-memory-utilization {{ .Values.workers.gpuMemoryUtilization }} \
