@@ -68,6 +68,7 @@ BAD_VALUES = [
     ({"coordinator": {"adminPort": 0}},
      "- coordinator.adminPort: Must be greater than or equal to 1"),
     ({"replicas": 2}, '- mode: mode does not match: "lws"'),
+    ({"autoscaling": {"enabled": True}}, '- mode: mode does not match: "lws"'),
     ({"mode": "lws", "lws": {"restartPolicy": "Always"}},
      '- lws.restartPolicy: lws.restartPolicy must be one of the following: "None", '
      '"RecreateGroupOnPodRestart"'),
@@ -101,10 +102,11 @@ class WorkerPod:
         self.ranks = sum(p["name"].startswith("rank") for p in self.container["ports"])
         self.record_dir = os.path.join(workdir, self.name)
         os.mkdir(self.record_dir)
-        argv, env = pods.local_process(
-            pod_spec, self.container, self.name,
-            {"model": "/models", "tmp": workdir, "shm": "/dev/shm", "tls": workdir}, [workdir],
-            secret_values, first_env)
+        # The stand-in reads nothing: every volume but the model and /dev/shm is the work dir.
+        volumes = {v["name"]: workdir for v in pod_spec["volumes"]}
+        volumes.update(model="/models", shm="/dev/shm")
+        argv, env = pods.local_process(pod_spec, self.container, self.name, volumes, [workdir],
+                                       secret_values, first_env)
         env["FAKE_WORKER_DIR"] = self.record_dir
         self.env = env
         self.process = processes.start(self.name, argv, env)
@@ -473,6 +475,24 @@ class HelmRenderTest(unittest.TestCase):
         self.assertEqual(alerts, ["TpserveClusterDegraded", "TpserveRankRecovered",
                                   "TpserveQueueHigh", "TpserveKvCacheFull"])
 
+    def test_pod_placement_and_extras(self):
+        objects = self.rendered["hostpath-monitoring"]
+        for workload in (chart.one(objects, "Deployment", "coordinator"),
+                         chart.one(objects, "StatefulSet", "worker")):
+            spec = workload["spec"]["template"]["spec"]
+            with self.subTest(workload=workload["metadata"]["name"]):
+                self.assertEqual(spec["runtimeClassName"], "nvidia")
+                self.assertEqual(spec["priorityClassName"], "inference-critical")
+                self.assertEqual(spec["topologySpreadConstraints"][0]["topologyKey"],
+                                 "topology.kubernetes.io/zone")
+                self.assertIn({"name": "cache", "emptyDir": {}}, spec["volumes"])
+                for container in spec["containers"]:
+                    self.assertIn({"name": "HF_HUB_OFFLINE", "value": "1"}, container["env"])
+                    self.assertIn({"name": "cache", "mountPath": "/cache"},
+                                  container["volumeMounts"])
+        spec = chart.one(self.rendered["defaults"], "StatefulSet", "worker")["spec"]["template"]
+        self.assertNotIn("runtimeClassName", spec["spec"])
+
     def test_metric_names(self):
         for values, names in [("defaults", "tpserve"), ("hostpath-monitoring", "vllm")]:
             coordinator = chart.container(
@@ -575,7 +595,7 @@ class LeaderWorkerSetRenderTest(unittest.TestCase):
         self.assertNotIn("StatefulSet", kinds)
         self.assertNotIn("Deployment", kinds)
         for o in self.objects:
-            if o["kind"] == "LeaderWorkerSet":
+            if o["kind"] in ("LeaderWorkerSet", "InferencePool"):  # CRDs: see test_scale_out
                 continue
             with self.subTest(object=f"{o['kind']}/{o['metadata']['name']}"):
                 kubernetes_validate.validate(o, KUBERNETES_VERSION, strict=True)
@@ -663,6 +683,29 @@ class LeaderWorkerSetRenderTest(unittest.TestCase):
                     for p in chart.find(self.objects, "NetworkPolicy")),
                     f"{source['app.kubernetes.io/component']} -> "
                     f"{target['app.kubernetes.io/component']}")
+
+    def test_scale_out(self):
+        """The autoscaler scales the LeaderWorkerSet on waiting requests from `replicas` up; the
+        InferencePool spans the leaders' OpenAI port, whose coordinators export the names its
+        endpoint picker reads."""
+        hpa = chart.one(self.objects, "HorizontalPodAutoscaler")
+        self.assertEqual(hpa["spec"]["scaleTargetRef"],
+                         {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                          "name": self.lws["metadata"]["name"]})
+        self.assertEqual(hpa["spec"]["minReplicas"], self.lws["spec"]["replicas"])
+        self.assertEqual(hpa["spec"]["maxReplicas"], 6)
+        (metric,) = hpa["spec"]["metrics"]
+        self.assertEqual(metric["pods"]["metric"]["name"], "tpserve_num_requests_waiting")
+        pool = chart.one(self.objects, "InferencePool")
+        self.assertEqual(pool["apiVersion"], "inference.networking.k8s.io/v1")
+        selector = pool["spec"]["selector"]["matchLabels"]
+        self.assertTrue(chart.selects(selector, self.leader["metadata"]["labels"]))
+        self.assertFalse(chart.selects(selector, self.worker["metadata"]["labels"]))
+        coordinator = self.leader["spec"]["containers"][0]
+        self.assertEqual(pool["spec"]["targetPorts"],
+                         [{"number": chart.named_port(coordinator, "http")}])
+        self.assertEqual(pool["spec"]["endpointPickerRef"]["name"], "tpserve-epp")
+        self.assertEqual(chart.flag(coordinator["command"], "--metrics-names"), "vllm")
 
     def test_notes_say_how_to_run_tpctl_in_a_leader(self):
         notes = chart.render_notes(*LWS_VALUES)

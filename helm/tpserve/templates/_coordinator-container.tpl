@@ -68,6 +68,7 @@ coordinator Deployment's pod, or a LeaderWorkerSet group's leader pod). */}}
           name: {{ . }}
           key: api-keys
     {{- end }}
+    {{- include "tpserve.extraEnv" . | nindent 4 }}
   ports:
     - name: grpc
       containerPort: {{ .Values.coordinator.grpcPort }}

@@ -96,6 +96,9 @@ read-only. */}}
 - name: tmp
   emptyDir: {}
 {{- include "tpserve.tlsVolume" . }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{- define "tpserve.volumeMounts" -}}
@@ -105,6 +108,9 @@ read-only. */}}
 - name: tmp
   mountPath: /tmp
 {{- include "tpserve.tlsVolumeMount" . }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/* With model.source download: the init container that fills the model volume. */}}
@@ -191,4 +197,25 @@ coordinator, the workers and tpctl their --tls-* flags (common/tls_flags.h). */}
 drain's --shutdown-timeout, and a margin for stopping the workers. */}}
 {{- define "tpserve.terminationGracePeriod" -}}
 {{- add .Values.coordinator.preStopSleepSeconds .Values.coordinator.shutdownTimeoutSeconds 15 }}
+{{- end }}
+
+{{/* What every tpserve container adds to its environment (extraEnv). */}}
+{{- define "tpserve.extraEnv" -}}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Where and how every tpserve pod runs: runtime class, priority, topology spread. */}}
+{{- define "tpserve.podPlacement" -}}
+{{- with .Values.runtimeClassName }}
+runtimeClassName: {{ . }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}

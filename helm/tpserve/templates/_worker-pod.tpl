@@ -45,6 +45,7 @@ group's leader pod is one too, with the coordinator's container beside its ranks
       value: {{ .Values.workers.metricsPort | quote }}
     - name: TPSERVE_MODEL
       value: {{ include "tpserve.modelPath" . | quote }}
+    {{- include "tpserve.extraEnv" . | nindent 4 }}
     {{- if eq .Values.device "cuda" }}
     {{- with .Values.nccl.socketIfname }}
     - name: NCCL_SOCKET_IFNAME
@@ -98,6 +99,7 @@ group's leader pod is one too, with the coordinator's container beside its ranks
 {{- $root := .root -}}
 serviceAccountName: {{ include "tpserve.serviceAccountName" $root }}
 automountServiceAccountToken: false
+{{- include "tpserve.podPlacement" $root }}
 # A terminating rank first asks the coordinator to drain its group (ClusterService.Leave).
 terminationGracePeriodSeconds: {{ include "tpserve.terminationGracePeriod" $root }}
 {{- if $root.Values.workers.hostNetwork }}
