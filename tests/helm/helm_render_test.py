@@ -479,6 +479,14 @@ class HelmRenderTest(unittest.TestCase):
         self.assertEqual(alerts, ["TpserveClusterDegraded", "TpserveRankRecovered",
                                   "TpserveQueueHigh", "TpserveKvCacheFull"])
 
+    def test_renders_as_a_subchart(self):
+        """A parent chart passes its `global` values down: the schema lets them through."""
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="tpserve-global-") as f:
+            yaml.safe_dump({"global": {"imageRegistry": "registry.example.com"}}, f)
+            f.flush()
+            objects = chart.render(f.name)
+        self.assertEqual(len(chart.find(objects, "StatefulSet")), 1)
+
     def test_pod_placement_and_extras(self):
         objects = self.rendered["hostpath-monitoring"]
         for workload in (chart.one(objects, "Deployment", "coordinator"),
