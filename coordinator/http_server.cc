@@ -7,6 +7,7 @@
 #include "common/auth_refusal.h"
 #include "common/logging.h"
 #include "coordinator/http_replies.h"
+#include "coordinator/http_tokenize.h"
 #include "coordinator/openai_error.h"
 #include "nlohmann/json.hpp"
 
@@ -17,7 +18,17 @@ using nlohmann::json;
 
 constexpr char kLog[] = "http";
 
-enum class Endpoint { kCompletions, kChatCompletions, kModels, kHealth, kReady, kMetrics };
+enum class Endpoint {
+  kCompletions,
+  kChatCompletions,
+  kModels,
+  kModel,
+  kTokenize,
+  kDetokenize,
+  kHealth,
+  kReady,
+  kMetrics
+};
 
 // Every route with the one method it takes: another method on a known path is a 405 naming it.
 struct Route {
@@ -29,12 +40,22 @@ constexpr Route kRoutes[] = {
     {"/v1/completions", "POST", Endpoint::kCompletions},
     {"/v1/chat/completions", "POST", Endpoint::kChatCompletions},
     {"/v1/models", "GET", Endpoint::kModels},
+    {"/tokenize", "POST", Endpoint::kTokenize},
+    {"/detokenize", "POST", Endpoint::kDetokenize},
     {"/health", "GET", Endpoint::kHealth},
     {"/health/ready", "GET", Endpoint::kReady},
     {"/metrics", "GET", Endpoint::kMetrics},
 };
 
 std::string StartingMessage() { return "cluster is starting: workers are not loaded yet"; }
+
+constexpr char kModelPrefix[] = "/v1/models/";
+
+// The OpenAI API, and the tokenizer endpoints (they cost the server work): with API keys
+// configured, none answers without one.
+bool NeedsKey(const std::string& path) {
+  return absl::StartsWith(path, "/v1/") || path == "/tokenize" || path == "/detokenize";
+}
 
 }  // namespace
 
@@ -68,7 +89,7 @@ void HttpServer::Stop() {
 }
 
 std::optional<HttpReply> HttpServer::Admit(const HttpRequest& head) const {
-  if (options_.api_keys == nullptr || !absl::StartsWith(head.path, "/v1/") ||
+  if (options_.api_keys == nullptr || !NeedsKey(head.path) ||
       options_.api_keys->Accepts(head.authorization)) {
     return std::nullopt;
   }
@@ -83,6 +104,8 @@ void HttpServer::Dispatch(std::shared_ptr<HttpExchange> exchange, HttpRequest re
   for (const Route& r : kRoutes) {
     if (path == r.path) route = &r;
   }
+  constexpr Route kModelRoute = {kModelPrefix, "GET", Endpoint::kModel};
+  if (route == nullptr && absl::StartsWith(path, kModelPrefix)) route = &kModelRoute;
   const std::string what = absl::StrCat(request.method, " ", path);
   if (route == nullptr) {
     return exchange->Reply(ErrorReply(absl::NotFoundError(what + ": no such endpoint")));
@@ -101,6 +124,12 @@ void HttpServer::Dispatch(std::shared_ptr<HttpExchange> exchange, HttpRequest re
       return Generate(OpenAiEndpoint::kChatCompletions, std::move(exchange), std::move(request));
     case Endpoint::kModels:
       return exchange->Reply(Models());
+    case Endpoint::kModel:
+      return exchange->Reply(Model(path.substr(sizeof(kModelPrefix) - 1)));
+    case Endpoint::kTokenize:
+    case Endpoint::kDetokenize:
+      return TokenizerEndpoint(route->endpoint == Endpoint::kTokenize, std::move(exchange),
+                               std::move(request));
     case Endpoint::kHealth:
       return exchange->Reply(Health());
     case Endpoint::kReady:
@@ -119,16 +148,43 @@ void HttpServer::Generate(OpenAiEndpoint endpoint, std::shared_ptr<HttpExchange>
   HttpGeneration::Start(generations_, engine, endpoint, std::move(exchange), std::move(request));
 }
 
-HttpReply HttpServer::Models() const {
+int64_t HttpServer::ContextLength() const {
   const Engine* engine = engine_.load();
-  const int64_t context_length =
-      engine != nullptr ? engine->options().context_length : options_.context_length;
-  return JsonReply(200, {{"object", "list"},
-                         {"data", json::array({{{"id", options_.model_name},
-                                                {"object", "model"},
-                                                {"created", absl::ToUnixSeconds(started_)},
-                                                {"owned_by", "tpserve"},
-                                                {"max_model_len", context_length}}})}});
+  return engine != nullptr ? engine->options().context_length : options_.context_length;
+}
+
+nlohmann::json HttpServer::ModelObject() const {
+  return {{"id", options_.model_name},
+          {"object", "model"},
+          {"created", absl::ToUnixSeconds(started_)},
+          {"owned_by", "tpserve"},
+          {"max_model_len", ContextLength()}};
+}
+
+HttpReply HttpServer::Models() const {
+  return JsonReply(200, {{"object", "list"}, {"data", json::array({ModelObject()})}});
+}
+
+HttpReply HttpServer::Model(const std::string& id) const {
+  if (id != options_.model_name) {
+    return ErrorReply(absl::NotFoundError(absl::StrCat(
+        "model '", id, "' does not exist; this server serves '", options_.model_name, "'")));
+  }
+  return JsonReply(200, ModelObject());
+}
+
+void HttpServer::TokenizerEndpoint(bool encode, std::shared_ptr<HttpExchange> exchange,
+                                   HttpRequest request) {
+  const int64_t context_length = ContextLength();
+  const Tokenizer* tokenizer = options_.tokenizer;
+  auto task = [encode, exchange, request = std::move(request), tokenizer, context_length] {
+    exchange->Reply(encode ? TokenizeReply(*tokenizer, context_length, request.body)
+                           : DetokenizeReply(*tokenizer, request.body));
+  };
+  if (!options_.pool->TryPost(std::move(task))) {
+    exchange->Reply(ErrorReply(
+        absl::UnavailableError("the server is busy: too many requests wait to be parsed")));
+  }
 }
 
 HttpReply HttpServer::Health() const {

@@ -43,6 +43,7 @@
 #include "coordinator/openai_request.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
+#include "nlohmann/json.hpp"
 
 namespace tpserve {
 
@@ -70,7 +71,13 @@ class HttpServer {
   // Hands a generation to HttpGeneration, or 503 while the cluster starts.
   void Generate(OpenAiEndpoint endpoint, std::shared_ptr<HttpExchange> exchange,
                 HttpRequest request);
+  // The context length served: the engine's once it runs.
+  int64_t ContextLength() const;
+  nlohmann::json ModelObject() const;
   HttpReply Models() const;
+  HttpReply Model(const std::string& id) const;  // /v1/models/{id}; 404 for another id
+  // /tokenize (`encode`) or /detokenize, on the front-end pool.
+  void TokenizerEndpoint(bool encode, std::shared_ptr<HttpExchange> exchange, HttpRequest request);
   HttpReply Health() const;
   HttpReply Ready() const;
   HttpReply MetricsText() const;

@@ -1,0 +1,22 @@
+// vLLM's /tokenize and /detokenize over the served model's tokenizer: pure functions of a request
+// body, run on the front-end pool. Each refusal is a 400 naming the field.
+//
+//   POST /tokenize    {"prompt": text, "add_special_tokens": bool (default true)}
+//                     -> {"count", "max_model_len", "tokens": [ids], "token_strs": [...] when
+//                         "return_token_strs": true}
+//   POST /detokenize  {"tokens": [ids]} -> {"prompt": text}
+#pragma once
+
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+#include "coordinator/http_message.h"
+#include "model/tokenizer.h"
+
+namespace tpserve {
+
+// add_special_tokens: BOS first when the model asks for one (as a completion's prompt gets it).
+HttpReply TokenizeReply(const Tokenizer& tokenizer, int64_t max_model_len, absl::string_view body);
+HttpReply DetokenizeReply(const Tokenizer& tokenizer, absl::string_view body);
+
+}  // namespace tpserve
