@@ -19,6 +19,7 @@
 #include "common/status_macros.h"
 #include "coordinator/graceful_drain.h"
 #include "coordinator/header_gate.h"
+#include "coordinator/health_publisher.h"
 #include "coordinator/heartbeat_monitor.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "model/hf_folder.h"
@@ -335,6 +336,7 @@ absl::Status Coordinator::StartFrontEnds() {
                                                JoinHostPort(admin_host, flags_.admin_port),
                                                " (--admin-host, --admin-port, --admin-port-file)"));
   }
+  EnableGrpcHealthService();
   server_ = Listen(flags_.host, flags_.port, {cluster_.get(), inference_.get()},
                    ClientGate(&api_keys_), "", flags_.port_file, &address_);
   if (server_ == nullptr) {
@@ -342,6 +344,7 @@ absl::Status Coordinator::StartFrontEnds() {
                                                JoinHostPort(flags_.host, flags_.port),
                                                " (--host, --port, --port-file)"));
   }
+  SetGrpcServing(server_.get(), false);  // until the cluster serves
   LogInfo(kLog, "AdminService on %s", admin_address);
   LogInfo(kLog, "listening on %s; waiting for %d workers to register", address_, flags_.world_size);
   return absl::OkStatus();
@@ -412,6 +415,7 @@ void Coordinator::Serve() {
     admin_->SetServing(pool_.get(), engine_.get());
     inference_->SetEngine(engine_.get());
     http_->SetEngine(engine_.get());
+    const HealthPublisher grpc_health(server_.get(), engine_.get(), absl::Milliseconds(250));
     LogInfo(kLog,
             "serving: %d ranks, %d KV blocks of %d tokens, context %d, vocab %d, %d weight "
             "bytes in all; up to %d sequences and %d tokens per step, prefix cache %s, "
