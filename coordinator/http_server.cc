@@ -25,6 +25,7 @@ enum class Endpoint {
   kModel,
   kTokenize,
   kDetokenize,
+  kVersion,
   kHealth,
   kReady,
   kMetrics
@@ -42,6 +43,7 @@ constexpr Route kRoutes[] = {
     {"/v1/models", "GET", Endpoint::kModels},
     {"/tokenize", "POST", Endpoint::kTokenize},
     {"/detokenize", "POST", Endpoint::kDetokenize},
+    {"/version", "GET", Endpoint::kVersion},
     {"/health", "GET", Endpoint::kHealth},
     {"/health/ready", "GET", Endpoint::kReady},
     {"/metrics", "GET", Endpoint::kMetrics},
@@ -130,6 +132,8 @@ void HttpServer::Dispatch(std::shared_ptr<HttpExchange> exchange, HttpRequest re
     case Endpoint::kDetokenize:
       return TokenizerEndpoint(route->endpoint == Endpoint::kTokenize, std::move(exchange),
                                std::move(request));
+    case Endpoint::kVersion:
+      return exchange->Reply(JsonReply(200, {{"version", TPSERVE_VERSION}}));
     case Endpoint::kHealth:
       return exchange->Reply(Health());
     case Endpoint::kReady:

@@ -1,4 +1,5 @@
-"""/tokenize and /detokenize (vLLM's shapes) and /v1/models/{id} on a T=1 cluster with an API key:
+"""/tokenize and /detokenize (vLLM's shapes), /v1/models/{id} and /version on a T=1 cluster with an
+API key:
 1,000 strings (ASCII, accents, CJK, emoji, control characters, whitespace runs, text that looks
 like special tokens) come back from /detokenize exactly as they went into /tokenize; bad bodies get
 a 400 naming the field; without the key both refuse with 401.
@@ -7,6 +8,7 @@ a 400 naming the field; without the key both refuse with 401.
 """
 
 import json
+import os
 import random
 import unittest
 import urllib.error
@@ -100,6 +102,14 @@ class TokenizeTest(unittest.TestCase):
         for path, body in (("/tokenize", {"prompt": "a"}), ("/detokenize", {"tokens": [1]})):
             status, error = self.post(path, body, key=None)
             self.assertEqual(status, 401, error)
+
+    def test_version_is_the_charts_app_version(self):
+        chart = os.path.join(os.path.dirname(__file__), "..", "..", "helm", "tpserve", "Chart.yaml")
+        with open(chart) as f:
+            app_version = next(line.split(":", 1)[1].strip().strip('"') for line in f
+                               if line.startswith("appVersion:"))
+        with urllib.request.urlopen(self.cluster.http_url + "/version", timeout=10) as response:
+            self.assertEqual(json.loads(response.read()), {"version": app_version})
 
     def test_one_model(self):
         status, models = self.get("/v1/models")
