@@ -1,8 +1,8 @@
 """/tokenize and /detokenize (vLLM's shapes), /v1/models/{id} and /version on a T=1 cluster with an
-API key:
-1,000 strings (ASCII, accents, CJK, emoji, control characters, whitespace runs, text that looks
-like special tokens) come back from /detokenize exactly as they went into /tokenize; bad bodies get
-a 400 naming the field; without the key both refuse with 401.
+API key: 1,000 strings (ASCII, accents, CJK, emoji, control characters, whitespace runs, text that
+looks like special tokens) come back from /detokenize exactly as they went into /tokenize; bad
+bodies get a 400 naming the field; without the key both refuse with 401; /version is the chart's
+appVersion.
 
     tokenize_test.py --bin-dir BUILD/bin --model MODEL.gguf [unittest args]
 """
