@@ -14,6 +14,7 @@ scripts/setup.sh
 scripts/fetch-model.sh
 scripts/fetch-llama-cpp-models.sh >/dev/null
 scripts/fetch-xgrammar.sh >/dev/null
+scripts/fetch-helm.sh >/dev/null
 
 # Line tables only (-g1): backtraces and profiles keep file and line, and the build takes about
 # a third less time than with full debug information.
