@@ -1,5 +1,7 @@
 #include "coordinator/health_publisher.h"
 
+#include <optional>
+
 #include "common/logging.h"
 #include "grpcpp/health_check_service_interface.h"
 
@@ -16,15 +18,13 @@ void SetGrpcServing(grpc::Server* server, bool serving) {
 
 HealthPublisher::HealthPublisher(grpc::Server* server, const Engine* engine, absl::Duration period)
     : server_(server), thread_([this, engine, period] {
-        bool published = false;
-        bool first = true;
+        std::optional<bool> published;
         do {
           const bool serving = engine->health().ok() && !engine->draining();
-          if (first || serving != published) {
+          if (published != serving) {
             SetGrpcServing(server_, serving);
             LogInfo("health", "grpc.health.v1: %s", serving ? "SERVING" : "NOT_SERVING");
             published = serving;
-            first = false;
           }
         } while (!done_.WaitForNotificationWithTimeout(period));
       }) {}
