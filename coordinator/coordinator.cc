@@ -276,6 +276,14 @@ absl::Status Coordinator::LoadModel() {
   }
   served_model_name_ = ServedModelName(flags_);
   ASSIGN_OR_RETURN(chat_template_, LoadChatTemplate(*file_, *tokenizer_, flags_.chat_template));
+  ASSIGN_OR_RETURN(
+      reasoning_,
+      ResolveReasoningParser(flags_.reasoning_parser,
+                             chat_template_ != nullptr ? &chat_template_->source() : nullptr));
+  if (reasoning_ != ReasoningParser::kNone) {
+    LogInfo(kLog, "reasoning parser %s: replies carry the model's thinking as reasoning_content",
+            ReasoningParserName(reasoning_));
+  }
   return absl::OkStatus();
 }
 
@@ -292,7 +300,7 @@ absl::Status Coordinator::StartFrontEnds() {
       kMaxQueuedFrontEndRequests);
   http_ = std::make_unique<HttpServer>(HttpServerOptions{
       served_model_name_, config_.context_length, tokenizer_.get(), chat_template_.get(),
-      default_sampling_, metrics_.get(), &api_keys_, plan_.http, front_end_.get()});
+      default_sampling_, metrics_.get(), &api_keys_, plan_.http, front_end_.get(), reasoning_});
   if (flags_.http_port >= 0) {
     const std::string http_host = flags_.http_host.empty() ? flags_.host : flags_.http_host;
     absl::StatusOr<int> started = http_->Start(http_host, flags_.http_port);

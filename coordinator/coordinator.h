@@ -70,6 +70,7 @@ class Coordinator {
   SamplingParams default_sampling_;
   std::string served_model_name_;
   std::unique_ptr<ChatTemplate> chat_template_;
+  ReasoningParser reasoning_ = ReasoningParser::kNone;
 
   // 2. The front ends.
   std::unique_ptr<Metrics> metrics_;

@@ -16,6 +16,11 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags* flags) {
   app.add_option("--chat-template", flags->chat_template,
                  "Jinja chat template file to use instead of the model's tokenizer.chat_template")
       ->check(CLI::ExistingFile);
+  app.add_option("--reasoning-parser", flags->reasoning_parser,
+                 "how the model marks its thinking, which replies carry as reasoning_content: "
+                 "none, deepseek_r1, qwen3, or auto (from the chat template)")
+      ->check(CLI::IsMember({"none", "auto", "deepseek_r1", "qwen3"}))
+      ->capture_default_str();
   app.add_option("--sampling-defaults", flags->sampling_defaults,
                  "what a request's absent sampling fields take: 'model' (the model's recommended "
                  "sampling: general.sampling.* or generation_config.json) or 'builtin' "

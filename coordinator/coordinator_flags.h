@@ -18,6 +18,8 @@ namespace tpserve {
 struct CoordinatorFlags {
   std::string model;
   std::string chat_template;  // a Jinja file that replaces the model's tokenizer.chat_template
+  std::string reasoning_parser =
+      "auto";  // none, auto, deepseek_r1, qwen3 (coordinator/reasoning.h)
   std::string sampling_defaults = "model";  // "model": the file's recommended sampling; "builtin"
   int world_size = 0;
   int pipeline_parallel_size = 1;

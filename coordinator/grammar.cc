@@ -88,6 +88,48 @@ std::optional<std::string> RepetitionBoundOverflow(absl::string_view text) {
   return std::nullopt;
 }
 
+// The constraint behind a reasoning model's thinking, as one xgrammar structural tag: the
+// thinking is any text up to "</think>" (bounded in tokens when the request set a budget), then
+// the constraint's own format. Check() has judged the constraint's text.
+std::string AfterThinking(const OutputConstraint& c) {
+  nlohmann::ordered_json thinking = {{"type", "any_text"}};
+  if (c.thinking->max_tokens >= 0) thinking["max_tokens"] = c.thinking->max_tokens;
+  nlohmann::ordered_json answer;
+  switch (c.kind) {
+    case OutputConstraint::Kind::kNone:
+      answer = {{"type", "any_text"}};
+      break;
+    case OutputConstraint::Kind::kJson:
+      answer = {{"type", "json_schema"},
+                {"json_schema", {{"type", "object"}}},
+                {"max_whitespace_cnt", 1}};
+      break;
+    case OutputConstraint::Kind::kJsonSchema:
+      answer = {{"type", "json_schema"},
+                {"json_schema", nlohmann::ordered_json::parse(c.spec)},
+                {"max_whitespace_cnt", 1}};
+      break;
+    case OutputConstraint::Kind::kRegex:
+      answer = {{"type", "regex"}, {"pattern", c.spec}};
+      break;
+    case OutputConstraint::Kind::kChoice:
+      answer = {{"type", "grammar"}, {"grammar", ChoiceGrammar(c.choices)}};
+      break;
+    case OutputConstraint::Kind::kGrammar:
+      answer = {{"type", "grammar"}, {"grammar", c.spec}};
+      break;
+    case OutputConstraint::Kind::kStructuralTag:
+      answer = nlohmann::ordered_json::parse(c.spec).at("format");
+      break;
+  }
+  const nlohmann::ordered_json format = {
+      {"type", "sequence"},
+      {"elements",
+       {{{"type", "tag"}, {"begin", c.thinking->begin}, {"content", thinking}, {"end", "</think>"}},
+        answer}}};
+  return nlohmann::ordered_json{{"type", "structural_tag"}, {"format", format}}.dump();
+}
+
 }  // namespace
 
 GrammarCompiler::GrammarCompiler(const Tokenizer& tokenizer, int64_t cache_bytes, int64_t max_bytes)
@@ -102,8 +144,7 @@ GrammarCompiler::GrammarCompiler(const Tokenizer& tokenizer, int64_t cache_bytes
 
 GrammarCompiler::~GrammarCompiler() = default;
 
-absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compile(
-    const OutputConstraint& c) {
+absl::Status GrammarCompiler::Check(const OutputConstraint& c) const {
   if (static_cast<int64_t>(c.spec.size()) > max_bytes_) {
     return Invalid(c, absl::StrCat("is ", c.spec.size(), " bytes; at most ", max_bytes_,
                                    " are allowed (--max-constraint-bytes)"));
@@ -112,7 +153,42 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compi
     return Invalid(c, absl::StrCat("the repetition ", *bound, " is over ",
                                    std::numeric_limits<int32_t>::max()));
   }
+  if (c.kind == OutputConstraint::Kind::kJsonSchema) {
+    if (JsonNestingDepth(c.spec) > kMaxJsonDepth) {
+      return Invalid(c, absl::StrCat("the schema nests deeper than ", kMaxJsonDepth));
+    }
+    const nlohmann::ordered_json schema = ParseBoundedJson<nlohmann::ordered_json>(c.spec);
+    if (schema.is_discarded()) return Invalid(c, "the schema is not valid JSON");
+    if (!schema.is_object() && !schema.is_boolean()) {
+      return Invalid(c, "the schema must be a JSON object");
+    }
+    if (const std::string found = UnenforcedSchemaKeyword(schema); !found.empty()) {
+      return Invalid(c, absl::StrCat("the schema's ", found, " is not supported"));
+    }
+  }
+  if (c.kind == OutputConstraint::Kind::kChoice) {
+    if (c.choices.empty()) return Invalid(c, "the list of choices is empty");
+    size_t bytes = 0;
+    for (const std::string& choice : c.choices) {
+      if (choice.empty()) return Invalid(c, "a choice is the empty string");
+      bytes += choice.size();
+    }
+    if (static_cast<int64_t>(bytes) > max_bytes_) {
+      return Invalid(c, absl::StrCat("the choices hold ", bytes, " bytes; at most ", max_bytes_,
+                                     " are allowed (--max-constraint-bytes)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compile(
+    const OutputConstraint& c) {
+  RETURN_IF_ERROR(Check(c));
   try {
+    if (c.thinking.has_value()) {
+      return std::make_shared<const CompiledConstraint>(
+          compiler_->CompileStructuralTag(AfterThinking(c)));
+    }
     switch (c.kind) {
       case OutputConstraint::Kind::kNone:
         return Invalid(c, "no constraint");
@@ -121,38 +197,15 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compi
         return std::make_shared<const CompiledConstraint>(compiler_->CompileJSONSchema(
             R"({"type": "object"})", /*any_whitespace=*/false, /*indent=*/std::nullopt,
             std::make_pair(std::string(","), std::string(":")), /*strict_mode=*/false));
-      case OutputConstraint::Kind::kJsonSchema: {
-        if (JsonNestingDepth(c.spec) > kMaxJsonDepth) {
-          return Invalid(c, absl::StrCat("the schema nests deeper than ", kMaxJsonDepth));
-        }
-        const nlohmann::ordered_json schema = ParseBoundedJson<nlohmann::ordered_json>(c.spec);
-        if (schema.is_discarded()) return Invalid(c, "the schema is not valid JSON");
-        if (!schema.is_object() && !schema.is_boolean()) {
-          return Invalid(c, "the schema must be a JSON object");
-        }
-        if (const std::string found = UnenforcedSchemaKeyword(schema); !found.empty()) {
-          return Invalid(c, absl::StrCat("the schema's ", found, " is not supported"));
-        }
+      case OutputConstraint::Kind::kJsonSchema:
         return std::make_shared<const CompiledConstraint>(compiler_->CompileJSONSchema(
             c.spec, /*any_whitespace=*/false, /*indent=*/std::nullopt,
             std::make_pair(std::string(","), std::string(":")), /*strict_mode=*/true));
-      }
       case OutputConstraint::Kind::kRegex:
         return std::make_shared<const CompiledConstraint>(compiler_->CompileRegex(c.spec));
-      case OutputConstraint::Kind::kChoice: {
-        if (c.choices.empty()) return Invalid(c, "the list of choices is empty");
-        size_t bytes = 0;
-        for (const std::string& choice : c.choices) {
-          if (choice.empty()) return Invalid(c, "a choice is the empty string");
-          bytes += choice.size();
-        }
-        if (static_cast<int64_t>(bytes) > max_bytes_) {
-          return Invalid(c, absl::StrCat("the choices hold ", bytes, " bytes; at most ", max_bytes_,
-                                         " are allowed (--max-constraint-bytes)"));
-        }
+      case OutputConstraint::Kind::kChoice:
         return std::make_shared<const CompiledConstraint>(
             compiler_->CompileGrammar(ChoiceGrammar(c.choices)));
-      }
       case OutputConstraint::Kind::kGrammar:
         return std::make_shared<const CompiledConstraint>(compiler_->CompileGrammar(c.spec));
       case OutputConstraint::Kind::kStructuralTag:

@@ -41,6 +41,9 @@ class GrammarCompiler {
       const OutputConstraint& constraint);
 
  private:
+  // What Compile refuses before xgrammar sees the text.
+  absl::Status Check(const OutputConstraint& constraint) const;
+
   std::unique_ptr<xgrammar::GrammarCompiler> compiler_;
   const int64_t max_bytes_;
 };

@@ -30,6 +30,18 @@ constexpr size_t kLoggedErrorBytes = 300;
 constexpr size_t kMaxDrainBytes = 64 << 20;
 constexpr absl::Duration kDrainTime = absl::Seconds(5);
 
+// The request's credential: the Authorization header, or Anthropic's x-api-key, which its clients
+// send instead (as a bearer token, so that one set of keys serves both APIs).
+template <typename Head>
+std::string AuthorizationOf(const Head& head) {
+  std::string authorization(head[http::field::authorization]);
+  if (authorization.empty()) {
+    const auto key = head.find("x-api-key");
+    if (key != head.end()) authorization = absl::StrCat("Bearer ", std::string(key->value()));
+  }
+  return authorization;
+}
+
 std::chrono::steady_clock::duration ToSteady(absl::Duration d) {
   return absl::ToChronoNanoseconds(d);
 }
@@ -97,8 +109,7 @@ void HttpConnection::OnHead(beast::error_code error) {
   const auto& head = parser_->get();
   method_ = std::string(head.method_string());
   path_ = std::string(head.target().substr(0, head.target().find('?')));
-  const HttpRequest request_head{method_, path_, std::string(head[http::field::authorization]), "",
-                                 peer_};
+  const HttpRequest request_head{method_, path_, AuthorizationOf(head), "", peer_};
   if (std::optional<HttpReply> refusal = shared_->admit(request_head)) {
     ended_.store(true);
     keep_alive_ = false;
@@ -175,8 +186,7 @@ void HttpConnection::OnRequest() {
   ended_.store(false);
   client_gone_.store(false);
   ++exchange_;
-  HttpRequest request{method_, path_, std::string(head[http::field::authorization]),
-                      std::move(head.body()), peer_};
+  HttpRequest request{method_, path_, AuthorizationOf(head), std::move(head.body()), peer_};
   WatchForClose(exchange_);
   shared_->dispatch(shared_from_this(), std::move(request));
 }

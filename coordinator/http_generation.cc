@@ -15,6 +15,9 @@ namespace {
 
 constexpr char kLog[] = "http";
 constexpr char kRequestIdHeader[] = "X-Request-Id";
+// The Responses API's store: what a server keeps for previous_response_id at most.
+constexpr int64_t kMaxStoredResponses = 4096;
+constexpr int64_t kMaxStoredResponseBytes = int64_t{64} << 20;
 
 // ": paused, waiting for ...", one line whatever the cause's text holds.
 std::string KeepAliveComment(const std::string& waiting_for) {
@@ -43,7 +46,8 @@ HttpGenerations::HttpGenerations(const HttpServerOptions& options, FrontEndPool&
       pool_(pool),
       tool_format_(options.chat_template != nullptr
                        ? DetectToolCallFormat(options.chat_template->source())
-                       : ToolCallFormat{}) {}
+                       : ToolCallFormat{}),
+      responses_(kMaxStoredResponses, kMaxStoredResponseBytes) {}
 
 ServedModel HttpGenerations::Model(const Engine& engine) const {
   return {options_.model_name,
@@ -52,7 +56,14 @@ ServedModel HttpGenerations::Model(const Engine& engine) const {
           options_.chat_template,
           options_.default_sampling,
           engine.options().limits,
-          tool_format_};
+          tool_format_,
+          options_.reasoning};
+}
+
+ServedModel HttpGenerations::Model() const {
+  return {options_.model_name,    options_.context_length,   options_.tokenizer,
+          options_.chat_template, options_.default_sampling, RequestLimits{},
+          tool_format_,           options_.reasoning};
 }
 
 bool HttpGenerations::WaitNone(absl::Time deadline) {
@@ -92,11 +103,11 @@ void HttpGenerations::Destroyed() {
 }
 
 HttpGeneration::HttpGeneration(std::shared_ptr<HttpGenerations> shared, Engine* engine,
-                               OpenAiEndpoint endpoint, std::shared_ptr<HttpExchange> exchange,
+                               GenerationApi api, std::shared_ptr<HttpExchange> exchange,
                                HttpRequest request)
     : shared_(std::move(shared)),
       engine_(engine),
-      endpoint_(endpoint),
+      api_(api),
       exchange_(std::move(exchange)),
       request_(std::move(request)) {
   absl::MutexLock lock(&shared_->mutex_);
@@ -106,30 +117,29 @@ HttpGeneration::HttpGeneration(std::shared_ptr<HttpGenerations> shared, Engine* 
 HttpGeneration::~HttpGeneration() { shared_->Destroyed(); }
 
 void HttpGeneration::Start(std::shared_ptr<HttpGenerations> shared, Engine* engine,
-                           OpenAiEndpoint endpoint, std::shared_ptr<HttpExchange> exchange,
+                           GenerationApi api, std::shared_ptr<HttpExchange> exchange,
                            HttpRequest request) {
-  auto generation = std::make_shared<HttpGeneration>(shared, engine, endpoint, std::move(exchange),
+  auto generation = std::make_shared<HttpGeneration>(shared, engine, api, std::move(exchange),
                                                      std::move(request));
   shared->Add(generation);
   if (!shared->pool().TryPost([generation] { generation->Prepare(); })) {
-    generation->EndWith(ErrorReply(absl::UnavailableError(
+    generation->EndWith(generation->Error(absl::UnavailableError(
         "the server has too many requests waiting to be read; retry in a second")));
   }
 }
 
 void HttpGeneration::Prepare() {
-  if (shared_->stopping()) return EndWith(ErrorReply(absl::UnavailableError(StoppingMessage())));
+  if (shared_->stopping()) return EndWith(Error(absl::UnavailableError(StoppingMessage())));
   const ServedModel model = shared_->Model(*engine_);
-  absl::StatusOr<OpenAiRequest> parsed = endpoint_ == OpenAiEndpoint::kCompletions
-                                             ? ParseCompletionRequest(request_.body, model)
-                                             : ParseChatRequest(request_.body, model);
+  absl::StatusOr<ParsedGeneration> parsed =
+      ParseGeneration(api_, request_.body, model, shared_->responses());
   request_.body = std::string();
-  if (!parsed.ok()) return EndWith(ErrorReply(parsed.status()));
+  if (!parsed.ok()) return EndWith(Error(parsed.status()));
   parsed_ = *std::move(parsed);
-  if (parsed_->prompt_logprobs < 0) return Submit();
+  if (parsed_->request.prompt_logprobs < 0) return Submit();
   // The prompt's log-probabilities come first, from a Score request of their own.
   absl::StatusOr<std::shared_ptr<RequestHandle>> scored =
-      engine_->SubmitScore(parsed_->params.prompt);
+      engine_->SubmitScore(parsed_->request.params.prompt);
   if (!scored.ok()) return Refuse(scored.status());
   handle_ = *std::move(scored);
   phase_ = Phase::kScoring;
@@ -145,9 +155,10 @@ void HttpGeneration::OnScoreNews() {
     score_logits_ = std::move(update.logits);
     phase_ = Phase::kPreparing;
     shared_->pool().Post([self = shared_from_this()] {
+      const OpenAiRequest& request = self->parsed_->request;
       self->prompt_logprobs_ =
-          PromptLogprobs(self->score_logits_, self->parsed_->params.prompt,
-                         self->engine_->options().vocab_size, self->parsed_->prompt_logprobs);
+          PromptLogprobs(self->score_logits_, request.params.prompt,
+                         self->engine_->options().vocab_size, request.prompt_logprobs);
       self->score_logits_ = {};
       self->Submit();
     });
@@ -156,9 +167,9 @@ void HttpGeneration::OnScoreNews() {
 }
 
 void HttpGeneration::Submit() {
-  if (shared_->stopping()) return EndWith(ErrorReply(absl::UnavailableError(StoppingMessage())));
+  if (shared_->stopping()) return EndWith(Error(absl::UnavailableError(StoppingMessage())));
   absl::StatusOr<std::shared_ptr<RequestHandle>> handle = engine_->SubmitGenerate(
-      parsed_->params, [exchange = exchange_] { return exchange->client_gone(); });
+      parsed_->request.params, [exchange = exchange_] { return exchange->client_gone(); });
   if (!handle.ok()) return Refuse(handle.status());
   handle_ = *std::move(handle);
   request_id_ = handle_->request_id();
@@ -171,27 +182,25 @@ void HttpGeneration::Refuse(absl::Status status) {
   // long for the context or the KV pool) unless it names another field (max_tokens, when prompt
   // and completion together pass the context).
   if (status.code() == absl::StatusCode::kInvalidArgument && !HasParam(status)) {
-    status = WithParam(std::move(status), parsed_->prompt_field());
+    status = WithParam(std::move(status), parsed_->request.prompt_field());
   }
-  EndWith(ErrorReply(status));
+  EndWith(Error(status));
 }
 
 void HttpGeneration::Begin() {
   if (phase_ != Phase::kGenerating) return;
   if (shared_->stopping()) return OnCut();
-  const OpenAiRequest& parsed = *parsed_;
+  const OpenAiRequest& parsed = parsed_->request;
   if (!parsed.ignored_fields.empty()) {
     LogInfo(kLog, "request %d: fields no API defines, which change nothing: %s", request_id_,
             absl::StrJoin(parsed.ignored_fields, ", "));
   }
   const int32_t n = handle_->num_samples();
-  with_logprobs_ = parsed.params.logprobs >= 0;
-  responder_.emplace(
-      MakeResponseHeader(endpoint_, request_id_, shared_->options().model_name, absl::Now()),
-      shared_->options().tokenizer, with_logprobs_);
-  text_offsets_.assign(n, 0);
-  tool_calls_.assign(n, 0);
-  if (parsed.tool_syntax.has_value()) tool_streams_.assign(n, ToolCallStream(*parsed.tool_syntax));
+  writer_ = MakeReplyWriter(api_, *parsed_,
+                            WriterContext{request_id_, shared_->options().model_name, absl::Now(),
+                                          shared_->options().tokenizer, n,
+                                          std::move(prompt_logprobs_), &shared_->responses()});
+  streams_.assign(n, ReplyStream(parsed.reasoning, parsed.tool_syntax));
   WatchClient();
   if (!parsed.stream) {
     choices_.resize(n);
@@ -203,17 +212,7 @@ void HttpGeneration::Begin() {
                  ""};
   head.request_id = request_id_;
   exchange_->StartStream(head);
-  if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
-    for (int32_t i = 0; i < n; ++i) Write(SseEvent(responder_->RoleChunk(i)));
-  }
-  if (parsed.echo) {
-    const std::vector<TokenLogprob> none;
-    for (int32_t i = 0; i < n; ++i) {
-      Write(SseEvent(responder_->DeltaChunk(i, parsed.echo_text,
-                                            with_logprobs_ ? prompt_logprobs_ : none, std::nullopt,
-                                            &text_offsets_[i])));
-    }
-  }
+  if (std::string events = writer_->Open(); !events.empty()) Write(std::move(events));
   Subscribe(&HttpGeneration::OnNews);
 }
 
@@ -228,92 +227,61 @@ void HttpGeneration::Subscribe(void (HttpGeneration::*on_news)()) {
 
 void HttpGeneration::OnNews() {
   if (phase_ != Phase::kGenerating) return;
-  const bool stream = parsed_->stream;
+  const bool stream = parsed_->request.stream;
   if (std::string pause = handle_->TakePause(); stream && !pause.empty()) {
     Write(KeepAliveComment(pause));
   }
   for (StreamUpdate& update : handle_->Take()) {
     if (update.done && !update.status.ok()) return FailWith(update.status);
-    if (stream) {
-      SendUpdate(update);
-    } else {
-      CollectUpdate(update);
+    SampleNews news = Split(update);
+    if (update.done) AddUsage(update, &usage_);
+    if (!stream) {
+      Collect(news);
+    } else if (std::string events = writer_->Add(news); !events.empty()) {
+      Write(std::move(events), update.made);
     }
   }
   if (handle_->finished()) Complete();
 }
 
-void HttpGeneration::SendUpdate(StreamUpdate& update) {
-  const int32_t i = update.index;
-  const bool has_logprobs = with_logprobs_ && !update.logprobs.empty();
-  std::optional<FinishReason> finish;
-  if (update.done) finish = update.finish_reason;
-  if (!tool_streams_.empty()) {
-    // Content as the parser releases it, each call once whole, the finish after them.
-    ToolCallDelta delta = tool_streams_[i].Add(update.text);
-    if (update.done) delta.content += tool_streams_[i].Finish().content;
-    if (!delta.content.empty() || has_logprobs) {
-      Write(SseEvent(responder_->DeltaChunk(i, delta.content, update.logprobs, std::nullopt,
-                                            &text_offsets_[i])),
-            update.made);
-    }
-    if (!delta.calls.empty()) {
-      Write(SseEvent(responder_->ToolCallsChunk(i, delta.calls, tool_calls_[i])), update.made);
-      tool_calls_[i] += static_cast<int32_t>(delta.calls.size());
-    }
-    if (update.done) {
-      Write(SseEvent(
-          responder_->DeltaChunk(i, "", {}, finish, &text_offsets_[i], tool_calls_[i] > 0)));
-      AddUsage(update, &usage_);
-    }
-    return;
+SampleNews HttpGeneration::Split(StreamUpdate& update) {
+  SampleNews news;
+  news.index = update.index;
+  ReplyStream& stream = streams_[update.index];
+  news.delta = stream.Add(update.text);
+  if (update.done) {
+    ReplyDelta tail = stream.Finish();
+    news.delta.reasoning += tail.reasoning;
+    news.delta.content += tail.content;
+    for (ParsedToolCall& call : tail.calls) news.delta.calls.push_back(std::move(call));
+    news.finish = update.finish_reason.value_or(FinishReason::kStop);
   }
-  if (update.text.empty() && !has_logprobs && !update.done) return;
-  Write(
-      SseEvent(responder_->DeltaChunk(i, update.text, update.logprobs, finish, &text_offsets_[i])),
-      update.made);
-  if (update.done) AddUsage(update, &usage_);
+  if (!parsed_->request.include_reasoning) news.delta.reasoning.clear();
+  news.logprobs = std::move(update.logprobs);
+  return news;
 }
 
-void HttpGeneration::CollectUpdate(StreamUpdate& update) {
-  ChoiceOutput& choice = choices_[update.index];
-  choice.text += update.text;
-  for (TokenLogprob& t : update.logprobs) choice.logprobs.push_back(std::move(t));
-  if (!update.done) return;
-  choice.finish_reason = update.finish_reason.value_or(FinishReason::kStop);
-  if (parsed_->tool_syntax.has_value()) {
-    ToolCallDelta calls = ParseToolCalls(*parsed_->tool_syntax, choice.text);
-    choice.text = std::move(calls.content);
-    choice.tool_calls = std::move(calls.calls);
-  }
-  AddUsage(update, &usage_);
+void HttpGeneration::Collect(SampleNews& news) {
+  ChoiceOutput& choice = choices_[news.index];
+  choice.reasoning += news.delta.reasoning;
+  choice.text += news.delta.content;
+  for (ParsedToolCall& call : news.delta.calls) choice.tool_calls.push_back(std::move(call));
+  for (TokenLogprob& t : news.logprobs) choice.logprobs.push_back(std::move(t));
+  if (news.finish.has_value()) choice.finish_reason = *news.finish;
 }
 
 void HttpGeneration::Complete() {
-  if (parsed_->stream) {
-    if (parsed_->include_usage) Write(SseEvent(responder_->UsageChunk(usage_)));
-    Write(kSseDone);
+  if (parsed_->request.stream) {
+    Write(writer_->Close(usage_));
     return EndWith(std::nullopt);
   }
-  for (ChoiceOutput& choice : choices_) {
-    if (parsed_->echo) {
-      choice.text = parsed_->echo_text + choice.text;
-      if (with_logprobs_) {
-        choice.logprobs.insert(choice.logprobs.begin(), prompt_logprobs_.begin(),
-                               prompt_logprobs_.end());
-      }
-    }
-    if (parsed_->return_prompt_logprobs) choice.prompt_logprobs = prompt_logprobs_;
-  }
-  EndWith(JsonReply(200, responder_->Response(choices_, usage_)));
+  EndWith(writer_->Whole(choices_, usage_));
 }
 
 void HttpGeneration::FailWith(const absl::Status& status) {
-  if (!parsed_->stream) return EndWith(ErrorReply(status));
-  // The response is already 200: the error travels as an event, as OpenAI's does.
+  if (!parsed_->request.stream) return EndWith(Error(status));
   LogWarning(kLog, "request %d: failed while streaming: %s", request_id_, status.ToString());
-  Write(absl::StrCat("data: ", ErrorBody(status), "\n\n"));
-  Write(kSseDone);
+  Write(writer_->Fail(status));
   EndWith(std::nullopt);
 }
 
@@ -336,8 +304,8 @@ void HttpGeneration::WatchClient() {
 
 void HttpGeneration::OnGone() {
   if (phase_ == Phase::kEnded) return;
-  const bool streaming = phase_ == Phase::kGenerating && parsed_->stream;
-  HttpReply gone = ErrorReply(absl::CancelledError("the client went away"));
+  const bool streaming = phase_ == Phase::kGenerating && parsed_->request.stream;
+  HttpReply gone = Error(absl::CancelledError("the client went away"));
   gone.status = 499;  // nginx's "client closed"
   EndWith(streaming ? std::nullopt : std::optional<HttpReply>(std::move(gone)));
 }
@@ -351,14 +319,13 @@ void HttpGeneration::OnCut() {
   // A generation being prepared sees stopping() when its pool task ends.
   if (phase == Phase::kEnded || phase == Phase::kPreparing) return;
   const absl::Status stopping = absl::UnavailableError(StoppingMessage());
-  if (phase == Phase::kGenerating && parsed_->stream && responder_.has_value()) {
+  if (phase == Phase::kGenerating && parsed_->request.stream && writer_ != nullptr) {
     // Cut, but not silently: the client learns its answer is incomplete and why.
     LogWarning(kLog, "request %d: cut while streaming: %s", request_id_, StoppingMessage());
-    Write(absl::StrCat("data: ", ErrorBody(stopping), "\n\n"));
-    Write(kSseDone);
+    Write(writer_->Fail(stopping));
     return EndWith(std::nullopt);
   }
-  EndWith(ErrorReply(stopping));
+  EndWith(Error(stopping));
 }
 
 void HttpGeneration::EndWith(std::optional<HttpReply> reply) {

@@ -1,13 +1,15 @@
-// One OpenAI generation request over HTTP (/v1/completions, /v1/chat/completions), from its body
-// to its last byte, without a thread of its own:
+// One generation request over HTTP (/v1/completions, /v1/chat/completions, /v1/messages,
+// /v1/responses), from its body to its last byte, without a thread of its own:
 //
 //   I/O thread   Start: queued on the FrontEndPool, or 503 when it is full
-//   pool         Prepare: parse the body, render the template, tokenize; a prompt_logprobs
+//   pool         Prepare: parse the body (generation_apis.h), render the template, tokenize; a
+//                prompt_logprobs
 //                request first submits the prompt for scoring (OnScoreNews → pool → Submit),
 //                then Submit (which waits for an output constraint to compile)
-//   I/O thread   Begin: the stream's head and first chunks; then OnNews each time the engine's
-//                notifier posts one, writing chunks (or collecting the whole answer) until every
-//                sample is done
+//   I/O thread   Begin: the stream's head and first events; then OnNews each time the engine's
+//                notifier posts one: each sample's text split by its ReplyStream (thinking,
+//                content, tool calls), written as the API's events by its ReplyWriter (or
+//                collected into the whole answer) until every sample is done
 //
 // A client that goes away cancels the request (OnGone). While the engine holds the request for
 // a lost rank, its pause notices become SSE comments ": paused, waiting for <what>".
@@ -28,12 +30,13 @@
 #include "absl/time/time.h"
 #include "coordinator/engine.h"
 #include "coordinator/front_end_pool.h"
+#include "coordinator/generation_apis.h"
 #include "coordinator/http_exchange.h"
 #include "coordinator/http_message.h"
 #include "coordinator/http_server_options.h"
-#include "coordinator/openai_request.h"
 #include "coordinator/openai_response.h"
-#include "coordinator/tool_call_parser.h"
+#include "coordinator/reply_stream.h"
+#include "coordinator/reply_writer.h"
 
 namespace tpserve {
 
@@ -52,8 +55,10 @@ class HttpGenerations {
 
   const HttpServerOptions& options() const { return options_; }
   FrontEndPool& pool() const { return pool_; }
-  // What requests are parsed against, `engine` serving.
+  ResponseStore& responses() { return responses_; }
+  // What requests are parsed against, `engine` serving; without one, the default limits.
   ServedModel Model(const Engine& engine) const;
+  ServedModel Model() const;
 
  private:
   friend class HttpGeneration;
@@ -64,6 +69,7 @@ class HttpGenerations {
   const HttpServerOptions& options_;
   FrontEndPool& pool_;
   const ToolCallFormat tool_format_;  // of options_.chat_template, found once
+  ResponseStore responses_;           // the Responses API's stored conversations
   std::atomic<bool> stopping_{false};
   absl::Mutex mutex_;
   absl::flat_hash_map<const HttpGeneration*, std::shared_ptr<HttpGeneration>> open_
@@ -74,11 +80,10 @@ class HttpGenerations {
 class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
  public:
   // I/O thread: takes the request on.
-  static void Start(std::shared_ptr<HttpGenerations> shared, Engine* engine,
-                    OpenAiEndpoint endpoint, std::shared_ptr<HttpExchange> exchange,
-                    HttpRequest request);
+  static void Start(std::shared_ptr<HttpGenerations> shared, Engine* engine, GenerationApi api,
+                    std::shared_ptr<HttpExchange> exchange, HttpRequest request);
 
-  HttpGeneration(std::shared_ptr<HttpGenerations> shared, Engine* engine, OpenAiEndpoint endpoint,
+  HttpGeneration(std::shared_ptr<HttpGenerations> shared, Engine* engine, GenerationApi api,
                  std::shared_ptr<HttpExchange> exchange, HttpRequest request);
   ~HttpGeneration();
 
@@ -101,13 +106,16 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
   // From now on a client that leaves ends the request (OnGone); set once handle_ is, each phase.
   void WatchClient();
   void OnCut();
-  // Stream: the chunks of one sample's news. Whole answer: adds it to the sample's choice.
-  void SendUpdate(StreamUpdate& update);
-  void CollectUpdate(StreamUpdate& update);
+  // One sample's news, split into its reply's parts.
+  SampleNews Split(StreamUpdate& update);
+  // Whole answer: adds the news to the sample's choice.
+  void Collect(SampleNews& news);
   // Every sample is done: the usage chunk and [DONE], or the whole answer.
   void Complete();
-  // A sample failed: an error event ends the stream, or the error is the reply.
+  // A sample failed (or the server stops): an error event ends the stream, or the error is the
+  // reply.
   void FailWith(const absl::Status& status);
+  HttpReply Error(const absl::Status& status) const { return ApiErrorReply(api_, status); }
   void Write(std::string event, absl::Time made = absl::InfinitePast());
   // Any thread, once: the answer is the reply (or the stream is ended); the handle is cancelled
   // unless every sample finished.
@@ -117,23 +125,20 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
 
   const std::shared_ptr<HttpGenerations> shared_;
   Engine* const engine_;
-  const OpenAiEndpoint endpoint_;
+  const GenerationApi api_;
   const std::shared_ptr<HttpExchange> exchange_;
   HttpRequest request_;  // its body is dropped once parsed
 
   std::atomic<Phase> phase_{Phase::kPreparing};
-  std::optional<OpenAiRequest> parsed_;
+  std::optional<ParsedGeneration> parsed_;
   std::shared_ptr<RequestHandle> handle_;
   std::vector<TokenLogprob> prompt_logprobs_;
   std::vector<float> score_logits_;
   uint64_t request_id_ = 0;
 
   // I/O thread, once generating.
-  std::optional<OpenAiResponder> responder_;
-  bool with_logprobs_ = false;
-  std::vector<ToolCallStream> tool_streams_;
-  std::vector<int32_t> tool_calls_;    // calls streamed per sample
-  std::vector<int32_t> text_offsets_;  // legacy logprobs' text_offset per sample
+  std::unique_ptr<ReplyWriter> writer_;
+  std::vector<ReplyStream> streams_;   // per sample
   std::vector<ChoiceOutput> choices_;  // the whole answer, when not streaming
   Usage usage_;
 };

@@ -21,6 +21,9 @@ constexpr char kLog[] = "http";
 enum class Endpoint {
   kCompletions,
   kChatCompletions,
+  kMessages,
+  kResponses,
+  kStoredResponse,
   kModels,
   kModel,
   kTokenize,
@@ -40,6 +43,8 @@ struct Route {
 constexpr Route kRoutes[] = {
     {"/v1/completions", "POST", Endpoint::kCompletions},
     {"/v1/chat/completions", "POST", Endpoint::kChatCompletions},
+    {"/v1/messages", "POST", Endpoint::kMessages},
+    {"/v1/responses", "POST", Endpoint::kResponses},
     {"/v1/models", "GET", Endpoint::kModels},
     {"/tokenize", "POST", Endpoint::kTokenize},
     {"/detokenize", "POST", Endpoint::kDetokenize},
@@ -52,6 +57,7 @@ constexpr Route kRoutes[] = {
 std::string StartingMessage() { return "cluster is starting: workers are not loaded yet"; }
 
 constexpr char kModelPrefix[] = "/v1/models/";
+constexpr char kResponsePrefix[] = "/v1/responses/";
 
 // The OpenAI API, and the tokenizer endpoints (they cost the server work): with API keys
 // configured, none answers without one.
@@ -107,7 +113,9 @@ void HttpServer::Dispatch(std::shared_ptr<HttpExchange> exchange, HttpRequest re
     if (path == r.path) route = &r;
   }
   constexpr Route kModelRoute = {kModelPrefix, "GET", Endpoint::kModel};
+  constexpr Route kResponseRoute = {kResponsePrefix, "GET", Endpoint::kStoredResponse};
   if (route == nullptr && absl::StartsWith(path, kModelPrefix)) route = &kModelRoute;
+  if (route == nullptr && absl::StartsWith(path, kResponsePrefix)) route = &kResponseRoute;
   const std::string what = absl::StrCat(request.method, " ", path);
   if (route == nullptr) {
     return exchange->Reply(ErrorReply(absl::NotFoundError(what + ": no such endpoint")));
@@ -121,9 +129,15 @@ void HttpServer::Dispatch(std::shared_ptr<HttpExchange> exchange, HttpRequest re
   }
   switch (route->endpoint) {
     case Endpoint::kCompletions:
-      return Generate(OpenAiEndpoint::kCompletions, std::move(exchange), std::move(request));
+      return Generate(GenerationApi::kCompletions, std::move(exchange), std::move(request));
     case Endpoint::kChatCompletions:
-      return Generate(OpenAiEndpoint::kChatCompletions, std::move(exchange), std::move(request));
+      return Generate(GenerationApi::kChatCompletions, std::move(exchange), std::move(request));
+    case Endpoint::kMessages:
+      return Generate(GenerationApi::kMessages, std::move(exchange), std::move(request));
+    case Endpoint::kResponses:
+      return Generate(GenerationApi::kResponses, std::move(exchange), std::move(request));
+    case Endpoint::kStoredResponse:
+      return exchange->Reply(StoredResponseReply(path.substr(sizeof(kResponsePrefix) - 1)));
     case Endpoint::kModels:
       return exchange->Reply(Models());
     case Endpoint::kModel:
@@ -143,13 +157,21 @@ void HttpServer::Dispatch(std::shared_ptr<HttpExchange> exchange, HttpRequest re
   }
 }
 
-void HttpServer::Generate(OpenAiEndpoint endpoint, std::shared_ptr<HttpExchange> exchange,
+void HttpServer::Generate(GenerationApi api, std::shared_ptr<HttpExchange> exchange,
                           HttpRequest request) {
   Engine* engine = engine_.load();
   if (engine == nullptr) {
-    return exchange->Reply(ErrorReply(absl::UnavailableError(StartingMessage())));
+    return exchange->Reply(ApiErrorReply(api, absl::UnavailableError(StartingMessage())));
   }
-  HttpGeneration::Start(generations_, engine, endpoint, std::move(exchange), std::move(request));
+  HttpGeneration::Start(generations_, engine, api, std::move(exchange), std::move(request));
+}
+
+HttpReply HttpServer::StoredResponseReply(const std::string& id) const {
+  std::optional<StoredResponse> stored = generations_->responses().Get(id);
+  if (!stored.has_value()) {
+    return ErrorReply(absl::NotFoundError("no stored response has this id"));
+  }
+  return JsonReply(200, json(stored->response));
 }
 
 int64_t HttpServer::ContextLength() const {
@@ -179,11 +201,13 @@ HttpReply HttpServer::Model(const std::string& id) const {
 
 void HttpServer::TokenizerEndpoint(bool encode, std::shared_ptr<HttpExchange> exchange,
                                    HttpRequest request) {
-  const int64_t context_length = ContextLength();
-  const Tokenizer* tokenizer = options_.tokenizer;
-  auto task = [encode, exchange, request = std::move(request), tokenizer, context_length] {
-    exchange->Reply(encode ? TokenizeReply(*tokenizer, context_length, request.body)
-                           : DetokenizeReply(*tokenizer, request.body));
+  // Before the engine runs, a chat prompt is judged with the default request limits.
+  const Engine* engine = engine_.load();
+  ServedModel model = engine != nullptr ? generations_->Model(*engine) : generations_->Model();
+  model.context_length = ContextLength();
+  auto task = [encode, exchange, request = std::move(request), model = std::move(model)] {
+    exchange->Reply(encode ? TokenizeReply(model, request.body)
+                           : DetokenizeReply(*model.tokenizer, request.body));
   };
   if (!options_.pool->TryPost(std::move(task))) {
     exchange->Reply(ErrorReply(

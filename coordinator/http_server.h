@@ -69,13 +69,14 @@ class HttpServer {
   // On the I/O thread: routes one request.
   void Dispatch(std::shared_ptr<HttpExchange> exchange, HttpRequest request);
   // Hands a generation to HttpGeneration, or 503 while the cluster starts.
-  void Generate(OpenAiEndpoint endpoint, std::shared_ptr<HttpExchange> exchange,
-                HttpRequest request);
+  void Generate(GenerationApi api, std::shared_ptr<HttpExchange> exchange, HttpRequest request);
   // The context length served: the engine's once it runs.
   int64_t ContextLength() const;
   nlohmann::json ModelObject() const;
   HttpReply Models() const;
   HttpReply Model(const std::string& id) const;  // /v1/models/{id}; 404 for another id
+  // GET /v1/responses/{id}: a stored response; 404 once it is gone (or was never stored).
+  HttpReply StoredResponseReply(const std::string& id) const;
   // /tokenize (`encode`) or /detokenize, on the front-end pool.
   void TokenizerEndpoint(bool encode, std::shared_ptr<HttpExchange> exchange, HttpRequest request);
   HttpReply Health() const;

@@ -8,6 +8,7 @@
 #include "coordinator/front_end_pool.h"
 #include "coordinator/http_message.h"
 #include "coordinator/metrics.h"
+#include "coordinator/reasoning.h"
 #include "kernels/sampling_params.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
@@ -28,6 +29,7 @@ struct HttpServerOptions {
   HttpLimits limits;
   // Where requests are parsed and their answers assembled; must outlive the server.
   FrontEndPool* pool = nullptr;
+  ReasoningParser reasoning = ReasoningParser::kNone;  // how chat replies split out the thinking
 };
 
 }  // namespace tpserve

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json_depth.h"
 #include "coordinator/http_replies.h"
+#include "coordinator/openai_request.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve {
@@ -39,25 +40,58 @@ absl::StatusOr<bool> Flag(const json& body, const char* name, bool otherwise) {
 
 }  // namespace
 
-HttpReply TokenizeReply(const Tokenizer& tokenizer, int64_t max_model_len, absl::string_view body) {
+HttpReply TokenizeReply(const ServedModel& model, absl::string_view body) {
+  const Tokenizer& tokenizer = *model.tokenizer;
   absl::StatusOr<json> request =
-      ParseBody(body, {"model", "prompt", "add_special_tokens", "return_token_strs"});
+      ParseBody(body, {"model", "prompt", "messages", "tools", "add_generation_prompt",
+                       "continue_final_message", "chat_template_kwargs", "add_special_tokens",
+                       "return_token_strs"});
   if (!request.ok()) return ErrorReply(request.status());
-  if (!request->contains("prompt") || !(*request)["prompt"].is_string()) {
+  const bool chat = request->contains("messages");
+  if (chat == request->contains("prompt")) {
+    return ErrorReply(absl::InvalidArgumentError("send either 'prompt' or 'messages'"));
+  }
+  if (!chat && !(*request)["prompt"].is_string()) {
     return ErrorReply(absl::InvalidArgumentError("'prompt' must be a string"));
   }
-  absl::StatusOr<bool> special = Flag(*request, "add_special_tokens", true);
+  if (!chat) {
+    for (const char* field :
+         {"tools", "add_generation_prompt", "continue_final_message", "chat_template_kwargs"}) {
+      if (request->contains(field)) {
+        return ErrorReply(
+            absl::InvalidArgumentError(absl::StrCat("'", field, "' applies to 'messages' only")));
+      }
+    }
+  }
+  // A chat prompt is the template's text, special tokens and all, as the chat endpoint runs it.
+  absl::StatusOr<bool> special = Flag(*request, "add_special_tokens", !chat);
   absl::StatusOr<bool> strs = Flag(*request, "return_token_strs", false);
   if (!special.ok()) return ErrorReply(special.status());
   if (!strs.ok()) return ErrorReply(strs.status());
-  const std::string& prompt = (*request)["prompt"].get_ref<const std::string&>();
-  absl::StatusOr<std::vector<int32_t>> ids =
-      *special ? tokenizer.EncodePrompt(prompt) : tokenizer.Encode(prompt, /*parse_special=*/false);
-  if (!ids.ok()) {
-    return ErrorReply(
-        absl::InvalidArgumentError(absl::StrCat("'prompt': ", ids.status().message())));
+  if (chat && *special) {
+    return ErrorReply(absl::InvalidArgumentError(
+        "'add_special_tokens': a chat prompt gets what its template writes; it must be false"));
   }
-  json reply = {{"count", ids->size()}, {"max_model_len", max_model_len}, {"tokens", *ids}};
+  absl::StatusOr<std::vector<int32_t>> ids;
+  if (chat) {
+    nlohmann::ordered_json chat_body = nlohmann::ordered_json::object();
+    for (const char* field : {"model", "messages", "tools", "add_generation_prompt",
+                              "continue_final_message", "chat_template_kwargs"}) {
+      if (request->contains(field)) chat_body[field] = (*request)[field];
+    }
+    absl::StatusOr<OpenAiRequest> parsed = ParseChatBody(chat_body, model);
+    if (!parsed.ok()) return ErrorReply(parsed.status());
+    ids = std::move(parsed->params.prompt);
+  } else {
+    const std::string& prompt = (*request)["prompt"].get_ref<const std::string&>();
+    ids = *special ? tokenizer.EncodePrompt(prompt)
+                   : tokenizer.Encode(prompt, /*parse_special=*/false);
+    if (!ids.ok()) {
+      return ErrorReply(
+          absl::InvalidArgumentError(absl::StrCat("'prompt': ", ids.status().message())));
+    }
+  }
+  json reply = {{"count", ids->size()}, {"max_model_len", model.context_length}, {"tokens", *ids}};
   if (*strs) {
     json texts = json::array();
     for (int32_t id : *ids) texts.push_back(tokenizer.TokenText(id));

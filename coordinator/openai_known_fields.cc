@@ -94,7 +94,7 @@ constexpr KnownField kFields[] = {
     {"guided_decoding_backend", kBoth, Never},
     {"guided_whitespace_pattern", kBoth, Never},
     {"speculative_decoding", kBoth, nullptr},
-    {"include_reasoning", kChat, True},
+    {"include_reasoning", kChat, nullptr},
     {"use_beam_search", kBoth, False},
     {"length_penalty", kBoth, One},
     {"watermarking", kBoth, False},
@@ -121,7 +121,8 @@ constexpr KnownField kFields[] = {
     {"ec_transfer_params", kBoth, Empty},
     {"vllm_xargs", kBoth, Empty},
     {"repetition_detection", kBoth, Empty},
-    {"thinking_token_budget", kBoth, Never},
+    {"thinking_token_budget", kCompletions, Never},
+    {"thinking_token_budget", kChat, nullptr},
     {"stream_interval", kBoth, One},
 };
 

@@ -314,7 +314,39 @@ absl::Status GetEcho(const json& body, const ServedModel& model, OpenAiRequest* 
   return absl::OkStatus();
 }
 
-absl::StatusOr<json> ParseObject(absl::string_view body) {
+// A reasoning model's thinking: where it starts, whether the reply shows it, and its budget, which
+// (like a constraint) the grammar enforces behind the thinking.
+absl::Status GetReasoning(const json& body, const ServedModel& model, std::string_view prompt,
+                          OpenAiRequest* request) {
+  ASSIGN_OR_RETURN(const std::optional<bool> include, GetBool(body, "include_reasoning"));
+  request->include_reasoning = include.value_or(true);
+  ASSIGN_OR_RETURN(const std::optional<int64_t> budget, GetInt(body, "thinking_token_budget"));
+  if (budget.has_value()) {
+    if (model.reasoning == ReasoningParser::kNone) {
+      return InvalidField("thinking_token_budget",
+                          "this model is served without a reasoning parser (--reasoning-parser)");
+    }
+    if (*budget < 0 || *budget > model.context_length) {
+      return InvalidField("thinking_token_budget",
+                          absl::StrCat("must be in [0, ", model.context_length, "]"));
+    }
+  }
+  request->reasoning = ReasoningStartOf(model.reasoning, prompt);
+  OutputConstraint& constraint = request->params.constraint;
+  if (request->reasoning == ReasoningStart::kNone ||
+      (!constraint.active() && !budget.has_value())) {
+    return absl::OkStatus();
+  }
+  constraint.thinking = OutputConstraint::Thinking{
+      request->reasoning == ReasoningStart::kTagged ? std::string(kThinkBegin) : std::string(),
+      static_cast<int32_t>(budget.value_or(-1))};
+  if (constraint.param.empty()) constraint.param = "thinking_token_budget";
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<json> ParseJsonBody(absl::string_view body) {
   if (JsonNestingDepth(StdView(body)) > kMaxJsonDepth) {
     return absl::InvalidArgumentError(
         absl::StrCat("the request body nests JSON deeper than ", kMaxJsonDepth, " levels"));
@@ -334,11 +366,9 @@ absl::StatusOr<json> ParseObject(absl::string_view body) {
   return value;
 }
 
-}  // namespace
-
 absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
                                                      const ServedModel& model) {
-  ASSIGN_OR_RETURN(const json request_body, ParseObject(body));
+  ASSIGN_OR_RETURN(const json request_body, ParseJsonBody(body));
   OpenAiRequest request;
   request.endpoint = OpenAiEndpoint::kCompletions;
   ASSIGN_OR_RETURN(request.ignored_fields, CheckKnownFields(request_body, request.endpoint));
@@ -360,7 +390,11 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
 }
 
 absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const ServedModel& model) {
-  ASSIGN_OR_RETURN(const json request_body, ParseObject(body));
+  ASSIGN_OR_RETURN(const json request_body, ParseJsonBody(body));
+  return ParseChatBody(request_body, model);
+}
+
+absl::StatusOr<OpenAiRequest> ParseChatBody(const json& request_body, const ServedModel& model) {
   OpenAiRequest request;
   request.endpoint = OpenAiEndpoint::kChatCompletions;
   ASSIGN_OR_RETURN(request.ignored_fields, CheckKnownFields(request_body, request.endpoint));
@@ -408,6 +442,7 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const Ser
   if (!text.ok()) return InvalidField("messages", text.status().message());
   if (continue_final.value_or(false)) RETURN_IF_ERROR(OpenFinalMessage(messages, &*text));
   ASSIGN_OR_RETURN(request.params.prompt, EncodePrompt(*text, "messages", model));
+  RETURN_IF_ERROR(GetReasoning(request_body, model, *text, &request));
   // max_completion_tokens replaced max_tokens; 0 (unset) generates up to the context length.
   const char* max_field = Find(request_body, "max_completion_tokens") != nullptr
                               ? "max_completion_tokens"

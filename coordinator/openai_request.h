@@ -23,11 +23,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/openai_known_fields.h"
+#include "coordinator/reasoning.h"
 #include "coordinator/request_limits.h"
 #include "coordinator/sequence.h"
 #include "coordinator/tool_calls.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
+#include "nlohmann/json.hpp"
 
 namespace tpserve {
 
@@ -42,6 +44,7 @@ struct ServedModel {
   // How the chat template's model calls tools (DetectToolCallFormat of its source, found once
   // when the template is loaded).
   ToolCallFormat tool_format;
+  ReasoningParser reasoning = ReasoningParser::kNone;  // --reasoning-parser, resolved
 };
 
 struct OpenAiRequest {
@@ -51,6 +54,10 @@ struct OpenAiRequest {
   bool include_usage = false;  // stream_options.include_usage: a final chunk with usage
   // Chat with tools the model may call: the syntax its calls are parsed in.
   std::optional<ToolCallSyntax> tool_syntax;
+  // Chat with a reasoning model: where its thinking starts, and whether the reply carries it
+  // (include_reasoning).
+  ReasoningStart reasoning = ReasoningStart::kNone;
+  bool include_reasoning = true;
   // Completions' echo: each choice starts with the prompt as sent (token ids decoded), and, with
   // logprobs, with every prompt token's log-probability.
   bool echo = false;
@@ -81,7 +88,16 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
 // sent) and the members of `chat_template_kwargs`; what the template refuses is an error naming
 // `messages`. With tools and a tool_choice other than none, the output is constrained to the
 // family's call syntax (coordinator/tool_calls.h) and tool_syntax is set; a template that does
-// not render tools gets them described in the system message instead.
+// not render tools gets them described in the system message instead. With a reasoning model
+// (ServedModel::reasoning), the constraint applies after the thinking, which
+// thinking_token_budget bounds.
 absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, const ServedModel& model);
+// The same, of a body parsed already (what the Messages and Responses APIs translate theirs into).
+absl::StatusOr<OpenAiRequest> ParseChatBody(const nlohmann::ordered_json& body,
+                                            const ServedModel& model);
+
+// A request body as one JSON object, its key order kept, refused (INVALID_ARGUMENT) when it is
+// not JSON, not an object, or nests deeper than kMaxJsonDepth before it is parsed.
+absl::StatusOr<nlohmann::ordered_json> ParseJsonBody(absl::string_view body);
 
 }  // namespace tpserve

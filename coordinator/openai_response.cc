@@ -153,6 +153,10 @@ json OpenAiResponder::Response(const std::vector<ChoiceOutput>& choices, const U
                    {"finish_reason", FinishReasonJson(c.finish_reason, called_tools)}};
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (with_reasoning_) {
+        choice["message"]["reasoning_content"] =
+            c.reasoning.empty() ? json(nullptr) : json(c.reasoning);
+      }
       if (called_tools) {
         if (c.text.empty()) choice["message"]["content"] = nullptr;
         choice["message"]["tool_calls"] =
@@ -194,6 +198,16 @@ json OpenAiResponder::DeltaChunk(int32_t index, const std::string& text,
     choice["text"] = text;
   }
   json chunk = Object(chat ? "chat.completion.chunk" : "text_completion");
+  chunk["choices"] = json::array({std::move(choice)});
+  return chunk;
+}
+
+json OpenAiResponder::ReasoningChunk(int32_t index, const std::string& reasoning) const {
+  json choice = {{"index", index},
+                 {"delta", {{"reasoning_content", reasoning}}},
+                 {"logprobs", nullptr},
+                 {"finish_reason", nullptr}};
+  json chunk = Object("chat.completion.chunk");
   chunk["choices"] = json::array({std::move(choice)});
   return chunk;
 }

@@ -2,20 +2,21 @@
 // (Completion, ChatCompletion, ChatCompletionChunk) read them:
 //
 //   text_completion        choices[{index, text, logprobs, finish_reason}], usage
-//   chat.completion        choices[{index, message{role, content, tool_calls?}, logprobs,
-//                          finish_reason}], usage; content null when a reply is only calls
+//   chat.completion        choices[{index, message{role, content, reasoning_content?,
+//                          tool_calls?}, logprobs, finish_reason}], usage; content null when a
+//                          reply is only calls
 //   streaming              text_completion chunks, or chat.completion.chunk with delta {role}
-//                          first, then {content} and {tool_calls}; finish_reason on a sample's
-//                          last chunk ("tool_calls" when its reply called tools); with
-//                          stream_options.include_usage a final chunk with choices [] and usage;
-//                          then `data: [DONE]`.
+//                          first, then {reasoning_content}, {content} and {tool_calls};
+//                          finish_reason on a sample's last chunk ("tool_calls" when its reply
+//                          called tools); with stream_options.include_usage a final chunk with
+//                          choices [] and usage; then `data: [DONE]`.
 //
 // Logprobs: /v1/completions' legacy object {tokens, token_logprobs, top_logprobs (one dict per
 // token, the chosen token included, as OpenAI does; null for an echoed prompt's first token, which
-// has no log-probability), text_offset (code points from the start of the sample's text)}; chat's {content: [{token, logprob, bytes, top_logprobs}]}. A token's
-// string is its decoded bytes; where those are not UTF-8 (a piece of a character) the string
-// holds U+FFFD and `bytes` the real bytes. -inf log-probabilities become -9999 as in vLLM, since
-// JSON has no infinity.
+// has no log-probability), text_offset (code points from the start of the sample's text)}; chat's
+// {content: [{token, logprob, bytes, top_logprobs}]}. A token's string is its decoded bytes; where
+// those are not UTF-8 (a piece of a character) the string holds U+FFFD and `bytes` the real bytes.
+// -inf log-probabilities become -9999 as in vLLM, since JSON has no infinity.
 //
 // Serialize with Dump(): strings may hold bytes that are not UTF-8.
 #pragma once
@@ -60,14 +61,20 @@ struct ChoiceOutput {
   // vLLM's prompt_logprobs when the request sent it: [null, {"<id>": {logprob, rank,
   // decoded_token}} per later prompt token, the token itself and its alternatives].
   std::optional<std::vector<TokenLogprob>> prompt_logprobs;
+  std::string reasoning;  // a reasoning model's thinking (coordinator/reasoning.h)
 };
 
 // The token strings of logprobs come from `tokenizer`. `with_logprobs`: the request asked for
-// them (the choices' logprobs are objects, otherwise null).
+// them (the choices' logprobs are objects, otherwise null). `with_reasoning`: chat messages carry
+// reasoning_content (null when the model did not think).
 class OpenAiResponder {
  public:
-  OpenAiResponder(ResponseHeader header, const Tokenizer* tokenizer, bool with_logprobs)
-      : header_(std::move(header)), tokenizer_(tokenizer), with_logprobs_(with_logprobs) {}
+  OpenAiResponder(ResponseHeader header, const Tokenizer* tokenizer, bool with_logprobs,
+                  bool with_reasoning = false)
+      : header_(std::move(header)),
+        tokenizer_(tokenizer),
+        with_logprobs_(with_logprobs),
+        with_reasoning_(with_reasoning) {}
 
   const ResponseHeader& header() const { return header_; }
 
@@ -83,6 +90,8 @@ class OpenAiResponder {
                             absl::Span<const TokenLogprob> logprobs,
                             std::optional<FinishReason> finish_reason, int32_t* text_offset,
                             bool called_tools = false) const;
+  // Chat only: thinking of sample `index`, as delta.reasoning_content.
+  nlohmann::json ReasoningChunk(int32_t index, const std::string& reasoning) const;
   // Chat only: whole calls of sample `index`, numbered from `first` within its reply, as
   // delta.tool_calls [{index, id, type, function {name, arguments}}].
   nlohmann::json ToolCallsChunk(int32_t index, absl::Span<const ParsedToolCall> calls,
@@ -106,6 +115,7 @@ class OpenAiResponder {
   const ResponseHeader header_;
   const Tokenizer* const tokenizer_;
   const bool with_logprobs_;
+  const bool with_reasoning_;
 };
 
 // `value` as JSON text, with bytes that are not UTF-8 replaced by U+FFFD.

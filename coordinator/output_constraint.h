@@ -3,6 +3,8 @@
 // (openai_request.cc, inference_service.cc), compiled by coordinator/grammar.h.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,8 +18,16 @@ struct OutputConstraint {
   std::vector<std::string> choices;  // kChoice
   // The request field it came from, for errors ("response_format", "guided_regex", ...).
   std::string param;
+  // A reasoning model's thinking comes first (coordinator/reasoning.h): the output opens with
+  // `begin` ("" when the prompt opened it), thinks for at most `max_tokens` tokens (-1: no bound)
+  // and closes with "</think>"; then `kind` applies (kNone: any text).
+  struct Thinking {
+    std::string begin;
+    int32_t max_tokens = -1;
+  };
+  std::optional<Thinking> thinking;
 
-  bool active() const { return kind != Kind::kNone; }
+  bool active() const { return kind != Kind::kNone || thinking.has_value(); }
 };
 
 }  // namespace tpserve

@@ -49,7 +49,10 @@ OutputConstraint ToolCallConstraint(ToolCallSyntax syntax, const std::vector<Too
     return ordered_json{
         {"type", "tag"},
         {"begin", ToolCallBegin(syntax, tool.name)},
-        {"content", {{"type", "json_schema"}, {"json_schema", tool.parameters}}},
+        // Whitespace between tokens is bounded as in response_format's compact JSON: a model
+        // that keeps writing spaces cannot run a call to max_tokens.
+        {"content",
+         {{"type", "json_schema"}, {"json_schema", tool.parameters}, {"max_whitespace_cnt", 1}}},
         {"end", ToolCallEnd(syntax)},
     };
   };

@@ -74,7 +74,7 @@ class LauncherFlags(unittest.TestCase):
             "--max-logit-bias": "9", "--max-bad-words": "10", "--max-constraint-bytes": "20000",
             "--grammar-compile-timeout": "11",
             "--pipeline-parallel-size": "2",  # two stages of the one --tp rank: two workers
-            "--steps-in-flight": "1", "--metrics-names": "vllm",
+            "--steps-in-flight": "1", "--metrics-names": "vllm", "--reasoning-parser": "qwen3",
         }
         known = coordinator_flag_names(args.bin_dir)
         self.assertEqual(set(values) | LAUNCHERS_OWN, known,

@@ -2,7 +2,8 @@
 API key: 1,000 strings (ASCII, accents, CJK, emoji, control characters, whitespace runs, text that
 looks like special tokens) come back from /detokenize exactly as they went into /tokenize; bad
 bodies get a 400 naming the field; without the key both refuse with 401; /version is the chart's
-appVersion.
+appVersion. Chat messages tokenize to the ids of the model's template rendered by jinja2 (the
+independent reference), which is the prompt /v1/chat/completions runs (its prompt_tokens).
 
     tokenize_test.py --bin-dir BUILD/bin --model MODEL.gguf [unittest args]
 """
@@ -102,6 +103,38 @@ class TokenizeTest(unittest.TestCase):
         for path, body in (("/tokenize", {"prompt": "a"}), ("/detokenize", {"tokens": [1]})):
             status, error = self.post(path, body, key=None)
             self.assertEqual(status, 401, error)
+
+    def test_chat_messages_are_the_template_jinja2_renders(self):
+        import jinja2
+
+        messages = [{"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Name a colour. Ünïcödé 日本"}]
+        status, chat = self.post("/tokenize", {"messages": messages, "add_special_tokens": False})
+        self.assertEqual(status, 200, chat)
+        source = self.template()
+        text = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(
+            source).render(messages=messages, add_generation_prompt=True)
+        # The template's text with its special tokens (and BOS where the model wants one), as a
+        # completion's prompt.
+        status, want = self.post("/tokenize", {"prompt": text})
+        self.assertEqual(chat["tokens"], want["tokens"])
+        reply = self.post("/v1/chat/completions", {"messages": messages, "max_tokens": 1})[1]
+        self.assertEqual(reply["usage"]["prompt_tokens"], chat["count"])
+        status, error = self.post("/tokenize", {"messages": messages, "prompt": "a"})
+        self.assertEqual(status, 400, error)
+        status, error = self.post("/tokenize", {"messages": [{"role": "robot", "content": "a"}],
+                                                "add_special_tokens": False})
+        self.assertEqual(status, 400, error)
+        self.assertIn("messages[0].role", error["error"]["message"])
+
+    def template(self):
+        """The bundled model's chat template, read from its GGUF file."""
+        import sys
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from gguf_reader import Gguf
+
+        return Gguf(self.cluster.model).metadata["tokenizer.chat_template"]
 
     def test_version_is_the_charts_app_version(self):
         chart = os.path.join(os.path.dirname(__file__), "..", "..", "helm", "tpserve", "Chart.yaml")
