@@ -324,6 +324,7 @@ absl::Status Coordinator::StartFrontEnds() {
   inference_ = std::make_unique<InferenceServiceImpl>(
       tokenizer_.get(), front_end_.get(), flags_.world_size, served_model_name_, default_sampling_);
   inference_->SetBearerKeys(&api_keys_);
+  inference_->SetChat(chat_template_.get(), reasoning_);
   inference_->SetLoadProgress(&load_progress_);
   admin_ = std::make_unique<AdminServiceImpl>(cluster_.get(), flags_.world_size,
                                               flags_.pipeline_parallel_size, flags_.model);

@@ -40,8 +40,13 @@ void GenerateCall::Submit() {
   absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
       [this]() -> absl::StatusOr<std::shared_ptr<RequestHandle>> {
     ASSIGN_OR_RETURN(Engine * engine, service_->GetEngine());
-    ASSIGN_OR_RETURN(GenerateParams params, service_->ToParams(request_, *engine));
-    return engine->SubmitGenerate(std::move(params), [this] { return cancelled_.load(); });
+    ASSIGN_OR_RETURN(GrpcGenerate generate, service_->ToParams(request_, *engine));
+    if (generate.chat.has_value()) {
+      chat_ = generate.chat;
+      streams_.assign(generate.params.n, ReplyStream(chat_->reasoning, chat_->tools));
+      calls_.assign(generate.params.n, 0);
+    }
+    return engine->SubmitGenerate(std::move(generate.params), [this] { return cancelled_.load(); });
   }();
   absl::MutexLock lock(&mutex_);
   if (!handle.ok()) {
@@ -64,7 +69,20 @@ void GenerateCall::Pump() {
       handle_->Cancel();
       return End(ToGrpc(update.status), false);
     }
-    queue_.push_back(ToChunk(update));
+    v1::GenerateResponse chunk = ToChunk(update);
+    if (chat_.has_value()) {
+      ReplyStream& stream = streams_[update.index];
+      ReplyDelta delta = stream.Add(update.text);
+      if (update.done) {
+        ReplyDelta tail = stream.Finish();
+        delta.reasoning += tail.reasoning;
+        delta.content += tail.content;
+        for (ParsedToolCall& call : tail.calls) delta.calls.push_back(std::move(call));
+      }
+      if (!chat_->include_reasoning) delta.reasoning.clear();
+      SetChatReply(delta, handle_->request_id(), &calls_[update.index], &chunk);
+    }
+    queue_.push_back(std::move(chunk));
   }
   if (handle_->finished()) return End(grpc::Status::OK, false);
   WriteNext();

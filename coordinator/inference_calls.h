@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/inference_service.h"
+#include "coordinator/reply_stream.h"
 #include "coordinator/request_handle.h"
 #include "grpcpp/grpcpp.h"
 #include "tpserve/v1/inference.pb.h"
@@ -59,6 +60,11 @@ class GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse>
 
   absl::Mutex mutex_;
   std::shared_ptr<RequestHandle> handle_ ABSL_GUARDED_BY(mutex_);
+  // Chat prompts: how the text is split, each sample's stream and its calls so far (set before
+  // the request is submitted, read by Pump).
+  std::optional<GrpcGenerate::ChatSplit> chat_;
+  std::vector<ReplyStream> streams_;
+  std::vector<int32_t> calls_;
   std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mutex_);
   v1::GenerateResponse writing_chunk_ ABSL_GUARDED_BY(mutex_);
   bool writing_ ABSL_GUARDED_BY(mutex_) = false;

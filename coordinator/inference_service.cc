@@ -43,9 +43,17 @@ absl::StatusOr<Engine*> InferenceServiceImpl::GetEngine() const {
   return engine;
 }
 
-absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(const v1::GenerateRequest& request,
-                                                              const Engine& engine) const {
-  GenerateParams params;
+void InferenceServiceImpl::SetChat(const ChatTemplate* chat_template, ReasoningParser reasoning) {
+  chat_template_ = chat_template;
+  tool_format_ =
+      chat_template != nullptr ? DetectToolCallFormat(chat_template->source()) : ToolCallFormat{};
+  reasoning_ = reasoning;
+}
+
+absl::StatusOr<GrpcGenerate> InferenceServiceImpl::ToParams(const v1::GenerateRequest& request,
+                                                            const Engine& engine) const {
+  GrpcGenerate out;
+  GenerateParams& params = out.params;
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {
       ASSIGN_OR_RETURN(
@@ -56,8 +64,20 @@ absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(const v1::Generate
     case v1::GenerateRequest::kTokenIds:
       params.prompt.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
       break;
+    case v1::GenerateRequest::kChat: {
+      ASSIGN_OR_RETURN(const nlohmann::ordered_json body,
+                       ChatBody(request.chat(), request.constraint()));
+      const ServedModel model{
+          model_name_,       engine.options().context_length, tokenizer_,   chat_template_,
+          default_sampling_, engine.options().limits,         tool_format_, reasoning_};
+      ASSIGN_OR_RETURN(OpenAiRequest chat, ParseChatBody(body, model));
+      params.prompt = std::move(chat.params.prompt);
+      params.constraint = std::move(chat.params.constraint);
+      out.chat = GrpcGenerate::ChatSplit{chat.reasoning, chat.tool_syntax, chat.include_reasoning};
+      break;
+    }
     case v1::GenerateRequest::PROMPT_NOT_SET:
-      return absl::InvalidArgumentError("the request has no prompt: set text or token_ids");
+      return absl::InvalidArgumentError("the request has no prompt: set text, token_ids or chat");
   }
   params.max_tokens = request.max_tokens();
   params.sampling = FromProto(request.sampling(), default_sampling_);
@@ -67,10 +87,10 @@ absl::StatusOr<GenerateParams> InferenceServiceImpl::ToParams(const v1::Generate
   params.stop.assign(request.stop().begin(), request.stop().end());
   params.n = request.n() == 0 ? 1 : request.n();
   params.logprobs = request.has_logprobs() ? request.logprobs() : -1;
-  params.constraint = FromProto(request.constraint());
+  if (!out.chat.has_value()) params.constraint = FromProto(request.constraint());
   // -1 means none inside; a client's -1 is out of range like any other.
   if (request.has_logprobs()) RETURN_IF_ERROR(CheckLogprobs(request.logprobs(), "logprobs"));
-  return params;
+  return out;
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceServiceImpl::Generate(

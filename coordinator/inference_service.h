@@ -17,11 +17,25 @@
 #include "coordinator/engine.h"
 #include "coordinator/front_end_pool.h"
 #include "coordinator/load_progress.h"
+#include "coordinator/openai_request.h"
+#include "coordinator/reasoning.h"
 #include "kernels/sampling_params.h"
 #include "model/tokenizer.h"
 #include "tpserve/v1/inference.grpc.pb.h"
 
 namespace tpserve {
+
+// A Generate request as the engine takes it, and for a chat prompt how each sample's text is split
+// (the model's thinking, tool calls) before it is sent.
+struct GrpcGenerate {
+  GenerateParams params;
+  struct ChatSplit {
+    ReasoningStart reasoning = ReasoningStart::kNone;
+    std::optional<ToolCallSyntax> tools;
+    bool include_reasoning = true;
+  };
+  std::optional<ChatSplit> chat;
+};
 
 class InferenceServiceImpl final : public v1::InferenceService::CallbackService {
  public:
@@ -38,6 +52,9 @@ class InferenceServiceImpl final : public v1::InferenceService::CallbackService 
   // From now on every method but Health needs metadata `authorization: Bearer <one of the keys>`
   // (UNAUTHENTICATED otherwise). `keys` must outlive the service; null or empty: open.
   void SetBearerKeys(const BearerKeys* keys) { api_keys_ = keys; }
+  // Chat prompts render with `chat_template` (null: refused) and split out the thinking as
+  // `reasoning` says. `chat_template` must outlive the service.
+  void SetChat(const ChatTemplate* chat_template, ReasoningParser reasoning);
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -62,9 +79,10 @@ class InferenceServiceImpl final : public v1::InferenceService::CallbackService 
   }
   // The engine, or UNAVAILABLE while starting.
   absl::StatusOr<Engine*> GetEngine() const;
-  // The request as the engine takes it: prompt tokenized, sampling defaults filled in.
-  absl::StatusOr<GenerateParams> ToParams(const v1::GenerateRequest& request,
-                                          const Engine& engine) const;
+  // The request as the engine takes it: prompt tokenized (a chat rendered first), sampling
+  // defaults filled in.
+  absl::StatusOr<GrpcGenerate> ToParams(const v1::GenerateRequest& request,
+                                        const Engine& engine) const;
 
  private:
   const Tokenizer* const tokenizer_;
@@ -75,6 +93,9 @@ class InferenceServiceImpl final : public v1::InferenceService::CallbackService 
   const SamplingParams default_sampling_;
   std::atomic<Engine*> engine_{nullptr};
   const BearerKeys* api_keys_ = nullptr;
+  const ChatTemplate* chat_template_ = nullptr;
+  ToolCallFormat tool_format_;
+  ReasoningParser reasoning_ = ReasoningParser::kNone;
 };
 
 // The refusal of a call the FrontEndPool has no room for.

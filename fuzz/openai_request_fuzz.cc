@@ -1,12 +1,15 @@
-// Fuzzes the OpenAI request parser with the bundled model's tokenizer and chat template. Any
-// body must give a request or an error status; an accepted request must satisfy what the
-// engine relies on without checking again.
+// Fuzzes the request parsers (OpenAI's completions and chat, and the Messages and Responses APIs
+// through their translation into a chat request) with the bundled model's tokenizer and chat
+// template, served with and without a reasoning parser. Any body must give a request or an error
+// status; an accepted request must satisfy what the engine relies on without checking again.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
+#include "coordinator/messages_request.h"
 #include "coordinator/openai_request.h"
+#include "coordinator/responses_request.h"
 #include "fuzz/bundled_model.h"
 #include "fuzz/require.h"
 
@@ -44,15 +47,45 @@ void CheckAccepted(const OpenAiRequest& request, const ServedModel& model) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tpserve;
   const BundledModel& bundled = GetBundledModel();
-  const ServedModel model{"smollm2", bundled.config.context_length, bundled.tokenizer.get(),
-                          bundled.chat_template.get(), SamplingParams(), RequestLimits()};
-  const absl::string_view body(reinterpret_cast<const char*>(data), size);
-  // The first byte picks the endpoint, so one corpus feeds both parsers.
   if (size == 0) return 0;
-  const bool chat = data[0] & 1;
-  const absl::StatusOr<OpenAiRequest> request = chat
-                                                    ? ParseChatRequest(body.substr(1), model)
-                                                    : ParseCompletionRequest(body.substr(1), model);
+  // The first byte picks the API (its low two bits) and whether the model reasons (bit 2), so
+  // one corpus feeds every parser.
+  const ServedModel model{
+      "smollm2",
+      bundled.config.context_length,
+      bundled.tokenizer.get(),
+      bundled.chat_template.get(),
+      SamplingParams(),
+      RequestLimits(),
+      ToolCallFormat(),
+      (data[0] & 4) != 0 ? ReasoningParser::kDeepSeekR1 : ReasoningParser::kNone};
+  const absl::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  absl::StatusOr<OpenAiRequest> request = absl::InvalidArgumentError("");
+  switch (data[0] & 3) {
+    case 0:
+      request = ParseCompletionRequest(body, model);
+      break;
+    case 1:
+      request = ParseChatRequest(body, model);
+      break;
+    case 2: {
+      absl::StatusOr<nlohmann::ordered_json> object = ParseJsonBody(body);
+      if (!object.ok()) return 0;
+      absl::StatusOr<nlohmann::ordered_json> chat = MessagesToChatBody(*object);
+      if (!chat.ok()) return 0;
+      request = ParseChatBody(*chat, model);
+      break;
+    }
+    case 3: {
+      static ResponseStore* store = new ResponseStore(16, 1 << 20);
+      absl::StatusOr<nlohmann::ordered_json> object = ParseJsonBody(body);
+      if (!object.ok()) return 0;
+      absl::StatusOr<ResponsesRequest> translated = ResponsesToChatBody(*object, *store);
+      if (!translated.ok()) return 0;
+      request = ParseChatBody(translated->chat, model);
+      break;
+    }
+  }
   if (request.ok()) CheckAccepted(*request, model);
   return 0;
 }

@@ -1,6 +1,7 @@
 """InferenceService through Python gRPC stubs generated from proto/, on a T=1 cluster: streaming
 Generate, a cancelled stream whose KV blocks come back, Tokenize, ListModels, and
-INVALID_ARGUMENT for impossible parameters.
+INVALID_ARGUMENT for impossible parameters. Chat prompts: the same conversation over gRPC and
+/v1/chat/completions is the same prompt and (greedy) the same reply, tool calls included.
 
     grpc_client_test.py --bin-dir BUILD/bin --model MODEL.gguf [unittest args]
 """
@@ -144,6 +145,56 @@ class GrpcClientTest(unittest.TestCase):
                 self.assertEqual(raised.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         health = self.inference.Health(pb.HealthRequest(), timeout=10)
         self.assertEqual(health.state, pb.HealthResponse.STATE_SERVING)
+
+    def http_chat(self, body):
+        request = urllib.request.Request(self.cluster.http_url + "/v1/chat/completions",
+                                         json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=RPC_TIMEOUT_S) as reply:
+            return json.load(reply)
+
+    def test_chat_prompt_is_the_chat_endpoints(self):
+        pb = self.protos.inference_pb2
+        messages = [{"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Name three colours."}]
+        chat = pb.Chat(messages=[pb.ChatMessage(**m) for m in messages])
+        _, text, last, _, _ = self.generate(self.request(
+            chat=chat, max_tokens=24, sampling=pb.Sampling(temperature=0)))
+        http = self.http_chat({"messages": messages, "max_tokens": 24, "temperature": 0})
+        self.assertEqual(last.usage.prompt_tokens, http["usage"]["prompt_tokens"])
+        self.assertEqual(text, http["choices"][0]["message"]["content"])
+
+        parameters = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                      "required": ["city"]}
+        ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+        tools = [pb.Tool(name="get_weather", description="The weather in a city",
+                         parameters=json.dumps(parameters))]
+        calls, text, last = [], "", None
+        for chunk in self.inference.Generate(self.request(
+                chat=pb.Chat(messages=[pb.ChatMessage(**m) for m in ask], tools=tools,
+                             tool_choice="required", no_parallel_tool_calls=True),
+                max_tokens=80, sampling=pb.Sampling(temperature=0)), timeout=RPC_TIMEOUT_S):
+            calls += chunk.tool_calls
+            text += chunk.text
+            last = chunk
+        http = self.http_chat({"messages": ask, "max_tokens": 80, "temperature": 0,
+                               "tool_choice": "required", "parallel_tool_calls": False,
+                               "tools": [{"type": "function", "function": {
+                                   "name": "get_weather", "description": "The weather in a city",
+                                   "parameters": parameters}}]})
+        want = http["choices"][0]["message"]["tool_calls"]
+        self.assertEqual(last.finish_reason, "tool_calls")
+        self.assertEqual(text, "")
+        self.assertEqual([(c.name, c.arguments) for c in calls],
+                         [(c["function"]["name"], c["function"]["arguments"]) for c in want])
+        self.assertTrue(calls[0].id.startswith("call_"))
+
+        bad = self.request(chat=pb.Chat(messages=[pb.ChatMessage(role="robot", content="x")]),
+                           max_tokens=4)
+        with self.assertRaises(grpc.RpcError) as raised:
+            self.generate(bad)
+        self.assertEqual(raised.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("messages[0].role", raised.exception.details())
 
     def test_the_launchers_cluster_refuses_a_fake_register(self):
         """The launcher made a cluster token: a rank that does not hold it cannot join, whatever
