@@ -157,9 +157,15 @@ absl::Status Serve(const Flags& flags, const Console& console) {
   } else {
     options.worker_args.push_back(absl::StrCat("--cpu-weights=", flags.cpu_weights));
   }
-  // Rank 0 loads the draft the coordinator names.
+  // Rank 0 loads the draft the coordinator names; every rank its LoRA adapters.
   if (!coordinator.draft_model.empty()) {
     options.worker_args.push_back(absl::StrCat("--draft-model=", coordinator.draft_model));
+  }
+  for (const std::string& module : coordinator.lora_modules) {
+    const size_t eq = module.find('=');
+    if (eq != std::string::npos) {
+      options.worker_args.push_back(absl::StrCat("--lora-path=", module.substr(eq + 1)));
+    }
   }
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
   LogInfo("tpserve", "coordinator listening on %s; started %d workers", cluster->address(), world);

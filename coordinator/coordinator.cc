@@ -251,7 +251,7 @@ absl::Status Coordinator::LoadModel() {
         config_.vocab_size, "; tpserve needs them equal"));
   }
   LogInfo(kLog, "model %s: %s", flags_.model, config_.DebugString());
-  ASSIGN_OR_RETURN(plan_, MakeServingPlan(flags_, config_));
+  ASSIGN_OR_RETURN(plan_, MakeServingPlan(flags_, config_, ServedModelName(flags_)));
   if (flags_.speculative == "draft") {
     RETURN_IF_ERROR(
         WithPrefix("--draft-model: ", CheckDraftTokenizer(flags_.draft_model, *tokenizer_)));
@@ -298,9 +298,10 @@ absl::Status Coordinator::StartFrontEnds() {
   front_end_ = std::make_unique<FrontEndPool>(
       FrontEndPool::DefaultThreads(std::thread::hardware_concurrency()),
       kMaxQueuedFrontEndRequests);
-  http_ = std::make_unique<HttpServer>(HttpServerOptions{
-      served_model_name_, config_.context_length, tokenizer_.get(), chat_template_.get(),
-      default_sampling_, metrics_.get(), &api_keys_, plan_.http, front_end_.get(), reasoning_});
+  http_ = std::make_unique<HttpServer>(
+      HttpServerOptions{served_model_name_, config_.context_length, tokenizer_.get(),
+                        chat_template_.get(), default_sampling_, metrics_.get(), &api_keys_,
+                        plan_.http, front_end_.get(), reasoning_, plan_.loras});
   if (flags_.http_port >= 0) {
     const std::string http_host = flags_.http_host.empty() ? flags_.host : flags_.http_host;
     absl::StatusOr<int> started = http_->Start(http_host, flags_.http_port);
@@ -325,6 +326,7 @@ absl::Status Coordinator::StartFrontEnds() {
       tokenizer_.get(), front_end_.get(), flags_.world_size, served_model_name_, default_sampling_);
   inference_->SetBearerKeys(&api_keys_);
   inference_->SetChat(chat_template_.get(), reasoning_);
+  inference_->SetLoras(plan_.loras);
   inference_->SetLoadProgress(&load_progress_);
   admin_ = std::make_unique<AdminServiceImpl>(cluster_.get(), flags_.world_size,
                                               flags_.pipeline_parallel_size, flags_.model);

@@ -133,6 +133,18 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags* flags) {
                  "first --self-spec-layers layers; 'none' to decode one token per step")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "ngram", "draft", "self"}));
+  app.add_option("--lora-modules", flags->lora_modules,
+                 "LoRA adapters (PEFT folders) served beside the model, as name=path: a request "
+                 "whose \"model\" is the name runs with the adapter; every worker must be "
+                 "started with the path too (tpserve-worker --lora-path); repeatable");
+  app.add_option("--max-loras", flags->max_loras,
+                 "adapter slots on the workers (0: as many as --lora-modules names)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
+  app.add_option("--max-lora-rank", flags->max_lora_rank,
+                 "the largest LoRA rank (r) an adapter may have")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   app.add_option("--draft-model", flags->draft_model,
                  "--speculative draft: the draft model (GGUF file or Hugging Face folder), which "
                  "every worker must be started with too (tpserve-worker --draft-model)");

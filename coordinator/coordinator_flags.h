@@ -47,6 +47,9 @@ struct CoordinatorFlags {
   // "ngram": prompt-lookup proposals; "draft": a draft model; "self": the model's first layers
   std::string speculative = "none";
   std::string draft_model;
+  std::vector<std::string> lora_modules;  // name=path (coordinator/lora_modules.h)
+  int32_t max_loras = 0;                  // adapter slots; 0: as many as --lora-modules names
+  int32_t max_lora_rank = 64;
   int self_spec_layers = 0;  // 0: a quarter of the model's layers
   int num_speculative_tokens = 4;
   int spec_disable_batch_size = 8;

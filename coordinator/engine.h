@@ -156,7 +156,8 @@ class Engine {
   // Queues teacher-forced scoring of `prompt`: every position's logits, computed in chunks that
   // keep each step's reply under kMaxScoreLogitBytes. The same prompt checks, plus
   // INVALID_ARGUMENT when all the logits would not fit the client's one reply message.
-  absl::StatusOr<std::shared_ptr<RequestHandle>> SubmitScore(std::vector<int32_t> prompt);
+  absl::StatusOr<std::shared_ptr<RequestHandle>> SubmitScore(std::vector<int32_t> prompt,
+                                                             int32_t adapter = 0);
 
   // Marks the cluster degraded by `cause` (the first cause sticks) and wakes the engine.
   void MarkDegraded(const absl::Status& cause);

@@ -153,7 +153,8 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::SubmitGenerate(
   return Enqueue(std::move(samples));
 }
 
-absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::SubmitScore(std::vector<int32_t> prompt) {
+absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::SubmitScore(std::vector<int32_t> prompt,
+                                                                   int32_t adapter) {
   RETURN_IF_ERROR(CheckPrompt(prompt));
   const int64_t bytes = static_cast<int64_t>(prompt.size()) * options_.vocab_size * 4;
   if (bytes > kMaxScoreLogitBytes) {
@@ -163,6 +164,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::SubmitScore(std::vector<i
   }
   auto seq = std::make_unique<Sequence>();
   seq->kind = Sequence::Kind::kScore;
+  seq->params.adapter = adapter;
   seq->prompt_len = static_cast<int32_t>(prompt.size());
   seq->tokens = std::move(prompt);
   std::vector<std::unique_ptr<Sequence>> one;

@@ -57,13 +57,14 @@ ServedModel HttpGenerations::Model(const Engine& engine) const {
           options_.default_sampling,
           engine.options().limits,
           tool_format_,
-          options_.reasoning};
+          options_.reasoning,
+          options_.loras};
 }
 
 ServedModel HttpGenerations::Model() const {
   return {options_.model_name,    options_.context_length,   options_.tokenizer,
           options_.chat_template, options_.default_sampling, RequestLimits{},
-          tool_format_,           options_.reasoning};
+          tool_format_,           options_.reasoning,        options_.loras};
 }
 
 bool HttpGenerations::WaitNone(absl::Time deadline) {
@@ -139,7 +140,7 @@ void HttpGeneration::Prepare() {
   if (parsed_->request.prompt_logprobs < 0) return Submit();
   // The prompt's log-probabilities come first, from a Score request of their own.
   absl::StatusOr<std::shared_ptr<RequestHandle>> scored =
-      engine_->SubmitScore(parsed_->request.params.prompt);
+      engine_->SubmitScore(parsed_->request.params.prompt, parsed_->request.params.adapter);
   if (!scored.ok()) return Refuse(scored.status());
   handle_ = *std::move(scored);
   phase_ = Phase::kScoring;

@@ -179,24 +179,36 @@ int64_t HttpServer::ContextLength() const {
   return engine != nullptr ? engine->options().context_length : options_.context_length;
 }
 
-nlohmann::json HttpServer::ModelObject() const {
-  return {{"id", options_.model_name},
-          {"object", "model"},
-          {"created", absl::ToUnixSeconds(started_)},
-          {"owned_by", "tpserve"},
-          {"max_model_len", ContextLength()}};
+nlohmann::json HttpServer::ModelObject(const std::string& id) const {
+  // vLLM's shape: an adapter's root is its folder, its parent the base model.
+  json model = {{"id", id},
+                {"object", "model"},
+                {"created", absl::ToUnixSeconds(started_)},
+                {"owned_by", "tpserve"},
+                {"root", id},
+                {"parent", nullptr},
+                {"max_model_len", ContextLength()}};
+  for (const LoraModule& lora : options_.loras) {
+    if (lora.name != id) continue;
+    model["root"] = lora.path;
+    model["parent"] = options_.model_name;
+  }
+  return model;
 }
 
 HttpReply HttpServer::Models() const {
-  return JsonReply(200, {{"object", "list"}, {"data", json::array({ModelObject()})}});
+  json data = json::array({ModelObject(options_.model_name)});
+  for (const LoraModule& lora : options_.loras) data.push_back(ModelObject(lora.name));
+  return JsonReply(200, {{"object", "list"}, {"data", std::move(data)}});
 }
 
 HttpReply HttpServer::Model(const std::string& id) const {
-  if (id != options_.model_name) {
+  if (LoraSlotOf(options_.loras, options_.model_name, id) < 0) {
     return ErrorReply(absl::NotFoundError(absl::StrCat(
-        "model '", id, "' does not exist; this server serves '", options_.model_name, "'")));
+        "model '", id, "' does not exist; this server serves '", options_.model_name, "'",
+        options_.loras.empty() ? "" : " and its LoRA adapters (GET /v1/models)")));
   }
-  return JsonReply(200, ModelObject());
+  return JsonReply(200, ModelObject(id));
 }
 
 void HttpServer::TokenizerEndpoint(bool encode, std::shared_ptr<HttpExchange> exchange,

@@ -72,7 +72,7 @@ class HttpServer {
   void Generate(GenerationApi api, std::shared_ptr<HttpExchange> exchange, HttpRequest request);
   // The context length served: the engine's once it runs.
   int64_t ContextLength() const;
-  nlohmann::json ModelObject() const;
+  nlohmann::json ModelObject(const std::string& id) const;
   HttpReply Models() const;
   HttpReply Model(const std::string& id) const;  // /v1/models/{id}; 404 for another id
   // GET /v1/responses/{id}: a stored response; 404 once it is gone (or was never stored).

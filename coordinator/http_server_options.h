@@ -7,6 +7,7 @@
 #include "coordinator/bearer_keys.h"
 #include "coordinator/front_end_pool.h"
 #include "coordinator/http_message.h"
+#include "coordinator/lora_modules.h"
 #include "coordinator/metrics.h"
 #include "coordinator/reasoning.h"
 #include "kernels/sampling_params.h"
@@ -30,6 +31,7 @@ struct HttpServerOptions {
   // Where requests are parsed and their answers assembled; must outlive the server.
   FrontEndPool* pool = nullptr;
   ReasoningParser reasoning = ReasoningParser::kNone;  // how chat replies split out the thinking
+  std::vector<LoraModule> loras;  // --lora-modules: listed by /v1/models, named by "model"
 };
 
 }  // namespace tpserve

@@ -141,7 +141,7 @@ grpc::ServerUnaryReactor* ScoreCall::Start(const InferenceServiceImpl* service,
                                            v1::ScoreResponse* response) {
   auto call = std::make_shared<ScoreCall>(
       service, std::vector<int32_t>(request->prompt().ids().begin(), request->prompt().ids().end()),
-      response);
+      request->model(), response);
   call->self_ = call;
   absl::MutexLock lock(&call->mutex_);
   if (grpc::Status s = service->CheckKey(*context, "InferenceService.Score"); !s.ok()) {
@@ -160,7 +160,8 @@ void ScoreCall::Submit() {
   absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
       [this]() -> absl::StatusOr<std::shared_ptr<RequestHandle>> {
     ASSIGN_OR_RETURN(Engine * engine, service_->GetEngine());
-    return engine->SubmitScore(prompt_);
+    ASSIGN_OR_RETURN(const int32_t adapter, service_->AdapterOf(model_));
+    return engine->SubmitScore(prompt_, adapter);
   }();
   absl::MutexLock lock(&mutex_);
   if (!handle.ok()) return End(ToGrpc(handle.status()));

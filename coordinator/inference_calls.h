@@ -76,9 +76,12 @@ class ScoreCall final : public grpc::ServerUnaryReactor,
                         public std::enable_shared_from_this<ScoreCall> {
  public:
   // `response` is written only before Finish, so gRPC's stays valid; the prompt is copied.
-  ScoreCall(const InferenceServiceImpl* service, std::vector<int32_t> prompt,
+  ScoreCall(const InferenceServiceImpl* service, std::vector<int32_t> prompt, std::string model,
             v1::ScoreResponse* response)
-      : service_(service), prompt_(std::move(prompt)), response_(response) {}
+      : service_(service),
+        prompt_(std::move(prompt)),
+        model_(std::move(model)),
+        response_(response) {}
 
   static grpc::ServerUnaryReactor* Start(const InferenceServiceImpl* service,
                                          grpc::CallbackServerContext* context,
@@ -95,6 +98,7 @@ class ScoreCall final : public grpc::ServerUnaryReactor,
 
   const InferenceServiceImpl* const service_;
   const std::vector<int32_t> prompt_;
+  const std::string model_;  // the base model or a LoRA adapter
   v1::ScoreResponse* const response_;
   std::shared_ptr<ScoreCall> self_;  // until OnDone
 

@@ -43,6 +43,17 @@ absl::StatusOr<Engine*> InferenceServiceImpl::GetEngine() const {
   return engine;
 }
 
+absl::StatusOr<int32_t> InferenceServiceImpl::AdapterOf(const std::string& model) const {
+  const int32_t slot = model.empty() ? 0 : LoraSlotOf(loras_, model_name_, model);
+  if (slot < 0) {
+    return absl::NotFoundError(absl::StrCat("model '", model,
+                                            "' does not exist; this server "
+                                            "serves '",
+                                            model_name_, "' (ListModels)"));
+  }
+  return slot;
+}
+
 void InferenceServiceImpl::SetChat(const ChatTemplate* chat_template, ReasoningParser reasoning) {
   chat_template_ = chat_template;
   tool_format_ =
@@ -79,6 +90,7 @@ absl::StatusOr<GrpcGenerate> InferenceServiceImpl::ToParams(const v1::GenerateRe
     case v1::GenerateRequest::PROMPT_NOT_SET:
       return absl::InvalidArgumentError("the request has no prompt: set text, token_ids or chat");
   }
+  ASSIGN_OR_RETURN(params.adapter, AdapterOf(request.model()));
   params.max_tokens = request.max_tokens();
   params.sampling = FromProto(request.sampling(), default_sampling_);
   params.ignore_eos = request.ignore_eos();
@@ -135,12 +147,16 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ListModels(grpc::CallbackServerC
   if (grpc::Status s = CheckKey(*context, "InferenceService.ListModels"); !s.ok()) {
     return Answer(context, s);
   }
-  v1::ListModelsResponse::Model* model = response->add_models();
-  model->set_id(model_name_);
-  model->set_vocab_size(tokenizer_->vocab_size());
-  if (Engine* engine = engine_.load(); engine != nullptr) {
-    model->set_context_length(engine->options().context_length);
-  }
+  Engine* engine = engine_.load();
+  auto add = [&](const std::string& id, const std::string& parent) {
+    v1::ListModelsResponse::Model* model = response->add_models();
+    model->set_id(id);
+    model->set_parent(parent);
+    model->set_vocab_size(tokenizer_->vocab_size());
+    if (engine != nullptr) model->set_context_length(engine->options().context_length);
+  };
+  add(model_name_, "");
+  for (const LoraModule& lora : loras_) add(lora.name, model_name_);
   return Answer(context, grpc::Status::OK);
 }
 

@@ -77,14 +77,14 @@ absl::Status GetSampling(const json& body, SamplingParams* s) {
 // The value of `name`, or null when it is absent or JSON null: OpenAI clients send null for
 // "not given".
 
-absl::Status CheckModel(const json& body, const ServedModel& model) {
+// The base model, or the LoRA adapter "model" names: its slot.
+absl::StatusOr<int32_t> CheckModel(const json& body, const ServedModel& model) {
   const json* name = Find(body, "model");
-  if (name == nullptr) return absl::OkStatus();
+  if (name == nullptr) return 0;
   if (!name->is_string()) return WrongType("model", "a string", *name);
-  if (name->get_ref<const std::string&>() != model.name) {
-    return ModelNotFound(name->get_ref<const std::string&>());
-  }
-  return absl::OkStatus();
+  const int32_t slot = LoraSlotOf(model.loras, model.name, name->get_ref<const std::string&>());
+  if (slot < 0) return ModelNotFound(name->get_ref<const std::string&>());
+  return slot;
 }
 
 absl::StatusOr<std::vector<std::string>> GetStop(const json& body, const RequestLimits& limits) {
@@ -224,8 +224,8 @@ absl::StatusOr<std::vector<int32_t>> GetCompletionPrompt(const json& body,
 
 // The fields both endpoints share. `request->params.prompt` is set by the caller.
 absl::Status ParseCommon(const json& body, const ServedModel& model, OpenAiRequest* request) {
-  RETURN_IF_ERROR(CheckModel(body, model));
   GenerateParams& params = request->params;
+  ASSIGN_OR_RETURN(params.adapter, CheckModel(body, model));
 
   ASSIGN_OR_RETURN(std::optional<bool> stream, GetBool(body, "stream"));
   request->stream = stream.value_or(false);

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/lora_modules.h"
 #include "coordinator/openai_known_fields.h"
 #include "coordinator/reasoning.h"
 #include "coordinator/request_limits.h"
@@ -45,6 +46,8 @@ struct ServedModel {
   // when the template is loaded).
   ToolCallFormat tool_format;
   ReasoningParser reasoning = ReasoningParser::kNone;  // --reasoning-parser, resolved
+  // --lora-modules: "model" may name one of these instead of the base model.
+  std::vector<LoraModule> loras;
 };
 
 struct OpenAiRequest {

@@ -14,6 +14,19 @@
 namespace tpserve {
 namespace {
 
+// The prefix cache's key of `tokens` under a LoRA adapter: K/V computed with one adapter are not
+// another's, so each adapter's ids live in a range of their own (t + adapter × vocab); the base
+// model's are the tokens themselves.
+absl::Span<const int32_t> CacheKey(absl::Span<const int32_t> tokens, int32_t adapter, int64_t vocab,
+                                   std::vector<int32_t>* storage) {
+  if (adapter == 0) return tokens;
+  storage->resize(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    (*storage)[i] = static_cast<int32_t>(tokens[i] + adapter * vocab);
+  }
+  return *storage;
+}
+
 constexpr char kLog[] = "scheduler";
 
 int32_t TokensLeft(const Sequence& seq) {
@@ -98,7 +111,9 @@ void Scheduler::TakeCachedPrefix(Sequence& seq) {
   // The last token always runs, so that the step has logits to sample from.
   const absl::Span<const int32_t> usable =
       absl::MakeConstSpan(seq.tokens).first(seq.tokens.size() - 1);
-  PrefixCache::MatchResult match = cache_->Match(usable);
+  std::vector<int32_t> key;
+  PrefixCache::MatchResult match =
+      cache_->Match(CacheKey(usable, seq.params.adapter, options_.vocab_size, &key));
   if (match.block_ids.empty()) return;
   pool_->Ref(match.block_ids);
   cache_->Lock(match.node);  // not null: some blocks matched
@@ -505,8 +520,10 @@ void Scheduler::Commit(const ScheduledBatch& batch) {
     if (seq.kind == Sequence::Kind::kScore) continue;
     const int32_t full = seq.num_computed / options_.block_size;
     if (full <= seq.num_cached_blocks) continue;
+    std::vector<int32_t> key;
     const PrefixCache::InsertResult inserted =
-        cache_->Insert(absl::MakeConstSpan(seq.tokens).first(full * options_.block_size),
+        cache_->Insert(CacheKey(absl::MakeConstSpan(seq.tokens).first(full * options_.block_size),
+                                seq.params.adapter, options_.vocab_size, &key),
                        absl::MakeConstSpan(seq.block_ids).first(full));
     if (inserted.node != nullptr) cache_->Lock(inserted.node);
     if (seq.cache_node != nullptr) cache_->Unlock(seq.cache_node);

@@ -49,6 +49,9 @@ struct GenerateParams {
   // Engine::SubmitGenerate fills.
   OutputConstraint constraint;
   std::shared_ptr<const CompiledConstraint> compiled_constraint;
+  // The LoRA adapter the request runs with: its slot on the workers (coordinator/lora_modules.h);
+  // 0 is the base model.
+  int32_t adapter = 0;
 };
 
 // The n samples of one request. Samples after the first wait until the first has computed the

@@ -3,12 +3,14 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "model/shard_layout.h"
 
 namespace tpserve {
 
 absl::StatusOr<ServingPlan> MakeServingPlan(const CoordinatorFlags& flags,
-                                            const ModelConfig& config) {
+                                            const ModelConfig& config,
+                                            const std::string& served_name) {
   ServingPlan plan;
   const int stages = flags.pipeline_parallel_size;
   if (stages < 1 || flags.world_size % stages != 0) {
@@ -62,6 +64,14 @@ absl::StatusOr<ServingPlan> MakeServingPlan(const CoordinatorFlags& flags,
   init.enforce_eager = flags.enforce_eager;
   if (flags.speculative == "draft") init.draft_model_path = flags.draft_model;
   init.self_spec_layers = plan.self_spec_layers;
+  ASSIGN_OR_RETURN(plan.loras, ParseLoraModules(flags.lora_modules, served_name, flags.max_loras));
+  if (!plan.loras.empty() && flags.device == "cuda") {
+    return absl::InvalidArgumentError(
+        "--lora-modules: LoRA adapters run on CPU workers; CUDA workers do not serve them yet");
+  }
+  init.loras = plan.loras;
+  init.max_loras = flags.max_loras > 0 ? flags.max_loras : static_cast<int32_t>(plan.loras.size());
+  init.max_lora_rank = flags.max_lora_rank;
 
   plan.http.max_connections = flags.http_max_connections;
   plan.http.io_threads = flags.http_io_threads;

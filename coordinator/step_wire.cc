@@ -35,6 +35,7 @@ v1::StepRequest ToStepRequest(const ScheduledBatch& batch, uint64_t step_id, int
         added->set_return_logprobs(true);
         added->set_top_logprobs(seq.params.logprobs);
       }
+      added->set_adapter(seq.params.adapter);
       for (const auto& [token, bias] : seq.params.logit_bias) {
         added->add_logit_bias_ids(token);
         added->add_logit_bias_values(bias);

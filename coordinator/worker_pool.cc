@@ -240,6 +240,13 @@ absl::Status WorkerPool::Init(const WorkerInitOptions& options, absl::Duration t
     r.set_weights_fp8(options.weights_fp8);
     r.set_relay_steps(options.relay_steps);
     r.set_pipeline_size(options.pipeline_size);
+    for (const LoraModule& lora : options.loras) {
+      v1::InitRequest::LoraAdapter* adapter = r.add_lora_adapters();
+      adapter->set_slot(lora.slot);
+      adapter->set_path(lora.path);
+    }
+    r.set_max_loras(options.max_loras);
+    r.set_max_lora_rank(options.max_lora_rank);
   }
   auto statuses = CallAll(timeout, /*cancel_on_failure=*/true,
                           [&](int rank, auto* stub, auto* context, auto done) {

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "coordinator/cluster_service.h"
 #include "coordinator/load_progress.h"
+#include "coordinator/lora_modules.h"
 #include "grpcpp/grpcpp.h"
 #include "tpserve/v1/worker.grpc.pb.h"
 
@@ -45,6 +46,9 @@ struct WorkerInitOptions {
   bool weights_fp8 = false;      // FP8 W8A8 linears (InitRequest.weights_fp8)
   bool relay_steps = true;       // steps to rank 0 alone where it can relay them (InitRequest)
   int32_t pipeline_size = 1;     // stages of world / this tensor-parallel ranks (InitRequest)
+  std::vector<LoraModule> loras;  // the adapters every rank loads, in their slots
+  int32_t max_loras = 0;
+  int32_t max_lora_rank = 64;
 };
 
 // What the ranks agreed on after LoadShard.

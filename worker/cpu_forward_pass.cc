@@ -48,8 +48,38 @@ CpuForwardPass::CpuForwardPass(const ModelConfig& config, const ShardLayout& lay
   }
 }
 
+absl::Status CpuForwardPass::TakeLoras(const ForwardBatch& batch) {
+  lora_runs_.clear();
+  for (int64_t s = 0; s < static_cast<int64_t>(batch.adapters.size()); ++s) {
+    const int32_t slot = batch.adapters[s];
+    if (slot == 0) continue;
+    std::shared_ptr<const LoraShard> shard = loras_ != nullptr ? loras_->Get(slot) : nullptr;
+    if (shard == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("LoRA slot ", slot, " holds no adapter"));
+    }
+    const int64_t begin = batch.query_start[s];
+    const int64_t end = batch.query_start[s + 1];
+    if (!lora_runs_.empty() && lora_runs_.back().end == begin && lora_runs_.back().shard == shard) {
+      lora_runs_.back().end = end;
+    } else {
+      lora_runs_.push_back({begin, end, std::move(shard)});
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CpuForwardPass::AddLora(int layer, std::vector<LoraSlice> LoraLayerShard::*which,
+                             const float* x, int64_t x_stride, float* y, int64_t y_stride) const {
+  for (const LoraRun& run : lora_runs_) {
+    for (const LoraSlice& slice : run.shard->layers[layer].*which) {
+      ApplyLora(slice, x, x_stride, run.begin, run.end, y, y_stride);
+    }
+  }
+}
+
 absl::Status CpuForwardPass::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
   RETURN_IF_ERROR(ValidateForwardBatch(batch, config_, kv_cache_.shape()));
+  RETURN_IF_ERROR(TakeLoras(batch));
   const int64_t n = batch.num_tokens();
   const int64_t hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -94,6 +124,7 @@ void CpuForwardPass::Attention(int layer, const ForwardBatch& batch, const float
   float* qkv = Sized(buffers_.qkv, n * qkv_width);  // [n, q | k | v]
   TP_CHECK(w.qkv.rows == qkv_width && w.qkv.cols == hidden);
   ApplyLinear(w.qkv, normed, n, qkv);
+  AddLora(layer, &LoraLayerShard::qkv, normed, hidden, qkv, qkv_width);
   if (!w.qkv_bias.empty()) cpu::AddBias(qkv, w.qkv_bias.data(), n, qkv_width);
   float* q = Sized(buffers_.q, n * q_width);   // [n, q_heads, head_dim]
   float* k = Sized(buffers_.k, n * kv_width);  // [n, kv_heads, head_dim]
@@ -144,6 +175,7 @@ void CpuForwardPass::Attention(int layer, const ForwardBatch& batch, const float
   params.out = attn;
   cpu::PagedAttention(params);
   ApplyLinear(w.attn_output, attn, n, out);
+  AddLora(layer, &LoraLayerShard::o, attn, q_width, out, hidden);
 }
 
 void CpuForwardPass::Mlp(int layer, const float* normed, int64_t num_tokens, float* out) {
@@ -151,6 +183,7 @@ void CpuForwardPass::Mlp(int layer, const float* normed, int64_t num_tokens, flo
   const int64_t ffn = layout_.ffn.size;
   float* gate_up = Sized(buffers_.gate_up, num_tokens * 2 * ffn);  // [n, gate | up]
   ApplyLinear(w.gate_up, normed, num_tokens, gate_up);
+  AddLora(layer, &LoraLayerShard::gate_up, normed, config_.hidden_size, gate_up, 2 * ffn);
   float* act = Sized(buffers_.act, num_tokens * ffn);  // [n, ffn_local]
   cpu::ParallelFor(num_tokens, kSiluRowsPerChunk, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -159,6 +192,7 @@ void CpuForwardPass::Mlp(int layer, const float* normed, int64_t num_tokens, flo
     }
   });
   ApplyLinear(w.down, act, num_tokens, out);
+  AddLora(layer, &LoraLayerShard::down, act, ffn, out, config_.hidden_size);
 }
 
 absl::Status CpuForwardPass::Logits(const ForwardBatch& batch, const float* hidden_states,

@@ -5,7 +5,9 @@
 // (adjacent pairs for GGUF "llama", rotate-half for "qwen2"; frequencies as the model's RoPE
 // scaling makes them) → KV write into the paged pool → paged causal GQA attention → o_proj
 // (row-parallel) → all-reduce → residual; RMSNorm → gate/up (column-parallel) → SiLU·mul → down
-// (row-parallel) → all-reduce → residual. The final norm and the vocab-parallel lm_head run only
+// (row-parallel) → all-reduce → residual. A sequence with a LoRA adapter adds its low-rank
+// products to the four projections' outputs, before the all-reduces (worker/lora_shard.h). The
+// final norm and the vocab-parallel lm_head run only
 // for the tokens whose logits are wanted, and the logits are gathered on rank 0. A pipeline stage
 // runs its own layers: it takes the previous stage's residual stream instead of the embedding, and
 // all but the last hand theirs to the next stage instead of computing logits.
@@ -50,6 +52,11 @@ class CpuForwardPass : public ForwardPass {
  private:
   void Attention(int layer, const ForwardBatch& batch, const float* normed, float* out);
   void Mlp(int layer, const float* normed, int64_t num_tokens, float* out);
+  // The step's LoRA runs from the batch's adapters: INVALID_ARGUMENT for a slot with none loaded.
+  absl::Status TakeLoras(const ForwardBatch& batch);
+  // y += each run's slices of `which` in `layer`, over the run's tokens.
+  void AddLora(int layer, std::vector<LoraSlice> LoraLayerShard::*which, const float* x,
+               int64_t x_stride, float* y, int64_t y_stride) const;
   absl::Status Logits(const ForwardBatch& batch, const float* hidden, std::vector<float>* logits);
 
   const ModelConfig config_;
@@ -59,6 +66,14 @@ class CpuForwardPass : public ForwardPass {
   PipelineLinks* const links_;
   KvCache kv_cache_;
   KvObserver kv_observer_;
+  // This step's tokens [begin, end) that run with an adapter, and its shard (kept alive for the
+  // step whatever the table does meanwhile).
+  struct LoraRun {
+    int64_t begin = 0;
+    int64_t end = 0;
+    std::shared_ptr<const LoraShard> shard;
+  };
+  std::vector<LoraRun> lora_runs_;
   // A step's activations, kept between steps at the largest size seen.
   struct Buffers {
     std::vector<float> residual, normed, partial, qkv, q, k, v, attn, gate_up, act, selected, local,

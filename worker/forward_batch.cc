@@ -10,7 +10,7 @@ namespace tpserve {
 void ForwardBatchBuilder::AddSequenceWithLogits(absl::Span<const int32_t> tokens,
                                                 int32_t start_position,
                                                 absl::Span<const int32_t> block_table,
-                                                int64_t num_logits) {
+                                                int64_t num_logits, int32_t adapter) {
   TP_CHECK(!tokens.empty());
   TP_CHECK(num_logits >= 1 && num_logits <= static_cast<int64_t>(tokens.size()));
   const size_t first_logits = tokens.size() - num_logits;
@@ -29,6 +29,7 @@ void ForwardBatchBuilder::AddSequenceWithLogits(absl::Span<const int32_t> tokens
   }
   batch_.query_start.push_back(static_cast<int32_t>(batch_.token_ids.size()));
   batch_.context_lens.push_back(static_cast<int32_t>(end));
+  batch_.adapters.push_back(adapter);
   tables_.emplace_back(block_table.begin(), block_table.end());
 }
 
@@ -53,6 +54,7 @@ absl::Status ValidateForwardBatch(const ForwardBatch& batch, const ModelConfig& 
       static_cast<int64_t>(batch.slot_mapping.size()) != n ||
       static_cast<int64_t>(batch.query_start.size()) != seqs + 1 ||
       static_cast<int64_t>(batch.block_tables.size()) != seqs * batch.max_blocks_per_seq ||
+      (!batch.adapters.empty() && static_cast<int64_t>(batch.adapters.size()) != seqs) ||
       batch.query_start.front() != 0 || batch.query_start.back() != n) {
     return absl::InvalidArgumentError("forward batch arrays have inconsistent lengths");
   }

@@ -23,6 +23,8 @@ struct ForwardBatch {
   int64_t max_blocks_per_seq = 0;
   // Tokens whose logits the step returns, in order: [num_logits] indices into token_ids.
   std::vector<int32_t> logits_indices;
+  // [num_seqs] the LoRA slot each sequence runs with (worker/lora_shard.h; 0: the base model).
+  std::vector<int32_t> adapters;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t num_seqs() const { return static_cast<int64_t>(context_lens.size()); }
@@ -44,7 +46,8 @@ class ForwardBatchBuilder {
   // The same, returning the logits of the last `num_logits` tokens (in [1, tokens.size()]): a
   // sequence with K draft tokens wants K + 1 rows.
   void AddSequenceWithLogits(absl::Span<const int32_t> tokens, int32_t start_position,
-                             absl::Span<const int32_t> block_table, int64_t num_logits);
+                             absl::Span<const int32_t> block_table, int64_t num_logits,
+                             int32_t adapter = 0);
 
   ForwardBatch Build();
 

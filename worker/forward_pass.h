@@ -12,6 +12,7 @@
 #include "worker/forward_batch.h"
 #include "worker/kv_cache.h"
 #include "worker/logits_processor.h"
+#include "worker/lora_shard.h"
 
 namespace tpserve {
 
@@ -40,6 +41,12 @@ class ForwardPass {
   virtual int64_t weight_bytes() const = 0;
   // "cpu", or "cuda:ORDINAL (DEVICE NAME)".
   virtual std::string device_name() const = 0;
+
+  // Where a batch's LoRA slots (ForwardBatch::adapters) are looked up; must outlive the pass.
+  void set_loras(const LoraTable* loras) { loras_ = loras; }
+
+ protected:
+  const LoraTable* loras_ = nullptr;
 
  private:
   std::vector<float> host_logits_;  // [num_logits, vocab] of the last step, reused

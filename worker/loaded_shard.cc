@@ -47,6 +47,26 @@ absl::StatusOr<std::unique_ptr<ForwardPass>> CreateCpuModel(const ModelRunnerOpt
                                           shape);
 }
 
+absl::Status LoadLoras(const ModelRunnerOptions& options, LoadedShard& shard) {
+  if (options.loras.empty()) return absl::OkStatus();
+  if (options.device != Device::kCpu) {
+    return absl::UnimplementedError(
+        "LoRA adapters run on CPU workers; CUDA workers do not serve them yet");
+  }
+  for (const ModelRunnerOptions::Lora& lora : options.loras) {
+    if (lora.slot < 1 || lora.slot > shard.loras().num_slots()) {
+      return absl::InvalidArgumentError(absl::StrCat("LoRA slot ", lora.slot, " is outside [1, ",
+                                                     shard.loras().num_slots(), "]"));
+    }
+    ASSIGN_OR_RETURN(std::shared_ptr<const LoraShard> loaded,
+                     LoadLoraShard(shard, lora.path, options.max_lora_rank));
+    LogInfo("runner", "rank %d: LoRA adapter %s in slot %d (%.1f MiB)", shard.layout().rank,
+            lora.path, lora.slot, loaded->bytes / 1048576.0);
+    shard.loras().Set(lora.slot, std::move(loaded));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LoadedShard>> LoadShard(const ModelRunnerOptions& options,
@@ -78,6 +98,7 @@ absl::StatusOr<std::unique_ptr<LoadedShard>> LoadShard(const ModelRunnerOptions&
     ASSIGN_OR_RETURN(cuda_device, SelectCudaDevice(options.cuda.device, comm->rank()));
   }
   std::unique_ptr<LoadedShard> runner(new LoadedShard());
+  runner->loras_ = std::make_unique<LoraTable>(options.max_loras);
   ASSIGN_OR_RETURN(runner->file_, OpenModel(options.model_path));
   ASSIGN_OR_RETURN(runner->config_, ModelConfig::FromGguf(*runner->file_));
   if (options.num_layers > 0) {
@@ -126,7 +147,16 @@ absl::StatusOr<std::unique_ptr<LoadedShard>> LoadShard(const ModelRunnerOptions&
 #endif
   ASSIGN_OR_RETURN(runner->forward_pass_,
                    CreateCpuModel(options, runner->config_, layout, std::move(weights), comm));
+  runner->forward_pass_->set_loras(runner->loras_.get());
+  RETURN_IF_ERROR(LoadLoras(options, *runner));
   return runner;
+}
+
+absl::StatusOr<std::shared_ptr<const LoraShard>> LoadLoraShard(const LoadedShard& shard,
+                                                               const std::string& dir,
+                                                               int64_t max_rank) {
+  ASSIGN_OR_RETURN(const LoraAdapter adapter, LoadLoraAdapter(dir, shard.config(), max_rank));
+  return std::make_shared<const LoraShard>(ShardLora(adapter, shard.config(), shard.layout()));
 }
 
 }  // namespace tpserve

@@ -12,6 +12,7 @@
 #include "model/shard_layout.h"
 #include "worker/comm/communicator.h"
 #include "worker/forward_pass.h"
+#include "worker/lora_shard.h"
 #include "worker/model_runner_options.h"
 
 namespace tpserve {
@@ -24,6 +25,9 @@ class LoadedShard {
   const ModelConfig& config() const { return config_; }
   const ShardLayout& layout() const { return layout_; }
   ForwardPass& forward_pass() { return *forward_pass_; }
+  // The LoRA adapters this rank serves (empty slots when there are none).
+  LoraTable& loras() { return *loras_; }
+  const LoraTable& loras() const { return *loras_; }
   const KvCacheShape& kv_shape() const { return forward_pass_->kv_shape(); }
 
  private:
@@ -36,7 +40,13 @@ class LoadedShard {
   ModelConfig config_;
   ShardLayout layout_;
   std::unique_ptr<ForwardPass> forward_pass_;
+  std::unique_ptr<LoraTable> loras_;
 };
+
+// This rank's shard of the PEFT adapter in `dir` for `shard`'s model (model/lora_adapter.h).
+absl::StatusOr<std::shared_ptr<const LoraShard>> LoadLoraShard(const LoadedShard& shard,
+                                                               const std::string& dir,
+                                                               int64_t max_rank);
 
 // Opens and validates the model, loads this rank's shard (rank and world size come from `comm`,
 // which must outlive the model) and allocates the KV pool. The CPU model runs its collectives

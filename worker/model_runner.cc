@@ -31,7 +31,7 @@ ModelRunner::ModelRunner(std::unique_ptr<LoadedShard> loaded, std::unique_ptr<Dr
       draft_(std::move(draft)),
       samples_(samples),
       planner_(loaded_->config().vocab_size, loaded_->config().context_length, loaded_->kv_shape(),
-               samples) {}
+               samples, loaded_->loras().num_slots()) {}
 
 absl::StatusOr<v1::StepResponse> ModelRunner::Step(const v1::StepRequest& request) {
   ASSIGN_OR_RETURN(StepPlanner::Plan plan, planner_.Begin(request));

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "worker/comm/pipeline_links.h"
 #include "worker/cpu_weights.h"
@@ -56,6 +57,15 @@ struct ModelRunnerOptions {
   int pipeline_stage = 0;
   int pipeline_stages = 1;
   PipelineLinks* links = nullptr;
+  // LoRA adapters (PEFT folders) served beside the base model, each in its slot (1 and up), in
+  // a table of `max_loras` slots; ranks over `max_lora_rank` are refused. CPU ranks only.
+  struct Lora {
+    int32_t slot = 0;
+    std::string path;
+  };
+  std::vector<Lora> loras;
+  int32_t max_loras = 0;
+  int64_t max_lora_rank = 64;
   // Told the loading's progress (worker/shard_loader.h); may be empty.
   std::function<void(int64_t done_bytes, int64_t total_bytes)> load_progress;
 };

@@ -29,6 +29,7 @@ struct SequenceState {
   bool return_logprobs = false;
   int32_t top_logprobs = 0;  // in [0, kMaxTopLogprobs]
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token, added to its logit)
+  int32_t adapter = 0;                                // LoRA slot; 0: the base model
 
   absl::Span<const int32_t> prompt() const {
     return absl::MakeConstSpan(tokens).subspan(0, prompt_len);

@@ -46,8 +46,12 @@ std::optional<uint64_t> RefusedSequenceId(const absl::Status& status) {
 }
 
 StepPlanner::StepPlanner(int64_t vocab_size, int64_t context_length, const KvCacheShape& kv,
-                         bool samples)
-    : vocab_size_(vocab_size), context_length_(context_length), kv_(kv), samples_(samples) {}
+                         bool samples, int32_t num_lora_slots)
+    : vocab_size_(vocab_size),
+      context_length_(context_length),
+      kv_(kv),
+      samples_(samples),
+      num_lora_slots_(num_lora_slots) {}
 
 absl::StatusOr<StepPlanner::Plan> StepPlanner::Begin(const v1::StepRequest& request) {
   for (uint64_t id : request.finished_seq_ids()) sequences_.erase(id);  // Unknown ids: no-op.
@@ -95,6 +99,11 @@ absl::StatusOr<SequenceState> StepPlanner::NewSequence(const v1::NewSequence& s)
                                            s.top_logprobs(), " is outside [0, ", kMaxTopLogprobs,
                                            "]"));
   }
+  if (s.adapter() < 0 || s.adapter() > num_lora_slots_) {
+    return RefuseSequence(id, absl::StrCat("new sequence ", id, ": adapter ", s.adapter(),
+                                           " is outside [0, ", num_lora_slots_, "]"));
+  }
+  state.adapter = s.adapter();
   state.return_logprobs = s.return_logprobs();
   state.top_logprobs = s.top_logprobs();
   if (s.logit_bias_ids_size() != s.logit_bias_values_size() ||
@@ -237,7 +246,7 @@ absl::StatusOr<StepPlanner::Plan> StepPlanner::PlanStep(const v1::StepRequest& r
     logits.num_rows = rows;
     logits.sample = s.sample();
     logits.return_logits = s.all_logits();
-    builder.AddSequenceWithLogits(run, s.start_position(), table, rows);
+    builder.AddSequenceWithLogits(run, s.start_position(), table, rows, state.adapter);
     num_rows += rows;
     if (!s.sample()) continue;
     // The next token follows the prompt, the output before start and this step's tokens.

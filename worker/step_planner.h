@@ -45,8 +45,10 @@ class StepPlanner {
   };
 
   // `vocab_size` and `context_length` are the model's, `kv` this rank's pool. Only the rank that
-  // `samples` (rank 0 of the last pipeline stage) builds the penalties' histories.
-  StepPlanner(int64_t vocab_size, int64_t context_length, const KvCacheShape& kv, bool samples);
+  // `samples` (rank 0 of the last pipeline stage) builds the penalties' histories. A new
+  // sequence's adapter is a slot in [0, num_lora_slots].
+  StepPlanner(int64_t vocab_size, int64_t context_length, const KvCacheShape& kv, bool samples,
+              int32_t num_lora_slots = 0);
 
   // Drops the finished sequences, adds the new ones and plans the scheduled ones. A request that
   // schedules nothing gives a plan with an empty batch (its new sequences stay). The plan's
@@ -83,6 +85,7 @@ class StepPlanner {
   const int64_t context_length_;
   const KvCacheShape kv_;
   const bool samples_;
+  const int32_t num_lora_slots_;
 
   SequenceMap sequences_;
 };

@@ -43,6 +43,7 @@ struct Flags {
   std::string cluster_token_file;
   std::string model_dir;
   std::string draft_model;
+  std::vector<std::string> lora_paths;
   int coordinator_timeout_s = 30;
   std::string cpu_comm = "auto";
   TlsFiles tls;
@@ -81,6 +82,7 @@ int Run(const Flags& flags) {
   options.gpu_memory_utilization = flags.gpu_memory_utilization;
   options.model_dir = flags.model_dir;
   options.draft_model_path = flags.draft_model;
+  options.lora_paths = flags.lora_paths;
   options.cpu_weights = *ParseCpuWeights(flags.cpu_weights);  // the flag admits only its names
   options.cpu_transport = *ParseCpuTransport(flags.cpu_comm);  // the flag admits only valid names
   auto server = WorkerServer::Start(options);
@@ -203,6 +205,9 @@ int main(int argc, char** argv) {
       "--draft-model", flags.draft_model,
       "the draft model (GGUF file or Hugging Face folder) the coordinator may ask rank 0 "
       "to load for speculative decoding (--speculative draft)");
+  app.add_option("--lora-path", flags.lora_paths,
+                 "a LoRA adapter folder (PEFT) the coordinator may ask this worker to load "
+                 "(--lora-modules); repeatable");
   app.add_option("--model-dir", flags.model_dir,
                  "a directory whose models the coordinator may ask this worker to load instead of "
                  "--model (default: none, only --model)");

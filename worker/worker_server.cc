@@ -15,14 +15,30 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "model/shard_layout.h"
-#include "worker/group_factory.h"
-#include "worker/step_planner.h"
 #include "worker/cuda_backend.h"
+#include "worker/group_factory.h"
+#include "worker/load_policy.h"
+#include "worker/step_planner.h"
 
 namespace tpserve {
 namespace {
 
 constexpr int64_t kDefaultBlockSize = 16;
+
+// The same adapters in the same slots: a loaded shard serves them as they are.
+bool SameLoras(const v1::InitRequest& a, const v1::InitRequest& b) {
+  if (a.lora_adapters_size() != b.lora_adapters_size() || a.max_loras() != b.max_loras() ||
+      a.max_lora_rank() != b.max_lora_rank()) {
+    return false;
+  }
+  for (int i = 0; i < a.lora_adapters_size(); ++i) {
+    if (a.lora_adapters(i).slot() != b.lora_adapters(i).slot() ||
+        a.lora_adapters(i).path() != b.lora_adapters(i).path()) {
+      return false;
+    }
+  }
+  return true;
+}
 constexpr size_t kLatencyWindow = 128;  // steps the p50 is taken over
 constexpr double kSlowStepMs = 1000;    // steps slower than this are logged
 // How often a gRPC thread waiting for a step looks whether the coordinator cancelled it.
@@ -265,22 +281,6 @@ grpc::Status WorkerServer::Shutdown(grpc::ServerContext* context, const v1::Shut
 
 // ---- Execution thread ------------------------------------------------------------------------
 
-bool WorkerServer::MayLoadDraft(const std::string& path) const {
-  return path == options_.draft_model_path || (path != options_.model_path && MayLoad(path));
-}
-
-bool WorkerServer::MayLoad(const std::string& path) const {
-  if (path == options_.model_path) return true;
-  if (options_.model_dir.empty()) return false;
-  std::error_code error;
-  const std::filesystem::path dir = std::filesystem::weakly_canonical(options_.model_dir, error);
-  if (error) return false;
-  const std::filesystem::path file = std::filesystem::weakly_canonical(path, error);
-  if (error) return false;
-  const auto [end, _] = std::mismatch(dir.begin(), dir.end(), file.begin(), file.end());
-  return end == dir.end() && file != dir;
-}
-
 absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   const int rank = request.rank(), world = request.world_size();
   if (rank != options_.rank) {
@@ -338,41 +338,27 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   relay_.reset();  // it points into the communicator replaced below
   v1::InitRequest group = request;
   if (group.block_size() == 0) group.set_block_size(kDefaultBlockSize);
-  if (!request.model_path().empty() && !MayLoad(request.model_path())) {
-    // The path is not opened, and not echoed back beyond what the caller sent.
-    return absl::PermissionDeniedError(
-        absl::StrCat("Init: this worker loads only the model it was started with (--model ",
-                     options_.model_path, ")",
-                     options_.model_dir.empty()
-                         ? ""
-                         : absl::StrCat(" or one under --model-dir ", options_.model_dir)));
-  }
-  if (!request.draft_model_path().empty() && !MayLoadDraft(request.draft_model_path())) {
-    // Not opened, and not echoed back beyond what the caller sent.
-    return absl::PermissionDeniedError(absl::StrCat(
-        "Init: this worker loads as a draft only the model it was started with (--draft-model",
-        options_.draft_model_path.empty() ? ": none" : absl::StrCat(" ", options_.draft_model_path),
-        ")",
-        options_.model_dir.empty()
-            ? ""
-            : absl::StrCat(" or one under --model-dir ", options_.model_dir)));
-  }
+  // A refused path is not opened, and not echoed back beyond what the caller sent.
+  RETURN_IF_ERROR((LoadPolicy{options_.model_path, options_.model_dir, options_.draft_model_path,
+                              options_.lora_paths}
+                       .Check(request)));
   const std::string model_path =
       request.model_path().empty() ? options_.model_path : request.model_path();
   // A CUDA model of several ranks is reloaded: its decode graphs captured NCCL calls on the old
   // communicator, and NCCL does not destroy a communicator while a graph still references it.
-  const bool keep_shard =
-      runner_ != nullptr && group.world_size() == group_.world_size() &&
-      group.pipeline_size() == group_.pipeline_size() && model_path == model_path_ &&
-      group.block_size() == group_.block_size() &&
-      group.kv_cache_blocks() == group_.kv_cache_blocks() &&
-      group.kv_cache_bytes() == group_.kv_cache_bytes() && group.device() == group_.device() &&
-      (!cuda || world == 1) && group.max_num_seqs() == group_.max_num_seqs() &&
-      group.max_num_batched_tokens() == group_.max_num_batched_tokens() &&
-      group.enforce_eager() == group_.enforce_eager() &&
-      group.draft_model_path() == group_.draft_model_path() &&
-      group.self_spec_layers() == group_.self_spec_layers() &&
-      group.kv_cache_fp8() == group_.kv_cache_fp8() && group.weights_fp8() == group_.weights_fp8();
+  const bool keep_shard = runner_ != nullptr && group.world_size() == group_.world_size() &&
+                          group.pipeline_size() == group_.pipeline_size() &&
+                          model_path == model_path_ && group.block_size() == group_.block_size() &&
+                          group.kv_cache_blocks() == group_.kv_cache_blocks() &&
+                          group.kv_cache_bytes() == group_.kv_cache_bytes() &&
+                          group.device() == group_.device() && (!cuda || world == 1) &&
+                          group.max_num_seqs() == group_.max_num_seqs() &&
+                          group.max_num_batched_tokens() == group_.max_num_batched_tokens() &&
+                          group.enforce_eager() == group_.enforce_eager() &&
+                          group.draft_model_path() == group_.draft_model_path() &&
+                          group.self_spec_layers() == group_.self_spec_layers() &&
+                          group.kv_cache_fp8() == group_.kv_cache_fp8() &&
+                          group.weights_fp8() == group_.weights_fp8() && SameLoras(group, group_);
   // Before the communicators it points to change. A kept CUDA shard is a world of one, whose
   // device communicator lives for the whole process.
   if (!keep_shard) runner_.reset();
@@ -422,6 +408,11 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
     load_done_bytes_ = done;
   };
   options.draft_model_path = group_.draft_model_path();
+  for (const v1::InitRequest::LoraAdapter& lora : group_.lora_adapters()) {
+    options.loras.push_back({lora.slot(), lora.path()});
+  }
+  options.max_loras = group_.max_loras();
+  options.max_lora_rank = group_.max_lora_rank();
   if (group_.self_spec_layers() > 0) {  // The target itself, which Init allowed.
     options.draft_model_path = model_path_;
     options.draft_num_layers = group_.self_spec_layers();

@@ -55,6 +55,8 @@ struct WorkerServerOptions {
   // The draft model (speculative decoding) InitRequest.draft_model_path may name, besides those
   // under `model_dir`; empty: none.
   std::string draft_model_path;
+  // LoRA adapter folders InitRequest.lora_adapters may name, besides those under `model_dir`.
+  std::vector<std::string> lora_paths;
   std::string host = "127.0.0.1";  // bound and advertised, for gRPC and for Gloo
   // How the ranks of a CPU group all-reduce: shared memory when all can map it, else Gloo.
   CpuTransport cpu_transport = CpuTransport::kAuto;
@@ -129,8 +131,6 @@ class WorkerServer final : public v1::WorkerService::Service {
 
   // Execution thread only.
   // Whether Init may load `path`: the --model file, or one under --model-dir.
-  bool MayLoad(const std::string& path) const;
-  bool MayLoadDraft(const std::string& path) const;
   absl::Status DoInit(const v1::InitRequest& request);
   absl::Status DoLoadShard(v1::LoadShardResponse* response);
   absl::Status DoStep(const v1::StepRequest& request, v1::StepResponse* response);

@@ -68,12 +68,19 @@ def silu(x):
     return x / (1 + np.exp(-x))
 
 
-def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True, kv_cache=None):
+def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True, kv_cache=None,
+                     deltas=None):
     """[tokens, vocab] logits of the HF model the GGUF file holds. `permuted_qk`: whether the
     file's Q/K rows are the converter's permutation of HF's (by default: for llama files only);
     `biases`: add the q/k/v biases the file has; `kv_cache(layer, k, v)`, when given, returns the
     K and V ([kv_heads, tokens, head_dim], K rotated) that attention reads, as a KV cache stores
-    them."""
+    them; `deltas[(layer, "q_proj")]` (HF module names, HF row order), when given, is added to that
+    weight: a LoRA adapter merged into the model."""
+    deltas = deltas or {}
+
+    def weight(layer, module, w):
+        return w + deltas[(layer, module)] if (layer, module) in deltas else w
+
     c = HfConfig(gguf)
     if permuted_qk is None:
         permuted_qk = c.arch == "llama"
@@ -97,6 +104,8 @@ def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True, kv_c
         if permuted_qk:
             wq = unpermute_llama_qk(wq, c.heads)
             wk = unpermute_llama_qk(wk, c.kv_heads)
+        wq, wk, wv = (weight(layer, "q_proj", wq), weight(layer, "k_proj", wk),
+                      weight(layer, "v_proj", wv))
         q = h @ wq.T + (bq if bq is not None else 0)
         k = h @ wk.T + (bk if bk is not None else 0)
         v = h @ wv.T + (bv if bv is not None else 0)
@@ -115,11 +124,11 @@ def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True, kv_c
         weights = np.exp(scores)
         weights /= weights.sum(axis=-1, keepdims=True)
         attn = (weights @ v).transpose(1, 0, 2).reshape(n, c.hidden)
-        x = x + attn @ t[b + "attn_output.weight"].T
+        x = x + attn @ weight(layer, "o_proj", t[b + "attn_output.weight"]).T
         h = rms_norm(x, t[b + "ffn_norm.weight"], c.eps)
-        gate = h @ t[b + "ffn_gate.weight"].T
-        up = h @ t[b + "ffn_up.weight"].T
-        x = x + (silu(gate) * up) @ t[b + "ffn_down.weight"].T
+        gate = h @ weight(layer, "gate_proj", t[b + "ffn_gate.weight"]).T
+        up = h @ weight(layer, "up_proj", t[b + "ffn_up.weight"]).T
+        x = x + (silu(gate) * up) @ weight(layer, "down_proj", t[b + "ffn_down.weight"]).T
     x = rms_norm(x, t["output_norm.weight"], c.eps)
     head = t.get("output.weight", t["token_embd.weight"])  # tied when output.weight is absent
     return x @ head.T

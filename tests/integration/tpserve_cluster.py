@@ -204,8 +204,9 @@ def metric_totals(cluster, pattern):
             re.findall(r"^tpserve:(%s)_total\{[^}]*\} (\d+)$" % pattern, text, re.M)}
 
 
-def score_logits(protos, cluster, tokens):
-    """[len(tokens), vocab] float64: the logits the cluster's gRPC Score gives each token."""
+def score_logits(protos, cluster, tokens, model=""):
+    """[len(tokens), vocab] float64: the logits the cluster's gRPC Score gives each token, under
+    `model` (a LoRA adapter's name; empty: the base model)."""
     import grpc
     import numpy as np
 
@@ -215,5 +216,6 @@ def score_logits(protos, cluster, tokens):
     with grpc.insecure_channel(cluster.grpc_address, options=options) as channel:
         grpc.channel_ready_future(channel).result(timeout=10)
         stub = protos.inference_pb2_grpc.InferenceServiceStub(channel)
-        reply = stub.Score(pb.ScoreRequest(prompt=pb.TokenIds(ids=tokens)), timeout=120)
+        reply = stub.Score(pb.ScoreRequest(prompt=pb.TokenIds(ids=tokens), model=model),
+                           timeout=120)
     return np.array([list(p.logits) for p in reply.positions], dtype=np.float64)

@@ -199,6 +199,21 @@ TEST(WorkerServerLifecycle, InitRefusesAModelItWasNotStartedWith) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << path;
     EXPECT_EQ(status.error_message().find("root"), std::string::npos) << status.error_message();
   }
+  // Nor at a LoRA adapter it was not started with (--lora-path).
+  for (const char* path : {"/etc", "/tmp"}) {
+    grpc::ClientContext context;
+    v1::InitRequest init = InitRequest();
+    v1::InitRequest::LoraAdapter* adapter = init.add_lora_adapters();
+    adapter->set_slot(1);
+    adapter->set_path(path);
+    init.set_max_loras(1);
+    v1::InitResponse response;
+    const grpc::Status status = stub->Init(&context, init, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << path;
+    EXPECT_NE(status.error_message().find("--lora-path"), std::string::npos)
+        << status.error_message();
+    EXPECT_EQ(status.error_message().find(path), std::string::npos) << status.error_message();
+  }
   grpc::ClientContext status_context;
   v1::WorkerStatusResponse worker_status;
   ASSERT_TRUE(stub->Status(&status_context, {}, &worker_status).ok());

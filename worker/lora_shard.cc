@@ -1,0 +1,108 @@
+#include "worker/lora_shard.h"
+
+#include <utility>
+
+#include "kernels/cpu/parallel_for.h"
+
+namespace tpserve {
+namespace {
+
+// Rows [rows.begin, rows.end()) of B, all of A: a column-parallel module.
+LoraSlice OutputRows(const LoraModule& m, int64_t rank, Range rows, int64_t offset) {
+  LoraSlice s{rank, m.in, rows.size, offset, m.a, {}};
+  s.b.assign(m.b.begin() + rows.begin * rank, m.b.begin() + rows.end() * rank);
+  return s;
+}
+
+// Columns [cols.begin, cols.end()) of A, all of B: a row-parallel module.
+LoraSlice InputColumns(const LoraModule& m, int64_t rank, Range cols) {
+  LoraSlice s{rank, cols.size, m.out, 0, {}, m.b};
+  s.a.resize(rank * cols.size);
+  for (int64_t k = 0; k < rank; ++k) {
+    std::copy(m.a.begin() + k * m.in + cols.begin, m.a.begin() + k * m.in + cols.end(),
+              s.a.begin() + k * cols.size);
+  }
+  return s;
+}
+
+int64_t Bytes(const std::vector<LoraSlice>& slices) {
+  int64_t bytes = 0;
+  for (const LoraSlice& s : slices) bytes += static_cast<int64_t>((s.a.size() + s.b.size()) * 4);
+  return bytes;
+}
+
+}  // namespace
+
+LoraShard ShardLora(const LoraAdapter& adapter, const ModelConfig& config,
+                    const ShardLayout& layout) {
+  const int64_t hd = config.head_dim;
+  const int64_t r = adapter.rank;
+  const int64_t q_width = layout.q_width(hd);
+  const int64_t kv_width = layout.kv_width(hd);
+  const Range q_rows{layout.q_heads.begin * hd, q_width};
+  const Range kv_rows{layout.kv_heads.begin * hd, kv_width};
+  LoraShard shard;
+  for (int64_t l = 0; l < layout.layers.size; ++l) {
+    const auto& modules = adapter.layers[layout.layers.begin + l];
+    auto module = [&modules](LoraTarget t) -> const std::optional<LoraModule>& {
+      return modules[static_cast<int>(t)];
+    };
+    LoraLayerShard layer;
+    if (const auto& m = module(LoraTarget::kQ)) layer.qkv.push_back(OutputRows(*m, r, q_rows, 0));
+    if (const auto& m = module(LoraTarget::kK)) {
+      layer.qkv.push_back(OutputRows(*m, r, kv_rows, q_width));
+    }
+    if (const auto& m = module(LoraTarget::kV)) {
+      layer.qkv.push_back(OutputRows(*m, r, kv_rows, q_width + kv_width));
+    }
+    if (const auto& m = module(LoraTarget::kO)) layer.o.push_back(InputColumns(*m, r, q_rows));
+    if (const auto& m = module(LoraTarget::kGate)) {
+      layer.gate_up.push_back(OutputRows(*m, r, layout.ffn, 0));
+    }
+    if (const auto& m = module(LoraTarget::kUp)) {
+      layer.gate_up.push_back(OutputRows(*m, r, layout.ffn, layout.ffn.size));
+    }
+    if (const auto& m = module(LoraTarget::kDown)) {
+      layer.down.push_back(InputColumns(*m, r, layout.ffn));
+    }
+    shard.bytes += Bytes(layer.qkv) + Bytes(layer.o) + Bytes(layer.gate_up) + Bytes(layer.down);
+    shard.layers.push_back(std::move(layer));
+  }
+  return shard;
+}
+
+void ApplyLora(const LoraSlice& s, const float* x, int64_t x_stride, int64_t begin, int64_t end,
+               float* y, int64_t y_stride) {
+  cpu::ParallelFor(end - begin, 1, [&](int64_t from, int64_t to) {
+    std::vector<float> ax(s.rank);
+    for (int64_t t = begin + from; t < begin + to; ++t) {
+      const float* row = x + t * x_stride;
+      for (int64_t k = 0; k < s.rank; ++k) {
+        const float* a = s.a.data() + k * s.in;
+        float sum = 0;
+        for (int64_t i = 0; i < s.in; ++i) sum += a[i] * row[i];
+        ax[k] = sum;
+      }
+      float* out = y + t * y_stride + s.offset;
+      for (int64_t j = 0; j < s.out; ++j) {
+        const float* b = s.b.data() + j * s.rank;
+        float sum = 0;
+        for (int64_t k = 0; k < s.rank; ++k) sum += b[k] * ax[k];
+        out[j] += sum;
+      }
+    }
+  });
+}
+
+void LoraTable::Set(int32_t slot, std::shared_ptr<const LoraShard> shard) {
+  absl::MutexLock lock(&mutex_);
+  if (slot >= 1 && slot < static_cast<int32_t>(slots_.size())) slots_[slot] = std::move(shard);
+}
+
+std::shared_ptr<const LoraShard> LoraTable::Get(int32_t slot) const {
+  absl::MutexLock lock(&mutex_);
+  if (slot < 1 || slot >= static_cast<int32_t>(slots_.size())) return nullptr;
+  return slots_[slot];
+}
+
+}  // namespace tpserve

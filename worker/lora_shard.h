@@ -1,0 +1,67 @@
+// A LoRA adapter (model/lora_adapter.h) as one tensor-parallel rank of one pipeline stage holds
+// it, sliced like the base weights it changes: the column-parallel projections (q, k, v by heads;
+// gate, up by FFN columns) keep B's rows of this rank's outputs and all of A; the row-parallel
+// ones (o, down) keep A's columns of this rank's inputs and all of B, so each rank adds its part
+// of B · A · x before the layer's all-reduce sums them.
+//
+// LoraTable holds the adapters a worker serves, by slot (1 and up; 0 is the base model):
+// thread-safe, and a step keeps the shards it read alive however the table changes meanwhile.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "model/lora_adapter.h"
+#include "model/model_config.h"
+#include "model/shard_layout.h"
+
+namespace tpserve {
+
+// One module's slice: out[t, offset + j] += Σ_k b[j, k] · Σ_i a[k, i] · x[t, i].
+struct LoraSlice {
+  int64_t rank = 0;
+  int64_t in = 0;        // columns of A: the slice of the module's input this rank holds
+  int64_t out = 0;       // rows of B
+  int64_t offset = 0;    // where the module's rows start in the fused output row (qkv, gate_up)
+  std::vector<float> a;  // [rank, in]
+  std::vector<float> b;  // [out, rank]
+};
+
+struct LoraLayerShard {
+  std::vector<LoraSlice> qkv;      // into the fused [q | k | v] row
+  std::vector<LoraSlice> o;        // into the attention output (before the all-reduce)
+  std::vector<LoraSlice> gate_up;  // into the fused [gate | up] row
+  std::vector<LoraSlice> down;     // into the MLP output (before the all-reduce)
+};
+
+struct LoraShard {
+  std::vector<LoraLayerShard> layers;  // the stage's layers, from 0
+  int64_t bytes = 0;
+};
+
+LoraShard ShardLora(const LoraAdapter& adapter, const ModelConfig& config,
+                    const ShardLayout& layout);
+
+// Adds `slice`'s product for rows [begin, end) of x ([rows, x_stride], the slice's input starting
+// at column 0) into y ([rows, y_stride]).
+void ApplyLora(const LoraSlice& slice, const float* x, int64_t x_stride, int64_t begin, int64_t end,
+               float* y, int64_t y_stride);
+
+class LoraTable {
+ public:
+  explicit LoraTable(int32_t num_slots) : slots_(num_slots + 1) {}
+
+  int32_t num_slots() const { return static_cast<int32_t>(slots_.size()) - 1; }
+  void Set(int32_t slot, std::shared_ptr<const LoraShard> shard);
+  // Null for slot 0, an empty slot or one out of range.
+  std::shared_ptr<const LoraShard> Get(int32_t slot) const;
+
+ private:
+  mutable absl::Mutex mutex_;
+  std::vector<std::shared_ptr<const LoraShard>> slots_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace tpserve
