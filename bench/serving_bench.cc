@@ -78,10 +78,16 @@ struct Flags {
   std::string constraint_regex = "[a-z ,.]+";
   std::string constraint_json_schema_file;
   std::string constraint_json_schema;  // the file's text, read after parsing
+  // LoRA: request i runs with models[i % size] ("base": the base model); empty: all base.
+  std::vector<std::string> models;
 };
 
-// Every --constrained-every-th request gets the constraint.
+// Every --constrained-every-th request gets the constraint; request i the i-th of --models in turn.
 std::vector<BenchRequest> Constrain(std::vector<BenchRequest> requests, const Flags& flags) {
+  for (size_t i = 0; i < requests.size() && !flags.models.empty(); ++i) {
+    const std::string& model = flags.models[i % flags.models.size()];
+    requests[i].model = model == "base" ? "" : model;
+  }
   if (flags.constrained_every <= 0) return requests;
   for (size_t i = 0; i < requests.size(); i += flags.constrained_every) {
     if (flags.constraint_json_schema.empty()) {
@@ -155,6 +161,7 @@ class PhaseRunner {
     proto.set_max_tokens(request.max_tokens);
     proto.set_ignore_eos(true);
     proto.mutable_sampling()->set_temperature(0.0f);
+    proto.set_model(request.model);
     if (!request.regex.empty()) proto.mutable_constraint()->set_regex(request.regex);
     if (!request.json_schema.empty()) {
       proto.mutable_constraint()->set_json_schema(request.json_schema);
@@ -508,6 +515,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", w.seed, "seed for prompts, lengths and arrivals")->capture_default_str();
   app.add_option("--json", flags.json_path, "also write the results as JSON to this file");
+  app.add_option("--models", flags.models,
+                 "LoRA: the adapters (--lora-modules names; 'base' for the base model) that the "
+                 "requests run with in turn")
+      ->delimiter(',');
   app.add_option("--constrained-every", flags.constrained_every,
                  "structured output: constrain every K-th request to --constraint-regex (0: none)")
       ->check(CLI::NonNegativeNumber);

@@ -31,6 +31,7 @@ struct BenchRequest {
   // empty: unconstrained).
   std::string regex;
   std::string json_schema;
+  std::string model;  // a LoRA adapter's name; empty: the base model
 };
 
 // `count` requests. Each `stream` gives independent draws, the shared prefix included, so the

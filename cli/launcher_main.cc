@@ -55,6 +55,7 @@ struct Flags {
   int tp = 1;
   double gpu_memory_utilization = 0.9;
   std::string cpu_weights = "auto";
+  std::vector<std::string> lora_dirs;  // the workers' --lora-dir
   int worker_restarts = 5;
   int ready_timeout_s = 600;
   std::string prompt;
@@ -157,15 +158,12 @@ absl::Status Serve(const Flags& flags, const Console& console) {
   } else {
     options.worker_args.push_back(absl::StrCat("--cpu-weights=", flags.cpu_weights));
   }
-  // Rank 0 loads the draft the coordinator names; every rank its LoRA adapters.
+  for (const std::string& dir : flags.lora_dirs) {
+    options.worker_args.push_back(absl::StrCat("--lora-dir=", dir));
+  }
+  // Rank 0 loads the draft the coordinator names.
   if (!coordinator.draft_model.empty()) {
     options.worker_args.push_back(absl::StrCat("--draft-model=", coordinator.draft_model));
-  }
-  for (const std::string& module : coordinator.lora_modules) {
-    const size_t eq = module.find('=');
-    if (eq != std::string::npos) {
-      options.worker_args.push_back(absl::StrCat("--lora-path=", module.substr(eq + 1)));
-    }
   }
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
   LogInfo("tpserve", "coordinator listening on %s; started %d workers", cluster->address(), world);
@@ -242,6 +240,9 @@ int main(int argc, char** argv) {
   app.add_option("--gpu-memory-utilization", flags.gpu_memory_utilization,
                  "cuda: share of each GPU's memory for weights, buffers and the KV pool")
       ->check(CLI::Range(0.05, 1.0));
+  app.add_option("--lora-dir", flags.lora_dirs,
+                 "a directory whose LoRA adapter folders `tpctl lora load` may load at run time "
+                 "(every worker's --lora-dir); repeatable");
   app.add_option("--worker-restarts", flags.worker_restarts,
                  "times in all a worker that dies is started again; 0 = a worker's death stops "
                  "the cluster")

@@ -97,6 +97,14 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
         cluster->token_file()};
     worker_args.insert(worker_args.end(), tls_args.begin(), tls_args.end());
     worker_args.insert(worker_args.end(), options.worker_args.begin(), options.worker_args.end());
+    // Every rank may load the LoRA adapters the coordinator names (--lora-modules=name=path).
+    constexpr std::string_view kLora = "--lora-modules=";
+    for (const std::string& arg : options.coordinator_args) {
+      const size_t eq = arg.find('=', kLora.size());
+      if (arg.starts_with(kLora) && eq != std::string::npos) {
+        worker_args.push_back(absl::StrCat("--lora-path=", arg.substr(eq + 1)));
+      }
+    }
     RETURN_IF_ERROR(cluster->StartChild(absl::StrCat("worker-", rank), rank, worker_args));
   }
   grpc::ChannelArguments channel_args;

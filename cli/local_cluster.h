@@ -29,7 +29,9 @@ struct LocalClusterOptions {
   TlsFiles tls;
   int64_t kv_cache_blocks = 0;
   int worker_threads = 0;  // per worker; 0 = the host's cores split evenly between the workers
-  std::vector<std::string> coordinator_args;  // further coordinator flags
+  // Further coordinator flags, as --flag=value; each --lora-modules=name=path also gives every
+  // worker --lora-path=path.
+  std::vector<std::string> coordinator_args;
   std::vector<std::string> worker_args;       // further flags for every worker
   std::map<int, std::string> worker_models;   // per-rank model path overrides
   std::vector<int> ranks;                     // ranks to start; empty = every rank

@@ -2,7 +2,7 @@
 //
 //   tpctl [--coordinator HOST:PORT] [--json] [--timeout S] [--admin-key-file F]
 //         [--tls-cert C --tls-key K --tls-ca A [--tls-server-name N]]
-//         status|drain|undrain|flush-cache
+//         status|drain|undrain|flush-cache|lora list|lora load NAME PATH|lora unload NAME
 //
 // The address is the coordinator's admin port (its --admin-port), from --coordinator, else
 // $TPSERVE_COORDINATOR. Exits 0 on success, 1 when
@@ -187,9 +187,23 @@ int RunCall(const Flags& flags, const char* method, Call call, Print print) {
   return 0;
 }
 
-enum class Command { kStatus, kDrain, kUndrain, kFlushCache };
+void PrintAdapters(const v1::ListLoraAdaptersResponse& r) {
+  std::printf("%d of %d LoRA adapter slots in use\n", r.adapters_size(), r.max_loras());
+  for (const v1::LoraAdapter& a : r.adapters()) {
+    std::printf("  %-20s slot %-3d %s\n", a.name().c_str(), a.slot(), a.path().c_str());
+  }
+}
 
-int RunCommand(const Flags& flags, Command command) {
+enum class Command { kStatus, kDrain, kUndrain, kFlushCache, kLoraList, kLoraLoad, kLoraUnload };
+
+// `tpctl lora`: the adapter to load or unload, and how long its requests may take to finish.
+struct LoraFlags {
+  std::string name;
+  std::string path;
+  int drain_timeout_s = 60;
+};
+
+int RunCommand(const Flags& flags, Command command, const LoraFlags& lora = {}) {
   using Stub = v1::AdminService::Stub;
   switch (command) {
     case Command::kStatus:
@@ -220,6 +234,41 @@ int RunCommand(const Flags& flags, Command command) {
             return stub.FlushPrefixCache(context, v1::FlushPrefixCacheRequest(), response);
           },
           PrintFlush);
+    case Command::kLoraList:
+      return RunCall<v1::ListLoraAdaptersResponse>(
+          flags, "ListLoraAdapters",
+          [](Stub& stub, grpc::ClientContext* context, v1::ListLoraAdaptersResponse* response) {
+            return stub.ListLoraAdapters(context, v1::ListLoraAdaptersRequest(), response);
+          },
+          PrintAdapters);
+    case Command::kLoraLoad: {
+      v1::LoadLoraAdapterRequest request;
+      request.set_name(lora.name);
+      request.set_path(lora.path);
+      return RunCall<v1::LoadLoraAdapterResponse>(
+          flags, "LoadLoraAdapter",
+          [&request](Stub& stub, grpc::ClientContext* context,
+                     v1::LoadLoraAdapterResponse* response) {
+            return stub.LoadLoraAdapter(context, request, response);
+          },
+          [](const v1::LoadLoraAdapterResponse& r) {
+            std::printf("loaded %s into slot %d\n", r.adapter().name().c_str(), r.adapter().slot());
+          });
+    }
+    case Command::kLoraUnload: {
+      v1::UnloadLoraAdapterRequest request;
+      request.set_name(lora.name);
+      request.set_drain_timeout_s(lora.drain_timeout_s);
+      return RunCall<v1::UnloadLoraAdapterResponse>(
+          flags, "UnloadLoraAdapter",
+          [&request](Stub& stub, grpc::ClientContext* context,
+                     v1::UnloadLoraAdapterResponse* response) {
+            return stub.UnloadLoraAdapter(context, request, response);
+          },
+          [&lora](const v1::UnloadLoraAdapterResponse&) {
+            std::printf("unloaded %s\n", lora.name.c_str());
+          });
+    }
   }
   return 1;
 }
@@ -245,10 +294,26 @@ int main(int argc, char** argv) {
       "drain", "stop admitting requests; those in flight run to the end (for restarts)");
   app.add_option("--admin-key-file", flags.admin_key_file,
                  "file whose first line is the coordinator's admin key (default: "
-                 "$TPSERVE_ADMIN_KEY), for drain, undrain and flush-cache");
+                 "$TPSERVE_ADMIN_KEY), for drain, undrain, flush-cache, lora load and unload");
   CLI::App* undrain = app.add_subcommand("undrain", "admit requests again after a drain");
   CLI::App* flush = app.add_subcommand(
       "flush-cache", "evict every prefix-cache block that no running request uses");
+  tpserve::LoraFlags lora_flags;
+  CLI::App* lora = app.add_subcommand("lora", "the cluster's LoRA adapters");
+  lora->require_subcommand(1);
+  CLI::App* lora_list = lora->add_subcommand("list", "the adapters served and their slots");
+  CLI::App* lora_load = lora->add_subcommand(
+      "load", "load an adapter (a PEFT folder every worker may open) into a free slot");
+  lora_load->add_option("name", lora_flags.name, "what requests name as \"model\"")->required();
+  lora_load->add_option("path", lora_flags.path, "the folder, as every worker sees it")->required();
+  CLI::App* lora_unload = lora->add_subcommand(
+      "unload", "refuse new requests for an adapter, let its running ones finish, then drop it");
+  lora_unload->add_option("name", lora_flags.name)->required();
+  lora_unload
+      ->add_option("--drain-timeout", lora_flags.drain_timeout_s,
+                   "seconds its running requests may take")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   tpserve::PlanFlags plan_flags;
   CLI::App* plan = tpserve::AddPlanCommand(app, &plan_flags);
   tpserve::AddTlsFlags(app, &flags.tls);
@@ -284,5 +349,16 @@ int main(int argc, char** argv) {
   if (drain->parsed()) return tpserve::RunCommand(flags, tpserve::Command::kDrain);
   if (undrain->parsed()) return tpserve::RunCommand(flags, tpserve::Command::kUndrain);
   if (flush->parsed()) return tpserve::RunCommand(flags, tpserve::Command::kFlushCache);
+  // Loading reads the adapter on every rank, and unloading waits for its requests: more than a
+  // status call's default --timeout.
+  if (lora->parsed())
+    flags.timeout_s = std::max(flags.timeout_s, lora_flags.drain_timeout_s + 130.0);
+  if (lora_list->parsed()) return tpserve::RunCommand(flags, tpserve::Command::kLoraList);
+  if (lora_load->parsed()) {
+    return tpserve::RunCommand(flags, tpserve::Command::kLoraLoad, lora_flags);
+  }
+  if (lora_unload->parsed()) {
+    return tpserve::RunCommand(flags, tpserve::Command::kLoraUnload, lora_flags);
+  }
   return 1;
 }

@@ -152,4 +152,48 @@ grpc::Status AdminServiceImpl::FlushPrefixCache(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+namespace {
+
+constexpr absl::Duration kLoraRpcTimeout = absl::Seconds(120);
+
+void ToProto(const LoraModule& module, v1::LoraAdapter* out) {
+  out->set_name(module.name);
+  out->set_path(module.path);
+  out->set_slot(module.slot);
+}
+
+}  // namespace
+
+grpc::Status AdminServiceImpl::LoadLoraAdapter(grpc::ServerContext* context,
+                                               const v1::LoadLoraAdapterRequest* request,
+                                               v1::LoadLoraAdapterResponse* response) {
+  if (grpc::Status s = CheckAdminKey(*context, "AdminService.LoadLoraAdapter"); !s.ok()) return s;
+  if (loras_ == nullptr) return ToGrpc(absl::UnavailableError("the cluster is starting"));
+  const absl::StatusOr<LoraModule> loaded =
+      loras_->Load(request->name(), request->path(), kLoraRpcTimeout);
+  if (!loaded.ok()) return ToGrpc(loaded.status());
+  ToProto(*loaded, response->mutable_adapter());
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::UnloadLoraAdapter(grpc::ServerContext* context,
+                                                 const v1::UnloadLoraAdapterRequest* request,
+                                                 v1::UnloadLoraAdapterResponse* response) {
+  if (grpc::Status s = CheckAdminKey(*context, "AdminService.UnloadLoraAdapter"); !s.ok()) {
+    return s;
+  }
+  if (loras_ == nullptr) return ToGrpc(absl::UnavailableError("the cluster is starting"));
+  const int32_t drain = request->drain_timeout_s() > 0 ? request->drain_timeout_s() : 60;
+  return ToGrpc(loras_->Unload(request->name(), absl::Seconds(drain), kLoraRpcTimeout));
+}
+
+grpc::Status AdminServiceImpl::ListLoraAdapters(grpc::ServerContext* context,
+                                                const v1::ListLoraAdaptersRequest* request,
+                                                v1::ListLoraAdaptersResponse* response) {
+  if (loras_ == nullptr) return grpc::Status::OK;
+  for (const LoraModule& module : loras_->Serving()) ToProto(module, response->add_adapters());
+  response->set_max_loras(loras_->max_loras());
+  return grpc::Status::OK;
+}
+
 }  // namespace tpserve

@@ -14,6 +14,7 @@
 #include "coordinator/bearer_keys.h"
 #include "coordinator/cluster_service.h"
 #include "coordinator/engine.h"
+#include "coordinator/lora_manager.h"
 #include "coordinator/worker_pool.h"
 #include "tpserve/v1/admin.grpc.pb.h"
 
@@ -28,6 +29,8 @@ class AdminServiceImpl final : public v1::AdminService::Service {
 
   // `pool` and `engine` must outlive the server.
   void SetServing(const WorkerPool* pool, Engine* engine);
+  // The LoRA adapters LoadLoraAdapter and UnloadLoraAdapter change; must outlive the service.
+  void SetLoras(LoraManager* loras) { loras_ = loras; }
   // From now on Drain, Undrain and FlushPrefixCache need one of `keys` (null or empty: open).
   // `keys` must outlive the service.
   void SetAdminKeys(const BearerKeys* keys) { admin_keys_ = keys; }
@@ -41,6 +44,15 @@ class AdminServiceImpl final : public v1::AdminService::Service {
   grpc::Status FlushPrefixCache(grpc::ServerContext* context,
                                 const v1::FlushPrefixCacheRequest* request,
                                 v1::FlushPrefixCacheResponse* response) override;
+  grpc::Status LoadLoraAdapter(grpc::ServerContext* context,
+                               const v1::LoadLoraAdapterRequest* request,
+                               v1::LoadLoraAdapterResponse* response) override;
+  grpc::Status UnloadLoraAdapter(grpc::ServerContext* context,
+                                 const v1::UnloadLoraAdapterRequest* request,
+                                 v1::UnloadLoraAdapterResponse* response) override;
+  grpc::Status ListLoraAdapters(grpc::ServerContext* context,
+                                const v1::ListLoraAdaptersRequest* request,
+                                v1::ListLoraAdaptersResponse* response) override;
 
  private:
   // Constant after construction.
@@ -49,6 +61,7 @@ class AdminServiceImpl final : public v1::AdminService::Service {
   const int pipeline_size_;
   const std::string model_path_;
   const BearerKeys* admin_keys_ = nullptr;  // set before the server starts
+  LoraManager* loras_ = nullptr;            // set before the server starts
 
   grpc::Status CheckAdminKey(const grpc::ServerContext& context, const char* method) const {
     return admin_keys_ == nullptr ? grpc::Status::OK : admin_keys_->Check(context, method, kSurfaceAdmin);

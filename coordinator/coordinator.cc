@@ -295,13 +295,14 @@ absl::Status Coordinator::StartFrontEnds() {
   SetAuthRefusalCounter(
       [metrics = metrics_.get()](const char* surface) { metrics->AddAuthFailure(surface); });
   counting_auth_refusals_ = true;
+  loras_ = std::make_unique<LoraManager>(served_model_name_, plan_.loras, plan_.init.max_loras);
   front_end_ = std::make_unique<FrontEndPool>(
       FrontEndPool::DefaultThreads(std::thread::hardware_concurrency()),
       kMaxQueuedFrontEndRequests);
   http_ = std::make_unique<HttpServer>(
       HttpServerOptions{served_model_name_, config_.context_length, tokenizer_.get(),
                         chat_template_.get(), default_sampling_, metrics_.get(), &api_keys_,
-                        plan_.http, front_end_.get(), reasoning_, plan_.loras});
+                        plan_.http, front_end_.get(), reasoning_, loras_.get()});
   if (flags_.http_port >= 0) {
     const std::string http_host = flags_.http_host.empty() ? flags_.host : flags_.http_host;
     absl::StatusOr<int> started = http_->Start(http_host, flags_.http_port);
@@ -326,11 +327,12 @@ absl::Status Coordinator::StartFrontEnds() {
       tokenizer_.get(), front_end_.get(), flags_.world_size, served_model_name_, default_sampling_);
   inference_->SetBearerKeys(&api_keys_);
   inference_->SetChat(chat_template_.get(), reasoning_);
-  inference_->SetLoras(plan_.loras);
+  inference_->SetLoras(loras_.get());
   inference_->SetLoadProgress(&load_progress_);
   admin_ = std::make_unique<AdminServiceImpl>(cluster_.get(), flags_.world_size,
                                               flags_.pipeline_parallel_size, flags_.model);
   admin_->SetAdminKeys(&admin_keys_);
+  admin_->SetLoras(loras_.get());
   // Server reflection, so that grpcurl and other generic clients can list and call the services.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   // The operators' port apart from the clients' and the cluster's, so that a network policy or a
@@ -374,6 +376,7 @@ absl::Status Coordinator::FormCluster() {
   }
   pool_ = std::make_unique<WorkerPool>(*workers);
   init_ = plan_.init;
+  init_.current_loras = [loras = loras_.get()] { return loras->OnWorkers(); };
   init_.group_id = NewGroupId();
   init_.coordinator_address = address_;
   LogInfo(kLog, "all %d ranks registered; Init with group %s", flags_.world_size, init_.group_id);
@@ -410,6 +413,7 @@ void Coordinator::Serve() {
   metrics_->SetCacheConfig(options.block_size, options.num_blocks, options.enable_prefix_cache);
   engine_ = std::make_unique<Engine>(options, pool_.get(), tokenizer_.get());
   engine_->SetMetrics(metrics_.get());
+  loras_->SetEngine(engine_.get(), pool_.get());
   reformer_ =
       std::make_unique<GroupReformer>(cluster_.get(), pool_.get(), init_, *loaded_,
                                       absl::Seconds(flags_.startup_timeout_s), kLoadTimeout);

@@ -27,6 +27,7 @@
 #include "coordinator/http_server.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/load_progress.h"
+#include "coordinator/lora_manager.h"
 #include "coordinator/metrics.h"
 #include "coordinator/serving_plan.h"
 #include "coordinator/worker_pool.h"
@@ -71,6 +72,7 @@ class Coordinator {
   std::string served_model_name_;
   std::unique_ptr<ChatTemplate> chat_template_;
   ReasoningParser reasoning_ = ReasoningParser::kNone;
+  std::unique_ptr<LoraManager> loras_;  // before the front ends that read it
 
   // 2. The front ends.
   std::unique_ptr<Metrics> metrics_;

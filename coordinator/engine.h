@@ -157,7 +157,8 @@ class Engine {
   // keep each step's reply under kMaxScoreLogitBytes. The same prompt checks, plus
   // INVALID_ARGUMENT when all the logits would not fit the client's one reply message.
   absl::StatusOr<std::shared_ptr<RequestHandle>> SubmitScore(std::vector<int32_t> prompt,
-                                                             int32_t adapter = 0);
+                                                             int32_t adapter = 0,
+                                                             int64_t adapter_generation = 0);
 
   // Marks the cluster degraded by `cause` (the first cause sticks) and wakes the engine.
   void MarkDegraded(const absl::Status& cause);
@@ -204,6 +205,8 @@ class Engine {
   void SetMetrics(Metrics* metrics);
 
   const EngineOptions& options() const { return options_; }
+  // The LoRA slots requests may run with (any thread).
+  AdapterGate& adapters() { return adapters_; }
   // As of the last engine step (any thread; published by the engine thread).
   EngineStats stats() const;
 
@@ -318,6 +321,7 @@ class Engine {
   // The engine thread holds no request, and was about to wait for one (TakeSubmitted).
   bool idle_ ABSL_GUARDED_BY(mutex_) = true;
   uint64_t next_request_id_ ABSL_GUARDED_BY(mutex_) = 1;
+  AdapterGate adapters_;
   // FlushPrefixCache tickets: callers take flush_requested_ + 1 and wait for flush_done_.
   uint64_t flush_requested_ ABSL_GUARDED_BY(mutex_) = 0;
   uint64_t flush_done_ ABSL_GUARDED_BY(mutex_) = 0;

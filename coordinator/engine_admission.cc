@@ -154,7 +154,8 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::SubmitGenerate(
 }
 
 absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::SubmitScore(std::vector<int32_t> prompt,
-                                                                   int32_t adapter) {
+                                                                   int32_t adapter,
+                                                                   int64_t adapter_generation) {
   RETURN_IF_ERROR(CheckPrompt(prompt));
   const int64_t bytes = static_cast<int64_t>(prompt.size()) * options_.vocab_size * 4;
   if (bytes > kMaxScoreLogitBytes) {
@@ -165,6 +166,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::SubmitScore(std::vector<i
   auto seq = std::make_unique<Sequence>();
   seq->kind = Sequence::Kind::kScore;
   seq->params.adapter = adapter;
+  seq->params.adapter_generation = adapter_generation;
   seq->prompt_len = static_cast<int32_t>(prompt.size());
   seq->tokens = std::move(prompt);
   std::vector<std::unique_ptr<Sequence>> one;
@@ -189,6 +191,10 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::Enqueue(
     return absl::ResourceExhaustedError(
         absl::StrCat("the server has ", waiting, " requests waiting (--max-queued-requests ",
                      options_.max_queued_requests, "); retry in about a second"));
+  }
+  for (std::unique_ptr<Sequence>& seq : samples) {
+    ASSIGN_OR_RETURN(seq->adapter_use,
+                     adapters_.Use(seq->params.adapter, seq->params.adapter_generation));
   }
   const uint64_t request_id = next_request_id_++;
   const absl::Time now = absl::Now();

@@ -58,13 +58,17 @@ ServedModel HttpGenerations::Model(const Engine& engine) const {
           engine.options().limits,
           tool_format_,
           options_.reasoning,
-          options_.loras};
+          Loras()};
 }
 
 ServedModel HttpGenerations::Model() const {
   return {options_.model_name,    options_.context_length,   options_.tokenizer,
           options_.chat_template, options_.default_sampling, RequestLimits{},
-          tool_format_,           options_.reasoning,        options_.loras};
+          tool_format_,           options_.reasoning,        Loras()};
+}
+
+std::vector<LoraModule> HttpGenerations::Loras() const {
+  return options_.loras != nullptr ? options_.loras->Serving() : std::vector<LoraModule>();
 }
 
 bool HttpGenerations::WaitNone(absl::Time deadline) {
@@ -140,7 +144,8 @@ void HttpGeneration::Prepare() {
   if (parsed_->request.prompt_logprobs < 0) return Submit();
   // The prompt's log-probabilities come first, from a Score request of their own.
   absl::StatusOr<std::shared_ptr<RequestHandle>> scored =
-      engine_->SubmitScore(parsed_->request.params.prompt, parsed_->request.params.adapter);
+      engine_->SubmitScore(parsed_->request.params.prompt, parsed_->request.params.adapter,
+                           parsed_->request.params.adapter_generation);
   if (!scored.ok()) return Refuse(scored.status());
   handle_ = *std::move(scored);
   phase_ = Phase::kScoring;

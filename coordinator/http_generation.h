@@ -59,6 +59,8 @@ class HttpGenerations {
   // What requests are parsed against, `engine` serving; without one, the default limits.
   ServedModel Model(const Engine& engine) const;
   ServedModel Model() const;
+  // The LoRA adapters requests may name now.
+  std::vector<LoraModule> Loras() const;
 
  private:
   friend class HttpGeneration;

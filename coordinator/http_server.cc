@@ -188,7 +188,7 @@ nlohmann::json HttpServer::ModelObject(const std::string& id) const {
                 {"root", id},
                 {"parent", nullptr},
                 {"max_model_len", ContextLength()}};
-  for (const LoraModule& lora : options_.loras) {
+  for (const LoraModule& lora : generations_->Loras()) {
     if (lora.name != id) continue;
     model["root"] = lora.path;
     model["parent"] = options_.model_name;
@@ -198,15 +198,16 @@ nlohmann::json HttpServer::ModelObject(const std::string& id) const {
 
 HttpReply HttpServer::Models() const {
   json data = json::array({ModelObject(options_.model_name)});
-  for (const LoraModule& lora : options_.loras) data.push_back(ModelObject(lora.name));
+  for (const LoraModule& lora : generations_->Loras()) data.push_back(ModelObject(lora.name));
   return JsonReply(200, {{"object", "list"}, {"data", std::move(data)}});
 }
 
 HttpReply HttpServer::Model(const std::string& id) const {
-  if (LoraSlotOf(options_.loras, options_.model_name, id) < 0) {
-    return ErrorReply(absl::NotFoundError(absl::StrCat(
-        "model '", id, "' does not exist; this server serves '", options_.model_name, "'",
-        options_.loras.empty() ? "" : " and its LoRA adapters (GET /v1/models)")));
+  const std::vector<LoraModule> loras = generations_->Loras();
+  if (LoraSlotOf(loras, options_.model_name, id) < 0) {
+    return ErrorReply(absl::NotFoundError(
+        absl::StrCat("model '", id, "' does not exist; this server serves '", options_.model_name,
+                     "'", loras.empty() ? "" : " and its LoRA adapters (GET /v1/models)")));
   }
   return JsonReply(200, ModelObject(id));
 }

@@ -7,7 +7,7 @@
 #include "coordinator/bearer_keys.h"
 #include "coordinator/front_end_pool.h"
 #include "coordinator/http_message.h"
-#include "coordinator/lora_modules.h"
+#include "coordinator/lora_manager.h"
 #include "coordinator/metrics.h"
 #include "coordinator/reasoning.h"
 #include "kernels/sampling_params.h"
@@ -31,7 +31,9 @@ struct HttpServerOptions {
   // Where requests are parsed and their answers assembled; must outlive the server.
   FrontEndPool* pool = nullptr;
   ReasoningParser reasoning = ReasoningParser::kNone;  // how chat replies split out the thinking
-  std::vector<LoraModule> loras;  // --lora-modules: listed by /v1/models, named by "model"
+  // The LoRA adapters served now: listed by /v1/models, named by "model"; null: none. Must
+  // outlive the server.
+  const LoraManager* loras = nullptr;
 };
 
 }  // namespace tpserve

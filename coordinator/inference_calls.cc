@@ -160,8 +160,8 @@ void ScoreCall::Submit() {
   absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
       [this]() -> absl::StatusOr<std::shared_ptr<RequestHandle>> {
     ASSIGN_OR_RETURN(Engine * engine, service_->GetEngine());
-    ASSIGN_OR_RETURN(const int32_t adapter, service_->AdapterOf(model_));
-    return engine->SubmitScore(prompt_, adapter);
+    ASSIGN_OR_RETURN(const LoraModule adapter, service_->AdapterOf(model_));
+    return engine->SubmitScore(prompt_, adapter.slot, adapter.generation);
   }();
   absl::MutexLock lock(&mutex_);
   if (!handle.ok()) return End(ToGrpc(handle.status()));

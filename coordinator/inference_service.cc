@@ -43,15 +43,15 @@ absl::StatusOr<Engine*> InferenceServiceImpl::GetEngine() const {
   return engine;
 }
 
-absl::StatusOr<int32_t> InferenceServiceImpl::AdapterOf(const std::string& model) const {
-  const int32_t slot = model.empty() ? 0 : LoraSlotOf(loras_, model_name_, model);
-  if (slot < 0) {
-    return absl::NotFoundError(absl::StrCat("model '", model,
-                                            "' does not exist; this server "
-                                            "serves '",
-                                            model_name_, "' (ListModels)"));
+absl::StatusOr<LoraModule> InferenceServiceImpl::AdapterOf(const std::string& model) const {
+  if (model.empty() || model == model_name_) return LoraModule();
+  if (loras_ != nullptr) {
+    for (LoraModule& lora : loras_->Serving()) {
+      if (lora.name == model) return lora;
+    }
   }
-  return slot;
+  return absl::NotFoundError(absl::StrCat(
+      "model '", model, "' does not exist; this server serves '", model_name_, "' (ListModels)"));
 }
 
 void InferenceServiceImpl::SetChat(const ChatTemplate* chat_template, ReasoningParser reasoning) {
@@ -78,9 +78,15 @@ absl::StatusOr<GrpcGenerate> InferenceServiceImpl::ToParams(const v1::GenerateRe
     case v1::GenerateRequest::kChat: {
       ASSIGN_OR_RETURN(const nlohmann::ordered_json body,
                        ChatBody(request.chat(), request.constraint()));
-      const ServedModel model{
-          model_name_,       engine.options().context_length, tokenizer_,   chat_template_,
-          default_sampling_, engine.options().limits,         tool_format_, reasoning_};
+      const ServedModel model{model_name_,
+                              engine.options().context_length,
+                              tokenizer_,
+                              chat_template_,
+                              default_sampling_,
+                              engine.options().limits,
+                              tool_format_,
+                              reasoning_,
+                              loras_ != nullptr ? loras_->Serving() : std::vector<LoraModule>()};
       ASSIGN_OR_RETURN(OpenAiRequest chat, ParseChatBody(body, model));
       params.prompt = std::move(chat.params.prompt);
       params.constraint = std::move(chat.params.constraint);
@@ -90,7 +96,9 @@ absl::StatusOr<GrpcGenerate> InferenceServiceImpl::ToParams(const v1::GenerateRe
     case v1::GenerateRequest::PROMPT_NOT_SET:
       return absl::InvalidArgumentError("the request has no prompt: set text, token_ids or chat");
   }
-  ASSIGN_OR_RETURN(params.adapter, AdapterOf(request.model()));
+  ASSIGN_OR_RETURN(const LoraModule adapter, AdapterOf(request.model()));
+  params.adapter = adapter.slot;
+  params.adapter_generation = adapter.generation;
   params.max_tokens = request.max_tokens();
   params.sampling = FromProto(request.sampling(), default_sampling_);
   params.ignore_eos = request.ignore_eos();
@@ -156,7 +164,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ListModels(grpc::CallbackServerC
     if (engine != nullptr) model->set_context_length(engine->options().context_length);
   };
   add(model_name_, "");
-  for (const LoraModule& lora : loras_) add(lora.name, model_name_);
+  if (loras_ != nullptr) {
+    for (const LoraModule& lora : loras_->Serving()) add(lora.name, model_name_);
+  }
   return Answer(context, grpc::Status::OK);
 }
 

@@ -17,6 +17,7 @@
 #include "coordinator/engine.h"
 #include "coordinator/front_end_pool.h"
 #include "coordinator/load_progress.h"
+#include "coordinator/lora_manager.h"
 #include "coordinator/openai_request.h"
 #include "coordinator/reasoning.h"
 #include "kernels/sampling_params.h"
@@ -55,10 +56,10 @@ class InferenceServiceImpl final : public v1::InferenceService::CallbackService 
   // Chat prompts render with `chat_template` (null: refused) and split out the thinking as
   // `reasoning` says. `chat_template` must outlive the service.
   void SetChat(const ChatTemplate* chat_template, ReasoningParser reasoning);
-  // The LoRA adapters requests may name (--lora-modules).
-  void SetLoras(std::vector<LoraModule> loras) { loras_ = std::move(loras); }
-  // The slot of the adapter `model` names (0: empty or the base model); NOT_FOUND otherwise.
-  absl::StatusOr<int32_t> AdapterOf(const std::string& model) const;
+  // The LoRA adapters requests may name; must outlive the service.
+  void SetLoras(const LoraManager* loras) { loras_ = loras; }
+  // The adapter `model` names (slot 0: empty or the base model); NOT_FOUND otherwise.
+  absl::StatusOr<LoraModule> AdapterOf(const std::string& model) const;
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -100,7 +101,7 @@ class InferenceServiceImpl final : public v1::InferenceService::CallbackService 
   const ChatTemplate* chat_template_ = nullptr;
   ToolCallFormat tool_format_;
   ReasoningParser reasoning_ = ReasoningParser::kNone;
-  std::vector<LoraModule> loras_;
+  const LoraManager* loras_ = nullptr;
 };
 
 // The refusal of a call the FrontEndPool has no room for.

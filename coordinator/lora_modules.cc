@@ -14,8 +14,8 @@ absl::StatusOr<std::vector<LoraModule>> ParseLoraModules(const std::vector<std::
       return absl::InvalidArgumentError(
           absl::StrCat("--lora-modules ", spec, ": expected name=path"));
     }
-    LoraModule module{spec.substr(0, eq), spec.substr(eq + 1),
-                      static_cast<int32_t>(modules.size()) + 1};
+    const int32_t slot = static_cast<int32_t>(modules.size()) + 1;
+    LoraModule module{spec.substr(0, eq), spec.substr(eq + 1), slot, slot};
     if (module.name == served_name || LoraSlotOf(modules, served_name, module.name) > 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--lora-modules ", spec, ": the name ", module.name, " is taken (",

@@ -15,6 +15,9 @@ struct LoraModule {
   std::string name;
   std::string path;  // a PEFT folder, the same path on every worker
   int32_t slot = 0;
+  // Which loading of the slot this is: a request parsed for one generation never runs with a
+  // later one (AdapterGate).
+  int64_t generation = 0;
 };
 
 // INVALID_ARGUMENT naming the flag for a spec that is not name=path, a name used twice or equal

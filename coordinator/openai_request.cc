@@ -226,6 +226,9 @@ absl::StatusOr<std::vector<int32_t>> GetCompletionPrompt(const json& body,
 absl::Status ParseCommon(const json& body, const ServedModel& model, OpenAiRequest* request) {
   GenerateParams& params = request->params;
   ASSIGN_OR_RETURN(params.adapter, CheckModel(body, model));
+  for (const LoraModule& lora : model.loras) {
+    if (lora.slot == params.adapter) params.adapter_generation = lora.generation;
+  }
 
   ASSIGN_OR_RETURN(std::optional<bool> stream, GetBool(body, "stream"));
   request->stream = stream.value_or(false);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "coordinator/adapter_gate.h"
 #include "coordinator/grammar.h"
 #include "coordinator/output_constraint.h"
 #include "coordinator/prefix_cache.h"
@@ -50,8 +51,10 @@ struct GenerateParams {
   OutputConstraint constraint;
   std::shared_ptr<const CompiledConstraint> compiled_constraint;
   // The LoRA adapter the request runs with: its slot on the workers (coordinator/lora_modules.h);
-  // 0 is the base model.
+  // 0 is the base model. The slot must still hold the adapter of this generation at admission
+  // (AdapterGate).
   int32_t adapter = 0;
+  int64_t adapter_generation = 0;
 };
 
 // The n samples of one request. Samples after the first wait until the first has computed the
@@ -124,6 +127,8 @@ struct Sequence {
   // Steps that failed while this sequence ran (each one held it): past
   // EngineOptions::max_request_holds it fails instead of being held again.
   int32_t holds = 0;
+  // Counts this sequence against its adapter's slot until it is gone (AdapterGate).
+  AdapterUse adapter_use;
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
 };

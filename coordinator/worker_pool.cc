@@ -220,6 +220,8 @@ absl::Status WorkerPool::Init(const WorkerInitOptions& options, absl::Duration t
   }
   std::vector<v1::InitRequest> requests(world_size());
   std::vector<v1::InitResponse> responses(world_size());
+  const std::vector<LoraModule> loras =
+      options.current_loras ? options.current_loras() : options.loras;
   for (int rank = 0; rank < world_size(); ++rank) {
     v1::InitRequest& r = requests[rank];
     r.set_rank(rank);
@@ -240,7 +242,7 @@ absl::Status WorkerPool::Init(const WorkerInitOptions& options, absl::Duration t
     r.set_weights_fp8(options.weights_fp8);
     r.set_relay_steps(options.relay_steps);
     r.set_pipeline_size(options.pipeline_size);
-    for (const LoraModule& lora : options.loras) {
+    for (const LoraModule& lora : loras) {
       v1::InitRequest::LoraAdapter* adapter = r.add_lora_adapters();
       adapter->set_slot(lora.slot);
       adapter->set_path(lora.path);
@@ -418,6 +420,36 @@ absl::Status WorkerPool::Heartbeat(absl::Duration timeout, RankCheck check) {
   }
   if (problems.empty()) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat("heartbeat: ", absl::StrJoin(problems, "; ")));
+}
+
+absl::Status WorkerPool::LoadAdapter(int32_t slot, const std::string& path,
+                                     absl::Duration timeout) {
+  v1::LoadAdapterRequest request;
+  request.set_slot(slot);
+  request.set_path(path);
+  std::vector<v1::LoadAdapterResponse> responses(world_size());
+  auto statuses = CallAll(timeout, /*cancel_on_failure=*/false,
+                          [&](int rank, auto* stub, auto* context, auto done) {
+                            stub->LoadAdapter(context, &request, &responses[rank], done);
+                          });
+  const std::string failures = DescribeFailures(statuses, timeout);
+  if (failures.empty()) return absl::OkStatus();
+  // A rank's own refusal (a bad adapter, a path it may not open) is the caller's error.
+  const grpc::StatusCode first = statuses[FailedRanks(statuses).front()].error_code();
+  return absl::Status(ToAbsl(first), absl::StrCat("LoadAdapter: ", failures));
+}
+
+absl::Status WorkerPool::UnloadAdapter(int32_t slot, absl::Duration timeout) {
+  v1::UnloadAdapterRequest request;
+  request.set_slot(slot);
+  std::vector<v1::UnloadAdapterResponse> responses(world_size());
+  auto statuses = CallAll(timeout, /*cancel_on_failure=*/false,
+                          [&](int rank, auto* stub, auto* context, auto done) {
+                            stub->UnloadAdapter(context, &request, &responses[rank], done);
+                          });
+  const std::string failures = DescribeFailures(statuses, timeout);
+  if (failures.empty()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("UnloadAdapter: ", failures));
 }
 
 void WorkerPool::Shutdown(absl::Duration timeout) {

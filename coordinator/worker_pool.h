@@ -47,6 +47,9 @@ struct WorkerInitOptions {
   bool relay_steps = true;       // steps to rank 0 alone where it can relay them (InitRequest)
   int32_t pipeline_size = 1;     // stages of world / this tensor-parallel ranks (InitRequest)
   std::vector<LoraModule> loras;  // the adapters every rank loads, in their slots
+  // When set, what the workers hold now (LoraManager::OnWorkers), which replaces `loras` at every
+  // Init: a re-formed group loads what was loaded at run time too.
+  std::function<std::vector<LoraModule>()> current_loras;
   int32_t max_loras = 0;
   int32_t max_lora_rank = 64;
 };
@@ -111,6 +114,10 @@ class WorkerPool {
   // Status on every rank. UNAVAILABLE naming the ranks that do not answer within `timeout` or,
   // with kHealthy, report the state "failed".
   absl::Status Heartbeat(absl::Duration timeout, RankCheck check = RankCheck::kHealthy);
+  // LoadAdapter / UnloadAdapter (a LoRA slot) on every rank at once; the failures by rank, with
+  // the first failing rank's code (INVALID_ARGUMENT, PERMISSION_DENIED for a refused adapter).
+  absl::Status LoadAdapter(int32_t slot, const std::string& path, absl::Duration timeout);
+  absl::Status UnloadAdapter(int32_t slot, absl::Duration timeout);
   // Shutdown on every rank; failures are logged, not returned.
   void Shutdown(absl::Duration timeout);
 

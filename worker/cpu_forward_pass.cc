@@ -49,7 +49,8 @@ CpuForwardPass::CpuForwardPass(const ModelConfig& config, const ShardLayout& lay
 }
 
 absl::Status CpuForwardPass::TakeLoras(const ForwardBatch& batch) {
-  lora_runs_.clear();
+  lora_shards_.clear();
+  lora_tokens_.clear();
   for (int64_t s = 0; s < static_cast<int64_t>(batch.adapters.size()); ++s) {
     const int32_t slot = batch.adapters[s];
     if (slot == 0) continue;
@@ -57,24 +58,25 @@ absl::Status CpuForwardPass::TakeLoras(const ForwardBatch& batch) {
     if (shard == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("LoRA slot ", slot, " holds no adapter"));
     }
-    const int64_t begin = batch.query_start[s];
-    const int64_t end = batch.query_start[s + 1];
-    if (!lora_runs_.empty() && lora_runs_.back().end == begin && lora_runs_.back().shard == shard) {
-      lora_runs_.back().end = end;
-    } else {
-      lora_runs_.push_back({begin, end, std::move(shard)});
+    for (int64_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) {
+      lora_tokens_.push_back({t, shard.get()});
     }
+    lora_shards_.push_back(std::move(shard));
   }
   return absl::OkStatus();
 }
 
 void CpuForwardPass::AddLora(int layer, std::vector<LoraSlice> LoraLayerShard::*which,
                              const float* x, int64_t x_stride, float* y, int64_t y_stride) const {
-  for (const LoraRun& run : lora_runs_) {
-    for (const LoraSlice& slice : run.shard->layers[layer].*which) {
-      ApplyLora(slice, x, x_stride, run.begin, run.end, y, y_stride);
+  if (lora_tokens_.empty()) return;
+  cpu::ParallelFor(static_cast<int64_t>(lora_tokens_.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const LoraToken& token = lora_tokens_[i];
+      for (const LoraSlice& slice : token.shard->layers[layer].*which) {
+        ApplyLora(slice, x + token.token * x_stride, y + token.token * y_stride);
+      }
     }
-  }
+  });
 }
 
 absl::Status CpuForwardPass::Forward(const ForwardBatch& batch, std::vector<float>* logits) {

@@ -54,7 +54,7 @@ class CpuForwardPass : public ForwardPass {
   void Mlp(int layer, const float* normed, int64_t num_tokens, float* out);
   // The step's LoRA runs from the batch's adapters: INVALID_ARGUMENT for a slot with none loaded.
   absl::Status TakeLoras(const ForwardBatch& batch);
-  // y += each run's slices of `which` in `layer`, over the run's tokens.
+  // y += the slices of `which` in `layer` of each token's adapter, for the tokens that have one.
   void AddLora(int layer, std::vector<LoraSlice> LoraLayerShard::*which, const float* x,
                int64_t x_stride, float* y, int64_t y_stride) const;
   absl::Status Logits(const ForwardBatch& batch, const float* hidden, std::vector<float>* logits);
@@ -66,14 +66,14 @@ class CpuForwardPass : public ForwardPass {
   PipelineLinks* const links_;
   KvCache kv_cache_;
   KvObserver kv_observer_;
-  // This step's tokens [begin, end) that run with an adapter, and its shard (kept alive for the
-  // step whatever the table does meanwhile).
-  struct LoraRun {
-    int64_t begin = 0;
-    int64_t end = 0;
-    std::shared_ptr<const LoraShard> shard;
+  // This step's adapters (kept alive for the step whatever the table does meanwhile), and each
+  // token that runs with one.
+  struct LoraToken {
+    int64_t token = 0;
+    const LoraShard* shard = nullptr;
   };
-  std::vector<LoraRun> lora_runs_;
+  std::vector<std::shared_ptr<const LoraShard>> lora_shards_;
+  std::vector<LoraToken> lora_tokens_;
   // A step's activations, kept between steps at the largest size seen.
   struct Buffers {
     std::vector<float> residual, normed, partial, qkv, q, k, v, attn, gate_up, act, selected, local,

@@ -31,6 +31,8 @@ bool LoadPolicy::MayLoadDraft(const std::string& path) const {
 
 bool LoadPolicy::MayLoadLora(const std::string& path) const {
   return std::find(lora_paths.begin(), lora_paths.end(), path) != lora_paths.end() ||
+         std::any_of(lora_dirs.begin(), lora_dirs.end(),
+                     [&path](const std::string& dir) { return Under(dir, path); }) ||
          Under(model_dir, path);
 }
 
@@ -50,7 +52,8 @@ absl::Status LoadPolicy::Check(const v1::InitRequest& request) const {
   for (const v1::InitRequest::LoraAdapter& lora : request.lora_adapters()) {
     if (!MayLoadLora(lora.path())) {
       return absl::PermissionDeniedError(absl::StrCat(
-          "Init: this worker loads only the LoRA adapters it was started with (--lora-path)",
+          "Init: this worker loads only the LoRA adapters it was started with (--lora-path, "
+          "--lora-dir)",
           under));
     }
   }

@@ -1,5 +1,6 @@
-// Which files an Init may make a worker open: the model it was started with (--model), its draft
-// (--draft-model), its LoRA adapters (--lora-path), and anything under --model-dir. A path the
+// Which files an Init (or LoadAdapter) may make a worker open: the model it was started with
+// (--model), its draft (--draft-model), its LoRA adapters (--lora-path, and anything under
+// --lora-dir), and anything under --model-dir. A path the
 // policy refuses is never opened, and the refusal names only what the worker allows.
 #pragma once
 
@@ -16,6 +17,7 @@ struct LoadPolicy {
   std::string model_dir;  // empty: none
   std::string draft_model_path;
   std::vector<std::string> lora_paths;
+  std::vector<std::string> lora_dirs;  // adapters under these may load too
 
   bool MayLoad(const std::string& path) const;  // the model, or a file under model_dir
   bool MayLoadDraft(const std::string& path) const;

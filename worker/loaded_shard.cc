@@ -58,8 +58,9 @@ absl::Status LoadLoras(const ModelRunnerOptions& options, LoadedShard& shard) {
       return absl::InvalidArgumentError(absl::StrCat("LoRA slot ", lora.slot, " is outside [1, ",
                                                      shard.loras().num_slots(), "]"));
     }
-    ASSIGN_OR_RETURN(std::shared_ptr<const LoraShard> loaded,
-                     LoadLoraShard(shard, lora.path, options.max_lora_rank));
+    ASSIGN_OR_RETURN(
+        std::shared_ptr<const LoraShard> loaded,
+        LoadLoraShard(shard.config(), shard.layout(), lora.path, options.max_lora_rank));
     LogInfo("runner", "rank %d: LoRA adapter %s in slot %d (%.1f MiB)", shard.layout().rank,
             lora.path, lora.slot, loaded->bytes / 1048576.0);
     shard.loras().Set(lora.slot, std::move(loaded));
@@ -97,8 +98,14 @@ absl::StatusOr<std::unique_ptr<LoadedShard>> LoadShard(const ModelRunnerOptions&
   if (options.device == Device::kCuda) {  // Before loading: say at once when there is no GPU.
     ASSIGN_OR_RETURN(cuda_device, SelectCudaDevice(options.cuda.device, comm->rank()));
   }
+  if (options.max_loras < 0 || options.max_loras > kMaxLoraSlots || options.max_lora_rank < 1 ||
+      options.max_lora_rank > kMaxLoraRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LoRA: ", options.max_loras, " slots of rank up to ", options.max_lora_rank,
+                     "; at most ", kMaxLoraSlots, " slots of rank up to ", kMaxLoraRank));
+  }
   std::unique_ptr<LoadedShard> runner(new LoadedShard());
-  runner->loras_ = std::make_unique<LoraTable>(options.max_loras);
+  runner->loras_ = std::make_shared<LoraTable>(options.max_loras);
   ASSIGN_OR_RETURN(runner->file_, OpenModel(options.model_path));
   ASSIGN_OR_RETURN(runner->config_, ModelConfig::FromGguf(*runner->file_));
   if (options.num_layers > 0) {
@@ -152,11 +159,13 @@ absl::StatusOr<std::unique_ptr<LoadedShard>> LoadShard(const ModelRunnerOptions&
   return runner;
 }
 
-absl::StatusOr<std::shared_ptr<const LoraShard>> LoadLoraShard(const LoadedShard& shard,
+absl::StatusOr<std::shared_ptr<const LoraShard>> LoadLoraShard(const ModelConfig& config,
+                                                               const ShardLayout& layout,
                                                                const std::string& dir,
                                                                int64_t max_rank) {
-  ASSIGN_OR_RETURN(const LoraAdapter adapter, LoadLoraAdapter(dir, shard.config(), max_rank));
-  return std::make_shared<const LoraShard>(ShardLora(adapter, shard.config(), shard.layout()));
+  ASSIGN_OR_RETURN(const LoraAdapter adapter,
+                   LoadLoraAdapter(dir, config, std::min(max_rank, kMaxLoraRank)));
+  return std::make_shared<const LoraShard>(ShardLora(adapter, config, layout));
 }
 
 }  // namespace tpserve

@@ -25,9 +25,11 @@ class LoadedShard {
   const ModelConfig& config() const { return config_; }
   const ShardLayout& layout() const { return layout_; }
   ForwardPass& forward_pass() { return *forward_pass_; }
-  // The LoRA adapters this rank serves (empty slots when there are none).
+  // The LoRA adapters this rank serves (empty slots when there are none), shared with whoever
+  // loads adapters at run time.
   LoraTable& loras() { return *loras_; }
   const LoraTable& loras() const { return *loras_; }
+  std::shared_ptr<LoraTable> shared_loras() const { return loras_; }
   const KvCacheShape& kv_shape() const { return forward_pass_->kv_shape(); }
 
  private:
@@ -40,11 +42,13 @@ class LoadedShard {
   ModelConfig config_;
   ShardLayout layout_;
   std::unique_ptr<ForwardPass> forward_pass_;
-  std::unique_ptr<LoraTable> loras_;
+  std::shared_ptr<LoraTable> loras_;
 };
 
-// This rank's shard of the PEFT adapter in `dir` for `shard`'s model (model/lora_adapter.h).
-absl::StatusOr<std::shared_ptr<const LoraShard>> LoadLoraShard(const LoadedShard& shard,
+// This rank's shard (cut by `layout`) of the PEFT adapter in `dir` for a model of `config`
+// (model/lora_adapter.h).
+absl::StatusOr<std::shared_ptr<const LoraShard>> LoadLoraShard(const ModelConfig& config,
+                                                               const ShardLayout& layout,
                                                                const std::string& dir,
                                                                int64_t max_rank);
 

@@ -2,21 +2,26 @@
 
 #include <utility>
 
-#include "kernels/cpu/parallel_for.h"
-
 namespace tpserve {
 namespace {
 
+// Bᵀ of B's rows [rows.begin, rows.end()).
+std::vector<float> Transposed(const std::vector<float>& b, int64_t rank, Range rows) {
+  std::vector<float> bt(rank * rows.size);
+  for (int64_t j = 0; j < rows.size; ++j) {
+    for (int64_t k = 0; k < rank; ++k) bt[k * rows.size + j] = b[(rows.begin + j) * rank + k];
+  }
+  return bt;
+}
+
 // Rows [rows.begin, rows.end()) of B, all of A: a column-parallel module.
 LoraSlice OutputRows(const LoraModule& m, int64_t rank, Range rows, int64_t offset) {
-  LoraSlice s{rank, m.in, rows.size, offset, m.a, {}};
-  s.b.assign(m.b.begin() + rows.begin * rank, m.b.begin() + rows.end() * rank);
-  return s;
+  return LoraSlice{rank, m.in, rows.size, offset, m.a, Transposed(m.b, rank, rows)};
 }
 
 // Columns [cols.begin, cols.end()) of A, all of B: a row-parallel module.
 LoraSlice InputColumns(const LoraModule& m, int64_t rank, Range cols) {
-  LoraSlice s{rank, cols.size, m.out, 0, {}, m.b};
+  LoraSlice s{rank, cols.size, m.out, 0, {}, Transposed(m.b, rank, Range{0, m.out})};
   s.a.resize(rank * cols.size);
   for (int64_t k = 0; k < rank; ++k) {
     std::copy(m.a.begin() + k * m.in + cols.begin, m.a.begin() + k * m.in + cols.end(),
@@ -27,7 +32,7 @@ LoraSlice InputColumns(const LoraModule& m, int64_t rank, Range cols) {
 
 int64_t Bytes(const std::vector<LoraSlice>& slices) {
   int64_t bytes = 0;
-  for (const LoraSlice& s : slices) bytes += static_cast<int64_t>((s.a.size() + s.b.size()) * 4);
+  for (const LoraSlice& s : slices) bytes += static_cast<int64_t>((s.a.size() + s.bt.size()) * 4);
   return bytes;
 }
 
@@ -71,27 +76,27 @@ LoraShard ShardLora(const LoraAdapter& adapter, const ModelConfig& config,
   return shard;
 }
 
-void ApplyLora(const LoraSlice& s, const float* x, int64_t x_stride, int64_t begin, int64_t end,
-               float* y, int64_t y_stride) {
-  cpu::ParallelFor(end - begin, 1, [&](int64_t from, int64_t to) {
-    std::vector<float> ax(s.rank);
-    for (int64_t t = begin + from; t < begin + to; ++t) {
-      const float* row = x + t * x_stride;
-      for (int64_t k = 0; k < s.rank; ++k) {
-        const float* a = s.a.data() + k * s.in;
-        float sum = 0;
-        for (int64_t i = 0; i < s.in; ++i) sum += a[i] * row[i];
-        ax[k] = sum;
-      }
-      float* out = y + t * y_stride + s.offset;
-      for (int64_t j = 0; j < s.out; ++j) {
-        const float* b = s.b.data() + j * s.rank;
-        float sum = 0;
-        for (int64_t k = 0; k < s.rank; ++k) sum += b[k] * ax[k];
-        out[j] += sum;
-      }
+void ApplyLora(const LoraSlice& s, const float* x, float* y) {
+  float ax[kMaxLoraRank];
+  for (int64_t k = 0; k < s.rank; ++k) {
+    // Eight partial sums, so that the compiler keeps them in vector lanes.
+    const float* a = s.a.data() + k * s.in;
+    float lanes[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= s.in; i += 8) {
+      for (int l = 0; l < 8; ++l) lanes[l] += a[i + l] * x[i + l];
     }
-  });
+    float sum = 0;
+    for (; i < s.in; ++i) sum += a[i] * x[i];
+    for (float lane : lanes) sum += lane;
+    ax[k] = sum;
+  }
+  float* out = y + s.offset;
+  for (int64_t k = 0; k < s.rank; ++k) {
+    const float* bt = s.bt.data() + k * s.out;
+    const float factor = ax[k];
+    for (int64_t j = 0; j < s.out; ++j) out[j] += factor * bt[j];
+  }
 }
 
 void LoraTable::Set(int32_t slot, std::shared_ptr<const LoraShard> shard) {

@@ -20,14 +20,14 @@
 
 namespace tpserve {
 
-// One module's slice: out[t, offset + j] += Σ_k b[j, k] · Σ_i a[k, i] · x[t, i].
+// One module's slice: out[t, offset + j] += Σ_k bt[k, j] · Σ_i a[k, i] · x[t, i].
 struct LoraSlice {
   int64_t rank = 0;
-  int64_t in = 0;        // columns of A: the slice of the module's input this rank holds
-  int64_t out = 0;       // rows of B
-  int64_t offset = 0;    // where the module's rows start in the fused output row (qkv, gate_up)
-  std::vector<float> a;  // [rank, in]
-  std::vector<float> b;  // [out, rank]
+  int64_t in = 0;         // columns of A: the slice of the module's input this rank holds
+  int64_t out = 0;        // columns of Bᵀ
+  int64_t offset = 0;     // where the module's rows start in the fused output row (qkv, gate_up)
+  std::vector<float> a;   // [rank, in]
+  std::vector<float> bt;  // [rank, out]: B transposed, so that each rank adds a contiguous row
 };
 
 struct LoraLayerShard {
@@ -45,10 +45,14 @@ struct LoraShard {
 LoraShard ShardLora(const LoraAdapter& adapter, const ModelConfig& config,
                     const ShardLayout& layout);
 
-// Adds `slice`'s product for rows [begin, end) of x ([rows, x_stride], the slice's input starting
-// at column 0) into y ([rows, y_stride]).
-void ApplyLora(const LoraSlice& slice, const float* x, int64_t x_stride, int64_t begin, int64_t end,
-               float* y, int64_t y_stride);
+// The largest rank ApplyLora takes, and the most slots a table has (--max-lora-rank's and
+// --max-loras' bounds).
+inline constexpr int64_t kMaxLoraRank = 256;
+inline constexpr int32_t kMaxLoraSlots = 256;
+
+// Adds `slice`'s product for one token: x is its input row (the slice's input from column 0),
+// y its output row.
+void ApplyLora(const LoraSlice& slice, const float* x, float* y);
 
 class LoraTable {
  public:

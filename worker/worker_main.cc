@@ -44,6 +44,7 @@ struct Flags {
   std::string model_dir;
   std::string draft_model;
   std::vector<std::string> lora_paths;
+  std::vector<std::string> lora_dirs;
   int coordinator_timeout_s = 30;
   std::string cpu_comm = "auto";
   TlsFiles tls;
@@ -83,6 +84,7 @@ int Run(const Flags& flags) {
   options.model_dir = flags.model_dir;
   options.draft_model_path = flags.draft_model;
   options.lora_paths = flags.lora_paths;
+  options.lora_dirs = flags.lora_dirs;
   options.cpu_weights = *ParseCpuWeights(flags.cpu_weights);  // the flag admits only its names
   options.cpu_transport = *ParseCpuTransport(flags.cpu_comm);  // the flag admits only valid names
   auto server = WorkerServer::Start(options);
@@ -208,6 +210,9 @@ int main(int argc, char** argv) {
   app.add_option("--lora-path", flags.lora_paths,
                  "a LoRA adapter folder (PEFT) the coordinator may ask this worker to load "
                  "(--lora-modules); repeatable");
+  app.add_option("--lora-dir", flags.lora_dirs,
+                 "a directory whose LoRA adapter folders the coordinator may ask this worker to "
+                 "load at run time (tpctl lora load); repeatable");
   app.add_option("--model-dir", flags.model_dir,
                  "a directory whose models the coordinator may ask this worker to load instead of "
                  "--model (default: none, only --model)");

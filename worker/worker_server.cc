@@ -25,19 +25,21 @@ namespace {
 
 constexpr int64_t kDefaultBlockSize = 16;
 
-// The same adapters in the same slots: a loaded shard serves them as they are.
-bool SameLoras(const v1::InitRequest& a, const v1::InitRequest& b) {
-  if (a.lora_adapters_size() != b.lora_adapters_size() || a.max_loras() != b.max_loras() ||
-      a.max_lora_rank() != b.max_lora_rank()) {
+// The adapters `group` names are those the shard holds now (Init's and those loaded since), in
+// the same slots of a table of the same shape: a loaded shard serves them as they are.
+bool SameLoras(const v1::InitRequest& group, const v1::InitRequest& previous,
+               std::vector<std::pair<int32_t, std::string>> held) {
+  if (group.max_loras() != previous.max_loras() ||
+      group.max_lora_rank() != previous.max_lora_rank()) {
     return false;
   }
-  for (int i = 0; i < a.lora_adapters_size(); ++i) {
-    if (a.lora_adapters(i).slot() != b.lora_adapters(i).slot() ||
-        a.lora_adapters(i).path() != b.lora_adapters(i).path()) {
-      return false;
-    }
+  std::vector<std::pair<int32_t, std::string>> wanted;
+  for (const v1::InitRequest::LoraAdapter& lora : group.lora_adapters()) {
+    wanted.emplace_back(lora.slot(), lora.path());
   }
-  return true;
+  std::sort(wanted.begin(), wanted.end());
+  std::sort(held.begin(), held.end());
+  return wanted == held;
 }
 constexpr size_t kLatencyWindow = 128;  // steps the p50 is taken over
 constexpr double kSlowStepMs = 1000;    // steps slower than this are logged
@@ -340,28 +342,33 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   if (group.block_size() == 0) group.set_block_size(kDefaultBlockSize);
   // A refused path is not opened, and not echoed back beyond what the caller sent.
   RETURN_IF_ERROR((LoadPolicy{options_.model_path, options_.model_dir, options_.draft_model_path,
-                              options_.lora_paths}
+                              options_.lora_paths, options_.lora_dirs}
                        .Check(request)));
   const std::string model_path =
       request.model_path().empty() ? options_.model_path : request.model_path();
   // A CUDA model of several ranks is reloaded: its decode graphs captured NCCL calls on the old
   // communicator, and NCCL does not destroy a communicator while a graph still references it.
-  const bool keep_shard = runner_ != nullptr && group.world_size() == group_.world_size() &&
-                          group.pipeline_size() == group_.pipeline_size() &&
-                          model_path == model_path_ && group.block_size() == group_.block_size() &&
-                          group.kv_cache_blocks() == group_.kv_cache_blocks() &&
-                          group.kv_cache_bytes() == group_.kv_cache_bytes() &&
-                          group.device() == group_.device() && (!cuda || world == 1) &&
-                          group.max_num_seqs() == group_.max_num_seqs() &&
-                          group.max_num_batched_tokens() == group_.max_num_batched_tokens() &&
-                          group.enforce_eager() == group_.enforce_eager() &&
-                          group.draft_model_path() == group_.draft_model_path() &&
-                          group.self_spec_layers() == group_.self_spec_layers() &&
-                          group.kv_cache_fp8() == group_.kv_cache_fp8() &&
-                          group.weights_fp8() == group_.weights_fp8() && SameLoras(group, group_);
+  const bool keep_shard =
+      runner_ != nullptr && group.world_size() == group_.world_size() &&
+      group.pipeline_size() == group_.pipeline_size() && model_path == model_path_ &&
+      group.block_size() == group_.block_size() &&
+      group.kv_cache_blocks() == group_.kv_cache_blocks() &&
+      group.kv_cache_bytes() == group_.kv_cache_bytes() && group.device() == group_.device() &&
+      (!cuda || world == 1) && group.max_num_seqs() == group_.max_num_seqs() &&
+      group.max_num_batched_tokens() == group_.max_num_batched_tokens() &&
+      group.enforce_eager() == group_.enforce_eager() &&
+      group.draft_model_path() == group_.draft_model_path() &&
+      group.self_spec_layers() == group_.self_spec_layers() &&
+      group.kv_cache_fp8() == group_.kv_cache_fp8() &&
+      group.weights_fp8() == group_.weights_fp8() && SameLoras(group, group_, HeldLoras());
   // Before the communicators it points to change. A kept CUDA shard is a world of one, whose
   // device communicator lives for the whole process.
-  if (!keep_shard) runner_.reset();
+  if (!keep_shard) {
+    runner_.reset();
+    absl::MutexLock lock(&status_mu_);
+    lora_target_.reset();
+    lora_slots_.clear();
+  }
   comm_->Reset(std::move(formed->comm));
   links_.Reset(std::move(formed->from_previous), std::move(formed->to_next),
                formed->device_from_previous, formed->device_to_next);
@@ -412,7 +419,7 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
     options.loras.push_back({lora.slot(), lora.path()});
   }
   options.max_loras = group_.max_loras();
-  options.max_lora_rank = group_.max_lora_rank();
+  if (group_.max_lora_rank() > 0) options.max_lora_rank = group_.max_lora_rank();
   if (group_.self_spec_layers() > 0) {  // The target itself, which Init allowed.
     options.draft_model_path = model_path_;
     options.draft_num_layers = group_.self_spec_layers();
@@ -448,6 +455,12 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
     error_.clear();
     weight_bytes_ = loaded_.weight_bytes();
     kv_cache_blocks_ = loaded_.kv_cache_blocks();
+    lora_target_ =
+        LoraTarget{model.shared_loras(), model.config(), model.layout(), options.max_lora_rank};
+    lora_slots_.clear();
+    for (const ModelRunnerOptions::Lora& lora : options.loras) {
+      lora_slots_.emplace_back(lora.slot, lora.path);
+    }
   }
   LogInfo("worker", "rank %d/%d: loaded %s (weights %.1f MiB, %lld KV blocks, fingerprint %s)",
           comm_->rank(), comm_->world_size(), model_path_, loaded_.weight_bytes() / 1048576.0,

@@ -57,6 +57,7 @@ struct WorkerServerOptions {
   std::string draft_model_path;
   // LoRA adapter folders InitRequest.lora_adapters may name, besides those under `model_dir`.
   std::vector<std::string> lora_paths;
+  std::vector<std::string> lora_dirs;  // and those under these (loaded at run time)
   std::string host = "127.0.0.1";  // bound and advertised, for gRPC and for Gloo
   // How the ranks of a CPU group all-reduce: shared memory when all can map it, else Gloo.
   CpuTransport cpu_transport = CpuTransport::kAuto;
@@ -112,6 +113,12 @@ class WorkerServer final : public v1::WorkerService::Service {
                       v1::WorkerStatusResponse* response) override;
   grpc::Status Shutdown(grpc::ServerContext*, const v1::ShutdownRequest* request,
                         v1::ShutdownResponse* response) override;
+  // worker/adapter_rpcs.cc: on the gRPC thread, beside steps (a follower's execution thread runs
+  // its relayed steps): the table is thread-safe, and a step keeps the shards it took.
+  grpc::Status LoadAdapter(grpc::ServerContext*, const v1::LoadAdapterRequest* request,
+                           v1::LoadAdapterResponse* response) override;
+  grpc::Status UnloadAdapter(grpc::ServerContext*, const v1::UnloadAdapterRequest* request,
+                             v1::UnloadAdapterResponse* response) override;
 
  private:
   explicit WorkerServer(const WorkerServerOptions& options);
@@ -189,6 +196,21 @@ class WorkerServer final : public v1::WorkerService::Service {
   // The silence check: armed by Init and heartbeats, disarmed by registering; the time of the last call's start
   // or end, and how many are in flight.
   bool coordinator_known_ ABSL_GUARDED_BY(status_mu_) = false;
+  // Where LoadAdapter puts adapters: the loaded shard's table, and the shape it cuts them by; set
+  // by LoadShard, cleared when Init drops the shard. `lora_slots_`: what the table holds now
+  // (slot, path), which a later Init compares with its own list to keep the shard.
+  struct LoraTarget {
+    std::shared_ptr<LoraTable> table;
+    ModelConfig config;
+    ShardLayout layout;
+    int64_t max_rank = 0;
+  };
+  std::optional<LoraTarget> lora_target_ ABSL_GUARDED_BY(status_mu_);
+  std::vector<std::pair<int32_t, std::string>> lora_slots_ ABSL_GUARDED_BY(status_mu_);
+  std::vector<std::pair<int32_t, std::string>> HeldLoras() {
+    absl::MutexLock lock(&status_mu_);
+    return lora_slots_;
+  }
   absl::Time last_call_ ABSL_GUARDED_BY(status_mu_);
   int calls_in_flight_ ABSL_GUARDED_BY(status_mu_) = 0;
 

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -47,6 +48,10 @@ class LauncherFlags(unittest.TestCase):
         with open(f"{d}/template.jinja", "w") as f:
             f.write("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
                     "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+        adapter = subprocess.run(
+            [sys.executable, os.path.join(os.path.dirname(__file__), "..", "..", "bench",
+                                          "make_lora_adapters.py"), args.model, d, "--count", "1",
+             "--rank", "4"], check=True, capture_output=True, text=True).stdout.strip()
         for name in ("api-keys", "admin-keys"):
             with open(f"{d}/{name}", "w") as f:
                 f.write(f"{name}-from-file\n")
@@ -75,6 +80,7 @@ class LauncherFlags(unittest.TestCase):
             "--grammar-compile-timeout": "11",
             "--pipeline-parallel-size": "2",  # two stages of the one --tp rank: two workers
             "--steps-in-flight": "1", "--metrics-names": "vllm", "--reasoning-parser": "qwen3",
+            "--lora-modules": adapter, "--max-loras": "2", "--max-lora-rank": "32",
         }
         known = coordinator_flag_names(args.bin_dir)
         self.assertEqual(set(values) | LAUNCHERS_OWN, known,

@@ -160,6 +160,37 @@ TEST(ServingPlan, PipelineStagesSplitTheWorld) {
   }
 }
 
+TEST(ServingPlan, LoraModulesTakeSlotsInOrder) {
+  absl::StatusOr<ServingPlan> plan =
+      MakeServingPlan(Parse({"--lora-modules", "sql=/a/sql", "--lora-modules", "chat=/a/chat",
+                             "--max-lora-rank", "32"}),
+                      Model(), "smol");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->init.loras.size(), 2u);
+  EXPECT_EQ(plan->init.loras[0].name, "sql");
+  EXPECT_EQ(plan->init.loras[0].slot, 1);
+  EXPECT_EQ(plan->init.loras[1].path, "/a/chat");
+  EXPECT_EQ(plan->init.loras[1].slot, 2);
+  EXPECT_EQ(plan->init.max_loras, 2);
+  EXPECT_EQ(plan->init.max_lora_rank, 32);
+  EXPECT_EQ(LoraSlotOf(plan->loras, "smol", "chat"), 2);
+  EXPECT_EQ(LoraSlotOf(plan->loras, "smol", "smol"), 0);
+  EXPECT_EQ(LoraSlotOf(plan->loras, "smol", "other"), -1);
+  const std::pair<std::vector<std::string>, const char*> refused[] = {
+      {{"--lora-modules", "sql"}, "expected name=path"},
+      {{"--lora-modules", "=/a"}, "expected name=path"},
+      {{"--lora-modules", "smol=/a"}, "the served model's"},
+      {{"--lora-modules", "a=/a", "--lora-modules", "a=/b"}, "another adapter's"},
+      {{"--lora-modules", "a=/a", "--lora-modules", "b=/b", "--max-loras", "1"}, "--max-loras"},
+      {{"--lora-modules", "a=/a", "--device", "cuda"}, "CPU workers"},
+  };
+  for (const auto& [args, message] : refused) {
+    const absl::Status status = MakeServingPlan(Parse(args), Model(), "smol").status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << args[1];
+    EXPECT_TRUE(absl::StrContains(status.message(), message)) << status;
+  }
+}
+
 TEST(ServingPlan, EngineOptionsFromFlagsAndTheLoadedModel) {
   const CoordinatorFlags flags = Parse(
       {"--block-size", "32", "--step-timeout", "31", "--max-num-seqs", "64",
