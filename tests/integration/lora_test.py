@@ -12,6 +12,10 @@ file's permuted q/k rows must match.
 - A batch mixing the three adapters and the base model (four concurrent greedy Generates) gives
   each request the tokens it gets alone; an adapter after the base model on the same prompt does
   not reuse the base model's cached prefix (each greedy token is the reference's argmax).
+- Load and unload under load (tpctl lora and the admin API): while clients stream greedy
+  requests on the base model and an adapter, another adapter is loaded (then serves the
+  reference's tokens) and the first unloaded: every request either completes with the tokens it
+  gets alone or, once the unload began, is refused NOT_FOUND at once; none fails midway.
 - /v1/models and ListModels list the adapters with their parent; an unknown name is NOT_FOUND
   over gRPC and 404 over HTTP. (worker_server's InitRefusesAModelItWasNotStartedWith checks that
   a worker refuses an adapter path it was not started with; the launcher passes --lora-path.)
@@ -173,6 +177,65 @@ class Lora(unittest.TestCase):
         self.assertEqual({m.parent for m in models.models[1:]}, {models.models[0].id})
         self.assertEqual([m["id"] for m in listed][1:], list(ADAPTERS))
         self.assertEqual(listed[1]["parent"], listed[0]["id"])
+
+
+    def test_load_and_unload_under_load_lose_no_request(self):
+        import grpc
+
+        pb = self.protos.inference_pb2
+        admin_pb = self.protos.admin_pb2
+        folder = os.path.join(self.tmp.name, "qv8")
+        with tpserve_cluster.Cluster(self.args.bin_dir, self.model, tp=1, extra_args=[
+                "--lora-modules", "all4=" + os.path.join(self.tmp.name, "all4"),
+                "--max-loras", "2", "--lora-dir", self.tmp.name]) as cluster:
+            with grpc.insecure_channel(cluster.grpc_address) as channel, \
+                    grpc.insecure_channel(cluster.admin_address) as admin_channel:
+                stub = self.protos.inference_pb2_grpc.InferenceServiceStub(channel)
+                admin = self.protos.admin_pb2_grpc.AdminServiceStub(admin_channel)
+                alone = {name: self.generate(stub, name, max_tokens=24) for name in ("", "all4")}
+                outcomes, stop = [], threading.Event()
+
+                def client(name):
+                    while not stop.is_set():
+                        try:
+                            outcomes.append((name, self.generate(stub, name, max_tokens=24)))
+                        except grpc.RpcError as error:
+                            outcomes.append((name, error.code()))
+
+                threads = [threading.Thread(target=client, args=(name,))
+                           for name in ("", "all4", "", "all4")]
+                for thread in threads:
+                    thread.start()
+                loaded = admin.LoadLoraAdapter(
+                    admin_pb.LoadLoraAdapterRequest(name="qv8", path=folder), timeout=120)
+                self.assertEqual(loaded.adapter.slot, 2)
+                self.assert_greedy_under("qv8", self.generate(stub, "qv8", max_tokens=12))
+                admin.UnloadLoraAdapter(admin_pb.UnloadLoraAdapterRequest(name="all4"),
+                                        timeout=120)
+                stop.set()
+                for thread in threads:
+                    thread.join()
+                listed = subprocess.run(
+                    [os.path.join(self.args.bin_dir, "tpctl"), "--coordinator",
+                     cluster.admin_address, "lora", "list"],
+                    check=True, capture_output=True, text=True, timeout=60).stdout
+                with self.assertRaises(grpc.RpcError) as gone:
+                    self.generate(stub, "all4")
+                self.assertEqual(gone.exception.code(), grpc.StatusCode.NOT_FOUND)
+        print(listed, flush=True)
+        self.assertIn("qv8", listed)
+        self.assertNotIn("all4", listed)
+        done = {name: sum(1 for n, o in outcomes if n == name and isinstance(o, list))
+                for name in ("", "all4")}
+        print("completed under load: %d base, %d all4; %d refused" % (
+            done[""], done["all4"], sum(1 for _, o in outcomes if not isinstance(o, list))))
+        self.assertGreater(done[""], 0)
+        self.assertGreater(done["all4"], 0)
+        for name, outcome in outcomes:
+            if isinstance(outcome, list):
+                self.assertEqual(outcome, alone[name], name)
+            else:
+                self.assertEqual((name, outcome), ("all4", grpc.StatusCode.NOT_FOUND))
 
 
 if __name__ == "__main__":
