@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/chat_translation.h"
 #include "coordinator/openai_error.h"
 #include "coordinator/openai_fields.h"
 
@@ -20,13 +21,6 @@ constexpr std::string_view kSameName[] = {"model",       "max_tokens", "stream",
 constexpr std::string_view kTranslated[] = {
     "messages", "system",   "stop_sequences", "tools",         "tool_choice",
     "thinking", "metadata", "output_config",  "cache_control", "service_tier"};
-
-bool Listed(const std::string& key, const auto& names) {
-  for (std::string_view name : names) {
-    if (key == name) return true;
-  }
-  return false;
-}
 
 absl::StatusOr<std::string> TextOf(const json& content, const std::string& param);
 
@@ -133,33 +127,27 @@ absl::Status AddMessage(const json& message, const std::string& param, json* mes
   return absl::OkStatus();
 }
 
-absl::Status AddTools(const json& body, json* chat) {
-  if (const json* tools = Find(body, "tools")) {
-    if (!tools->is_array()) return WrongType("tools", "an array", *tools);
-    json functions = json::array();
-    for (size_t i = 0; i < tools->size(); ++i) {
-      const std::string at = absl::StrCat("tools[", i, "]");
-      const json& tool = (*tools)[i];
-      if (!tool.is_object()) return WrongType(at, "an object", tool);
-      if (const json* type = Find(tool, "type"); type != nullptr && *type != "custom") {
-        return InvalidField(at + ".type", "only custom tools (name, input_schema) are supported");
-      }
-      for (const auto& [key, value] : tool.items()) {
-        if (key != "type" && key != "name" && key != "description" && key != "input_schema" &&
-            key != "cache_control" && !value.is_null()) {
-          return InvalidField(absl::StrCat(at, ".", key), "is not supported by this server");
-        }
-      }
-      json function = {{"name", tool.value("name", json())}};
-      if (const json* description = Find(tool, "description"))
-        function["description"] = *description;
-      const json* schema = Find(tool, "input_schema");
-      if (schema == nullptr) return InvalidField(at + ".input_schema", "is required");
-      function["parameters"] = *schema;
-      functions.push_back({{"type", "function"}, {"function", std::move(function)}});
-    }
-    (*chat)["tools"] = std::move(functions);
+// A custom tool {name, description, input_schema} as a chat function.
+absl::StatusOr<json> CustomTool(const json& tool, const std::string& at) {
+  if (const json* type = Find(tool, "type"); type != nullptr && *type != "custom") {
+    return InvalidField(at + ".type", "only custom tools (name, input_schema) are supported");
   }
+  for (const auto& [key, value] : tool.items()) {
+    if (key != "type" && key != "name" && key != "description" && key != "input_schema" &&
+        key != "cache_control" && !value.is_null()) {
+      return InvalidField(absl::StrCat(at, ".", key), "is not supported by this server");
+    }
+  }
+  json function = {{"name", tool.value("name", json())}};
+  if (const json* description = Find(tool, "description")) function["description"] = *description;
+  const json* schema = Find(tool, "input_schema");
+  if (schema == nullptr) return InvalidField(at + ".input_schema", "is required");
+  function["parameters"] = *schema;
+  return function;
+}
+
+absl::Status AddTools(const json& body, json* chat) {
+  RETURN_IF_ERROR(ConvertTools(body, CustomTool, chat));
   const json* choice = Find(body, "tool_choice");
   if (choice == nullptr) return absl::OkStatus();
   if (!choice->is_object()) return WrongType("tool_choice", "an object", *choice);
@@ -228,14 +216,7 @@ absl::Status AddOutputConfig(const json& body, json* chat) {
 }  // namespace
 
 absl::StatusOr<json> MessagesToChatBody(const json& body) {
-  json chat = json::object();
-  for (const auto& [key, value] : body.items()) {
-    if (Listed(key, kSameName)) {
-      chat[key] = value;
-    } else if (!Listed(key, kTranslated) && !value.is_null()) {
-      return InvalidField(key, "is not a Messages API field this server supports");
-    }
-  }
+  ASSIGN_OR_RETURN(json chat, CopyKnownFields(body, kSameName, kTranslated, "Messages API"));
   if (Find(body, "max_tokens") == nullptr) return InvalidField("max_tokens", "is required");
   // Prompt caching is automatic here (the prefix cache): cache_control asks for nothing more.
   if (const json* tier = Find(body, "service_tier");

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/chat_translation.h"
 #include "coordinator/openai_error.h"
 #include "coordinator/openai_fields.h"
 
@@ -33,13 +34,6 @@ constexpr std::string_view kTranslated[] = {"input",
                                             "top_logprobs",
                                             "stream_options",
                                             "service_tier"};
-
-bool Listed(const std::string& key, const auto& names) {
-  for (std::string_view name : names) {
-    if (key == name) return true;
-  }
-  return false;
-}
 
 // A message's content: a string, or input_text / output_text parts joined with newlines.
 absl::StatusOr<std::string> ContentText(const json& content, const std::string& param) {
@@ -116,28 +110,24 @@ absl::Status AddItem(const json& item, const std::string& param, json* messages)
                                                     " are not supported by this server"));
 }
 
-absl::Status AddTools(const json& body, json* chat) {
-  if (const json* tools = Find(body, "tools")) {
-    if (!tools->is_array()) return WrongType("tools", "an array", *tools);
-    json functions = json::array();
-    for (size_t i = 0; i < tools->size(); ++i) {
-      const std::string at = absl::StrCat("tools[", i, "]");
-      const json& tool = (*tools)[i];
-      if (!tool.is_object() || Find(tool, "type") == nullptr || tool["type"] != "function") {
-        return InvalidField(at + ".type", "only function tools are supported");
-      }
-      json function = json::object();
-      for (const auto& [key, value] : tool.items()) {
-        if (key == "name" || key == "description" || key == "parameters" || key == "strict") {
-          function[key] = value;
-        } else if (key != "type" && !value.is_null()) {
-          return InvalidField(absl::StrCat(at, ".", key), "is not supported by this server");
-        }
-      }
-      functions.push_back({{"type", "function"}, {"function", std::move(function)}});
-    }
-    (*chat)["tools"] = std::move(functions);
+// A function tool {type: function, name, description, parameters, strict} as a chat function.
+absl::StatusOr<json> FunctionTool(const json& tool, const std::string& at) {
+  if (Find(tool, "type") == nullptr || tool["type"] != "function") {
+    return InvalidField(at + ".type", "only function tools are supported");
   }
+  json function = json::object();
+  for (const auto& [key, value] : tool.items()) {
+    if (key == "name" || key == "description" || key == "parameters" || key == "strict") {
+      function[key] = value;
+    } else if (key != "type" && !value.is_null()) {
+      return InvalidField(absl::StrCat(at, ".", key), "is not supported by this server");
+    }
+  }
+  return function;
+}
+
+absl::Status AddTools(const json& body, json* chat) {
+  RETURN_IF_ERROR(ConvertTools(body, FunctionTool, chat));
   const json* choice = Find(body, "tool_choice");
   if (choice == nullptr) return absl::OkStatus();
   if (choice->is_string()) {
@@ -214,14 +204,7 @@ absl::Status CheckDefaults(const json& body) {
 
 absl::StatusOr<ResponsesRequest> ResponsesToChatBody(const json& body, ResponseStore& store) {
   ResponsesRequest out;
-  out.chat = json::object();
-  for (const auto& [key, value] : body.items()) {
-    if (Listed(key, kSameName)) {
-      out.chat[key] = value;
-    } else if (!Listed(key, kTranslated) && !value.is_null()) {
-      return InvalidField(key, "is not a Responses API field this server supports");
-    }
-  }
+  ASSIGN_OR_RETURN(out.chat, CopyKnownFields(body, kSameName, kTranslated, "Responses API"));
   RETURN_IF_ERROR(CheckDefaults(body));
   ASSIGN_OR_RETURN(const std::optional<bool> keep, GetBool(body, "store"));
   out.store = keep.value_or(true);

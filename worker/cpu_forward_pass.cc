@@ -1,11 +1,13 @@
 #include "worker/cpu_forward_pass.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/add_bias.h"
+#include "kernels/cpu/lora_product.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/rms_norm.h"
@@ -50,7 +52,7 @@ CpuForwardPass::CpuForwardPass(const ModelConfig& config, const ShardLayout& lay
 
 absl::Status CpuForwardPass::TakeLoras(const ForwardBatch& batch) {
   lora_shards_.clear();
-  lora_tokens_.clear();
+  lora_groups_.clear();
   for (int64_t s = 0; s < static_cast<int64_t>(batch.adapters.size()); ++s) {
     const int32_t slot = batch.adapters[s];
     if (slot == 0) continue;
@@ -59,7 +61,14 @@ absl::Status CpuForwardPass::TakeLoras(const ForwardBatch& batch) {
       return absl::InvalidArgumentError(absl::StrCat("LoRA slot ", slot, " holds no adapter"));
     }
     for (int64_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) {
-      lora_tokens_.push_back({t, shard.get()});
+      auto group = std::find_if(lora_groups_.begin(), lora_groups_.end(), [&](const LoraGroup& g) {
+        return g.shard == shard.get() &&
+               static_cast<int64_t>(g.tokens.size()) < cpu::kMaxLoraProductTokens;
+      });
+      if (group == lora_groups_.end()) {
+        group = lora_groups_.insert(lora_groups_.end(), LoraGroup{shard.get(), {}});
+      }
+      group->tokens.push_back(t);
     }
     lora_shards_.push_back(std::move(shard));
   }
@@ -68,12 +77,19 @@ absl::Status CpuForwardPass::TakeLoras(const ForwardBatch& batch) {
 
 void CpuForwardPass::AddLora(int layer, std::vector<LoraSlice> LoraLayerShard::*which,
                              const float* x, int64_t x_stride, float* y, int64_t y_stride) const {
-  if (lora_tokens_.empty()) return;
-  cpu::ParallelFor(static_cast<int64_t>(lora_tokens_.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const LoraToken& token = lora_tokens_[i];
-      for (const LoraSlice& slice : token.shard->layers[layer].*which) {
-        ApplyLora(slice, x + token.token * x_stride, y + token.token * y_stride);
+  if (lora_groups_.empty()) return;
+  cpu::ParallelFor(static_cast<int64_t>(lora_groups_.size()), 1, [&](int64_t begin, int64_t end) {
+    const float* in[cpu::kMaxLoraProductTokens];
+    float* out[cpu::kMaxLoraProductTokens];
+    for (int64_t g = begin; g < end; ++g) {
+      const LoraGroup& group = lora_groups_[g];
+      const int64_t n = static_cast<int64_t>(group.tokens.size());
+      for (int64_t i = 0; i < n; ++i) {
+        in[i] = x + group.tokens[i] * x_stride;
+        out[i] = y + group.tokens[i] * y_stride;
+      }
+      for (const LoraSlice& slice : group.shard->layers[layer].*which) {
+        ApplyLora(slice, in, out, n);
       }
     }
   });

@@ -66,14 +66,15 @@ class CpuForwardPass : public ForwardPass {
   PipelineLinks* const links_;
   KvCache kv_cache_;
   KvObserver kv_observer_;
-  // This step's adapters (kept alive for the step whatever the table does meanwhile), and each
-  // token that runs with one.
-  struct LoraToken {
-    int64_t token = 0;
+  // This step's adapters (kept alive for the step whatever the table does meanwhile), and its
+  // tokens that run with one, in groups of the same adapter (at most
+  // cpu::kMaxLoraProductTokens each, so that the groups spread over the threads).
+  struct LoraGroup {
     const LoraShard* shard = nullptr;
+    std::vector<int64_t> tokens;
   };
   std::vector<std::shared_ptr<const LoraShard>> lora_shards_;
-  std::vector<LoraToken> lora_tokens_;
+  std::vector<LoraGroup> lora_groups_;
   // A step's activations, kept between steps at the largest size seen.
   struct Buffers {
     std::vector<float> residual, normed, partial, qkv, q, k, v, attn, gate_up, act, selected, local,

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "kernels/cpu/lora_product.h"
+
 namespace tpserve {
 namespace {
 
@@ -76,27 +78,10 @@ LoraShard ShardLora(const LoraAdapter& adapter, const ModelConfig& config,
   return shard;
 }
 
-void ApplyLora(const LoraSlice& s, const float* x, float* y) {
-  float ax[kMaxLoraRank];
-  for (int64_t k = 0; k < s.rank; ++k) {
-    // Eight partial sums, so that the compiler keeps them in vector lanes.
-    const float* a = s.a.data() + k * s.in;
-    float lanes[8] = {};
-    int64_t i = 0;
-    for (; i + 8 <= s.in; i += 8) {
-      for (int l = 0; l < 8; ++l) lanes[l] += a[i + l] * x[i + l];
-    }
-    float sum = 0;
-    for (; i < s.in; ++i) sum += a[i] * x[i];
-    for (float lane : lanes) sum += lane;
-    ax[k] = sum;
-  }
-  float* out = y + s.offset;
-  for (int64_t k = 0; k < s.rank; ++k) {
-    const float* bt = s.bt.data() + k * s.out;
-    const float factor = ax[k];
-    for (int64_t j = 0; j < s.out; ++j) out[j] += factor * bt[j];
-  }
+void ApplyLora(const LoraSlice& s, const float* const* x, float* const* y, int64_t tokens) {
+  float* out[cpu::kMaxLoraProductTokens];
+  for (int64_t t = 0; t < tokens; ++t) out[t] = y[t] + s.offset;
+  cpu::LoraProduct(s.a.data(), s.bt.data(), s.rank, s.in, s.out, x, out, tokens);
 }
 
 void LoraTable::Set(int32_t slot, std::shared_ptr<const LoraShard> shard) {

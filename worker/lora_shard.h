@@ -14,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/cpu/lora_product.h"
 #include "model/lora_adapter.h"
 #include "model/model_config.h"
 #include "model/shard_layout.h"
@@ -47,12 +48,12 @@ LoraShard ShardLora(const LoraAdapter& adapter, const ModelConfig& config,
 
 // The largest rank ApplyLora takes, and the most slots a table has (--max-lora-rank's and
 // --max-loras' bounds).
-inline constexpr int64_t kMaxLoraRank = 256;
+inline constexpr int64_t kMaxLoraRank = cpu::kMaxLoraProductRank;
 inline constexpr int32_t kMaxLoraSlots = 256;
 
-// Adds `slice`'s product for one token: x is its input row (the slice's input from column 0),
-// y its output row.
-void ApplyLora(const LoraSlice& slice, const float* x, float* y);
+// Adds `slice`'s product for a few tokens (at most cpu::kMaxLoraProductTokens) of its adapter:
+// x[t] is token t's input row (the slice's input from column 0), y[t] its output row.
+void ApplyLora(const LoraSlice& slice, const float* const* x, float* const* y, int64_t tokens);
 
 class LoraTable {
  public:

@@ -11,45 +11,11 @@
 #include "kernels/cpu/fp8_e4m3.h"
 #include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/vector_exp.h"
+#include "kernels/cpu/vector_ops.h"
 #include "kernels/cpu/x86_intrinsics.h"
 
 namespace tpserve::cpu {
 namespace {
-
-// a . b over n floats, with eight independent partial sums so that the compiler can vectorize it
-// without -ffast-math (which it needs to reorder a single running sum).
-float Dot(const float* a, const float* b, int64_t n) {
-  float partial[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) partial[j] += a[i + j] * b[i + j];
-  }
-  float tail = 0.0f;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  return ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
-         ((partial[4] + partial[5]) + (partial[6] + partial[7])) + tail;
-}
-
-// The loops below work in fixed chunks of 8 plus a scalar tail: at -O2 GCC only vectorizes loops
-// whose trip count needs no scalar epilogue, and this shape gives it one without -ffast-math.
-
-// y[:] += w * x[:] over n floats; x and y do not overlap.
-inline void Axpy(float w, const float* __restrict x, float* __restrict y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) y[i + j] += w * x[i + j];
-  }
-  for (; i < n; ++i) y[i] += w * x[i];
-}
-
-// y[:] = w * x[:] over n floats; x and y are the same array or do not overlap.
-inline void Scale(float w, const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) y[i + j] = w * x[i + j];
-  }
-  for (; i < n; ++i) y[i] = w * x[i];
-}
 
 bool Fp8(const PagedAttentionParams& p) { return p.k_cache_fp8 != nullptr; }
 
