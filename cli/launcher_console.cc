@@ -62,6 +62,7 @@ void LoadProgressLine::Update(const v1::HealthResponse& health) {
   }
   done_ = health.load_done_bytes();
   total_ = health.load_total_bytes();
+  if (health.state() == v1::HealthResponse::STATE_SERVING) return;  // Done() says it
   const std::string text =
       absl::StrFormat("tpserve: loading %s: %s of %s (%d%%)", what_, FormatBytes(done_),
                       FormatBytes(total_), static_cast<int>(100 * done_ / total_));

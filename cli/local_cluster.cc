@@ -264,10 +264,11 @@ absl::Status LocalCluster::WaitReady(
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     v1::HealthResponse health;
     const grpc::Status status = inference_->Health(&context, v1::HealthRequest(), &health);
+    // Serving too: a load done between two polls is known only from this answer.
+    if (status.ok() && on_health) on_health(health);
     if (status.ok() && health.state() == v1::HealthResponse::STATE_SERVING) {
       return absl::OkStatus();
     }
-    if (status.ok() && on_health) on_health(health);
     if (status.ok() && health.state() == v1::HealthResponse::STATE_DEGRADED) {
       return absl::UnavailableError(absl::StrCat("cluster degraded: ", health.message()));
     }

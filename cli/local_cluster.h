@@ -46,7 +46,7 @@ class LocalCluster {
 
   // Waits until the coordinator reports SERVING. Fails with the cause when a child dies, the
   // cluster is degraded, or `timeout` passes. Logs progress messages as they change, and hands
-  // `on_health` (when set) each answer while starting.
+  // `on_health` (when set) each answer while starting, and the one that says it serves.
   absl::Status WaitReady(
       absl::Duration timeout,
       const std::function<void(const v1::HealthResponse&)>& on_health = nullptr);
