@@ -6,7 +6,8 @@ Both serve the same GGUF file with the same CPU threads behind an OpenAI-compati
 ~117-token prompts, 64 tokens out, greedy, ignore_eos, streamed so that time to first token is
 measured), rounds alternated A B A B, and the table gives both sides and tpserve / llama-server.
 
-llama-server is built once for the CPU it runs on (GGML_NATIVE=ON) from the llama.cpp that the
+llama-server is built once for the CPU it runs on (GGML_NATIVE=ON; on a CPU with AMX, every SIMD
+extension it has but AMX, whose llama.cpp kernels die of SIGILL there) from the llama.cpp that the
 pinned llama-cpp-python==0.3.36 source distribution vendors (scripts/fetch-sdist.sh checks its
 sha256), into build/llama-cpp-native/ (~8 minutes on 2 cores): a benchmark tool only, never a
 dependency of tpserve. The build is redone when the CPU's model or flags differ from the ones it
@@ -68,6 +69,25 @@ def cpu_identity():
     return hashlib.sha256("".join(sorted(set(lines))).encode()).hexdigest()
 
 
+# ggml's build options for the x86 extensions /proc/cpuinfo names.
+GGML_FEATURES = {"avx": "GGML_AVX", "avx2": "GGML_AVX2", "fma": "GGML_FMA", "f16c": "GGML_F16C",
+                 "bmi2": "GGML_BMI2", "avx_vnni": "GGML_AVX_VNNI", "avx512f": "GGML_AVX512",
+                 "avx512_vbmi": "GGML_AVX512_VBMI", "avx512_vnni": "GGML_AVX512_VNNI",
+                 "avx512_bf16": "GGML_AVX512_BF16"}
+
+
+def cpu_options():
+    """GGML_NATIVE=ON, except on a CPU with AMX: there llama.cpp's AMX kernels die of SIGILL
+    (tilezero on tiles no ldtilecfg configured, seen on an Intel Xeon VM, 2026-12-07), so the peer
+    is built with every SIMD extension the CPU has but AMX."""
+    with open("/proc/cpuinfo") as f:
+        flags = next(l for l in f if l.startswith("flags")).split(":", 1)[1].split()
+    if "amx_tile" not in flags:
+        return ["-DGGML_NATIVE=ON"]
+    return ["-DGGML_NATIVE=OFF"] + ["-D%s=%s" % (option, "ON" if name in flags else "OFF")
+                                    for name, option in GGML_FEATURES.items()]
+
+
 def llama_cpp_native(target):
     """Path of llama.cpp's `target` (llama-server, llama-bench) built for this CPU, built once."""
     binary = os.path.join(NATIVE, "build", "bin", target)
@@ -88,7 +108,7 @@ def llama_cpp_native(target):
           "~8 minutes on 2 cores)", file=sys.stderr)
     out = os.path.join(NATIVE, "build")
     subprocess.run(["cmake", "-S", source, "-B", out, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-                    "-DGGML_NATIVE=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+                    *cpu_options(), "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
                     "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF",
                     "-DBUILD_SHARED_LIBS=OFF"], check=True, stdout=subprocess.DEVNULL)
     # Ninja's [done/total] lines are the progress.

@@ -237,6 +237,30 @@ class HostileRequestsTest(unittest.TestCase):
                                        metadata=[("authorization", f"Bearer {KEY}")])))
         self.assertEqual(status, 400, body)
 
+        # The Messages and Responses APIs and gRPC chat prompts take the same bounds.
+        status, body = self.answered("60,000 tools through /v1/messages", lambda: request(
+            self.address, "POST", "/v1/messages",
+            {"max_tokens": 4, "messages": user,
+             "tools": [{"name": f"f{i}", "input_schema": {}} for i in range(60_000)]}))
+        self.assertEqual(status, 400, body)
+        self.assertIn("tools", body["error"]["message"])
+
+        status, body = self.answered("100,000 input items through /v1/responses", lambda: request(
+            self.address, "POST", "/v1/responses",
+            {"max_output_tokens": 4, "input": [{"role": "user", "content": "word " * 4}] * 100_000}))
+        self.assertEqual(status, 400, body)
+        self.assertEqual(body["error"]["param"], "messages", body)
+
+        deep = "[" * 200_000 + "]" * 200_000
+        status, body = self.answered("nested tool parameters in a gRPC chat", lambda: self.grpc_call(
+            lambda stub: list(stub.Generate(
+                pb.GenerateRequest(max_tokens=4, chat=pb.Chat(
+                    messages=[pb.ChatMessage(role="user", content="Hi")],
+                    tools=[pb.Tool(name="f", parameters=deep)])),
+                timeout=ANSWER_BOUND_S, metadata=[("authorization", f"Bearer {KEY}")]))))
+        self.assertEqual(status, 400, body)
+        self.assertIn("chat.tools[0].parameters", body)
+
         status, body = self.answered("8 MB HTTP body without a key", lambda: request(
             self.address, "POST", "/v1/completions", b"{" + b" " * 8_000_000 + b"}", key=None))
         self.assertEqual(status, 401, body)
