@@ -41,11 +41,7 @@ void GenerateCall::Submit() {
       [this]() -> absl::StatusOr<std::shared_ptr<RequestHandle>> {
     ASSIGN_OR_RETURN(Engine * engine, service_->GetEngine());
     ASSIGN_OR_RETURN(GrpcGenerate generate, service_->ToParams(request_, *engine));
-    if (generate.chat.has_value()) {
-      chat_ = generate.chat;
-      streams_.assign(generate.params.n, ReplyStream(chat_->reasoning, chat_->tools));
-      calls_.assign(generate.params.n, 0);
-    }
+    chat_ = generate.chat;
     return engine->SubmitGenerate(std::move(generate.params), [this] { return cancelled_.load(); });
   }();
   absl::MutexLock lock(&mutex_);
@@ -57,6 +53,11 @@ void GenerateCall::Submit() {
   if (outcome_.has_value()) {
     handle_->Cancel();
     return;
+  }
+  // Sized by the samples the engine admitted (it checked n), never by the request's own n.
+  if (chat_.has_value()) {
+    streams_.assign(handle_->num_samples(), ReplyStream(chat_->reasoning, chat_->tools));
+    calls_.assign(handle_->num_samples(), 0);
   }
   PumpOnNews(*handle_, service_->pool(), shared_from_this());
 }

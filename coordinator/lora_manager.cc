@@ -130,6 +130,11 @@ absl::Status LoraManager::Unload(const std::string& name, absl::Duration drain,
     absl::SleepFor(absl::Milliseconds(20));
   }
   RETURN_IF_ERROR(pool->UnloadAdapter(slot, timeout));
+  // Its cached prefixes are keyed by the slot, which a later adapter may take: they go now (no
+  // sequence of it is left to hold them).
+  if (absl::StatusOr<int32_t> flushed = engine->FlushPrefixCache(); !flushed.ok()) {
+    return flushed.status();
+  }
   absl::MutexLock lock(&mutex_);
   Erase(name);
   LogInfo(kLog, "unloaded LoRA adapter %s from slot %d", name, slot);

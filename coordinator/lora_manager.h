@@ -6,7 +6,8 @@
 //                      admits requests for it (AdapterGate::Open) and requests may name it
 //   Unload(name)       requests may no longer name it; the engine admits none (Close); once its
 //                      last sequence is gone (running ones finish, none is cut), every rank
-//                      empties the slot (UnloadAdapter)
+//                      empties the slot (UnloadAdapter) and the prefix cache drops what no
+//                      request holds, the adapter's prefixes with it (they are keyed by slot)
 //
 // A generation per loading keeps a request parsed for one adapter from running with another loaded
 // into the same slot since. Thread-safe.

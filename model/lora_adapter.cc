@@ -87,7 +87,7 @@ absl::StatusOr<Config> ReadConfig(const std::string& path, int64_t max_rank) {
   text << in.rdbuf();
   const json config = ParseBoundedJson<json>(text.str());
   if (!config.is_object()) return Invalid(path, "is not a JSON object");
-  if (config.value("peft_type", std::string("LORA")) != "LORA") {
+  if (config.contains("peft_type") && config["peft_type"] != "LORA") {
     return Invalid(path, "peft_type must be LORA");
   }
   for (const char* key : {"use_dora", "fan_in_fan_out", "bias", "rank_pattern", "alpha_pattern",
@@ -105,7 +105,11 @@ absl::StatusOr<Config> ReadConfig(const std::string& path, int64_t max_rank) {
   out.rank = r.get<int64_t>();
   const json alpha = config.value("lora_alpha", json(out.rank));
   if (!alpha.is_number()) return Invalid(path, "lora_alpha must be a number");
-  const bool rslora = config.value("use_rslora", false);
+  const json rslora_value = config.value("use_rslora", json(false));
+  if (!rslora_value.is_boolean() && !rslora_value.is_null()) {
+    return Invalid(path, "use_rslora must be true or false");
+  }
+  const bool rslora = rslora_value == true;
   out.scale = alpha.get<double>() /
               (rslora ? std::sqrt(static_cast<double>(out.rank)) : static_cast<double>(out.rank));
   const json targets = config.value("target_modules", json());

@@ -23,7 +23,8 @@ grpc::Status WorkerServer::LoadAdapter(grpc::ServerContext* context,
     target = lora_target_;
   }
   if (!target.has_value()) {
-    return ToGrpc(absl::FailedPreconditionError("LoadAdapter before LoadShard"));
+    return ToGrpc(absl::FailedPreconditionError(
+        "LoadAdapter before LoadShard, or on a CUDA shard (which serves no adapters)"));
   }
   if (request->slot() < 1 || request->slot() > target->table->num_slots()) {
     return ToGrpc(absl::InvalidArgumentError(
@@ -42,8 +43,12 @@ grpc::Status WorkerServer::LoadAdapter(grpc::ServerContext* context,
       LoadLoraShard(target->config, target->layout, request->path(), target->max_rank);
   if (!shard.ok()) return ToGrpc(shard.status());
   response->set_bytes((*shard)->bytes);
-  target->table->Set(request->slot(), *std::move(shard));
   absl::MutexLock lock(&status_mu_);
+  // An Init that replaced the shard meanwhile sent its own adapters: this one was for the old.
+  if (!lora_target_.has_value() || lora_target_->table != target->table) {
+    return ToGrpc(absl::AbortedError("LoadAdapter: the group re-formed while it loaded"));
+  }
+  target->table->Set(request->slot(), *std::move(shard));
   std::erase_if(lora_slots_, [&](const auto& held) { return held.first == request->slot(); });
   lora_slots_.emplace_back(request->slot(), request->path());
   LogInfo("worker", "rank %d: LoRA adapter %s in slot %d (%.1f MiB)", options_.rank,

@@ -60,15 +60,21 @@ absl::Status CpuForwardPass::TakeLoras(const ForwardBatch& batch) {
     if (shard == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("LoRA slot ", slot, " holds no adapter"));
     }
-    for (int64_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) {
-      auto group = std::find_if(lora_groups_.begin(), lora_groups_.end(), [&](const LoraGroup& g) {
-        return g.shard == shard.get() &&
-               static_cast<int64_t>(g.tokens.size()) < cpu::kMaxLoraProductTokens;
-      });
-      if (group == lora_groups_.end()) {
-        group = lora_groups_.insert(lora_groups_.end(), LoraGroup{shard.get(), {}});
+    // The shard's group with room: each shard's last group (few shards, however many tokens).
+    size_t open = lora_groups_.size();
+    for (size_t g = lora_groups_.size(); g-- > 0;) {
+      if (lora_groups_[g].shard == shard.get()) {
+        open = g;
+        break;
       }
-      group->tokens.push_back(t);
+    }
+    for (int64_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) {
+      if (open == lora_groups_.size() ||
+          static_cast<int64_t>(lora_groups_[open].tokens.size()) == cpu::kMaxLoraProductTokens) {
+        open = lora_groups_.size();
+        lora_groups_.push_back(LoraGroup{shard.get(), {}});
+      }
+      lora_groups_[open].tokens.push_back(t);
     }
     lora_shards_.push_back(std::move(shard));
   }

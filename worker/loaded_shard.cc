@@ -48,11 +48,6 @@ absl::StatusOr<std::unique_ptr<ForwardPass>> CreateCpuModel(const ModelRunnerOpt
 }
 
 absl::Status LoadLoras(const ModelRunnerOptions& options, LoadedShard& shard) {
-  if (options.loras.empty()) return absl::OkStatus();
-  if (options.device != Device::kCpu) {
-    return absl::UnimplementedError(
-        "LoRA adapters run on CPU workers; CUDA workers do not serve them yet");
-  }
   for (const ModelRunnerOptions::Lora& lora : options.loras) {
     if (lora.slot < 1 || lora.slot > shard.loras().num_slots()) {
       return absl::InvalidArgumentError(absl::StrCat("LoRA slot ", lora.slot, " is outside [1, ",
@@ -144,6 +139,10 @@ absl::StatusOr<std::unique_ptr<LoadedShard>> LoadShard(const ModelRunnerOptions&
                                     ShardFormats{options.cpu_weights,
                                                  /*keep_fp8=*/options.device == Device::kCuda},
                                     options.load_progress));
+  if (options.device != Device::kCpu && (!options.loras.empty() || options.max_loras > 0)) {
+    return absl::UnimplementedError(
+        "LoRA adapters run on CPU workers; CUDA workers do not serve them yet");
+  }
 #if TPSERVE_WITH_CUDA
   if (options.device == Device::kCuda) {
     ASSIGN_OR_RETURN(runner->forward_pass_,

@@ -189,6 +189,10 @@ class GrpcClientTest(unittest.TestCase):
                          [(c["function"]["name"], c["function"]["arguments"]) for c in want])
         self.assertTrue(calls[0].id.startswith("call_"))
 
+        for n in (-1, 2**31 - 1):
+            with self.assertRaises(grpc.RpcError) as refused:
+                self.generate(self.request(chat=chat, max_tokens=4, n=n))
+            self.assertEqual(refused.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, n)
         bad = self.request(chat=pb.Chat(messages=[pb.ChatMessage(role="robot", content="x")]),
                            max_tokens=4)
         with self.assertRaises(grpc.RpcError) as raised:

@@ -222,8 +222,15 @@ class Lora(unittest.TestCase):
                 with self.assertRaises(grpc.RpcError) as gone:
                     self.generate(stub, "all4")
                 self.assertEqual(gone.exception.code(), grpc.StatusCode.NOT_FOUND)
+                # all4's slot goes to the next adapter, which must not match all4's cached
+                # prefixes of the same prompt.
+                reused = admin.LoadLoraAdapter(admin_pb.LoadLoraAdapterRequest(
+                    name="mlp16", path=os.path.join(self.tmp.name, "mlp16")), timeout=120)
+                self.assertEqual(reused.adapter.slot, 1)
+                self.assert_greedy_under("mlp16", self.generate(stub, "mlp16", max_tokens=12))
         print(listed, flush=True)
         self.assertIn("qv8", listed)
+        self.assertIn("slot 2", listed)
         self.assertNotIn("all4", listed)
         done = {name: sum(1 for n, o in outcomes if n == name and isinstance(o, list))
                 for name in ("", "all4")}

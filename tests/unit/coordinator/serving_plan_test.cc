@@ -183,6 +183,7 @@ TEST(ServingPlan, LoraModulesTakeSlotsInOrder) {
       {{"--lora-modules", "a=/a", "--lora-modules", "a=/b"}, "another adapter's"},
       {{"--lora-modules", "a=/a", "--lora-modules", "b=/b", "--max-loras", "1"}, "--max-loras"},
       {{"--lora-modules", "a=/a", "--device", "cuda"}, "CPU workers"},
+      {{"--max-loras", "2", "--device", "cuda"}, "CPU workers"},
   };
   for (const auto& [args, message] : refused) {
     const absl::Status status = MakeServingPlan(Parse(args), Model(), "smol").status();
