@@ -206,7 +206,7 @@ void HttpGeneration::Begin() {
                             WriterContext{request_id_, shared_->options().model_name, absl::Now(),
                                           shared_->options().tokenizer, n,
                                           std::move(prompt_logprobs_), &shared_->responses()});
-  streams_.assign(n, ReplyStream(parsed.reasoning, parsed.tool_syntax));
+  streams_.assign(n, ReplyStream(parsed.reasoning, parsed.tool_syntax, parsed.include_reasoning));
   WatchClient();
   if (!parsed.stream) {
     choices_.resize(n);
@@ -253,16 +253,8 @@ void HttpGeneration::OnNews() {
 SampleNews HttpGeneration::Split(StreamUpdate& update) {
   SampleNews news;
   news.index = update.index;
-  ReplyStream& stream = streams_[update.index];
-  news.delta = stream.Add(update.text);
-  if (update.done) {
-    ReplyDelta tail = stream.Finish();
-    news.delta.reasoning += tail.reasoning;
-    news.delta.content += tail.content;
-    for (ParsedToolCall& call : tail.calls) news.delta.calls.push_back(std::move(call));
-    news.finish = update.finish_reason.value_or(FinishReason::kStop);
-  }
-  if (!parsed_->request.include_reasoning) news.delta.reasoning.clear();
+  news.delta = streams_[update.index].Next(update.text, update.done);
+  if (update.done) news.finish = update.finish_reason.value_or(FinishReason::kStop);
   news.logprobs = std::move(update.logprobs);
   return news;
 }

@@ -56,7 +56,8 @@ void GenerateCall::Submit() {
   }
   // Sized by the samples the engine admitted (it checked n), never by the request's own n.
   if (chat_.has_value()) {
-    streams_.assign(handle_->num_samples(), ReplyStream(chat_->reasoning, chat_->tools));
+    streams_.assign(handle_->num_samples(),
+                    ReplyStream(chat_->reasoning, chat_->tools, chat_->include_reasoning));
     calls_.assign(handle_->num_samples(), 0);
   }
   PumpOnNews(*handle_, service_->pool(), shared_from_this());
@@ -72,15 +73,7 @@ void GenerateCall::Pump() {
     }
     v1::GenerateResponse chunk = ToChunk(update);
     if (chat_.has_value()) {
-      ReplyStream& stream = streams_[update.index];
-      ReplyDelta delta = stream.Add(update.text);
-      if (update.done) {
-        ReplyDelta tail = stream.Finish();
-        delta.reasoning += tail.reasoning;
-        delta.content += tail.content;
-        for (ParsedToolCall& call : tail.calls) delta.calls.push_back(std::move(call));
-      }
-      if (!chat_->include_reasoning) delta.reasoning.clear();
+      const ReplyDelta delta = streams_[update.index].Next(update.text, update.done);
       SetChatReply(delta, handle_->request_id(), &calls_[update.index], &chunk);
     }
     queue_.push_back(std::move(chunk));

@@ -17,7 +17,6 @@ OpenAiReplyWriter::OpenAiReplyWriter(ResponseHeader header, const Tokenizer* tok
       with_logprobs_(request.params.logprobs >= 0),
       with_tools_(request.tool_syntax.has_value()),
       include_usage_(request.include_usage),
-      include_reasoning_(request.include_reasoning),
       echo_(request.echo),
       return_prompt_logprobs_(request.return_prompt_logprobs),
       echo_text_(request.echo_text),
@@ -47,7 +46,7 @@ std::string OpenAiReplyWriter::Add(const SampleNews& news) {
   const ReplyDelta& delta = news.delta;
   const bool has_logprobs = with_logprobs_ && !news.logprobs.empty();
   std::string events;
-  if (!delta.reasoning.empty() && include_reasoning_) {
+  if (!delta.reasoning.empty()) {
     events += SseEvent(responder_.ReasoningChunk(i, delta.reasoning));
   }
   if (!with_tools_) {

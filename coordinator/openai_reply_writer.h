@@ -32,7 +32,6 @@ class OpenAiReplyWriter : public ReplyWriter {
   const bool with_logprobs_;
   const bool with_tools_;
   const bool include_usage_;
-  const bool include_reasoning_;
   const bool echo_;
   const bool return_prompt_logprobs_;
   const std::string echo_text_;

@@ -4,8 +4,9 @@
 
 namespace tpserve {
 
-ReplyStream::ReplyStream(ReasoningStart reasoning, std::optional<ToolCallSyntax> tools)
-    : reasoning_(reasoning) {
+ReplyStream::ReplyStream(ReasoningStart reasoning, std::optional<ToolCallSyntax> tools,
+                         bool include_reasoning)
+    : include_reasoning_(include_reasoning), reasoning_(reasoning) {
   if (tools.has_value()) tools_.emplace(*tools);
 }
 
@@ -33,6 +34,18 @@ ReplyDelta ReplyStream::Finish() {
   out.reasoning = std::move(split.reasoning);
   Content(split.content, &out);
   if (tools_.has_value()) out.content += tools_->Finish().content;
+  return out;
+}
+
+ReplyDelta ReplyStream::Next(std::string_view text, bool last) {
+  ReplyDelta out = Add(text);
+  if (last) {
+    ReplyDelta tail = Finish();
+    out.reasoning += tail.reasoning;
+    out.content += tail.content;
+    for (ParsedToolCall& call : tail.calls) out.calls.push_back(std::move(call));
+  }
+  if (!include_reasoning_) out.reasoning.clear();
   return out;
 }
 

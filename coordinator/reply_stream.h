@@ -24,14 +24,20 @@ struct ReplyDelta {
 class ReplyStream {
  public:
   // `tools`: the syntax of calls to parse out of the content; none: content stays text.
-  ReplyStream(ReasoningStart reasoning, std::optional<ToolCallSyntax> tools);
+  // `include_reasoning` false: the thinking is split out and dropped (include_reasoning).
+  ReplyStream(ReasoningStart reasoning, std::optional<ToolCallSyntax> tools,
+              bool include_reasoning = true);
 
-  ReplyDelta Add(std::string_view text);
-  // The end of the sample: what was held back.
-  ReplyDelta Finish();
+  // What `text`, following everything before, releases; with `last` (the sample's end), also
+  // what was held back.
+  ReplyDelta Next(std::string_view text, bool last);
 
  private:
+  ReplyDelta Add(std::string_view text);
+  ReplyDelta Finish();
   void Content(std::string_view text, ReplyDelta* out);
+
+  bool include_reasoning_;
 
   ReasoningStream reasoning_;
   std::optional<ToolCallStream> tools_;

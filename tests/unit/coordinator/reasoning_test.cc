@@ -97,19 +97,26 @@ TEST(ReplyStream, ParsesCallsOnlyAfterTheThinking) {
       "maybe <tool_call>{\"name\": \"no\", \"arguments\": {}}</tool_call></think>\n"
       "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"x\": 1}}\n</tool_call>";
   ReplyDelta all;
-  for (char c : text) {
-    ReplyDelta d = stream.Add(std::string(1, c));
+  for (size_t i = 0; i <= text.size(); ++i) {
+    // One byte at a time, then the end.
+    ReplyDelta d = stream.Next(i < text.size() ? text.substr(i, 1) : "", i == text.size());
     all.reasoning += d.reasoning;
     all.content += d.content;
     for (ParsedToolCall& call : d.calls) all.calls.push_back(call);
   }
-  ReplyDelta tail = stream.Finish();
-  all.content += tail.content;
   EXPECT_EQ(all.reasoning, "maybe <tool_call>{\"name\": \"no\", \"arguments\": {}}</tool_call>");
   EXPECT_EQ(all.content, "");
   ASSERT_EQ(all.calls.size(), 1u);
   EXPECT_EQ(all.calls[0].name, "get");
   EXPECT_EQ(all.calls[0].arguments, "{\"x\":1}");
+}
+
+TEST(ReplyStream, WithoutReasoningDropsTheThinkingOnly) {
+  ReplyStream stream(ReasoningStart::kOpen, std::nullopt, /*include_reasoning=*/false);
+  const ReplyDelta first = stream.Next("steps</think>\n\nFo", false);
+  const ReplyDelta last = stream.Next("ur.", true);
+  EXPECT_EQ(first.reasoning + last.reasoning, "");
+  EXPECT_EQ(first.content + last.content, "Four.");
 }
 
 }  // namespace
