@@ -204,7 +204,7 @@ HttpReply HttpServer::Models() const {
 
 HttpReply HttpServer::Model(const std::string& id) const {
   const std::vector<LoraModule> loras = generations_->Loras();
-  if (LoraSlotOf(loras, options_.model_name, id) < 0) {
+  if (!LoraNamed(loras, options_.model_name, id).has_value()) {
     return ErrorReply(absl::NotFoundError(
         absl::StrCat("model '", id, "' does not exist; this server serves '", options_.model_name,
                      "'", loras.empty() ? "" : " and its LoRA adapters (GET /v1/models)")));

@@ -44,12 +44,10 @@ absl::StatusOr<Engine*> InferenceServiceImpl::GetEngine() const {
 }
 
 absl::StatusOr<LoraModule> InferenceServiceImpl::AdapterOf(const std::string& model) const {
-  if (model.empty() || model == model_name_) return LoraModule();
-  if (loras_ != nullptr) {
-    for (LoraModule& lora : loras_->Serving()) {
-      if (lora.name == model) return lora;
-    }
-  }
+  if (model.empty()) return LoraModule();
+  std::optional<LoraModule> named = LoraNamed(
+      loras_ != nullptr ? loras_->Serving() : std::vector<LoraModule>(), model_name_, model);
+  if (named.has_value()) return *std::move(named);
   return absl::NotFoundError(absl::StrCat(
       "model '", model, "' does not exist; this server serves '", model_name_, "' (ListModels)"));
 }

@@ -16,7 +16,7 @@ absl::StatusOr<std::vector<LoraModule>> ParseLoraModules(const std::vector<std::
     }
     const int32_t slot = static_cast<int32_t>(modules.size()) + 1;
     LoraModule module{spec.substr(0, eq), spec.substr(eq + 1), slot, slot};
-    if (module.name == served_name || LoraSlotOf(modules, served_name, module.name) > 0) {
+    if (LoraNamed(modules, served_name, module.name).has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--lora-modules ", spec, ": the name ", module.name, " is taken (",
           module.name == served_name ? "the served model's" : "another adapter's", ")"));
@@ -30,13 +30,13 @@ absl::StatusOr<std::vector<LoraModule>> ParseLoraModules(const std::vector<std::
   return modules;
 }
 
-int32_t LoraSlotOf(const std::vector<LoraModule>& modules, const std::string& served_name,
-                   const std::string& name) {
-  if (name == served_name) return 0;
+std::optional<LoraModule> LoraNamed(const std::vector<LoraModule>& modules,
+                                    const std::string& served_name, const std::string& name) {
+  if (name == served_name) return LoraModule();
   for (const LoraModule& m : modules) {
-    if (m.name == name) return m.slot;
+    if (m.name == name) return m;
   }
-  return -1;
+  return std::nullopt;
 }
 
 }  // namespace tpserve

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,8 @@ absl::StatusOr<std::vector<LoraModule>> ParseLoraModules(const std::vector<std::
                                                          const std::string& served_name,
                                                          int32_t max_loras);
 
-// The slot of the adapter `name` names, 0 for `served_name`, -1 for neither.
-int32_t LoraSlotOf(const std::vector<LoraModule>& modules, const std::string& served_name,
-                   const std::string& name);
+// The adapter `name` names; for `served_name`, the base model (slot 0); nullopt for neither.
+std::optional<LoraModule> LoraNamed(const std::vector<LoraModule>& modules,
+                                    const std::string& served_name, const std::string& name);
 
 }  // namespace tpserve

@@ -78,13 +78,14 @@ absl::Status GetSampling(const json& body, SamplingParams* s) {
 // "not given".
 
 // The base model, or the LoRA adapter "model" names: its slot.
-absl::StatusOr<int32_t> CheckModel(const json& body, const ServedModel& model) {
+absl::StatusOr<LoraModule> CheckModel(const json& body, const ServedModel& model) {
   const json* name = Find(body, "model");
-  if (name == nullptr) return 0;
+  if (name == nullptr) return LoraModule();
   if (!name->is_string()) return WrongType("model", "a string", *name);
-  const int32_t slot = LoraSlotOf(model.loras, model.name, name->get_ref<const std::string&>());
-  if (slot < 0) return ModelNotFound(name->get_ref<const std::string&>());
-  return slot;
+  std::optional<LoraModule> named =
+      LoraNamed(model.loras, model.name, name->get_ref<const std::string&>());
+  if (!named.has_value()) return ModelNotFound(name->get_ref<const std::string&>());
+  return *std::move(named);
 }
 
 absl::StatusOr<std::vector<std::string>> GetStop(const json& body, const RequestLimits& limits) {
@@ -225,10 +226,9 @@ absl::StatusOr<std::vector<int32_t>> GetCompletionPrompt(const json& body,
 // The fields both endpoints share. `request->params.prompt` is set by the caller.
 absl::Status ParseCommon(const json& body, const ServedModel& model, OpenAiRequest* request) {
   GenerateParams& params = request->params;
-  ASSIGN_OR_RETURN(params.adapter, CheckModel(body, model));
-  for (const LoraModule& lora : model.loras) {
-    if (lora.slot == params.adapter) params.adapter_generation = lora.generation;
-  }
+  ASSIGN_OR_RETURN(const LoraModule adapter, CheckModel(body, model));
+  params.adapter = adapter.slot;
+  params.adapter_generation = adapter.generation;
 
   ASSIGN_OR_RETURN(std::optional<bool> stream, GetBool(body, "stream"));
   request->stream = stream.value_or(false);

@@ -173,9 +173,9 @@ TEST(ServingPlan, LoraModulesTakeSlotsInOrder) {
   EXPECT_EQ(plan->init.loras[1].slot, 2);
   EXPECT_EQ(plan->init.max_loras, 2);
   EXPECT_EQ(plan->init.max_lora_rank, 32);
-  EXPECT_EQ(LoraSlotOf(plan->loras, "smol", "chat"), 2);
-  EXPECT_EQ(LoraSlotOf(plan->loras, "smol", "smol"), 0);
-  EXPECT_EQ(LoraSlotOf(plan->loras, "smol", "other"), -1);
+  EXPECT_EQ(LoraNamed(plan->loras, "smol", "chat")->slot, 2);
+  EXPECT_EQ(LoraNamed(plan->loras, "smol", "smol")->slot, 0);
+  EXPECT_FALSE(LoraNamed(plan->loras, "smol", "other").has_value());
   const std::pair<std::vector<std::string>, const char*> refused[] = {
       {{"--lora-modules", "sql"}, "expected name=path"},
       {{"--lora-modules", "=/a"}, "expected name=path"},
