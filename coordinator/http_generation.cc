@@ -50,15 +50,10 @@ HttpGenerations::HttpGenerations(const HttpServerOptions& options, FrontEndPool&
       responses_(kMaxStoredResponses, kMaxStoredResponseBytes) {}
 
 ServedModel HttpGenerations::Model(const Engine& engine) const {
-  return {options_.model_name,
-          engine.options().context_length,
-          options_.tokenizer,
-          options_.chat_template,
-          options_.default_sampling,
-          engine.options().limits,
-          tool_format_,
-          options_.reasoning,
-          Loras()};
+  ServedModel model = Model();
+  model.context_length = engine.options().context_length;
+  model.limits = engine.options().limits;
+  return model;
 }
 
 ServedModel HttpGenerations::Model() const {
