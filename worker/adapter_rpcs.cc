@@ -6,7 +6,6 @@
 #include "common/cluster_token.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
-#include "worker/load_policy.h"
 #include "worker/loaded_shard.h"
 #include "worker/worker_server.h"
 
@@ -32,9 +31,7 @@ grpc::Status WorkerServer::LoadAdapter(grpc::ServerContext* context,
                      target->table->num_slots(), "] (--max-loras)")));
   }
   // Not opened, and not echoed back beyond what the caller sent.
-  if (!LoadPolicy{options_.model_path, options_.model_dir, options_.draft_model_path,
-                  options_.lora_paths, options_.lora_dirs}
-           .MayLoadLora(request->path())) {
+  if (!Policy().MayLoadLora(request->path())) {
     return ToGrpc(absl::PermissionDeniedError(
         "LoadAdapter: this worker loads LoRA adapters only from its --lora-path folders, under "
         "its --lora-dir or under its --model-dir"));

@@ -17,7 +17,6 @@
 #include "model/shard_layout.h"
 #include "worker/cuda_backend.h"
 #include "worker/group_factory.h"
-#include "worker/load_policy.h"
 #include "worker/step_planner.h"
 
 namespace tpserve {
@@ -341,9 +340,7 @@ absl::Status WorkerServer::DoInit(const v1::InitRequest& request) {
   v1::InitRequest group = request;
   if (group.block_size() == 0) group.set_block_size(kDefaultBlockSize);
   // A refused path is not opened, and not echoed back beyond what the caller sent.
-  RETURN_IF_ERROR((LoadPolicy{options_.model_path, options_.model_dir, options_.draft_model_path,
-                              options_.lora_paths, options_.lora_dirs}
-                       .Check(request)));
+  RETURN_IF_ERROR(Policy().Check(request));
   const std::string model_path =
       request.model_path().empty() ? options_.model_path : request.model_path();
   // A CUDA model of several ranks is reloaded: its decode graphs captured NCCL calls on the old

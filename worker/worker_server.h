@@ -35,6 +35,7 @@
 #include "worker/comm/pipeline_links.h"
 #include "worker/comm/swappable_communicator.h"
 #include "worker/execution_thread.h"
+#include "worker/load_policy.h"
 #include "worker/model_runner.h"
 #include "worker/model_runner_options.h"
 #include "worker/step_relay.h"
@@ -123,6 +124,11 @@ class WorkerServer final : public v1::WorkerService::Service {
  private:
   explicit WorkerServer(const WorkerServerOptions& options);
 
+  // What Init and LoadAdapter may open: the files this worker was started with.
+  LoadPolicy Policy() const {
+    return {options_.model_path, options_.model_dir, options_.draft_model_path, options_.lora_paths,
+            options_.lora_dirs};
+  }
   // Runs `fn` on the execution thread; its Status becomes the RPC's.
   grpc::Status Execute(const std::function<absl::Status()>& fn);
 
