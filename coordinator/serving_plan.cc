@@ -65,11 +65,6 @@ absl::StatusOr<ServingPlan> MakeServingPlan(const CoordinatorFlags& flags,
   if (flags.speculative == "draft") init.draft_model_path = flags.draft_model;
   init.self_spec_layers = plan.self_spec_layers;
   ASSIGN_OR_RETURN(plan.loras, ParseLoraModules(flags.lora_modules, served_name, flags.max_loras));
-  if ((!plan.loras.empty() || flags.max_loras > 0) && flags.device == "cuda") {
-    return absl::InvalidArgumentError(
-        "--lora-modules, --max-loras: LoRA adapters run on CPU workers; CUDA workers do not serve "
-        "them yet");
-  }
   init.loras = plan.loras;
   init.max_loras = flags.max_loras > 0 ? flags.max_loras : static_cast<int32_t>(plan.loras.size());
   init.max_lora_rank = flags.max_lora_rank;

@@ -22,8 +22,7 @@ grpc::Status WorkerServer::LoadAdapter(grpc::ServerContext* context,
     target = lora_target_;
   }
   if (!target.has_value()) {
-    return ToGrpc(absl::FailedPreconditionError(
-        "LoadAdapter before LoadShard, or on a CUDA shard (which serves no adapters)"));
+    return ToGrpc(absl::FailedPreconditionError("LoadAdapter before LoadShard"));
   }
   if (request->slot() < 1 || request->slot() > target->table->num_slots()) {
     return ToGrpc(absl::InvalidArgumentError(

@@ -50,60 +50,29 @@ CpuForwardPass::CpuForwardPass(const ModelConfig& config, const ShardLayout& lay
   }
 }
 
-absl::Status CpuForwardPass::TakeLoras(const ForwardBatch& batch) {
-  lora_shards_.clear();
-  lora_groups_.clear();
-  for (int64_t s = 0; s < static_cast<int64_t>(batch.adapters.size()); ++s) {
-    const int32_t slot = batch.adapters[s];
-    if (slot == 0) continue;
-    std::shared_ptr<const LoraShard> shard = loras_ != nullptr ? loras_->Get(slot) : nullptr;
-    if (shard == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("LoRA slot ", slot, " holds no adapter"));
-    }
-    // The shard's group with room: each shard's last group (few shards, however many tokens).
-    size_t open = lora_groups_.size();
-    for (size_t g = lora_groups_.size(); g-- > 0;) {
-      if (lora_groups_[g].shard == shard.get()) {
-        open = g;
-        break;
-      }
-    }
-    for (int64_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) {
-      if (open == lora_groups_.size() ||
-          static_cast<int64_t>(lora_groups_[open].tokens.size()) == cpu::kMaxLoraProductTokens) {
-        open = lora_groups_.size();
-        lora_groups_.push_back(LoraGroup{shard.get(), {}});
-      }
-      lora_groups_[open].tokens.push_back(t);
-    }
-    lora_shards_.push_back(std::move(shard));
-  }
-  return absl::OkStatus();
-}
-
 void CpuForwardPass::AddLora(int layer, std::vector<LoraSlice> LoraLayerShard::*which,
                              const float* x, int64_t x_stride, float* y, int64_t y_stride) const {
-  if (lora_groups_.empty()) return;
-  cpu::ParallelFor(static_cast<int64_t>(lora_groups_.size()), 1, [&](int64_t begin, int64_t end) {
-    const float* in[cpu::kMaxLoraProductTokens];
-    float* out[cpu::kMaxLoraProductTokens];
-    for (int64_t g = begin; g < end; ++g) {
-      const LoraGroup& group = lora_groups_[g];
-      const int64_t n = static_cast<int64_t>(group.tokens.size());
-      for (int64_t i = 0; i < n; ++i) {
-        in[i] = x + group.tokens[i] * x_stride;
-        out[i] = y + group.tokens[i] * y_stride;
-      }
-      for (const LoraSlice& slice : group.shard->layers[layer].*which) {
-        ApplyLora(slice, in, out, n);
-      }
-    }
-  });
+  if (loras_step_.groups.empty()) return;
+  cpu::ParallelFor(static_cast<int64_t>(loras_step_.groups.size()), 1,
+                   [&](int64_t begin, int64_t end) {
+                     const float* in[cpu::kMaxLoraProductTokens];
+                     float* out[cpu::kMaxLoraProductTokens];
+                     for (int64_t g = begin; g < end; ++g) {
+                       const LoraTokenGroup& group = loras_step_.groups[g];
+                       for (int i = 0; i < group.count; ++i) {
+                         in[i] = x + group.tokens[i] * x_stride;
+                         out[i] = y + group.tokens[i] * y_stride;
+                       }
+                       for (const LoraSlice& slice : loras_step_.shards[g]->layers[layer].*which) {
+                         ApplyLora(slice, in, out, group.count);
+                       }
+                     }
+                   });
 }
 
 absl::Status CpuForwardPass::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
   RETURN_IF_ERROR(ValidateForwardBatch(batch, config_, kv_cache_.shape()));
-  RETURN_IF_ERROR(TakeLoras(batch));
+  ASSIGN_OR_RETURN(loras_step_, TakeStepLoras(batch, loras_));
   const int64_t n = batch.num_tokens();
   const int64_t hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);

@@ -26,6 +26,7 @@
 #include "worker/forward_batch.h"
 #include "worker/forward_pass.h"
 #include "worker/kv_cache.h"
+#include "worker/lora_token_groups.h"
 #include "worker/model_weights.h"
 
 namespace tpserve {
@@ -52,8 +53,6 @@ class CpuForwardPass : public ForwardPass {
  private:
   void Attention(int layer, const ForwardBatch& batch, const float* normed, float* out);
   void Mlp(int layer, const float* normed, int64_t num_tokens, float* out);
-  // The step's LoRA runs from the batch's adapters: INVALID_ARGUMENT for a slot with none loaded.
-  absl::Status TakeLoras(const ForwardBatch& batch);
   // y += the slices of `which` in `layer` of each token's adapter, for the tokens that have one.
   void AddLora(int layer, std::vector<LoraSlice> LoraLayerShard::*which, const float* x,
                int64_t x_stride, float* y, int64_t y_stride) const;
@@ -66,15 +65,7 @@ class CpuForwardPass : public ForwardPass {
   PipelineLinks* const links_;
   KvCache kv_cache_;
   KvObserver kv_observer_;
-  // This step's adapters (kept alive for the step whatever the table does meanwhile), and its
-  // tokens that run with one, in groups of the same adapter (at most
-  // cpu::kMaxLoraProductTokens each, so that the groups spread over the threads).
-  struct LoraGroup {
-    const LoraShard* shard = nullptr;
-    std::vector<int64_t> tokens;
-  };
-  std::vector<std::shared_ptr<const LoraShard>> lora_shards_;
-  std::vector<LoraGroup> lora_groups_;
+  StepLoras loras_step_;  // this step's tokens that run with an adapter
   // A step's activations, kept between steps at the largest size seen.
   struct Buffers {
     std::vector<float> residual, normed, partial, qkv, q, k, v, attn, gate_up, act, selected, local,

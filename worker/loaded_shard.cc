@@ -139,20 +139,17 @@ absl::StatusOr<std::unique_ptr<LoadedShard>> LoadShard(const ModelRunnerOptions&
                                     ShardFormats{options.cpu_weights,
                                                  /*keep_fp8=*/options.device == Device::kCuda},
                                     options.load_progress));
-  if (options.device != Device::kCpu && (!options.loras.empty() || options.max_loras > 0)) {
-    return absl::UnimplementedError(
-        "LoRA adapters run on CPU workers; CUDA workers do not serve them yet");
-  }
 #if TPSERVE_WITH_CUDA
   if (options.device == Device::kCuda) {
     ASSIGN_OR_RETURN(runner->forward_pass_,
                      cuda::CudaForwardPass::Create(options, cuda_device, runner->config_, layout,
                                                    std::move(weights), device_comm));
-    return runner;
   }
 #endif
-  ASSIGN_OR_RETURN(runner->forward_pass_,
-                   CreateCpuModel(options, runner->config_, layout, std::move(weights), comm));
+  if (runner->forward_pass_ == nullptr) {
+    ASSIGN_OR_RETURN(runner->forward_pass_,
+                     CreateCpuModel(options, runner->config_, layout, std::move(weights), comm));
+  }
   runner->forward_pass_->set_loras(runner->loras_.get());
   RETURN_IF_ERROR(LoadLoras(options, *runner));
   return runner;

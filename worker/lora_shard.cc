@@ -17,13 +17,14 @@ std::vector<float> Transposed(const std::vector<float>& b, int64_t rank, Range r
 }
 
 // Rows [rows.begin, rows.end()) of B, all of A: a column-parallel module.
-LoraSlice OutputRows(const LoraModule& m, int64_t rank, Range rows, int64_t offset) {
-  return LoraSlice{rank, m.in, rows.size, offset, m.a, Transposed(m.b, rank, rows)};
+LoraSlice OutputRows(LoraTarget target, const LoraModule& m, int64_t rank, Range rows,
+                     int64_t offset) {
+  return LoraSlice{target, rank, m.in, rows.size, offset, m.a, Transposed(m.b, rank, rows)};
 }
 
 // Columns [cols.begin, cols.end()) of A, all of B: a row-parallel module.
-LoraSlice InputColumns(const LoraModule& m, int64_t rank, Range cols) {
-  LoraSlice s{rank, cols.size, m.out, 0, {}, Transposed(m.b, rank, Range{0, m.out})};
+LoraSlice InputColumns(LoraTarget target, const LoraModule& m, int64_t rank, Range cols) {
+  LoraSlice s{target, rank, cols.size, m.out, 0, {}, Transposed(m.b, rank, Range{0, m.out})};
   s.a.resize(rank * cols.size);
   for (int64_t k = 0; k < rank; ++k) {
     std::copy(m.a.begin() + k * m.in + cols.begin, m.a.begin() + k * m.in + cols.end(),
@@ -55,22 +56,23 @@ LoraShard ShardLora(const LoraAdapter& adapter, const ModelConfig& config,
       return modules[static_cast<int>(t)];
     };
     LoraLayerShard layer;
-    if (const auto& m = module(LoraTarget::kQ)) layer.qkv.push_back(OutputRows(*m, r, q_rows, 0));
-    if (const auto& m = module(LoraTarget::kK)) {
-      layer.qkv.push_back(OutputRows(*m, r, kv_rows, q_width));
+    using T = LoraTarget;
+    if (const auto& m = module(T::kQ)) layer.qkv.push_back(OutputRows(T::kQ, *m, r, q_rows, 0));
+    if (const auto& m = module(T::kK)) {
+      layer.qkv.push_back(OutputRows(T::kK, *m, r, kv_rows, q_width));
     }
-    if (const auto& m = module(LoraTarget::kV)) {
-      layer.qkv.push_back(OutputRows(*m, r, kv_rows, q_width + kv_width));
+    if (const auto& m = module(T::kV)) {
+      layer.qkv.push_back(OutputRows(T::kV, *m, r, kv_rows, q_width + kv_width));
     }
-    if (const auto& m = module(LoraTarget::kO)) layer.o.push_back(InputColumns(*m, r, q_rows));
-    if (const auto& m = module(LoraTarget::kGate)) {
-      layer.gate_up.push_back(OutputRows(*m, r, layout.ffn, 0));
+    if (const auto& m = module(T::kO)) layer.o.push_back(InputColumns(T::kO, *m, r, q_rows));
+    if (const auto& m = module(T::kGate)) {
+      layer.gate_up.push_back(OutputRows(T::kGate, *m, r, layout.ffn, 0));
     }
-    if (const auto& m = module(LoraTarget::kUp)) {
-      layer.gate_up.push_back(OutputRows(*m, r, layout.ffn, layout.ffn.size));
+    if (const auto& m = module(T::kUp)) {
+      layer.gate_up.push_back(OutputRows(T::kUp, *m, r, layout.ffn, layout.ffn.size));
     }
-    if (const auto& m = module(LoraTarget::kDown)) {
-      layer.down.push_back(InputColumns(*m, r, layout.ffn));
+    if (const auto& m = module(T::kDown)) {
+      layer.down.push_back(InputColumns(T::kDown, *m, r, layout.ffn));
     }
     shard.bytes += Bytes(layer.qkv) + Bytes(layer.o) + Bytes(layer.gate_up) + Bytes(layer.down);
     shard.layers.push_back(std::move(layer));

@@ -23,6 +23,7 @@ namespace tpserve {
 
 // One module's slice: out[t, offset + j] += Σ_k bt[k, j] · Σ_i a[k, i] · x[t, i].
 struct LoraSlice {
+  LoraTarget target = LoraTarget::kQ;
   int64_t rank = 0;
   int64_t in = 0;         // columns of A: the slice of the module's input this rank holds
   int64_t out = 0;        // columns of Bᵀ

@@ -58,7 +58,8 @@ struct ModelRunnerOptions {
   int pipeline_stages = 1;
   PipelineLinks* links = nullptr;
   // LoRA adapters (PEFT folders) served beside the base model, each in its slot (1 and up), in
-  // a table of `max_loras` slots; ranks over `max_lora_rank` are refused. CPU ranks only.
+  // a table of `max_loras` slots; ranks over `max_lora_rank` are refused. A CUDA rank holds the
+  // slots in device memory sized at load for `max_lora_rank`.
   struct Lora {
     int32_t slot = 0;
     std::string path;

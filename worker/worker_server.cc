@@ -452,11 +452,8 @@ absl::Status WorkerServer::DoLoadShard(v1::LoadShardResponse* response) {
     error_.clear();
     weight_bytes_ = loaded_.weight_bytes();
     kv_cache_blocks_ = loaded_.kv_cache_blocks();
-    // A CUDA shard serves no adapters (LoadShard refuses them): LoadAdapter finds no target.
-    if (options.device == Device::kCpu) {
-      lora_target_ =
-          LoraTarget{model.shared_loras(), model.config(), model.layout(), options.max_lora_rank};
-    }
+    lora_target_ =
+        LoraTarget{model.shared_loras(), model.config(), model.layout(), options.max_lora_rank};
     lora_slots_.clear();
     for (const ModelRunnerOptions::Lora& lora : options.loras) {
       lora_slots_.emplace_back(lora.slot, lora.path);

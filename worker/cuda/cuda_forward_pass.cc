@@ -17,22 +17,11 @@
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/silu_mul.h"
 #include "worker/decode_buckets.h"
-#include "worker/kv_budget.h"
 
 namespace tpserve::cuda {
 namespace {
 
 constexpr char kLog[] = "cuda";
-// Kept free beside the KV pool for what others allocate after it: the decode graphs, cuBLASLt's
-// and NCCL's internal buffers, the CUDA context's growth.
-constexpr int64_t kLibraryReserveBytes = int64_t{512} << 20;
-
-template <typename T>
-absl::Status Allocate(DeviceBuffer<T>& buffer, int64_t count) {
-  ASSIGN_OR_RETURN(buffer, DeviceBuffer<T>::Allocate(count));
-  return absl::OkStatus();
-}
-
 // The loader and the layout must agree before any product runs over these sizes.
 absl::Status CheckShapes(const ModelConfig& config, const ShardLayout& layout,
                          const ModelWeights& weights, const DeviceCommunicator& comm) {
@@ -132,6 +121,14 @@ absl::StatusOr<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(
         model->ChooseFp8Mode(options.weights_fp8 ? "--quantization fp8" : "this FP8 checkpoint"));
   }
   RETURN_IF_ERROR(model->AllocateStepBuffers());
+  if (options.max_loras > 0) {
+    ASSIGN_OR_RETURN(model->lora_pool_,
+                     CudaLoraPool::Create(config, layout, options.max_loras, options.max_lora_rank,
+                                          model->token_capacity_));
+    LogInfo(kLog, "rank %d/%d: LoRA pool of %d adapters of rank up to %lld (%.1f MiB)",
+            comm->rank(), comm->world_size(), options.max_loras,
+            static_cast<long long>(options.max_lora_rank), model->lora_pool_->bytes() / 1048576.0);
+  }
   RETURN_IF_ERROR(model->WarmUpCollectives());
   RETURN_IF_ERROR(model->AllocateKvPool(options));
   LogInfo(kLog, "rank %d/%d on %s: weights %.1f MiB, KV pool %lld blocks (%.1f MiB, %s)",
@@ -146,28 +143,6 @@ absl::StatusOr<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(
   }
   RETURN_IF_ERROR(model->CaptureDecodeGraphs());
   return model;
-}
-
-absl::Status CudaForwardPass::WarmUpCollectives() {
-  // NCCL sets up connections, and allocates their buffers, at a communicator's first collective
-  // of each kind: let that happen before the KV pool takes what is free. The data is garbage.
-  // The links first, stage after stage, then the stage's own group.
-  const int64_t hidden = config_.hidden_size;
-  if (from_previous_ != nullptr) {
-    RETURN_IF_ERROR(from_previous_->EnqueueRecv(residual_.data(), hidden, 1, stream_.get()));
-  }
-  if (to_next_ != nullptr) {
-    RETURN_IF_ERROR(to_next_->EnqueueSend(residual_.data(), hidden, 0, stream_.get()));
-  }
-  if (layout_.world_size == 1) return stream_.Synchronize();
-  RETURN_IF_ERROR(comm_->EnqueueAllReduceSum(partial_.data(), token_capacity_ * config_.hidden_size,
-                                             stream_.get()));
-  if (!layout_.last_stage()) return stream_.Synchronize();
-  RETURN_IF_ERROR(comm_->EnqueueGatherToRoot(
-      local_logits_.data(),
-      VocabGatherCounts(config_.vocab_size, layout_.world_size, logits_capacity_),
-      gathered_logits(), stream_.get()));
-  return stream_.Synchronize();
 }
 
 absl::Status CudaForwardPass::ChooseFp8Mode(absl::string_view why) {
@@ -213,83 +188,6 @@ absl::Status CudaForwardPass::Linear(const DeviceLinear& w, const bf16* x, int64
   p.k = k;
   p.scratch = fp8_raw_.data();
   return gemm_->RunFp8(p, *fp8_mode_, stream);
-}
-
-absl::Status CudaForwardPass::AllocateStepBuffers() {
-  const int64_t hidden = config_.hidden_size;
-  const int64_t head_dim = config_.head_dim;
-  const int64_t q_width = layout_.q_width(head_dim);
-  const int64_t ffn = layout_.ffn.size;
-  const int64_t max_seqs = options_.max_num_seqs;
-  logits_capacity_ = max_seqs;
-  blocks_per_seq_ = (config_.context_length + kv_shape_.block_size - 1) / kv_shape_.block_size;
-  const int64_t t = token_capacity_;
-  RETURN_IF_ERROR(
-      Allocate(inputs_, StepInputLayout::For(t, max_seqs, t, blocks_per_seq_, heads()).total));
-  RETURN_IF_ERROR(Allocate(residual_, t * hidden));
-  RETURN_IF_ERROR(Allocate(normed_, t * hidden));
-  RETURN_IF_ERROR(Allocate(partial_, t * hidden));
-  RETURN_IF_ERROR(Allocate(qkv_, t * layout_.qkv_width(head_dim)));
-  RETURN_IF_ERROR(Allocate(q_, t * q_width));
-  RETURN_IF_ERROR(Allocate(attn_, t * q_width));
-  RETURN_IF_ERROR(Allocate(gate_up_, t * 2 * ffn));
-  RETURN_IF_ERROR(Allocate(act_, t * ffn));
-  if (fp8_mode_.has_value()) {
-    RETURN_IF_ERROR(Allocate(act_codes_, t * std::max({hidden, q_width, ffn})));
-    RETURN_IF_ERROR(Allocate(act_scales_, t));
-    if (*fp8_mode_ == Fp8ScaleMode::kEpilogue) {
-      RETURN_IF_ERROR(
-          Allocate(fp8_raw_, t * std::max({layout_.qkv_width(head_dim), hidden, 2 * ffn})));
-    }
-  }
-  RETURN_IF_ERROR(Allocate(attention_workspace_,
-                           static_cast<int64_t>(PagedAttentionWorkspaceBytes(
-                               max_seqs, layout_.q_heads.size, layout_.kv_heads.size, head_dim))));
-  // Logits are the last stage's: the KV pools of the others keep that memory.
-  if (!layout_.last_stage()) return absl::OkStatus();
-  RETURN_IF_ERROR(Allocate(selected_, logits_capacity_ * hidden));
-  RETURN_IF_ERROR(Allocate(local_logits_, logits_capacity_ * layout_.vocab.size));
-  if (layout_.world_size > 1 && layout_.rank == 0) {
-    RETURN_IF_ERROR(Allocate(gathered_, logits_capacity_ * config_.vocab_size));
-    RETURN_IF_ERROR(Allocate(contiguous_, logits_capacity_ * config_.vocab_size));
-  }
-  if (layout_.rank == 0) {
-    ASSIGN_OR_RETURN(processor_, CudaLogitsProcessor::Create(config_.vocab_size, logits_capacity_,
-                                                             token_capacity_, stream_.get()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CudaForwardPass::AllocateKvPool(const ModelRunnerOptions& options) {
-  // Slots are int32 inside the attention kernels.
-  const int64_t max_blocks = std::numeric_limits<int32_t>::max() / options.block_size;
-  if (options.kv_cache_blocks > 0) {
-    kv_shape_.num_blocks = options.kv_cache_blocks;
-  } else if (options.kv_cache_bytes > 0) {
-    kv_shape_.num_blocks = options.kv_cache_bytes / kv_shape_.bytes_per_block();
-  } else {
-    size_t free = 0, total = 0;
-    RETURN_IF_ERROR(CudaStatus(cudaMemGetInfo(&free, &total), "cudaMemGetInfo"));
-    DeviceMemory memory;
-    memory.total_bytes = static_cast<int64_t>(total);
-    memory.free_bytes = static_cast<int64_t>(free);
-    ASSIGN_OR_RETURN(
-        kv_shape_.num_blocks,
-        KvBlocksForUtilization(memory, options_.gpu_memory_utilization, kLibraryReserveBytes,
-                               kv_shape_.bytes_per_block(), max_blocks));
-  }
-  if (kv_shape_.num_blocks <= 0 || kv_shape_.num_blocks > max_blocks) {
-    return absl::InvalidArgumentError(absl::StrCat("a KV pool of ", kv_shape_.num_blocks,
-                                                   " blocks is outside [1, ", max_blocks, "]"));
-  }
-  RETURN_IF_ERROR(Allocate(kv_pool_, kv_shape_.num_blocks * kv_shape_.bytes_per_block()));
-  // No sequence holds more blocks than the pool: a small pool bounds the block tables' width.
-  blocks_per_seq_ = std::min(blocks_per_seq_, kv_shape_.num_blocks);
-  max_context_ = static_cast<int32_t>(
-      std::min(config_.context_length, blocks_per_seq_ * kv_shape_.block_size));
-  // Padding rows of a decode graph read block 0: make every block finite.
-  return CudaStatus(cudaMemsetAsync(kv_pool_.data(), 0, kv_pool_.bytes(), stream_.get()),
-                    "KV pool clear");
 }
 
 absl::Status CudaForwardPass::CaptureDecodeGraphs() {
@@ -391,6 +289,10 @@ absl::Status CudaForwardPass::EnqueueAttention(int layer, const StepShape& shape
 
   RETURN_IF_ERROR(Linear(w.qkv, normed_.data(), n, qkv_.data()));
   if (!w.qkv_bias.empty()) AddBias(qkv_.data(), w.qkv_bias.data(), n, qkv_width, stream);
+  if (lora_step_) {
+    lora_pool_->Apply(layer, {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV}, normed_.data(),
+                      hidden, qkv_.data(), qkv_width, stream);
+  }
   const int64_t layer_bytes =
       kv_shape_.num_blocks * kv_shape_.floats_per_block() * kv_shape_.bytes_per_element;
   uint8_t* k_pool = kv_pool_.data() + (2 * layer) * layer_bytes;
@@ -445,6 +347,10 @@ absl::Status CudaForwardPass::EnqueueAttention(int layer, const StepShape& shape
   PagedAttention(p, stream);
 
   RETURN_IF_ERROR(Linear(w.attn_output, attn_.data(), n, partial_.data()));
+  if (lora_step_) {
+    lora_pool_->Apply(layer, {LoraTarget::kO}, attn_.data(), layout_.q_width(head_dim),
+                      partial_.data(), hidden, stream);
+  }
   return comm_->EnqueueAllReduceSum(partial_.data(), n * hidden, stream);
 }
 
@@ -455,8 +361,16 @@ absl::Status CudaForwardPass::EnqueueMlp(int layer, int64_t num_tokens) {
   const int64_t ffn = layout_.ffn.size;
   // One product against the stacked [gate; up] rows; SiLU·mul reads each row's two halves.
   RETURN_IF_ERROR(Linear(w.gate_up, normed_.data(), num_tokens, gate_up_.data()));
+  if (lora_step_) {
+    lora_pool_->Apply(layer, {LoraTarget::kGate, LoraTarget::kUp}, normed_.data(), hidden,
+                      gate_up_.data(), 2 * ffn, stream);
+  }
   SiluMulRows(gate_up_.data(), num_tokens, ffn, act_.data(), stream);
   RETURN_IF_ERROR(Linear(w.down, act_.data(), num_tokens, partial_.data()));
+  if (lora_step_) {
+    lora_pool_->Apply(layer, {LoraTarget::kDown}, act_.data(), ffn, partial_.data(), hidden,
+                      stream);
+  }
   return comm_->EnqueueAllReduceSum(partial_.data(), num_tokens * hidden, stream);
 }
 
@@ -549,7 +463,10 @@ absl::Status CudaForwardPass::CheckStep(const ForwardBatch& batch) const {
 
 absl::Status CudaForwardPass::Enqueue(const ForwardBatch& batch, LogitsPass on_pass) {
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
-  if (!graphs_.empty() && IsDecodeBatch(batch)) {
+  ASSIGN_OR_RETURN(const StepLoras loras, TakeStepLoras(batch, loras_));
+  lora_step_ = !loras.groups.empty();
+  if (lora_step_) RETURN_IF_ERROR(lora_pool_->Prepare(loras, stream_.get()));
+  if (!lora_step_ && !graphs_.empty() && IsDecodeBatch(batch)) {
     const auto graph = std::find_if(graphs_.begin(), graphs_.end(), [&](const DecodeGraph& g) {
       return g.batch >= batch.num_seqs();
     });

@@ -21,8 +21,9 @@
 // Every buffer a step touches is allocated at load for the scheduler's limits (max_num_seqs,
 // max_num_batched_tokens), so a step allocates nothing and the KV pool can take what
 // --gpu-memory-utilization leaves. Pure decode steps run CUDA graphs captured at load for the
-// batch sizes of DecodeBuckets (padded up to the bucket); other steps run eagerly. A graph bakes
-// in the NCCL communicator: a re-formed group of several ranks loads a new model (WorkerServer).
+// batch sizes of DecodeBuckets (padded up to the bucket); other steps, and steps with LoRA
+// adapters (worker/cuda/cuda_lora_pool.h), run eagerly. A graph bakes in the NCCL communicator: a
+// re-formed group of several ranks loads a new model (WorkerServer).
 //
 // Decode attention runs over a work list packed with each step's inputs, so a graph's grid and
 // workspace depend on its batch size, not on the longest context. Known costs, for later: the
@@ -47,6 +48,7 @@
 #include "worker/comm/device_communicator.h"
 #include "worker/cuda/cuda_graph.h"
 #include "worker/cuda/cuda_logits_processor.h"
+#include "worker/cuda/cuda_lora_pool.h"
 #include "worker/cuda/device_weights.h"
 #include "worker/cuda_backend.h"
 #include "worker/forward_pass.h"
@@ -178,6 +180,9 @@ class CudaForwardPass : public ForwardPass {
   DeviceBuffer<float> gathered_;                    // [logits rows, vocab] on rank 0 of a group
   DeviceBuffer<float> contiguous_;                  // [logits rows, vocab] on rank 0 of a group
   std::unique_ptr<CudaLogitsProcessor> processor_;  // rank 0
+  // LoRA adapters (--max-loras > 0), and whether the step being enqueued runs any.
+  std::unique_ptr<CudaLoraPool> lora_pool_;
+  bool lora_step_ = false;
 
   std::vector<DecodeGraph> graphs_;  // ascending batch
   int64_t graph_steps_ = 0;

@@ -10,6 +10,8 @@ target_sources(tp_worker PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/comm/nccl_library.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/comm/single_rank_device_communicator.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_forward_pass.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_forward_pass_memory.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_lora_pool.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_logits_processor.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cuda/device_weights.cc
 )

@@ -182,14 +182,18 @@ TEST(ServingPlan, LoraModulesTakeSlotsInOrder) {
       {{"--lora-modules", "smol=/a"}, "the served model's"},
       {{"--lora-modules", "a=/a", "--lora-modules", "a=/b"}, "another adapter's"},
       {{"--lora-modules", "a=/a", "--lora-modules", "b=/b", "--max-loras", "1"}, "--max-loras"},
-      {{"--lora-modules", "a=/a", "--device", "cuda"}, "CPU workers"},
-      {{"--max-loras", "2", "--device", "cuda"}, "CPU workers"},
   };
   for (const auto& [args, message] : refused) {
     const absl::Status status = MakeServingPlan(Parse(args), Model(), "smol").status();
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << args[1];
     EXPECT_TRUE(absl::StrContains(status.message(), message)) << status;
   }
+  // CUDA workers hold their slots in device memory (worker/cuda/cuda_lora_pool.h).
+  const absl::StatusOr<ServingPlan> cuda = MakeServingPlan(
+      Parse({"--lora-modules", "a=/a", "--max-loras", "3", "--device", "cuda"}), Model(), "smol");
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  EXPECT_EQ(cuda->init.device, v1::DEVICE_CUDA);
+  EXPECT_EQ(cuda->init.max_loras, 3);
 }
 
 TEST(ServingPlan, EngineOptionsFromFlagsAndTheLoadedModel) {
