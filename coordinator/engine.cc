@@ -316,7 +316,8 @@ void Engine::Apply(const ScheduledBatch& batch, const StepOutputs& outputs) {
       seq->handle->FinishScore(seq->sample, std::move(seq->score_logits), seq->prompt_len);
     } else {
       seq->handle->Finish(seq->sample, *seq->finish_reason, seq->prompt_len, seq->num_generated(),
-                          std::max(seq->cached_prompt_tokens, 0));
+                          std::max(seq->cached_prompt_tokens, 0),
+                          seq->output != nullptr ? seq->output->MatchedStop() : std::string());
     }
   }
 }

@@ -250,6 +250,7 @@ SampleNews HttpGeneration::Split(StreamUpdate& update) {
   news.index = update.index;
   news.delta = streams_[update.index].Next(update.text, update.done);
   if (update.done) news.finish = update.finish_reason.value_or(FinishReason::kStop);
+  news.stop_string = std::move(update.stop_string);
   news.logprobs = std::move(update.logprobs);
   return news;
 }
@@ -261,6 +262,7 @@ void HttpGeneration::Collect(SampleNews& news) {
   for (ParsedToolCall& call : news.delta.calls) choice.tool_calls.push_back(std::move(call));
   for (TokenLogprob& t : news.logprobs) choice.logprobs.push_back(std::move(t));
   if (news.finish.has_value()) choice.finish_reason = *news.finish;
+  if (!news.stop_string.empty()) choice.stop_string = std::move(news.stop_string);
 }
 
 void HttpGeneration::Complete() {

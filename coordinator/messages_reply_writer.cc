@@ -11,9 +11,15 @@ namespace {
 
 using nlohmann::json;
 
-const char* StopReason(std::optional<FinishReason> finish, bool called_tools) {
+const char* StopReason(std::optional<FinishReason> finish, bool called_tools,
+                       const std::string& stop_string) {
   if (finish == FinishReason::kLength) return "max_tokens";
+  if (!stop_string.empty()) return "stop_sequence";
   return called_tools ? "tool_use" : "end_turn";
+}
+
+json StopSequence(const std::string& stop_string) {
+  return stop_string.empty() ? json(nullptr) : json(stop_string);
 }
 
 // A call's arguments as the input object (the grammar made them JSON; text that is not an object
@@ -111,18 +117,19 @@ std::string MessagesReplyWriter::Add(const SampleNews& news) {
   }
   if (news.finish.has_value()) {
     finish_ = news.finish;
+    stop_string_ = news.stop_string;
     events += SwitchTo(Block::kNone);
   }
   return events;
 }
 
 std::string MessagesReplyWriter::Close(const Usage& usage) {
-  return NamedSseEvent(
-             "message_delta",
-             {{"type", "message_delta"},
-              {"delta",
-               {{"stop_reason", StopReason(finish_, calls_ > 0)}, {"stop_sequence", nullptr}}},
-              {"usage", UsageJson(usage)}}) +
+  return NamedSseEvent("message_delta",
+                       {{"type", "message_delta"},
+                        {"delta",
+                         {{"stop_reason", StopReason(finish_, calls_ > 0, stop_string_)},
+                          {"stop_sequence", StopSequence(stop_string_)}}},
+                        {"usage", UsageJson(usage)}}) +
          NamedSseEvent("message_stop", {{"type", "message_stop"}});
 }
 
@@ -142,14 +149,15 @@ HttpReply MessagesReplyWriter::Whole(std::vector<ChoiceOutput>& choices, const U
   for (size_t k = 0; k < c.tool_calls.size(); ++k) {
     content.push_back(ToolUse(c.tool_calls[k], static_cast<int32_t>(k), /*with_input=*/true));
   }
-  return JsonReply(200, {{"id", id_},
-                         {"type", "message"},
-                         {"role", "assistant"},
-                         {"model", model_},
-                         {"content", std::move(content)},
-                         {"stop_reason", StopReason(c.finish_reason, !c.tool_calls.empty())},
-                         {"stop_sequence", nullptr},
-                         {"usage", UsageJson(usage)}});
+  return JsonReply(
+      200, {{"id", id_},
+            {"type", "message"},
+            {"role", "assistant"},
+            {"model", model_},
+            {"content", std::move(content)},
+            {"stop_reason", StopReason(c.finish_reason, !c.tool_calls.empty(), c.stop_string)},
+            {"stop_sequence", StopSequence(c.stop_string)},
+            {"usage", UsageJson(usage)}});
 }
 
 }  // namespace tpserve

@@ -1,9 +1,9 @@
 // /v1/messages replies (ReplyWriter) in Anthropic's shapes: a message whose content holds a
 // thinking block (the model's thinking), a text block and a tool_use block per call; stop_reason
-// end_turn, max_tokens or tool_use. Streaming sends message_start, then each block as
-// content_block_start, its deltas (thinking_delta, text_delta, input_json_delta) and
-// content_block_stop, then message_delta with the stop reason and usage, and message_stop; an
-// error after the start is an `error` event. One sample (the API has no n).
+// end_turn, max_tokens, stop_sequence (with the string that matched) or tool_use. Streaming sends
+// message_start, then each block as content_block_start, its deltas (thinking_delta, text_delta,
+// input_json_delta) and content_block_stop, then message_delta with the stop reason and usage, and
+// message_stop; an error after the start is an `error` event. One sample (the API has no n).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +38,7 @@ class MessagesReplyWriter : public ReplyWriter {
   int32_t blocks_ = 0;  // blocks started so far; the open one is blocks_ - 1
   int32_t calls_ = 0;
   std::optional<FinishReason> finish_;
+  std::string stop_string_;
 };
 
 }  // namespace tpserve

@@ -62,6 +62,7 @@ struct ChoiceOutput {
   // decoded_token}} per later prompt token, the token itself and its alternatives].
   std::optional<std::vector<TokenLogprob>> prompt_logprobs;
   std::string reasoning;  // a reasoning model's thinking (coordinator/reasoning.h)
+  std::string stop_string;  // the stop string that ended the sample, if one did
 };
 
 // The token strings of logprobs come from `tokenizer`. `with_logprobs`: the request asked for

@@ -20,6 +20,7 @@ class OutputProcessor final : public TokenText {
 
   bool Add(int32_t token, int32_t position, std::string* text) override;
   std::string Flush() override;
+  std::string MatchedStop() const override { return stop_.matched_stop(); }
 
  private:
   const int32_t min_tokens_;

@@ -31,6 +31,7 @@ struct SampleNews {
   ReplyDelta delta;
   std::vector<TokenLogprob> logprobs;  // of the news' tokens, when the request asked for them
   std::optional<FinishReason> finish;  // on the sample's last news
+  std::string stop_string;             // with finish: the stop string that ended it, if one did
 };
 
 class ReplyWriter {

@@ -63,10 +63,12 @@ void RequestHandle::PushText(int32_t sample, std::string text) {
 }
 
 void RequestHandle::Finish(int32_t sample, FinishReason reason, int32_t prompt_tokens,
-                           int32_t completion_tokens, int32_t cached_prompt_tokens) {
+                           int32_t completion_tokens, int32_t cached_prompt_tokens,
+                           std::string stop_string) {
   Publish([&] {
     StreamUpdate& update = End(sample);
     update.finish_reason = reason;
+    update.stop_string = std::move(stop_string);
     update.prompt_tokens = prompt_tokens;
     update.completion_tokens = completion_tokens;
     update.cached_prompt_tokens = cached_prompt_tokens;

@@ -45,6 +45,7 @@ struct StreamUpdate {
   absl::Status status;                 // when done: OK, or why the sample failed
   // When done and OK:
   std::optional<FinishReason> finish_reason;  // Generate only
+  std::string stop_string;                    // the stop string that ended it, if one did
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;     // includes a final stop token that is not streamed
   int32_t cached_prompt_tokens = 0;  // prompt tokens taken from the prefix cache
@@ -67,7 +68,7 @@ class RequestHandle {
             std::optional<TokenLogprob> logprob);
   void PushText(int32_t sample, std::string text);  // text released without a token (at the end)
   void Finish(int32_t sample, FinishReason reason, int32_t prompt_tokens, int32_t completion_tokens,
-              int32_t cached_prompt_tokens);
+              int32_t cached_prompt_tokens, std::string stop_string = "");
   void FinishScore(int32_t sample, std::vector<float> logits, int32_t prompt_tokens);
   void Fail(int32_t sample, absl::Status status);
   // The request is held for a lost rank (engine.h's failure model), waiting for `what`: news

@@ -41,13 +41,18 @@ StopStringMatcher::Result StopStringMatcher::Add(std::string_view piece) {
   for (size_t j = base; j < held_.size(); ++j) {
     const char c = held_[j];
     size_t start = std::string::npos;  // of the stop string completed at j that started first
+    const Stop* first = nullptr;
     for (Stop& stop : stops_) {
       while (stop.state > 0 && c != stop.text[stop.state]) stop.state = stop.fail[stop.state - 1];
       if (c == stop.text[stop.state]) ++stop.state;
-      if (stop.state == stop.text.size()) start = std::min(start, j + 1 - stop.text.size());
+      if (stop.state == stop.text.size() && j + 1 - stop.text.size() < start) {
+        start = j + 1 - stop.text.size();
+        first = &stop;
+      }
     }
-    if (start != std::string::npos) {
+    if (first != nullptr) {
       matched_ = true;
+      matched_stop_ = first->text;
       result.matched = true;
       result.text = held_.substr(0, include_stop_ ? j + 1 : start);
       held_.clear();

@@ -36,6 +36,8 @@ class StopStringMatcher {
   // The end of the sequence: everything still held back.
   std::string Flush();
   bool matched() const { return matched_; }
+  // The stop string that matched; empty before a match.
+  const std::string& matched_stop() const { return matched_stop_; }
 
  private:
   struct Stop {
@@ -48,6 +50,7 @@ class StopStringMatcher {
   const bool include_stop_;
   std::string held_;  // the text since the earliest partial match: a prefix of some stop string
   bool matched_ = false;
+  std::string matched_stop_;
 };
 
 }  // namespace tpserve

@@ -16,6 +16,8 @@ class TokenText {
   virtual bool Add(int32_t token, int32_t position, std::string* text) = 0;
   // At the sample's end: the text still held back, unless a stop string ended it.
   virtual std::string Flush() = 0;
+  // The stop string that ended the sample (Anthropic's stop_sequence); empty if none did.
+  virtual std::string MatchedStop() const = 0;
 };
 
 }  // namespace tpserve

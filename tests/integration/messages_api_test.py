@@ -7,6 +7,7 @@ client sends as x-api-key).
   input_tokens are the chat reply's prompt_tokens.
 - Streaming: the client's own accumulator (messages.stream) gives the message the non-streamed
   request gives, from message_start, content_block_*, message_delta and message_stop events.
+- stop_sequences: a reply they end has stop_reason stop_sequence and names the one that matched.
 - Tool use: tool_choice any yields tool_use blocks whose input validates against the tool's
   input_schema, stop_reason tool_use; the same streamed; a tool_result turn is answered in text.
 - A wrong key is a 401 (AuthenticationError); a field the API does not define, and a block this
@@ -85,6 +86,13 @@ class MessagesApi(unittest.TestCase):
             self.assertEqual(streamed.content[0].text, whole.content[0].text, fields)
             self.assertEqual(streamed.stop_reason, whole.stop_reason, fields)
             self.assertEqual(streamed.usage.output_tokens, whole.usage.output_tokens, fields)
+            self.assertEqual(streamed.stop_sequence, whole.stop_sequence, fields)
+        # The sentence ends at its first full stop, which the reply names and leaves out.
+        for message in (self.create(SEA, stop_sequences=["?", "."]),
+                        self.streamed(SEA, stop_sequences=["?", "."])[0]):
+            self.assertEqual(message.stop_reason, "stop_sequence", message)
+            self.assertEqual(message.stop_sequence, ".", message)
+            self.assertNotIn(".", message.content[0].text)
 
     def assert_tool_use(self, message):
         import jsonschema

@@ -54,6 +54,18 @@ TEST(StopStrings, IncludedStopStringsEndTheText) {
   EXPECT_EQ(Released({"abc"}, {"xab"}, true), "xab");
 }
 
+TEST(StopStrings, NamesTheStopStringThatMatched) {
+  StopStringMatcher matcher({"stop", "op", "x"});
+  EXPECT_EQ(matcher.matched_stop(), "");
+  EXPECT_FALSE(matcher.Add("a st").matched);
+  EXPECT_EQ(matcher.matched_stop(), "");
+  EXPECT_TRUE(matcher.Add("op").matched);
+  EXPECT_EQ(matcher.matched_stop(), "stop");  // "op" completed at the same character, later start
+  StopStringMatcher second({"stop", "op", "x"});
+  EXPECT_TRUE(second.Add("oxo").matched);
+  EXPECT_EQ(second.matched_stop(), "x");
+}
+
 // The text as a reader who sees it whole would cut it: at the first character that completes a
 // stop string, before the earliest-starting one completed there (after it with include_stop).
 std::string Reference(const std::vector<std::string>& stops, const std::string& text,
