@@ -24,8 +24,12 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--context", spec.context_length, "context length")->check(CLI::PositiveNumber);
   app.add_option("--seed", spec.seed, "weight seed");
-  app.add_option("--arch", spec.architecture, "GGUF architecture (qwen2 adds q/k/v biases)")
-      ->check(CLI::IsMember({"llama", "qwen2"}));
+  app.add_option("--head-dim", spec.head_dim,
+                 "each head's size when not hidden / heads (Qwen3, Mistral Nemo); 0 for that")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--arch", spec.architecture,
+                 "GGUF architecture (qwen2 adds q/k/v biases, qwen3 per-head q/k norms)")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3"}));
   app.add_flag("--tied-embeddings", spec.tied_embeddings,
                "write no output.weight: the logits reuse token_embd");
   app.add_option("--rope-theta", spec.rope_theta, "RoPE frequency base")

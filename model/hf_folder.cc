@@ -112,10 +112,11 @@ absl::StatusOr<std::string> Architecture(const json& config) {
       names.is_array() && !names.empty() && names[0].is_string() ? names[0].get<std::string>() : "";
   if (name == "LlamaForCausalLM" || name == "MistralForCausalLM") return "llama";
   if (name == "Qwen2ForCausalLM") return "qwen2";
-  return Error("config.json",
-               absl::StrCat("architectures ", names.dump(),
-                            " is not supported "
-                            "(LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM are)"));
+  if (name == "Qwen3ForCausalLM") return "qwen3";
+  return Error("config.json", absl::StrCat("architectures ", names.dump(),
+                                           " is not supported (LlamaForCausalLM, "
+                                           "MistralForCausalLM, Qwen2ForCausalLM and "
+                                           "Qwen3ForCausalLM are)"));
 }
 
 // Llama-3.1's "llama3" rule from Hugging Face's rope_scaling: rope_freqs.weight's divisors.
@@ -173,15 +174,21 @@ absl::Status AddModelKeys(const Config& c, const std::string& arch, GgufWriter* 
   keys->SetFloat32(p + "attention.layer_norm_rms_epsilon", static_cast<float>(eps));
   keys->SetFloat32(p + "rope.freq_base", static_cast<float>(theta));
   keys->SetBool("tpserve.rope.rotate_half", true);
-  // A head_dim other than hidden / heads: ModelConfig refuses the key lengths, naming them.
+  // Qwen3 and Mistral Nemo name a head_dim other than hidden / heads.
+  const bool named_head_dim = c.raw().contains("head_dim") && !c.raw()["head_dim"].is_null();
+  if (!named_head_dim && hidden % heads != 0) {
+    return Error("config.json",
+                 absl::StrCat("num_attention_heads ", heads, " does not divide hidden_size ",
+                              hidden, " and head_dim is absent"));
+  }
   ASSIGN_OR_RETURN(const int64_t head_dim, c.Int("head_dim", hidden / heads));
   if (head_dim <= 0 || head_dim > (int64_t{1} << 16) || head_dim % 2 != 0) {
     return Error("config.json", absl::StrCat("head_dim ", head_dim, " is not even in [2, 65536]"));
   }
   keys->SetUint64(p + "attention.key_length", head_dim);
   keys->SetUint64(p + "attention.value_length", head_dim);
-  // Qwen2 declares a window it does not use unless use_sliding_window says so.
-  const bool window_used = arch != "qwen2" || c.raw().value("use_sliding_window", false);
+  // Qwen declares a window it does not use unless use_sliding_window says so.
+  const bool window_used = arch == "llama" || c.raw().value("use_sliding_window", false);
   ASSIGN_OR_RETURN(const int64_t window, c.Int("sliding_window", 0));
   if (window_used && window > 0) keys->SetUint64(p + "attention.sliding_window", window);
 
@@ -243,11 +250,12 @@ std::optional<std::string> GgufName(const std::string& hf) {
       {"model.norm.weight", "output_norm.weight"},
       {"lm_head.weight", "output.weight"}};
   static const auto* const kLayer = new absl::flat_hash_map<std::string, std::string>{
-      {"input_layernorm", "attn_norm"}, {"post_attention_layernorm", "ffn_norm"},
-      {"self_attn.q_proj", "attn_q"},   {"self_attn.k_proj", "attn_k"},
-      {"self_attn.v_proj", "attn_v"},   {"self_attn.o_proj", "attn_output"},
-      {"mlp.gate_proj", "ffn_gate"},    {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"}};
+      {"input_layernorm", "attn_norm"},   {"post_attention_layernorm", "ffn_norm"},
+      {"self_attn.q_proj", "attn_q"},     {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},     {"self_attn.o_proj", "attn_output"},
+      {"mlp.gate_proj", "ffn_gate"},      {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"},      {"self_attn.q_norm", "attn_q_norm"},
+      {"self_attn.k_norm", "attn_k_norm"}};
   if (const auto it = kTop->find(hf); it != kTop->end()) return it->second;
   const std::optional<std::pair<int64_t, std::string>> layer_part = LayerPart(hf);
   if (!layer_part.has_value()) return std::nullopt;
@@ -286,6 +294,9 @@ std::optional<std::vector<int64_t>> ExpectedShape(const std::string& name, const
   }
   if (name == "output_norm.weight" || ends("attn_norm.weight") || ends("ffn_norm.weight")) {
     return std::vector<int64_t>{hidden};
+  }
+  if (ends("attn_q_norm.weight") || ends("attn_k_norm.weight")) {
+    return std::vector<int64_t>{head_dim};
   }
   if (ends("attn_q.weight")) return std::vector<int64_t>{heads * head_dim, hidden};
   if (ends("attn_k.weight") || ends("attn_v.weight")) {

@@ -197,13 +197,15 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
     return ConfigError("general.architecture", "required key is missing");
   }
   if (!arch.ok()) return ConfigError("general.architecture", arch.status().message());
-  if (*arch != "llama" && *arch != "qwen2") {
-    return ConfigError(
-        "general.architecture",
-        absl::StrCat("'", absl::CHexEscape(*arch), "' is not supported; 'llama' and 'qwen2' are"));
+  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3") {
+    return ConfigError("general.architecture",
+                       absl::StrCat("'", absl::CHexEscape(*arch),
+                                    "' is not supported; 'llama', 'qwen2' and 'qwen3' are"));
   }
   c.architecture = *arch;
-  c.rope_rotate_half = c.architecture == "qwen2";
+  // llama.cpp's converter permutes only "llama" files' Q/K rows; the Qwen files keep HF's order.
+  c.rope_rotate_half = c.architecture != "llama";
+  c.qk_norm = c.architecture == "qwen3";
   if (file.Find("tpserve.rope.rotate_half") != nullptr) {
     absl::StatusOr<bool> rotate_half = file.GetBool("tpserve.rope.rotate_half");
     if (!rotate_half.ok())
@@ -223,22 +225,26 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
   ASSIGN_OR_RETURN(c.sliding_window, ReadSlidingWindow(file, p + "attention.sliding_window"));
   if (c.sliding_window > 0) c.context_length = std::min(c.context_length, c.sliding_window);
 
-  if (c.hidden_size % c.num_heads != 0) {
-    return ConfigError(
-        p + "attention.head_count",
-        absl::StrCat(c.num_heads, " does not divide embedding_length ", c.hidden_size));
+  // An explicit head size (Qwen3, Mistral Nemo: heads * head_dim != hidden), else hidden / heads.
+  const std::string key_length = p + "attention.key_length";
+  if (file.Find(key_length) != nullptr) {
+    ASSIGN_OR_RETURN(c.head_dim, ReadSize(file, key_length));
+  } else if (c.hidden_size % c.num_heads != 0) {
+    return ConfigError(p + "attention.head_count",
+                       absl::StrCat(c.num_heads, " does not divide embedding_length ",
+                                    c.hidden_size, " and attention.key_length is absent"));
+  } else {
+    c.head_dim = c.hidden_size / c.num_heads;
   }
   if (c.num_heads % c.num_kv_heads != 0) {
     return ConfigError(p + "attention.head_count_kv",
                        absl::StrCat(c.num_kv_heads, " does not divide head_count ", c.num_heads));
   }
-  c.head_dim = c.hidden_size / c.num_heads;
-  for (const std::string& key : {p + "attention.key_length", p + "attention.value_length"}) {
-    ASSIGN_OR_RETURN(const int64_t length, ReadSize(file, key, c.head_dim));
-    if (length != c.head_dim) {
-      return ConfigError(key, absl::StrCat(length, " differs from embedding_length / head_count = ",
-                                           c.head_dim, ", which is not supported"));
-    }
+  const std::string value_length = p + "attention.value_length";
+  ASSIGN_OR_RETURN(const int64_t value_dim, ReadSize(file, value_length, c.head_dim));
+  if (value_dim != c.head_dim) {
+    return ConfigError(value_length, absl::StrCat(value_dim, " differs from the key length ",
+                                                  c.head_dim, ", which is not supported"));
   }
   ASSIGN_OR_RETURN(c.rope_dims, ReadSize(file, p + "rope.dimension_count", c.head_dim));
   if (c.rope_dims > c.head_dim || c.rope_dims % 2 != 0) {
@@ -261,11 +267,11 @@ std::string ModelConfig::DebugString() const {
   return absl::StrFormat(
       "%s layers=%d hidden=%d ffn=%d heads=%d kv_heads=%d head_dim=%d vocab=%d "
       "rope_theta=%g rope_dims=%d rope_pairs=%s rope_scaling=%s rms_norm_eps=%g context=%d "
-      "sliding_window=%d qkv_bias=%s tied_embeddings=%s",
+      "sliding_window=%d qkv_bias=%s qk_norm=%s tied_embeddings=%s",
       architecture, num_layers, hidden_size, intermediate_size, num_heads, num_kv_heads, head_dim,
       vocab_size, rope_theta, rope_dims, rope_rotate_half ? "rotate-half" : "adjacent", rope,
       rms_norm_eps, context_length, sliding_window, qkv_bias ? "true" : "false",
-      tie_word_embeddings ? "true" : "false");
+      qk_norm ? "true" : "false", tie_word_embeddings ? "true" : "false");
 }
 
 }  // namespace tpserve

@@ -1,5 +1,5 @@
-// Hyperparameters of a Llama-family model (GGUF architectures "llama" and "qwen2"), read from
-// GGUF metadata.
+// Hyperparameters of a Llama-family model (GGUF architectures "llama", "qwen2" and "qwen3"), read
+// from GGUF metadata.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,7 @@ enum class RopeScaling {
 };
 
 struct ModelConfig {
-  std::string architecture;       // general.architecture: "llama" or "qwen2"; keys below are
+  std::string architecture;       // general.architecture: "llama", "qwen2" or "qwen3"; keys are
                                   // read under that prefix (`<arch>.block_count`, …)
   int64_t vocab_size = 0;         // rows of token_embd.weight
   int64_t hidden_size = 0;        // <arch>.embedding_length
@@ -31,7 +31,7 @@ struct ModelConfig {
   int64_t num_layers = 0;         // <arch>.block_count
   int64_t num_heads = 0;          // <arch>.attention.head_count (query heads)
   int64_t num_kv_heads = 0;       // <arch>.attention.head_count_kv; num_heads divides evenly
-  int64_t head_dim = 0;           // hidden_size / num_heads
+  int64_t head_dim = 0;           // <arch>.attention.key_length, else hidden_size / num_heads
   float rope_theta = 10000.0f;    // <arch>.rope.freq_base
   int64_t rope_dims = 0;          // <arch>.rope.dimension_count: leading dims of a head rotated
   // Which dims of a head RoPE pairs: llama.cpp's converter permutes the Q/K rows of "llama"
@@ -53,10 +53,14 @@ struct ModelConfig {
   bool qkv_bias = false;             // blk.N.attn_{q,k,v}.bias present (Qwen2): added after the
                                      // projections
   bool tie_word_embeddings = false;  // true when output.weight is absent: logits use token_embd
+  // Qwen3: each head's q and k RMS-normalized (blk.N.attn_{q,k}_norm.weight [head_dim], the
+  // model's rms_norm_eps) after the projection, before RoPE.
+  bool qk_norm = false;
 
   // Reads and validates the config. INVALID_ARGUMENT naming the key for a missing required key,
   // a key of the wrong type, a non-positive value, or an inconsistency (hidden_size not divisible
-  // by num_heads, num_heads by num_kv_heads, rope_dims odd or larger than head_dim, token_embd
+  // by num_heads without attention.key_length, value_length not key_length, num_heads by
+  // num_kv_heads, rope_dims odd or larger than head_dim, token_embd
   // shape disagreeing with hidden_size/vocab_size); naming the type for a RoPE scaling other than
   // none, linear and llama3 (yarn, longrope, …); naming the tensor for a bias tensor this forward
   // pass has no place for (attn_output, ffn_*, output biases). Required: general.architecture and

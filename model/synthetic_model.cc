@@ -107,11 +107,12 @@ absl::Status ValidateSyntheticModelSpec(const SyntheticModelSpec& spec) {
   auto fail = [](const std::string& message) { return absl::InvalidArgumentError(message); };
   if (spec.layers < 1) return fail("layers must be at least 1");
   if (spec.heads < 1 || spec.kv_heads < 1) return fail("heads and kv_heads must be positive");
-  if (spec.hidden % spec.heads != 0) {
-    return fail(
-        absl::StrCat("hidden (", spec.hidden, ") must be a multiple of heads (", spec.heads, ")"));
+  if (spec.head_dim < 0) return fail("head_dim must not be negative");
+  if (spec.head_dim == 0 && spec.hidden % spec.heads != 0) {
+    return fail(absl::StrCat("hidden (", spec.hidden, ") must be a multiple of heads (", spec.heads,
+                             ") without a head_dim"));
   }
-  if ((spec.hidden / spec.heads) % 2 != 0) return fail("hidden / heads must be even for RoPE");
+  if (SyntheticHeadDim(spec) % 2 != 0) return fail("the head size must be even for RoPE");
   if (spec.heads % spec.kv_heads != 0) {
     return fail(absl::StrCat("heads (", spec.heads, ") must be a multiple of kv_heads (",
                              spec.kv_heads, ")"));
@@ -119,8 +120,9 @@ absl::Status ValidateSyntheticModelSpec(const SyntheticModelSpec& spec) {
   if (spec.ffn < 1) return fail("ffn must be positive");
   if (spec.vocab < kSpecialTokens + 256) return fail("vocab must be at least 259");
   if (spec.context_length < 1) return fail("context length must be positive");
-  if (spec.architecture != "llama" && spec.architecture != "qwen2") {
-    return fail("architecture must be llama or qwen2");
+  if (spec.architecture != "llama" && spec.architecture != "qwen2" &&
+      spec.architecture != "qwen3") {
+    return fail("architecture must be llama, qwen2 or qwen3");
   }
   if (spec.rope_scaling != "none" && spec.rope_scaling != "linear" &&
       spec.rope_scaling != "llama3") {
@@ -147,10 +149,17 @@ absl::Status ValidateSyntheticModelSpec(const SyntheticModelSpec& spec) {
                        spec.dtype == GgmlType::kQ6_K;
   const int64_t block = k_quant ? 256 : 32;
   if (spec.dtype != GgmlType::kF32 && spec.dtype != GgmlType::kF16 &&
-      spec.dtype != GgmlType::kBF16 && (spec.hidden % block != 0 || spec.ffn % block != 0)) {
-    return fail(absl::StrCat("this dtype needs hidden and ffn to be multiples of ", block));
+      spec.dtype != GgmlType::kBF16 &&
+      (spec.hidden % block != 0 || spec.ffn % block != 0 ||
+       (spec.heads * SyntheticHeadDim(spec)) % block != 0)) {
+    return fail(absl::StrCat(
+        "this dtype needs hidden, ffn and heads * head_dim to be multiples of ", block));
   }
   return absl::OkStatus();
+}
+
+int64_t SyntheticHeadDim(const SyntheticModelSpec& spec) {
+  return spec.head_dim > 0 ? spec.head_dim : spec.hidden / spec.heads;
 }
 
 // The tokenizer.* keys of the GGUF file at `path`, copied; returns the vocabulary's size.
@@ -173,7 +182,8 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& original, const std::
     ASSIGN_OR_RETURN(spec.vocab, CopyTokenizer(spec.vocab_from, &tokenizer));
   }
   RETURN_IF_ERROR(ValidateSyntheticModelSpec(spec));
-  const int64_t head_dim = spec.hidden / spec.heads;
+  const int64_t head_dim = SyntheticHeadDim(spec);
+  const int64_t q_rows = spec.heads * head_dim;
   GgufWriter writer;
   const std::string& arch = spec.architecture;
   const std::string p = arch + ".";
@@ -187,6 +197,10 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& original, const std::
   writer.SetUint32(p + "attention.head_count_kv", spec.kv_heads);
   writer.SetFloat32(p + "rope.freq_base", static_cast<float>(spec.rope_theta));
   writer.SetUint32(p + "rope.dimension_count", head_dim);
+  if (spec.head_dim > 0) {
+    writer.SetUint32(p + "attention.key_length", head_dim);
+    writer.SetUint32(p + "attention.value_length", head_dim);
+  }
   writer.SetFloat32(p + "attention.layer_norm_rms_epsilon", 1e-5f);
   writer.SetUint32(p + "vocab_size", spec.vocab);
   if (spec.rope_scaling == "linear") {
@@ -220,16 +234,20 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& original, const std::
     const std::string b = absl::StrCat("blk.", layer, ".");
     const int64_t kv_rows = spec.kv_heads * head_dim;
     RETURN_IF_ERROR(make.NormWeight(b + "attn_norm.weight", spec.hidden));
-    RETURN_IF_ERROR(make.Matrix(b + "attn_q.weight", spec.hidden, spec.hidden, spec.dtype));
+    RETURN_IF_ERROR(make.Matrix(b + "attn_q.weight", q_rows, spec.hidden, spec.dtype));
     RETURN_IF_ERROR(make.Matrix(b + "attn_k.weight", kv_rows, spec.hidden, spec.dtype));
     RETURN_IF_ERROR(make.Matrix(b + "attn_v.weight", kv_rows, spec.hidden, mixed(layer % 2 == 0)));
     if (bias) {
       // As large as the projections' outputs, so that a lost or misplaced bias shows.
-      RETURN_IF_ERROR(make.Vector(b + "attn_q.bias", spec.hidden, 1.0f));
+      RETURN_IF_ERROR(make.Vector(b + "attn_q.bias", q_rows, 1.0f));
       RETURN_IF_ERROR(make.Vector(b + "attn_k.bias", kv_rows, 1.0f));
       RETURN_IF_ERROR(make.Vector(b + "attn_v.bias", kv_rows, 1.0f));
     }
-    RETURN_IF_ERROR(make.Matrix(b + "attn_output.weight", spec.hidden, spec.hidden, spec.dtype));
+    if (arch == "qwen3") {
+      RETURN_IF_ERROR(make.NormWeight(b + "attn_q_norm.weight", head_dim));
+      RETURN_IF_ERROR(make.NormWeight(b + "attn_k_norm.weight", head_dim));
+    }
+    RETURN_IF_ERROR(make.Matrix(b + "attn_output.weight", spec.hidden, q_rows, spec.dtype));
     RETURN_IF_ERROR(make.NormWeight(b + "ffn_norm.weight", spec.hidden));
     RETURN_IF_ERROR(make.Matrix(b + "ffn_gate.weight", spec.ffn, spec.hidden, spec.dtype));
     RETURN_IF_ERROR(make.Matrix(b + "ffn_up.weight", spec.ffn, spec.hidden, spec.dtype));

@@ -1,6 +1,7 @@
 // Random-weight Llama-family models of any shape, written as GGUF files, so that tensor-parallel
 // sizes and shapes that no bundled model has (8 heads at T=8, Llama-3-8B dimensions, Qwen2's
-// biases, Llama-3.1's RoPE scaling, Mistral's GQA and window) can be tested.
+// biases, Qwen3's q/k norms and head size, Llama-3.1's RoPE scaling, Mistral's GQA and window)
+// can be tested.
 // The vocabulary is byte-level: three special tokens, the 256 bytes, then filler tokens.
 #pragma once
 
@@ -18,6 +19,9 @@ struct SyntheticModelSpec {
   int64_t heads = 8;
   int64_t kv_heads = 4;
   int64_t ffn = 512;
+  // 0: hidden / heads. Otherwise each head's size, written as attention.key_length and
+  // value_length (Qwen3, Mistral Nemo: heads * head_dim != hidden).
+  int64_t head_dim = 0;
   int64_t vocab = 512;  // at least 259: 3 specials + 256 bytes
   // A GGUF file whose tokenizer.* keys (vocabulary, merges or scores, special ids, chat template)
   // replace the byte-level vocabulary, `vocab` then being its size: a real family's tokenizer
@@ -25,7 +29,8 @@ struct SyntheticModelSpec {
   std::string vocab_from;
   int64_t context_length = 4096;
   double rope_theta = 10000.0;
-  // "llama" or "qwen2": the metadata's key prefix; qwen2 also gets q/k/v biases.
+  // "llama", "qwen2" or "qwen3": the metadata's key prefix; qwen2 also gets q/k/v biases, qwen3
+  // per-head q and k norm weights.
   std::string architecture = "llama";
   bool tied_embeddings = false;  // no output.weight: the logits reuse token_embd
   // "none", "linear" (<arch>.rope.scaling.{type, factor}) or "llama3" (rope_freqs.weight computed
@@ -44,6 +49,9 @@ struct SyntheticModelSpec {
   bool k_quant_mix = false;
   uint64_t seed = 1;
 };
+
+// Each head's size: spec.head_dim, else hidden / heads.
+int64_t SyntheticHeadDim(const SyntheticModelSpec& spec);
 
 // INVALID_ARGUMENT naming the field for an impossible shape (heads not dividing hidden, …).
 absl::Status ValidateSyntheticModelSpec(const SyntheticModelSpec& spec);

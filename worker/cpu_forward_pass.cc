@@ -128,6 +128,11 @@ void CpuForwardPass::Attention(int layer, const ForwardBatch& batch, const float
     std::copy(row + q_width, row + q_width + kv_width, k + t * kv_width);
     std::copy(row + q_width + kv_width, row + qkv_width, v + t * kv_width);
   }
+  if (!w.q_norm.empty()) {  // Qwen3: each head normalized on its own, before RoPE
+    const float eps = static_cast<float>(config_.rms_norm_eps);
+    cpu::RmsNorm(q, w.q_norm.data(), n * q_heads, head_dim, eps, q);
+    cpu::RmsNorm(k, w.k_norm.data(), n * kv_heads, head_dim, eps, k);
+  }
   const double* inv_freq = weights_.rope_inv_freq.data();
   const cpu::RopeStyle style =
       config_.rope_rotate_half ? cpu::RopeStyle::kRotateHalf : cpu::RopeStyle::kAdjacentPairs;

@@ -1,8 +1,9 @@
 // The Llama forward pass of one tensor-parallel rank on the CPU: fp32 activations; linear weights
 // in GGUF blocks or fp32 (see Linear in model_weights.h).
 //
-// Per layer: RMSNorm → fused QKV (column-parallel by heads) → + QKV bias (Qwen2) → RoPE
-// (adjacent pairs for GGUF "llama", rotate-half for "qwen2"; frequencies as the model's RoPE
+// Per layer: RMSNorm → fused QKV (column-parallel by heads) → + QKV bias (Qwen2) → each head's q
+// and k RMSNorm (Qwen3) → RoPE (adjacent pairs for GGUF "llama", rotate-half for the Qwen files;
+// frequencies as the model's RoPE
 // scaling makes them) → KV write into the paged pool → paged causal GQA attention → o_proj
 // (row-parallel) → all-reduce → residual; RMSNorm → gate/up (column-parallel) → SiLU·mul → down
 // (row-parallel) → all-reduce → residual. A sequence with a LoRA adapter adds its low-rank

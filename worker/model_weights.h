@@ -63,6 +63,8 @@ struct LayerWeights {
   // The q, k and v biases of the local heads stacked like qkv's rows, [qkv.rows]; empty when the
   // model has none (Llama).
   std::vector<float> qkv_bias;
+  // Qwen3's per-head RMSNorm weights of q and k, [head_dim] each (replicated); empty without.
+  std::vector<float> q_norm, k_norm;
   Linear attn_output;           // [hidden, q_heads * head_dim] (row-parallel)
   std::vector<float> ffn_norm;  // [hidden]
   Linear gate_up;               // [2 * ffn_local, hidden]: gate rows, then up rows

@@ -227,6 +227,10 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
   LayerWeights w;
   ASSIGN_OR_RETURN(w.attn_norm, LoadVector(file, prefix + "attn_norm.weight", hidden));
   ASSIGN_OR_RETURN(w.ffn_norm, LoadVector(file, prefix + "ffn_norm.weight", hidden));
+  if (config.qk_norm) {
+    ASSIGN_OR_RETURN(w.q_norm, LoadVector(file, prefix + "attn_q_norm.weight", head_dim));
+    ASSIGN_OR_RETURN(w.k_norm, LoadVector(file, prefix + "attn_k_norm.weight", head_dim));
+  }
 
   const int64_t q_rows = layout.q_heads.size * head_dim;
   const int64_t kv_rows = layout.kv_heads.size * head_dim;

@@ -76,6 +76,28 @@ __global__ void RmsNormKernel(bf16* residual, const bf16* x, const bf16* __restr
   }
 }
 
+// One block per q or k head of a token (heads q_heads + kv_heads of each token's fused row).
+__global__ void QkHeadRmsNormKernel(bf16* qkv, const bf16* __restrict__ q_weight,
+                                    const bf16* __restrict__ k_weight, int64_t q_heads,
+                                    int64_t kv_heads, int64_t head_dim, float eps) {
+  __shared__ float scratch[kMaxThreads / 32];
+  const int64_t normed = q_heads + kv_heads;
+  const int64_t token = blockIdx.x / normed;
+  const int64_t head = blockIdx.x % normed;  // the k heads follow the q heads in the row
+  bf16* row = qkv + (token * (q_heads + 2 * kv_heads) + head) * head_dim;
+  const bf16* weight = head < q_heads ? q_weight : k_weight;
+  float sum_squares = 0.0f;
+  for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    const float f = ToFloat(row[i]);
+    sum_squares += f * f;
+  }
+  const float mean = BlockSum(sum_squares, scratch) / static_cast<float>(head_dim);
+  const float inv_rms = 1.0f / sqrtf(mean + eps);
+  for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    row[i] = ToBf16(ToFloat(row[i]) * inv_rms * ToFloat(weight[i]));
+  }
+}
+
 template <bool kAddResidual>
 void Launch(bf16* residual, const bf16* x, const bf16* weight, int64_t rows, int64_t dim, float eps,
             bf16* out, cudaStream_t stream) {
@@ -109,6 +131,19 @@ void RmsNorm(const bf16* x, const bf16* weight, int64_t rows, int64_t dim, float
 void AddRmsNorm(bf16* residual, const bf16* x, const bf16* weight, int64_t rows, int64_t dim,
                 float eps, bf16* out, cudaStream_t stream) {
   Launch<true>(residual, x, weight, rows, dim, eps, out, stream);
+}
+
+void QkHeadRmsNorm(bf16* qkv, const bf16* q_weight, const bf16* k_weight, int64_t tokens,
+                   int64_t q_heads, int64_t kv_heads, int64_t head_dim, float eps,
+                   cudaStream_t stream) {
+  TP_CHECK(tokens >= 0 && q_heads > 0 && kv_heads > 0 && head_dim > 0);
+  TP_CHECK(tokens * (q_heads + kv_heads) <= int64_t{0x7FFFFFFF});
+  if (tokens == 0) return;
+  const int threads =
+      static_cast<int>(std::clamp<int64_t>((head_dim + 31) / 32 * 32, 32, kMaxThreads));
+  QkHeadRmsNormKernel<<<static_cast<unsigned>(tokens * (q_heads + kv_heads)), threads, 0, stream>>>(
+      qkv, q_weight, k_weight, q_heads, kv_heads, head_dim, eps);
+  TP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tpserve::cuda

@@ -30,4 +30,12 @@ void RmsNorm(const bf16* x, const bf16* weight, int64_t rows, int64_t dim, float
 void AddRmsNorm(bf16* residual, const bf16* x, const bf16* weight, int64_t rows, int64_t dim,
                 float eps, bf16* out, cudaStream_t stream);
 
+// Qwen3's q/k norms, in place on the fused [q | k | v] rows of `tokens` tokens: each q head's
+// head_dim values are RmsNorm'd with q_weight, each k head's with k_weight, as RmsNorm does a row;
+// v is left alone.
+//   qkv: [tokens, (q_heads + 2 * kv_heads) * head_dim]; q_weight, k_weight: [head_dim]
+void QkHeadRmsNorm(bf16* qkv, const bf16* q_weight, const bf16* k_weight, int64_t tokens,
+                   int64_t q_heads, int64_t kv_heads, int64_t head_dim, float eps,
+                   cudaStream_t stream);
+
 }  // namespace tpserve::cuda

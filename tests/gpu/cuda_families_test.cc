@@ -1,6 +1,7 @@
 // The CUDA model against the CPU model on each model family's random-weight shape: Qwen2 (q/k/v
 // biases, rotate-half RoPE; tied, and untied with linear RoPE scaling), Llama with Llama-3.1's
-// llama3 RoPE scaling, and Mistral's 8 heads over 2 KV heads. The CPU model is checked against
+// llama3 RoPE scaling, Mistral's 8 heads over 2 KV heads, and Qwen3 (per-head q/k norms, heads
+// wider than hidden / heads). The CPU model is checked against
 // an independent reference of the HF formulas (tests/integration/logits_families_test.py), so it
 // is the reference here; the bar is cuda_forward_pass_test's bf16 one, scaled to 2 layers: a
 // family feature missing or misplaced on the device (a bias dropped, the other RoPE pairing, the
@@ -66,6 +67,13 @@ std::vector<Family> Families() {
   mistral.rope_theta = 1e6;
   mistral.sliding_window = 512;
   families.push_back({"mistral", mistral});
+  // Qwen3: per-head q/k norms (QkHeadRmsNorm), 4 heads of 128 over a hidden size of 256.
+  SyntheticModelSpec qwen3 = base;
+  qwen3.architecture = "qwen3";
+  qwen3.head_dim = 128;
+  qwen3.tied_embeddings = true;
+  qwen3.rope_theta = 1e6;
+  families.push_back({"qwen3", qwen3});
   // Q4_K with Q6_K parts: packed on the host, decoded there for the device (a stack for the qkv of
   // layer 0, whose v is Q6_K).
   SyntheticModelSpec k_quants = base;

@@ -1,14 +1,18 @@
-"""families_chat: a SentencePiece (llama-spm) and a qwen2 model served end to end at tp 2.
+"""families_chat: a SentencePiece (llama-spm), a Qwen2 and a Qwen3 model served end to end at tp 2.
 
 tpserve-mkmodel marries each vocabulary of llama.cpp's suite (fetched by
 scripts/fetch-llama-cpp-models.sh) with random weights of its family's shape: llama-spm's
 32,000-token SentencePiece vocabulary on a Llama, qwen2's 151,643-token byte-level vocabulary on a
-Qwen2 with q/k/v biases. Each is served at tp 2 with a real chat template of the family (Mistral-Nemo's
-[INST] template for the SentencePiece model, Qwen2.5's for the Qwen2 one) through the OpenAI chat
-API. The rendered prompt is checked against the independent references: jinja2 renders the
-template, HF's `tokenizers` (with the tokenizer.json hf_tokenizer_families writes for the family)
-tokenizes the text; tpserve's gRPC Tokenize of that text must give those ids, and the chat
-completion must count exactly as many prompt tokens and generate its max_tokens.
+Qwen2 with q/k/v biases and on a Qwen3 (q/k norms, heads of 64 over a hidden size of 128; Qwen3
+ships Qwen2's tokenizer). Each is served at tp 2 with a real chat template of the family
+(Mistral-Nemo's [INST] template for the SentencePiece model, Qwen2.5's and Qwen3-0.6B's for the
+Qwen ones) through the OpenAI chat API. The rendered prompt is checked against the independent
+references: jinja2 renders the template, HF's `tokenizers` (with the tokenizer.json
+hf_tokenizer_families writes for the family) tokenizes the text; tpserve's gRPC Tokenize of that
+text, and its /tokenize of the messages (its own rendering of the template), must both give those
+ids, and the chat completion must count exactly as many prompt tokens and generate its max_tokens.
+For the Qwen families, a tool call with tool_choice "required" comes back as a parsed call of the
+function (their <tool_call> syntax) whose arguments validate against its schema.
 """
 
 import json
@@ -36,8 +40,18 @@ CASES = {
     "llama-spm": {"arch": "llama", "template": "mistralai-Mistral-Nemo-Instruct-2407.jinja",
                   "tokenizer": families.sentencepiece_tokenizer, "args": []},
     "qwen2": {"arch": "qwen2", "template": "Qwen-Qwen2.5-7B-Instruct.jinja",
-              "tokenizer": lambda g: families.byte_level_tokenizer(g, "qwen2"), "args": []},
+              "tokenizer": lambda g: families.byte_level_tokenizer(g, "qwen2"), "args": [],
+              "tools": True},
+    "qwen3": {"vocab": "qwen2", "arch": "qwen3", "template": "Qwen-Qwen3-0.6B.jinja",
+              "tokenizer": lambda g: families.byte_level_tokenizer(g, "qwen2"),
+              "args": ["--head-dim", "64"], "tools": True,
+              # Thinking first would put the call after a </think> random weights never write.
+              "call_fields": {"chat_template_kwargs": {"enable_thinking": False}}},
 }
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                   "required": ["city"], "additionalProperties": False}}}
 
 
 def render(template_path, gguf):
@@ -62,6 +76,13 @@ def render(template_path, gguf):
         eos_token=tokens[m["tokenizer.ggml.eos_token_id"]])
 
 
+def post(cluster, path, body):
+    request = urllib.request.Request(cluster.http_url + path, json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.load(response)
+
+
 class FamiliesChat(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -72,7 +93,7 @@ class FamiliesChat(unittest.TestCase):
         from tokenizers import Tokenizer
 
         case = CASES[family]
-        vocab_path = os.path.join(SUITE, "ggml-vocab-%s.gguf" % family)
+        vocab_path = os.path.join(SUITE, "ggml-vocab-%s.gguf" % case.get("vocab", family))
         self.assertTrue(os.path.exists(vocab_path),
                         "%s is missing: run scripts/fetch-llama-cpp-models.sh" % vocab_path)
         gguf = Gguf(vocab_path)
@@ -80,7 +101,7 @@ class FamiliesChat(unittest.TestCase):
         subprocess.run([os.path.join(self.args.bin_dir, "tpserve-mkmodel"), "--output", model,
                         "--vocab-from", vocab_path, "--arch", case["arch"], "--layers", "2",
                         "--hidden", "128", "--heads", "4", "--kv-heads", "2", "--ffn", "256",
-                        "--context", "1024", "--seed", "7"],
+                        "--context", "1024", "--seed", "7"] + case["args"],
                        check=True, capture_output=True, timeout=120)
         template = os.path.join(SUITE, "templates", case["template"])
         text = render(template, gguf)
@@ -102,27 +123,47 @@ class FamiliesChat(unittest.TestCase):
                 stub = self.protos.inference_pb2_grpc.InferenceServiceStub(channel)
                 got = list(stub.Tokenize(pb.TokenizeRequest(text=text), timeout=30).token_ids)
                 name = stub.ListModels(pb.ListModelsRequest(), timeout=30).models[0].id
-            body = json.dumps({"model": name, "messages": MESSAGES, "max_tokens": MAX_TOKENS,
-                               "temperature": 0, "ignore_eos": True})
-            request = urllib.request.Request(cluster.http_url + "/v1/chat/completions",
-                                             body.encode(), {"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=120) as response:
-                chat = json.load(response)
+            rendered = post(cluster, "/tokenize", {"model": name, "messages": MESSAGES})["tokens"]
+            chat = post(cluster, "/v1/chat/completions",
+                        {"model": name, "messages": MESSAGES, "max_tokens": MAX_TOKENS,
+                         "temperature": 0, "ignore_eos": True})
+            call = None
+            if case.get("tools"):
+                call = post(cluster, "/v1/chat/completions",
+                            dict({"model": name, "max_tokens": 60, "temperature": 0,
+                                  "messages": [{"role": "user", "content": "Weather in Oslo?"}],
+                                  "tools": [WEATHER], "tool_choice": "required",
+                                  "parallel_tool_calls": False}, **case.get("call_fields", {})))
         print("%s: %d prompt tokens, answer %r" % (family, len(want),
                                                   chat["choices"][0]["message"]["content"]),
               flush=True)
         self.assertEqual(got, want, "%s: tpserve and HF tokenize the rendered prompt apart"
                          % family)
+        self.assertEqual(rendered, want, "%s: tpserve's template rendering differs from jinja2's"
+                         % family)
         self.assertEqual(chat["usage"]["prompt_tokens"], len(want),
                          "%s: the chat template rendered another prompt than jinja2" % family)
         self.assertEqual(chat["usage"]["completion_tokens"], MAX_TOKENS)
         self.assertEqual(chat["choices"][0]["finish_reason"], "length")
+        if call is not None:
+            import jsonschema
+
+            message = call["choices"][0]["message"]
+            self.assertEqual(call["choices"][0]["finish_reason"], "tool_calls", message)
+            self.assertEqual(len(message["tool_calls"]), 1, message)
+            function = message["tool_calls"][0]["function"]
+            self.assertEqual(function["name"], "get_weather")
+            jsonschema.validate(json.loads(function["arguments"]),
+                                WEATHER["function"]["parameters"])
 
     def test_sentencepiece_llama(self):
         self.check("llama-spm")
 
     def test_qwen2(self):
         self.check("qwen2")
+
+    def test_qwen3(self):
+        self.check("qwen3")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""Llama and Qwen2 logits in float64 NumPy, written from the Hugging Face modelling formulas
-(LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM), not from tpserve's code: RMSNorm,
-rotate-half RoPE with the scaling rules of HF's rope_init functions, GQA causal attention (with
-Mistral's sliding window), SwiGLU, q/k/v biases. Weights come from a gguf_reader.Gguf; llama.cpp's
+"""Llama, Qwen2 and Qwen3 logits in float64 NumPy, written from the Hugging Face modelling formulas
+(LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM), not from tpserve's
+code: RMSNorm, rotate-half RoPE with the scaling rules of HF's rope_init functions, GQA causal
+attention (with Mistral's sliding window), SwiGLU, q/k/v biases, Qwen3's per-head q/k RMSNorm
+(Qwen3Attention: q_norm and k_norm over head_dim, before RoPE) and explicit head_dim. Weights come from a gguf_reader.Gguf; llama.cpp's
 converter permutes the Q/K rows of "llama" files, which are put back into HF's order first."""
 
 import math
@@ -19,7 +20,7 @@ class HfConfig:
         self.hidden = m[p + "embedding_length"]
         self.heads = m[p + "attention.head_count"]
         self.kv_heads = m[p + "attention.head_count_kv"]
-        self.head_dim = self.hidden // self.heads
+        self.head_dim = m.get(p + "attention.key_length", self.hidden // self.heads)
         self.theta = m[p + "rope.freq_base"]
         self.eps = m[p + "attention.layer_norm_rms_epsilon"]
         self.sliding_window = m.get(p + "attention.sliding_window")
@@ -69,13 +70,13 @@ def silu(x):
 
 
 def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True, kv_cache=None,
-                     deltas=None):
+                     deltas=None, qk_norm=True):
     """[tokens, vocab] logits of the HF model the GGUF file holds. `permuted_qk`: whether the
     file's Q/K rows are the converter's permutation of HF's (by default: for llama files only);
     `biases`: add the q/k/v biases the file has; `kv_cache(layer, k, v)`, when given, returns the
     K and V ([kv_heads, tokens, head_dim], K rotated) that attention reads, as a KV cache stores
     them; `deltas[(layer, "q_proj")]` (HF module names, HF row order), when given, is added to that
-    weight: a LoRA adapter merged into the model."""
+    weight: a LoRA adapter merged into the model; `qk_norm`: apply the q/k norms the file has."""
     deltas = deltas or {}
 
     def weight(layer, module, w):
@@ -112,6 +113,9 @@ def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True, kv_c
         q = q.reshape(n, c.heads, c.head_dim).transpose(1, 0, 2)
         k = k.reshape(n, c.kv_heads, c.head_dim).transpose(1, 0, 2)
         v = v.reshape(n, c.kv_heads, c.head_dim).transpose(1, 0, 2)
+        if qk_norm and b + "attn_q_norm.weight" in t:
+            q = rms_norm(q, t[b + "attn_q_norm.weight"], c.eps)
+            k = rms_norm(k, t[b + "attn_k_norm.weight"], c.eps)
         q = apply_rope(q, positions, inv_freq)
         k = apply_rope(k, positions, inv_freq)
         if kv_cache is not None:
@@ -123,7 +127,7 @@ def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True, kv_c
         scores -= scores.max(axis=-1, keepdims=True)
         weights = np.exp(scores)
         weights /= weights.sum(axis=-1, keepdims=True)
-        attn = (weights @ v).transpose(1, 0, 2).reshape(n, c.hidden)
+        attn = (weights @ v).transpose(1, 0, 2).reshape(n, c.heads * c.head_dim)
         x = x + attn @ weight(layer, "o_proj", t[b + "attn_output.weight"]).T
         h = rms_norm(x, t[b + "ffn_norm.weight"], c.eps)
         gate = h @ weight(layer, "gate_proj", t[b + "ffn_gate.weight"]).T

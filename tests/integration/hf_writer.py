@@ -13,7 +13,8 @@ from gguf_reader import unpermute_llama_qk
 _LAYER_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
                 "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
                 "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
-                "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+                "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+                "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
 _TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
               "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
 
@@ -66,9 +67,12 @@ def config_json(gguf, rope_scaling=None):
         "bos_token_id": m["tokenizer.ggml.bos_token_id"],
         "eos_token_id": m["tokenizer.ggml.eos_token_id"],
     }
-    if arch == "qwen2":
-        config.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2",
-                      use_sliding_window=False, sliding_window=4096)
+    if p + "attention.key_length" in m:
+        config["head_dim"] = m[p + "attention.key_length"]
+    if arch in ("qwen2", "qwen3"):
+        name = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[arch]
+        config.update(architectures=[name], model_type=arch, use_sliding_window=False,
+                      sliding_window=4096)
     elif window:
         config.update(architectures=["MistralForCausalLM"], model_type="mistral",
                       sliding_window=window)

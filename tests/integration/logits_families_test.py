@@ -2,12 +2,14 @@
 
 Random-weight models written by tpserve-mkmodel (fp32): a Llama with Llama-3.1's llama3 RoPE
 scaling, a Qwen2 with q/k/v biases and tied embeddings, a Qwen2 with untied embeddings and linear
-RoPE scaling, and a Mistral-7B-like shape (8 heads over 2 KV heads, theta 1e6, a sliding window).
+RoPE scaling, a Mistral-7B-like shape (8 heads over 2 KV heads, theta 1e6, a sliding window), a
+Qwen3 (per-head q/k RMSNorm, heads * head_dim above the hidden size) and Mistral Nemo's shape
+(a Llama file whose head_dim is not hidden / heads).
 Each is served at tp 1 and at a tp > 1 that splits its heads, and as a Hugging Face folder written
 from it by hf_writer.py (HF tensor names and Q/K order, config.json with HF's rope_scaling, which
 tpserve turns into llama3's factors itself) at the tp > 1, scored over gRPC (Score: one logits
 row per prompt token), and compared with hf_reference.py, a NumPy model written from the Hugging
-Face modelling formulas (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM): RMSNorm,
+Face modelling formulas (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM): RMSNorm,
 rotate-half RoPE with the scaling rules of HF's rope_init functions, GQA causal attention, SwiGLU,
 biases. The tensors are read from the GGUF file by gguf_reader.py and put back into HF's layout
 first: llama.cpp's converter permutes the Q/K rows of "llama" files (so that RoPE pairs are
@@ -31,7 +33,7 @@ from hf_writer import hf_tensors, write_folder  # noqa: E402
 from hf_reference import (HfConfig, default_inv_freq, linear_inv_freq,  # noqa: E402
                           llama3_inv_freq, reference_logits)
 
-TOLERANCE = 1e-3  # max |logit difference| in fp32
+TOLERANCE = 1e-4  # max |logit difference| in fp32 (each case is within 5e-6)
 PROMPT_LENGTH = 40
 EPS = 1e-5  # what tpserve-mkmodel writes as layer_norm_rms_epsilon
 
@@ -81,6 +83,23 @@ CASES = {
         served_context=64,
         hf_rope_scaling=None,
         controls=("other_qk_layout",)),
+    # Qwen3-0.6B's proportions: each head's q and k RMS-normalized before RoPE, no biases, heads
+    # of 48 whose 4 q heads (192) outnumber the hidden size (128), as 16 x 128 do 1024 there.
+    "qwen3": dict(
+        args=["--arch", "qwen3", "--heads", "4", "--kv-heads", "2", "--head-dim", "48",
+              "--rope-theta", "1000000", "--tied-embeddings"],
+        tp=(1, 2, 4),
+        inv_freq=lambda c: default_inv_freq(c.theta, c.head_dim),
+        hf_rope_scaling=None,
+        controls=("no_qk_norm", "other_qk_layout")),
+    # Mistral Nemo's shape on a Llama file: head_dim (here 64) other than hidden / heads (32).
+    "mistral_nemo": dict(
+        args=["--arch", "llama", "--heads", "4", "--kv-heads", "1", "--head-dim", "64",
+              "--rope-theta", "1000000"],
+        tp=(1, 4),
+        inv_freq=lambda c: default_inv_freq(c.theta, c.head_dim),
+        hf_rope_scaling=None,
+        controls=("other_qk_layout",)),
 }
 
 
@@ -92,6 +111,8 @@ def control_logits(name, gguf, tokens, inv_freq):
         return reference_logits(gguf, tokens, inv_freq, permuted_qk=c.arch != "llama")
     if name == "no_bias":
         return reference_logits(gguf, tokens, inv_freq, biases=False)
+    if name == "no_qk_norm":
+        return reference_logits(gguf, tokens, inv_freq, qk_norm=False)
     raise ValueError(name)
 
 
@@ -175,6 +196,12 @@ class LogitsFamilies(unittest.TestCase):
 
     def test_mistral(self):
         self.check_family("mistral")
+
+    def test_qwen3(self):
+        self.check_family("qwen3")
+
+    def test_mistral_nemo(self):
+        self.check_family("mistral_nemo")
 
 
 if __name__ == "__main__":

@@ -288,10 +288,14 @@ absl::Status CudaForwardPass::EnqueueAttention(int layer, const StepShape& shape
   const int64_t qkv_width = layout_.qkv_width(head_dim);
 
   RETURN_IF_ERROR(Linear(w.qkv, normed_.data(), n, qkv_.data()));
-  if (!w.qkv_bias.empty()) AddBias(qkv_.data(), w.qkv_bias.data(), n, qkv_width, stream);
   if (lora_step_) {
     lora_pool_->Apply(layer, {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV}, normed_.data(),
                       hidden, qkv_.data(), qkv_width, stream);
+  }
+  if (!w.qkv_bias.empty()) AddBias(qkv_.data(), w.qkv_bias.data(), n, qkv_width, stream);
+  if (!w.q_norm.empty()) {  // Qwen3: the projections' q and k heads, before RoPE
+    QkHeadRmsNorm(qkv_.data(), w.q_norm.data(), w.k_norm.data(), n, q_heads, kv_heads, head_dim,
+                  static_cast<float>(config_.rms_norm_eps), stream);
   }
   const int64_t layer_bytes =
       kv_shape_.num_blocks * kv_shape_.floats_per_block() * kv_shape_.bytes_per_element;

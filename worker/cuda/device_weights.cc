@@ -133,9 +133,9 @@ absl::StatusOr<DeviceLinear> UploadLayerLinear(Linear& w, bool fp8, Staging& sta
 int64_t DeviceWeights::bytes() const {
   int64_t total = token_embedding.bytes() + output_norm.bytes() + lm_head.bytes();
   for (const DeviceLayerWeights& l : layers) {
-    total += l.attn_norm.bytes() + l.qkv.bytes() + l.qkv_bias.bytes() + l.attn_output.bytes() +
-             l.ffn_norm.bytes() + l.gate_up.bytes() + l.down.bytes() + l.k_cache_scales.bytes() +
-             l.v_cache_scales.bytes();
+    total += l.attn_norm.bytes() + l.qkv.bytes() + l.qkv_bias.bytes() + l.q_norm.bytes() +
+             l.k_norm.bytes() + l.attn_output.bytes() + l.ffn_norm.bytes() + l.gate_up.bytes() +
+             l.down.bytes() + l.k_cache_scales.bytes() + l.v_cache_scales.bytes();
   }
   return total;
 }
@@ -153,6 +153,8 @@ absl::StatusOr<DeviceWeights> UploadWeights(ModelWeights host, bool fp8, cudaStr
     ASSIGN_OR_RETURN(d.attn_norm, UploadVector(layer.attn_norm, staging, stream));
     ASSIGN_OR_RETURN(d.qkv, UploadLayerLinear(layer.qkv, fp8, staging, stream));
     ASSIGN_OR_RETURN(d.qkv_bias, UploadExact(layer.qkv_bias, stream));
+    ASSIGN_OR_RETURN(d.q_norm, UploadVector(layer.q_norm, staging, stream));
+    ASSIGN_OR_RETURN(d.k_norm, UploadVector(layer.k_norm, staging, stream));
     ASSIGN_OR_RETURN(d.attn_output, UploadLayerLinear(layer.attn_output, fp8, staging, stream));
     ASSIGN_OR_RETURN(d.ffn_norm, UploadVector(layer.ffn_norm, staging, stream));
     ASSIGN_OR_RETURN(d.gate_up, UploadLayerLinear(layer.gate_up, fp8, staging, stream));

@@ -31,7 +31,8 @@ struct DeviceLayerWeights {
   DeviceLinear qkv;              // [(q_heads + 2 * kv_heads) * head_dim, hidden]
   DeviceBuffer<float> qkv_bias;  // [qkv.rows], fp32 (added before one bf16 rounding); empty
                                  // without biases
-  DeviceLinear attn_output;      // [hidden, q_heads * head_dim]
+  DeviceBuffer<bf16> q_norm, k_norm;  // [head_dim] each: Qwen3's per-head norms; else empty
+  DeviceLinear attn_output;           // [hidden, q_heads * head_dim]
   DeviceBuffer<bf16> ffn_norm;   // [hidden]
   DeviceLinear gate_up;          // [2 * ffn_local, hidden]: gate rows, then up rows
   DeviceLinear down;             // [hidden, ffn_local]

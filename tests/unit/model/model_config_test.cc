@@ -80,7 +80,7 @@ TEST(ModelConfig, BundledSmolLm2) {
   EXPECT_EQ(c->DebugString(),
             "llama layers=30 hidden=576 ffn=1536 heads=9 kv_heads=3 head_dim=64 vocab=49152 "
             "rope_theta=100000 rope_dims=64 rope_pairs=adjacent rope_scaling=none "
-            "rms_norm_eps=1e-05 context=8192 sliding_window=0 qkv_bias=false "
+            "rms_norm_eps=1e-05 context=8192 sliding_window=0 qkv_bias=false qk_norm=false "
             "tied_embeddings=true");
 }
 
@@ -144,7 +144,7 @@ TEST(ModelConfig, InvalidValuesAreNamed) {
   };
   const std::vector<Case> cases = {
       {[](GgufWriter* w) { w->SetString("general.architecture", "gemma"); },
-       "general.architecture: 'gemma' is not supported; 'llama' and 'qwen2' are"},
+       "general.architecture: 'gemma' is not supported; 'llama', 'qwen2' and 'qwen3' are"},
       {[](GgufWriter* w) { w->SetUint32("general.architecture", 1); },
        "general.architecture: gguf: key 'general.architecture' has type uint32, want string"},
       {[](GgufWriter* w) { w->SetUint32("llama.block_count", 0); },
@@ -161,8 +161,10 @@ TEST(ModelConfig, InvalidValuesAreNamed) {
        "llama.rope.freq_base: value 0 is not a finite positive number"},
       {[](GgufWriter* w) { w->SetUint32("llama.rope.dimension_count", 18); },
        "llama.rope.dimension_count: 18 is odd or exceeds head_dim 16"},
-      {[](GgufWriter* w) { w->SetUint32("llama.attention.key_length", 32); },
-       "llama.attention.key_length: 32 differs from"},
+      {[](GgufWriter* w) { w->SetUint32("llama.attention.value_length", 32); },
+       "llama.attention.value_length: 32 differs from the key length 16"},
+      {[](GgufWriter* w) { w->SetUint32("llama.attention.key_length", 0); },
+       "llama.attention.key_length: value 0 is not in [1, "},
       {[](GgufWriter* w) { w->SetUint64("llama.vocab_size", uint64_t{1} << 40); },
        "llama.vocab_size: value 1099511627776 is not in"},
       {[](GgufWriter* w) {
@@ -217,6 +219,28 @@ TEST(ModelConfig, Qwen2KeysAndRotateHalfPairs) {
   absl::StatusOr<ModelConfig> llama = ConfigOf(SmallLlama());
   ASSERT_TRUE(llama.ok());
   EXPECT_FALSE(llama->rope_rotate_half);
+}
+
+// Qwen3 (and Mistral Nemo): heads * head_dim differs from hidden; the head size is the key length.
+TEST(ModelConfig, Qwen3HeadSizeFromTheKeyLengthAndQkNorm) {
+  GgufWriter w = SmallModel("qwen3");
+  w.SetUint32("qwen3.attention.head_count", 5);  // 5 * 32 = 160 over a hidden size of 64
+  w.SetUint32("qwen3.attention.head_count_kv", 1);
+  w.SetUint32("qwen3.attention.key_length", 32);
+  w.SetUint32("qwen3.attention.value_length", 32);
+  w.SetUint32("qwen3.rope.dimension_count", 32);
+  absl::StatusOr<ModelConfig> c = ConfigOf(w);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "qwen3");
+  EXPECT_EQ(c->head_dim, 32);
+  EXPECT_EQ(c->num_heads, 5);
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_TRUE(c->rope_rotate_half);
+  EXPECT_FALSE(c->qkv_bias);
+  absl::StatusOr<ModelConfig> llama = ConfigOf(SmallLlama());
+  ASSERT_TRUE(llama.ok());
+  EXPECT_FALSE(llama->qk_norm);
+  EXPECT_EQ(llama->head_dim, 16);
 }
 
 TEST(ModelConfig, QkvBiasesOnEveryLayerOrNone) {
