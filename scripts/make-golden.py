@@ -9,6 +9,12 @@
   logits:    tests/golden/logit_prompts.json (list of strings, special tokens allowed)
              -> tests/golden/logits_top20.json and logits_top20_q8act.json
                 ([{"prompt", "ids", "top": [[[id, logit] x20] per position]}])
+  architectures: a random-weight Q8_0 model of each architecture's shape (tpserve-mkmodel, its
+             arguments and the file's sha256 recorded) through llama.cpp's own kernels, by
+             scripts/llama_cpp_logits.cc built against the llama.cpp that
+             bench/compare_llama_server.py builds for this CPU
+             -> tests/golden/logits_architectures_llamacpp.json
+                ({case: {"mkmodel": [args], "sha256", "prompts": [{"ids", "top"}]}})
 
 Two logits references. llama.cpp multiplies Q4_1/Q8_0 weights with activations rounded to 8 bits
 per 32-element block; that rounding changes logits by ~0.2 (as much as between two fp32
@@ -17,18 +23,18 @@ reference therefore runs llama.cpp on the same weights decoded to F32 by the `gg
 independent decoder) with an F32 KV cache: the model's exact function, computed by llama.cpp.
 logits_top20_q8act.json keeps what llama.cpp computes on the quantized file itself.
 
-A developer tool (pip install -r scripts/requirements-golden.txt); tests only read its output.
+A developer tool (pip install -r scripts/requirements-golden.txt for all but `architectures`);
+tests only read its output.
 """
 import argparse
+import hashlib
 import json
 import os
+import subprocess
 import sys
-
 import tempfile
 
-import gguf
 import numpy as np
-from llama_cpp import Llama
 
 GGML_TYPE_F32 = 0
 
@@ -63,6 +69,8 @@ FAMILY_STRINGS = 300
 
 
 def tokenizer_families_golden(models_dir):
+    from llama_cpp import Llama
+
     corpus = load("tokenizer_corpus.json")[:FAMILY_STRINGS]
     out = {}
     for family in FAMILIES:
@@ -76,6 +84,8 @@ def tokenizer_families_golden(models_dir):
 
 def write_f32_copy(src, dst):
     """Writes `src` with every tensor decoded to F32 and the metadata unchanged."""
+    import gguf
+
     reader = gguf.GGUFReader(src)
     writer = gguf.GGUFWriter(dst, arch=reader.fields["general.architecture"].contents())
     for name, field in reader.fields.items():
@@ -112,16 +122,82 @@ def logits_golden(llm, out_name):
     save(out_name, out)
 
 
+# Each architecture's shape, small; Q8_0 so that both sides run their packed kernels. Prompts are
+# random ids, as the byte-level vocabulary makes any id a token.
+ARCHITECTURES = {
+    "qwen2": ["--arch", "qwen2", "--heads", "4", "--kv-heads", "2", "--rope-theta", "1000000",
+              "--tied-embeddings"],
+    "qwen3": ["--arch", "qwen3", "--heads", "4", "--kv-heads", "2", "--head-dim", "64",
+              "--rope-theta", "1000000", "--tied-embeddings"],
+    "mistral_nemo": ["--arch", "llama", "--heads", "4", "--kv-heads", "1", "--head-dim", "64",
+                     "--rope-theta", "1000000"],
+}
+ARCHITECTURE_SHAPE = ["--layers", "2", "--hidden", "256", "--ffn", "512", "--vocab", "512",
+                      "--context", "512", "--seed", "11", "--dtype", "q8_0"]
+ARCHITECTURE_PROMPTS = [(40, 1), (17, 2)]  # (length, seed)
+
+
+def llama_cpp_logits_binary(workdir):
+    """scripts/llama_cpp_logits.cc built against the native llama.cpp of the speed comparison."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import compare_llama_server
+
+    compare_llama_server.llama_cpp_native("llama-server")  # builds the libraries once
+    native = compare_llama_server.NATIVE
+    lib = os.path.join(native, "build")
+    binary = os.path.join(workdir, "llama_cpp_logits")
+    subprocess.run(["c++", "-std=c++17", "-O2", "-fopenmp",
+                    os.path.join(ROOT, "scripts", "llama_cpp_logits.cc"),
+                    "-I", os.path.join(native, "src", "include"),
+                    "-I", os.path.join(native, "src", "ggml", "include"),
+                    os.path.join(lib, "src", "libllama.a"),
+                    os.path.join(lib, "ggml", "src", "libggml.a"),
+                    os.path.join(lib, "ggml", "src", "libggml-cpu.a"),
+                    os.path.join(lib, "ggml", "src", "libggml-base.a"),
+                    "-lpthread", "-ldl", "-o", binary], check=True)
+    return binary
+
+
+def architectures_golden(threads):
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        binary = llama_cpp_logits_binary(tmp)
+        for name, arch_args in ARCHITECTURES.items():
+            args = arch_args + ARCHITECTURE_SHAPE
+            path = os.path.join(tmp, name + ".gguf")
+            subprocess.run([os.path.join(ROOT, "build", "bin", "tpserve-mkmodel"), "--output",
+                            path] + args, check=True, capture_output=True)
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            prompts = [[int(t) for t in np.random.default_rng(seed).integers(3, 512, length)]
+                       for length, seed in ARCHITECTURE_PROMPTS]
+            stdin = "".join(" ".join(map(str, ids)) + "\n" for ids in prompts)
+            lines = subprocess.run([binary, path, str(TOP_K), str(threads)], input=stdin,
+                                   check=True, capture_output=True, text=True).stdout.splitlines()
+            out[name] = {"mkmodel": args, "sha256": digest,
+                         "prompts": [{"ids": ids, "top": json.loads(line)}
+                                     for ids, line in zip(prompts, lines)]}
+            print(f"{name}: {len(prompts)} prompts", file=sys.stderr)
+    save("logits_architectures_llamacpp.json", out)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["tokenizer", "tokenizer-families", "logits", "all"])
+    parser.add_argument("what", choices=["tokenizer", "tokenizer-families", "logits", "all",
+                                         "architectures"])
     parser.add_argument("--llama-cpp-models",
                         default=os.path.join(ROOT, "build-deps", "llama_cpp_python-0.3.36",
                                              "vendor", "llama.cpp", "models"))
     parser.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    if args.what == "architectures":
+        architectures_golden(args.threads)
+        return
+
     def open_model(path, **kwargs):
+        from llama_cpp import Llama
+
         return Llama(model_path=path, n_ctx=2048, n_batch=512, logits_all=True,
                      n_threads=args.threads, verbose=False, **kwargs)
 
