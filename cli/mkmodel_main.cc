@@ -28,8 +28,9 @@ int main(int argc, char** argv) {
                  "each head's size when not hidden / heads (Qwen3, Mistral Nemo); 0 for that")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--arch", spec.architecture,
-                 "GGUF architecture (qwen2 adds q/k/v biases, qwen3 per-head q/k norms)")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3"}));
+                 "GGUF architecture (qwen2 adds q/k/v biases, qwen3 per-head q/k norms, phi3 "
+                 "fuses qkv and gate/up)")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3"}));
   app.add_flag("--tied-embeddings", spec.tied_embeddings,
                "write no output.weight: the logits reuse token_embd");
   app.add_option("--rope-theta", spec.rope_theta, "RoPE frequency base")

@@ -113,10 +113,11 @@ absl::StatusOr<std::string> Architecture(const json& config) {
   if (name == "LlamaForCausalLM" || name == "MistralForCausalLM") return "llama";
   if (name == "Qwen2ForCausalLM") return "qwen2";
   if (name == "Qwen3ForCausalLM") return "qwen3";
+  if (name == "Phi3ForCausalLM") return "phi3";
   return Error("config.json", absl::StrCat("architectures ", names.dump(),
                                            " is not supported (LlamaForCausalLM, "
-                                           "MistralForCausalLM, Qwen2ForCausalLM and "
-                                           "Qwen3ForCausalLM are)"));
+                                           "MistralForCausalLM, Qwen2ForCausalLM, "
+                                           "Qwen3ForCausalLM and Phi3ForCausalLM are)"));
 }
 
 // Llama-3.1's "llama3" rule from Hugging Face's rope_scaling: rope_freqs.weight's divisors.
@@ -188,7 +189,14 @@ absl::Status AddModelKeys(const Config& c, const std::string& arch, GgufWriter* 
   keys->SetUint64(p + "attention.key_length", head_dim);
   keys->SetUint64(p + "attention.value_length", head_dim);
   // Qwen declares a window it does not use unless use_sliding_window says so.
-  const bool window_used = arch == "llama" || c.raw().value("use_sliding_window", false);
+  const bool window_used =
+      arch == "llama" || arch == "phi3" || c.raw().value("use_sliding_window", false);
+  // Phi-4-mini rotates 3/4 of each head.
+  if (const json& partial = JsonField(c.raw(), "partial_rotary_factor");
+      !partial.is_null() && !(partial.is_number() && partial.get<double>() == 1.0)) {
+    return Error("config.json",
+                 absl::StrCat("partial_rotary_factor ", partial.dump(), " is not supported"));
+  }
   ASSIGN_OR_RETURN(const int64_t window, c.Int("sliding_window", 0));
   if (window_used && window > 0) keys->SetUint64(p + "attention.sliding_window", window);
 
@@ -255,7 +263,10 @@ std::optional<std::string> GgufName(const std::string& hf) {
       {"self_attn.v_proj", "attn_v"},     {"self_attn.o_proj", "attn_output"},
       {"mlp.gate_proj", "ffn_gate"},      {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"},      {"self_attn.q_norm", "attn_q_norm"},
-      {"self_attn.k_norm", "attn_k_norm"}};
+      {"self_attn.k_norm", "attn_k_norm"},
+      // Phi-3's fused projections, as llama.cpp's converter names them.
+      {"self_attn.qkv_proj", "attn_qkv"},
+      {"mlp.gate_up_proj", "ffn_up"}};
   if (const auto it = kTop->find(hf); it != kTop->end()) return it->second;
   const std::optional<std::pair<int64_t, std::string>> layer_part = LayerPart(hf);
   if (!layer_part.has_value()) return std::nullopt;
@@ -299,12 +310,16 @@ std::optional<std::vector<int64_t>> ExpectedShape(const std::string& name, const
     return std::vector<int64_t>{head_dim};
   }
   if (ends("attn_q.weight")) return std::vector<int64_t>{heads * head_dim, hidden};
+  if (ends("attn_qkv.weight")) return std::vector<int64_t>{(heads + 2 * kv_heads) * head_dim, hidden};
   if (ends("attn_k.weight") || ends("attn_v.weight")) {
     return std::vector<int64_t>{kv_heads * head_dim, hidden};
   }
   if (ends("attn_q.bias")) return std::vector<int64_t>{heads * head_dim};
   if (ends("attn_k.bias") || ends("attn_v.bias")) return std::vector<int64_t>{kv_heads * head_dim};
   if (ends("attn_output.weight")) return std::vector<int64_t>{hidden, heads * head_dim};
+  if (ends("ffn_up.weight") && Architecture(c.raw()).value_or("") == "phi3") {
+    return std::vector<int64_t>{2 * ffn, hidden};  // [gate | up]
+  }
   if (ends("ffn_gate.weight") || ends("ffn_up.weight")) return std::vector<int64_t>{ffn, hidden};
   if (ends("ffn_down.weight")) return std::vector<int64_t>{hidden, ffn};
   return std::nullopt;
@@ -530,9 +545,14 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
   }
   ASSIGN_OR_RETURN(const int64_t layers, config.Int("num_hidden_layers"));
   for (int64_t layer = 0; layer < layers; ++layer) {
-    for (const char* part : {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj",
-                             "self_attn.v_proj", "self_attn.o_proj", "post_attention_layernorm",
-                             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
+    const std::vector<const char*> fused = {"input_layernorm",  "self_attn.qkv_proj",
+                                            "self_attn.o_proj", "post_attention_layernorm",
+                                            "mlp.gate_up_proj", "mlp.down_proj"};
+    const std::vector<const char*> split = {
+        "input_layernorm",          "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+        "self_attn.o_proj",         "post_attention_layernorm",
+        "mlp.gate_proj",            "mlp.up_proj",      "mlp.down_proj"};
+    for (const char* part : arch == "phi3" ? fused : split) {
       const std::string hf = absl::StrCat("model.layers.", layer, ".", part, ".weight");
       if (!where.contains(*GgufName(hf))) {
         return Error(dir.string(), absl::StrCat(hf, " is in no weight file"));

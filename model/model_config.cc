@@ -96,6 +96,12 @@ absl::Status ReadRopeScaling(const GgufFile& file, const std::string& arch, Mode
     type = *value;
   }
   const bool freq_factors = file.FindTensor("rope_freqs.weight") != nullptr;
+  // Phi-3's 128k variants (longrope): short and long factors switched by the context's length.
+  for (const char* longrope : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+    if (file.FindTensor(longrope) != nullptr) {
+      return ConfigError(longrope, "longrope RoPE scaling (Phi-3 128k) is not supported");
+    }
+  }
   if (type != "none" && type != "linear" && type != "llama3") {
     return ConfigError(type_key, absl::StrCat("RoPE scaling '", absl::CHexEscape(type),
                                               "' is not supported (none, linear and llama3 are)"));
@@ -197,13 +203,13 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
     return ConfigError("general.architecture", "required key is missing");
   }
   if (!arch.ok()) return ConfigError("general.architecture", arch.status().message());
-  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3") {
+  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3" && *arch != "phi3") {
     return ConfigError("general.architecture",
                        absl::StrCat("'", absl::CHexEscape(*arch),
-                                    "' is not supported; 'llama', 'qwen2' and 'qwen3' are"));
+                                    "' is not supported; 'llama', 'qwen2', 'qwen3' and 'phi3' are"));
   }
   c.architecture = *arch;
-  // llama.cpp's converter permutes only "llama" files' Q/K rows; the Qwen files keep HF's order.
+  // llama.cpp's converter permutes only "llama" files' Q/K rows; the others keep HF's order.
   c.rope_rotate_half = c.architecture != "llama";
   c.qk_norm = c.architecture == "qwen3";
   if (file.Find("tpserve.rope.rotate_half") != nullptr) {

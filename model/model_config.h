@@ -1,5 +1,5 @@
-// Hyperparameters of a Llama-family model (GGUF architectures "llama", "qwen2" and "qwen3"), read
-// from GGUF metadata.
+// Hyperparameters of a Llama-family model (GGUF architectures "llama", "qwen2", "qwen3" and
+// "phi3"), read from GGUF metadata.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,7 @@ enum class RopeScaling {
 };
 
 struct ModelConfig {
-  std::string architecture;       // general.architecture: "llama", "qwen2" or "qwen3"; keys are
+  std::string architecture;       // general.architecture: "llama", "qwen2", "qwen3", "phi3"; keys
                                   // read under that prefix (`<arch>.block_count`, …)
   int64_t vocab_size = 0;         // rows of token_embd.weight
   int64_t hidden_size = 0;        // <arch>.embedding_length

@@ -121,8 +121,11 @@ absl::Status ValidateSyntheticModelSpec(const SyntheticModelSpec& spec) {
   if (spec.vocab < kSpecialTokens + 256) return fail("vocab must be at least 259");
   if (spec.context_length < 1) return fail("context length must be positive");
   if (spec.architecture != "llama" && spec.architecture != "qwen2" &&
-      spec.architecture != "qwen3") {
-    return fail("architecture must be llama, qwen2 or qwen3");
+      spec.architecture != "qwen3" && spec.architecture != "phi3") {
+    return fail("architecture must be llama, qwen2, qwen3 or phi3");
+  }
+  if (spec.architecture == "phi3" && spec.k_quant_mix) {
+    return fail("phi3's fused matrices take one type: no K mix");
   }
   if (spec.rope_scaling != "none" && spec.rope_scaling != "linear" &&
       spec.rope_scaling != "llama3") {
@@ -234,9 +237,15 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& original, const std::
     const std::string b = absl::StrCat("blk.", layer, ".");
     const int64_t kv_rows = spec.kv_heads * head_dim;
     RETURN_IF_ERROR(make.NormWeight(b + "attn_norm.weight", spec.hidden));
-    RETURN_IF_ERROR(make.Matrix(b + "attn_q.weight", q_rows, spec.hidden, spec.dtype));
-    RETURN_IF_ERROR(make.Matrix(b + "attn_k.weight", kv_rows, spec.hidden, spec.dtype));
-    RETURN_IF_ERROR(make.Matrix(b + "attn_v.weight", kv_rows, spec.hidden, mixed(layer % 2 == 0)));
+    if (arch == "phi3") {  // fused [q | k | v], as llama.cpp's converter keeps Phi-3's qkv_proj
+      RETURN_IF_ERROR(
+          make.Matrix(b + "attn_qkv.weight", q_rows + 2 * kv_rows, spec.hidden, spec.dtype));
+    } else {
+      RETURN_IF_ERROR(make.Matrix(b + "attn_q.weight", q_rows, spec.hidden, spec.dtype));
+      RETURN_IF_ERROR(make.Matrix(b + "attn_k.weight", kv_rows, spec.hidden, spec.dtype));
+      RETURN_IF_ERROR(
+          make.Matrix(b + "attn_v.weight", kv_rows, spec.hidden, mixed(layer % 2 == 0)));
+    }
     if (bias) {
       // As large as the projections' outputs, so that a lost or misplaced bias shows.
       RETURN_IF_ERROR(make.Vector(b + "attn_q.bias", q_rows, 1.0f));
@@ -249,8 +258,12 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& original, const std::
     }
     RETURN_IF_ERROR(make.Matrix(b + "attn_output.weight", spec.hidden, q_rows, spec.dtype));
     RETURN_IF_ERROR(make.NormWeight(b + "ffn_norm.weight", spec.hidden));
-    RETURN_IF_ERROR(make.Matrix(b + "ffn_gate.weight", spec.ffn, spec.hidden, spec.dtype));
-    RETURN_IF_ERROR(make.Matrix(b + "ffn_up.weight", spec.ffn, spec.hidden, spec.dtype));
+    if (arch == "phi3") {  // [gate | up], Phi-3's gate_up_proj
+      RETURN_IF_ERROR(make.Matrix(b + "ffn_up.weight", 2 * spec.ffn, spec.hidden, spec.dtype));
+    } else {
+      RETURN_IF_ERROR(make.Matrix(b + "ffn_gate.weight", spec.ffn, spec.hidden, spec.dtype));
+      RETURN_IF_ERROR(make.Matrix(b + "ffn_up.weight", spec.ffn, spec.hidden, spec.dtype));
+    }
     RETURN_IF_ERROR(
         make.Matrix(b + "ffn_down.weight", spec.hidden, spec.ffn, mixed(layer % 2 == 0)));
   }

@@ -131,6 +131,7 @@ ARCHITECTURES = {
               "--rope-theta", "1000000", "--tied-embeddings"],
     "mistral_nemo": ["--arch", "llama", "--heads", "4", "--kv-heads", "1", "--head-dim", "64",
                      "--rope-theta", "1000000"],
+    "phi3": ["--arch", "phi3", "--heads", "8", "--kv-heads", "4", "--sliding-window", "128"],
 }
 ARCHITECTURE_SHAPE = ["--layers", "2", "--hidden", "256", "--ffn", "512", "--vocab", "512",
                       "--context", "512", "--seed", "11", "--dtype", "q8_0"]

@@ -234,16 +234,28 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
 
   const int64_t q_rows = layout.q_heads.size * head_dim;
   const int64_t kv_rows = layout.kv_heads.size * head_dim;
-  ASSIGN_OR_RETURN(const GgufTensorInfo* wq,
-                   FindMatrix(file, prefix + "attn_q.weight", config.num_heads * head_dim, hidden));
-  ASSIGN_OR_RETURN(const GgufTensorInfo* wk, FindMatrix(file, prefix + "attn_k.weight",
-                                                        config.num_kv_heads * head_dim, hidden));
-  ASSIGN_OR_RETURN(const GgufTensorInfo* wv, FindMatrix(file, prefix + "attn_v.weight",
-                                                        config.num_kv_heads * head_dim, hidden));
+  const int64_t all_q = config.num_heads * head_dim;
+  const int64_t all_kv = config.num_kv_heads * head_dim;
   const Range q_range{layout.q_heads.begin * head_dim, q_rows};
   const Range kv_range{layout.kv_heads.begin * head_dim, kv_rows};
-  ASSIGN_OR_RETURN(
-      w.qkv, LoadRows(file, formats, hidden, {{wq, q_range}, {wk, kv_range}, {wv, kv_range}}));
+  if (file.FindTensor(prefix + "attn_qkv.weight") != nullptr) {
+    // Phi-3: one [q | k | v] matrix; this rank's heads from each part.
+    ASSIGN_OR_RETURN(const GgufTensorInfo* wqkv,
+                     FindMatrix(file, prefix + "attn_qkv.weight", all_q + 2 * all_kv, hidden));
+    ASSIGN_OR_RETURN(w.qkv, LoadRows(file, formats, hidden,
+                                     {{wqkv, q_range},
+                                      {wqkv, Range{all_q + kv_range.begin, kv_rows}},
+                                      {wqkv, Range{all_q + all_kv + kv_range.begin, kv_rows}}}));
+  } else {
+    ASSIGN_OR_RETURN(const GgufTensorInfo* wq,
+                     FindMatrix(file, prefix + "attn_q.weight", all_q, hidden));
+    ASSIGN_OR_RETURN(const GgufTensorInfo* wk,
+                     FindMatrix(file, prefix + "attn_k.weight", all_kv, hidden));
+    ASSIGN_OR_RETURN(const GgufTensorInfo* wv,
+                     FindMatrix(file, prefix + "attn_v.weight", all_kv, hidden));
+    ASSIGN_OR_RETURN(
+        w.qkv, LoadRows(file, formats, hidden, {{wq, q_range}, {wk, kv_range}, {wv, kv_range}}));
+  }
   if (config.qkv_bias) {
     // Column-parallel like their weights: this rank's heads' entries, stacked as qkv's rows.
     w.qkv_bias.reserve(w.qkv.rows);
@@ -263,14 +275,23 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
                    LoadColumns(file, formats, *wo, hidden, config.num_heads * head_dim, q_range));
 
   const int64_t ffn = config.intermediate_size;
-  ASSIGN_OR_RETURN(const GgufTensorInfo* gate,
-                   FindMatrix(file, prefix + "ffn_gate.weight", ffn, hidden));
-  ASSIGN_OR_RETURN(const GgufTensorInfo* up,
-                   FindMatrix(file, prefix + "ffn_up.weight", ffn, hidden));
   ASSIGN_OR_RETURN(const GgufTensorInfo* down,
                    FindMatrix(file, prefix + "ffn_down.weight", hidden, ffn));
-  ASSIGN_OR_RETURN(w.gate_up,
-                   LoadRows(file, formats, hidden, {{gate, layout.ffn}, {up, layout.ffn}}));
+  if (file.FindTensor(prefix + "ffn_gate.weight") == nullptr && config.architecture == "phi3") {
+    // Phi-3: ffn_up holds [gate | up], 2 * ffn rows; this rank's columns of each half.
+    ASSIGN_OR_RETURN(const GgufTensorInfo* gate_up,
+                     FindMatrix(file, prefix + "ffn_up.weight", 2 * ffn, hidden));
+    ASSIGN_OR_RETURN(w.gate_up, LoadRows(file, formats, hidden,
+                                         {{gate_up, layout.ffn},
+                                          {gate_up, Range{ffn + layout.ffn.begin, layout.ffn.size}}}));
+  } else {
+    ASSIGN_OR_RETURN(const GgufTensorInfo* gate,
+                     FindMatrix(file, prefix + "ffn_gate.weight", ffn, hidden));
+    ASSIGN_OR_RETURN(const GgufTensorInfo* up,
+                     FindMatrix(file, prefix + "ffn_up.weight", ffn, hidden));
+    ASSIGN_OR_RETURN(w.gate_up,
+                     LoadRows(file, formats, hidden, {{gate, layout.ffn}, {up, layout.ffn}}));
+  }
   ASSIGN_OR_RETURN(w.down, LoadColumns(file, formats, *down, hidden, ffn, layout.ffn));
   ASSIGN_OR_RETURN(w.k_cache_scales, LoadCacheScales(file, KCacheScaleName(layer), config, layout));
   ASSIGN_OR_RETURN(w.v_cache_scales, LoadCacheScales(file, VCacheScaleName(layer), config, layout));

@@ -2,7 +2,8 @@
 (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM), not from tpserve's
 code: RMSNorm, rotate-half RoPE with the scaling rules of HF's rope_init functions, GQA causal
 attention (with Mistral's sliding window), SwiGLU, q/k/v biases, Qwen3's per-head q/k RMSNorm
-(Qwen3Attention: q_norm and k_norm over head_dim, before RoPE) and explicit head_dim. Weights come from a gguf_reader.Gguf; llama.cpp's
+(Qwen3Attention: q_norm and k_norm over head_dim, before RoPE) and explicit head_dim, and
+Phi3ForCausalLM's fused qkv_proj ([q | k | v] rows) and gate_up_proj (gate, up = chunk(2)). Weights come from a gguf_reader.Gguf; llama.cpp's
 converter permutes the Q/K rows of "llama" files, which are put back into HF's order first."""
 
 import math
@@ -98,7 +99,11 @@ def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True, kv_c
     for layer in range(c.layers):
         b = "blk.%d." % layer
         h = rms_norm(x, t[b + "attn_norm.weight"], c.eps)
-        wq, wk, wv = t[b + "attn_q.weight"], t[b + "attn_k.weight"], t[b + "attn_v.weight"]
+        if b + "attn_qkv.weight" in t:  # Phi-3
+            q_rows, kv_rows = c.heads * c.head_dim, c.kv_heads * c.head_dim
+            wq, wk, wv = np.split(t[b + "attn_qkv.weight"], [q_rows, q_rows + kv_rows])
+        else:
+            wq, wk, wv = t[b + "attn_q.weight"], t[b + "attn_k.weight"], t[b + "attn_v.weight"]
         bq = t.get(b + "attn_q.bias") if biases else None
         bk = t.get(b + "attn_k.bias") if biases else None
         bv = t.get(b + "attn_v.bias") if biases else None
@@ -130,8 +135,12 @@ def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True, kv_c
         attn = (weights @ v).transpose(1, 0, 2).reshape(n, c.heads * c.head_dim)
         x = x + attn @ weight(layer, "o_proj", t[b + "attn_output.weight"]).T
         h = rms_norm(x, t[b + "ffn_norm.weight"], c.eps)
-        gate = h @ weight(layer, "gate_proj", t[b + "ffn_gate.weight"]).T
-        up = h @ weight(layer, "up_proj", t[b + "ffn_up.weight"]).T
+        if b + "ffn_gate.weight" in t:
+            w_gate, w_up = t[b + "ffn_gate.weight"], t[b + "ffn_up.weight"]
+        else:  # Phi-3's gate_up_proj
+            w_gate, w_up = np.split(t[b + "ffn_up.weight"], 2)
+        gate = h @ weight(layer, "gate_proj", w_gate).T
+        up = h @ weight(layer, "up_proj", w_up).T
         x = x + (silu(gate) * up) @ weight(layer, "down_proj", t[b + "ffn_down.weight"]).T
     x = rms_norm(x, t["output_norm.weight"], c.eps)
     head = t.get("output.weight", t["token_embd.weight"])  # tied when output.weight is absent

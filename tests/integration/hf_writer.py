@@ -14,16 +14,20 @@ _LAYER_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_laye
                 "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
                 "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
                 "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
-                "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
+                "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+                "attn_qkv": "self_attn.qkv_proj"}
+# Phi-3's ffn_up is its fused [gate | up] projection.
+_PHI3_NAMES = dict(_LAYER_NAMES, ffn_up="mlp.gate_up_proj")
 _TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
               "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
 
 
-def hf_name(gguf_name):
+def hf_name(gguf_name, arch="llama"):
     if gguf_name in _TOP_NAMES:
         return _TOP_NAMES[gguf_name]
     _, layer, part, suffix = gguf_name.split(".")
-    return "model.layers.%s.%s.%s" % (layer, _LAYER_NAMES[part], suffix)
+    names = _PHI3_NAMES if arch == "phi3" else _LAYER_NAMES
+    return "model.layers.%s.%s.%s" % (layer, names[part], suffix)
 
 
 def hf_tensors(gguf):
@@ -42,7 +46,7 @@ def hf_tensors(gguf):
             values = unpermute_llama_qk(values, heads)
         elif arch == "llama" and ".attn_k.weight" in name:
             values = unpermute_llama_qk(values, kv_heads)
-        tensors[hf_name(name)] = np.ascontiguousarray(values, dtype=np.float32)
+        tensors[hf_name(name, arch)] = np.ascontiguousarray(values, dtype=np.float32)
     return tensors
 
 
@@ -69,7 +73,10 @@ def config_json(gguf, rope_scaling=None):
     }
     if p + "attention.key_length" in m:
         config["head_dim"] = m[p + "attention.key_length"]
-    if arch in ("qwen2", "qwen3"):
+    if arch == "phi3":
+        config.update(architectures=["Phi3ForCausalLM"], model_type="phi3",
+                      sliding_window=window)
+    elif arch in ("qwen2", "qwen3"):
         name = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[arch]
         config.update(architectures=[name], model_type=arch, use_sliding_window=False,
                       sliding_window=4096)

@@ -92,6 +92,16 @@ CASES = {
         inv_freq=lambda c: default_inv_freq(c.theta, c.head_dim),
         hf_rope_scaling=None,
         controls=("no_qk_norm", "other_qk_layout")),
+    # Phi-3-mini's layout: fused [q | k | v] and [gate | up] matrices, rotate-half RoPE, a window
+    # (2047 of 4096 there, 128 of 256 here), 8 heads over 4 KV heads (Phi-3 has no GQA; Phi-4-mini
+    # does).
+    "phi3": dict(
+        args=["--arch", "phi3", "--heads", "8", "--kv-heads", "4", "--sliding-window", "128"],
+        tp=(1, 2, 4, 8),
+        inv_freq=lambda c: default_inv_freq(c.theta, c.head_dim),
+        served_context=128,
+        hf_rope_scaling=None,
+        controls=("other_qk_layout",)),
     # Mistral Nemo's shape on a Llama file: head_dim (here 64) other than hidden / heads (32).
     "mistral_nemo": dict(
         args=["--arch", "llama", "--heads", "4", "--kv-heads", "1", "--head-dim", "64",
@@ -199,6 +209,9 @@ class LogitsFamilies(unittest.TestCase):
 
     def test_qwen3(self):
         self.check_family("qwen3")
+
+    def test_phi3(self):
+        self.check_family("phi3")
 
     def test_mistral_nemo(self):
         self.check_family("mistral_nemo")

@@ -2,12 +2,13 @@
 
 tests/golden/logits_architectures_llamacpp.json (scripts/make-golden.py architectures) holds, for
 a random-weight Q8_0 model of each architecture's shape (Qwen2's biases, Qwen3's q/k norms and
-head size, Mistral Nemo's head size), the tpserve-mkmodel arguments that write it, the file's
+head size, Mistral Nemo's head size, Phi-3's fused matrices and window), the tpserve-mkmodel arguments that write it, the file's
 sha256, and llama.cpp's top-20 logits of every position of two prompts, computed by llama.cpp's
 own CPU kernels (Q8_0 weights against activations rounded to 8 bits per 32-value block, F32 KV
 cache). The test writes the same file again (its sha256 must match: the golden is of these
-bytes), serves it at tp 1 and tp 2 on tpserve's packed path (the same 8-bit activation rounding,
-not bit for bit) and compares, at llama.cpp's top-20 ids of each position:
+bytes), serves it at tp 1 and tp 2 on tpserve's packed path with 8-bit activations
+(--cpu-weights packed: llama.cpp's rounding, not bit for bit; models this small default to 16-bit
+activations) and compares, at llama.cpp's top-20 ids of each position:
 
 - the largest |logit difference|, against llama.cpp's own tolerance: its 8-bit run strays from
   the model's exact function by some amount (0.04 to 0.07 on these files), which the same file
@@ -71,7 +72,7 @@ class LogitsLlamaCpp(unittest.TestCase):
         bar = min(SPREAD_FACTOR * spread, ABSOLUTE_BAR)
         print("%s: fp32 path vs llama.cpp's 8-bit run %.4f" % (name, spread), flush=True)
         for tp in (1, 2):
-            packed = self.score_all(path, tp)
+            packed = self.score_all(path, tp, ["--cpu-weights", "packed"])
             worst = max(largest_difference(g, p) for g, p in zip(packed, prompts))
             agree = total = 0
             for got, prompt in zip(packed, prompts):
@@ -93,6 +94,9 @@ class LogitsLlamaCpp(unittest.TestCase):
 
     def test_mistral_nemo(self):
         self.check("mistral_nemo")
+
+    def test_phi3(self):
+        self.check("phi3")
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ TEST(ModelConfig, InvalidValuesAreNamed) {
   };
   const std::vector<Case> cases = {
       {[](GgufWriter* w) { w->SetString("general.architecture", "gemma"); },
-       "general.architecture: 'gemma' is not supported; 'llama', 'qwen2' and 'qwen3' are"},
+       "general.architecture: 'gemma' is not supported; 'llama', 'qwen2', 'qwen3' and 'phi3' are"},
       {[](GgufWriter* w) { w->SetUint32("general.architecture", 1); },
        "general.architecture: gguf: key 'general.architecture' has type uint32, want string"},
       {[](GgufWriter* w) { w->SetUint32("llama.block_count", 0); },
