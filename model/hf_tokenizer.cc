@@ -22,6 +22,9 @@ constexpr std::string_view kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Qwen3.5's: Qwen2's with combining marks in letter runs.
+constexpr std::string_view kQwen35Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 // Above any real vocabulary (the largest have about 256K tokens), below what a crafted embedding
 // shape could make the padding allocate.
@@ -74,10 +77,11 @@ absl::StatusOr<std::string> ByteLevelPreTokenizer(const json& pre) {
   }
   if (steps.size() == 2 && split(0, kLlama3Regex) && byte_level(1, false)) return "llama-bpe";
   if (steps.size() == 2 && split(0, kQwen2Regex) && byte_level(1, false)) return "qwen2";
+  if (steps.size() == 2 && split(0, kQwen35Regex) && byte_level(1, false)) return "qwen35";
   return Error("tokenizer.json",
                absl::StrCat("pre_tokenizer ", Compact(pre),
                             " is not one tpserve knows (GPT-2's ByteLevel, SmolLM's Digits + "
-                            "ByteLevel, the Llama-3 and Qwen2 regex Splits + ByteLevel)"));
+                            "ByteLevel, the Llama-3, Qwen2 and Qwen3.5 regex Splits + ByteLevel)"));
 }
 
 // Whether a SentencePiece-style tokenizer puts "▁" before the text: a Prepend("▁") normalizer

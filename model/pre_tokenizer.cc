@@ -275,6 +275,13 @@ constexpr std::string_view kDeepseekCoderRegexes[] = {
     "\\p{N}",
 };
 
+// Qwen3.5's tokenizer.json regex: qwen2's with combining marks (\p{M}) inside letter runs.
+constexpr std::string_view kQwen35Regexes[] = {
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]"
+    "+"
+    "|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+};
+
 bool IsAsciiDigit(UChar32 c) { return c >= '0' && c <= '9'; }
 
 bool IsDefaultPunctuation(const Piece& piece, size_t i) {
@@ -308,11 +315,12 @@ absl::StatusOr<PreTokenizer> PreTokenizer::Create(std::string_view name) {
   };
   if (name == "deepseek-llm") return regex_stages(kDeepseekLlmRegexes);
   if (name == "deepseek-coder") return regex_stages(kDeepseekCoderRegexes);
+  if (name == "qwen35") return regex_stages(kQwen35Regexes);
   return absl::InvalidArgumentError(absl::StrCat(
       "unsupported pre-tokenizer (tokenizer.ggml.pre) '",
       absl::string_view(name.data(), name.size()),
-      "'; supported: smollm, gpt-2, default, llama3, llama-v3, llama-bpe, qwen2, deepseek-llm, "
-      "deepseek-coder"));
+      "'; supported: smollm, gpt-2, default, llama3, llama-v3, llama-bpe, qwen2, qwen35, "
+      "deepseek-llm, deepseek-coder"));
 }
 
 std::vector<std::string_view> PreTokenizer::Split(std::string_view text) const {

@@ -14,6 +14,8 @@
 //   "llama3", "llama-v3", "llama-bpe":
 //               LLAMA3; and BPE skips merging a piece that is itself a token (ignore_merges)
 //   "qwen2":    LLAMA3 with \p{N} for \p{N}{1,3} (one digit per piece)
+//   "qwen35":   Qwen3.5's: qwen2's with \p{M} beside \p{L} (letter runs keep their combining
+//               marks); like the two below, its tokenizer.json regex run by ICU
 //   "deepseek-llm", "deepseek-coder":
 //               their tokenizer.json's regex sequences (pre_tokenizer.cc), run by ICU's regex
 //               engine with \s read as White_Space

@@ -1,12 +1,13 @@
-"""families_chat: a SentencePiece (llama-spm), a Qwen2 and a Qwen3 model served end to end at tp 2.
+"""families_chat: SentencePiece (llama-spm, phi-3), Qwen2 and Qwen3 models served end to end at tp 2.
 
 tpserve-mkmodel marries each vocabulary of llama.cpp's suite (fetched by
 scripts/fetch-llama-cpp-models.sh) with random weights of its family's shape: llama-spm's
-32,000-token SentencePiece vocabulary on a Llama, qwen2's 151,643-token byte-level vocabulary on a
+32,000-token SentencePiece vocabulary on a Llama, phi-3's on a Phi-3 (fused matrices), qwen2's
+151,643-token byte-level vocabulary on a
 Qwen2 with q/k/v biases and on a Qwen3 (q/k norms, heads of 64 over a hidden size of 128; Qwen3
 ships Qwen2's tokenizer). Each is served at tp 2 with a real chat template of the family
-(Mistral-Nemo's [INST] template for the SentencePiece model, Qwen2.5's and Qwen3-0.6B's for the
-Qwen ones) through the OpenAI chat API. The rendered prompt is checked against the independent
+(Mistral-Nemo's [INST] template for the SentencePiece Llama, Phi-3.5-mini's for the Phi-3,
+Qwen2.5's and Qwen3-0.6B's for the Qwen ones) through the OpenAI chat API. The rendered prompt is checked against the independent
 references: jinja2 renders the template, HF's `tokenizers` (with the tokenizer.json
 hf_tokenizer_families writes for the family) tokenizes the text; tpserve's gRPC Tokenize of that
 text, and its /tokenize of the messages (its own rendering of the template), must both give those
@@ -47,6 +48,8 @@ CASES = {
               "args": ["--head-dim", "64"], "tools": True,
               # Thinking first would put the call after a </think> random weights never write.
               "call_fields": {"chat_template_kwargs": {"enable_thinking": False}}},
+    "phi3": {"vocab": "phi-3", "arch": "phi3", "template": "microsoft-Phi-3.5-mini-instruct.jinja",
+             "tokenizer": families.sentencepiece_tokenizer, "args": []},
 }
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
@@ -164,6 +167,9 @@ class FamiliesChat(unittest.TestCase):
 
     def test_qwen3(self):
         self.check("qwen3")
+
+    def test_phi3(self):
+        self.check("phi3")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN35_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"
+                r" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 CONTROL, USER_DEFINED = 3, 4
 ARGS = None
 
@@ -40,6 +42,7 @@ def split_then_byte_level(regex):
 BYTE_LEVEL_FAMILIES = {
     "llama-bpe": (split_then_byte_level(LLAMA3_REGEX), True),
     "qwen2": (split_then_byte_level(QWEN2_REGEX), False),
+    "qwen35": (split_then_byte_level(QWEN35_REGEX), False),
     "gpt-2": ({"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                "use_regex": True}, False),
 }
@@ -147,6 +150,9 @@ class HfTokenizerFamilies(unittest.TestCase):
 
     def test_qwen2(self):
         self.check("qwen2", lambda g: byte_level_tokenizer(g, "qwen2"))
+
+    def test_qwen35(self):
+        self.check("qwen35", lambda g: byte_level_tokenizer(g, "qwen35"))
 
     def test_gpt2(self):
         self.check("gpt-2", lambda g: byte_level_tokenizer(g, "gpt-2"))
