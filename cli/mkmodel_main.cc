@@ -29,8 +29,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--arch", spec.architecture,
                  "GGUF architecture (qwen2 adds q/k/v biases, qwen3 per-head q/k norms, phi3 "
-                 "fuses qkv and gate/up)")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3"}));
+                 "fuses qkv and gate/up, gemma3 adds q/k and block-output norms)")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3", "gemma3"}));
   app.add_flag("--tied-embeddings", spec.tied_embeddings,
                "write no output.weight: the logits reuse token_embd");
   app.add_option("--rope-theta", spec.rope_theta, "RoPE frequency base")

@@ -114,10 +114,12 @@ absl::StatusOr<std::string> Architecture(const json& config) {
   if (name == "Qwen2ForCausalLM") return "qwen2";
   if (name == "Qwen3ForCausalLM") return "qwen3";
   if (name == "Phi3ForCausalLM") return "phi3";
+  if (name == "Gemma3ForCausalLM") return "gemma3";
   return Error("config.json", absl::StrCat("architectures ", names.dump(),
                                            " is not supported (LlamaForCausalLM, "
                                            "MistralForCausalLM, Qwen2ForCausalLM, "
-                                           "Qwen3ForCausalLM and Phi3ForCausalLM are)"));
+                                           "Qwen3ForCausalLM, Phi3ForCausalLM and "
+                                           "Gemma3ForCausalLM are)"));
 }
 
 // Llama-3.1's "llama3" rule from Hugging Face's rope_scaling: rope_freqs.weight's divisors.
@@ -141,6 +143,44 @@ absl::StatusOr<std::vector<float>> Llama3RopeFactors(const json& scaling, double
                  "low_freq_factor > 0 and original_max_position_embeddings > 0");
   }
   return Llama3FrequencyDivisors(theta, rope_dims, rule);
+}
+
+// Gemma 3's choices that its GGUF files leave to llama.cpp's defaults, as tpserve.* keys when the
+// folder's differ from them; a pattern of local and global layers other than every 6th global,
+// and soft-capping, are refused.
+absl::Status AddGemma3Keys(const Config& c, int64_t head_dim, GgufWriter* keys) {
+  keys->SetFloat32("tpserve.norm.weight_offset", 1.0f);  // Gemma3RMSNorm's 1 + w
+  if (const json& act = JsonField(c.raw(), "hidden_activation");
+      !act.is_null() && act != "gelu_pytorch_tanh") {
+    return Error("config.json", absl::StrCat("hidden_activation ", act.dump(),
+                                             " is not supported (gelu_pytorch_tanh is)"));
+  }
+  ASSIGN_OR_RETURN(const double scalar,
+                   c.Number("query_pre_attn_scalar", static_cast<double>(head_dim)));
+  keys->SetFloat32("tpserve.attention.query_pre_attn_scalar", static_cast<float>(scalar));
+  ASSIGN_OR_RETURN(const double local_base, c.Number("rope_local_base_freq", 10000.0));
+  keys->SetFloat32("tpserve.rope.freq_base_local", static_cast<float>(local_base));
+  ASSIGN_OR_RETURN(const int64_t pattern, c.Int("sliding_window_pattern", 6));
+  if (pattern != 6) {
+    return Error("config.json", absl::StrCat("sliding_window_pattern ", pattern,
+                                             " is not supported (every 6th layer global is)"));
+  }
+  const json& types = JsonField(c.raw(), "layer_types");
+  if (types.is_array()) {
+    for (size_t i = 0; i < types.size(); ++i) {
+      const bool global = (i + 1) % 6 == 0;
+      if (types[i] != (global ? "full_attention" : "sliding_attention")) {
+        return Error("config.json", absl::StrCat("layer_types[", i, "] ", types[i].dump(),
+                                                 " is not every 6th layer global"));
+      }
+    }
+  }
+  for (const char* softcap : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    if (!JsonField(c.raw(), softcap).is_null()) {
+      return Error("config.json", absl::StrCat(softcap, " is not supported"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // The <arch>.* keys of config.json; `rope_factors` receives llama3 scaling's tensor.
@@ -189,8 +229,9 @@ absl::Status AddModelKeys(const Config& c, const std::string& arch, GgufWriter* 
   keys->SetUint64(p + "attention.key_length", head_dim);
   keys->SetUint64(p + "attention.value_length", head_dim);
   // Qwen declares a window it does not use unless use_sliding_window says so.
-  const bool window_used =
-      arch == "llama" || arch == "phi3" || c.raw().value("use_sliding_window", false);
+  const bool window_used = arch == "llama" || arch == "phi3" || arch == "gemma3" ||
+                           c.raw().value("use_sliding_window", false);
+  if (arch == "gemma3") RETURN_IF_ERROR(AddGemma3Keys(c, head_dim, keys));
   // Phi-4-mini rotates 3/4 of each head.
   if (const json& partial = JsonField(c.raw(), "partial_rotary_factor");
       !partial.is_null() && !(partial.is_number() && partial.get<double>() == 1.0)) {
@@ -252,7 +293,7 @@ std::vector<std::string> KvCacheScaleNames(const std::string& hf) {
 
 // The GGUF name of a Hugging Face tensor; "" for one the forward pass never reads; nullopt for
 // one it does not know.
-std::optional<std::string> GgufName(const std::string& hf) {
+std::optional<std::string> GgufName(const std::string& hf, const std::string& arch) {
   static const auto* const kTop = new absl::flat_hash_map<std::string, std::string>{
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},
@@ -275,8 +316,19 @@ std::optional<std::string> GgufName(const std::string& hf) {
   const size_t last = part.rfind('.');
   if (last == std::string::npos) return std::nullopt;
   const std::string suffix = part.substr(last + 1);
-  const auto it = kLayer->find(part.substr(0, last));
-  if (it == kLayer->end() || (suffix != "weight" && suffix != "bias")) return std::nullopt;
+  const std::string module = part.substr(0, last);
+  if (suffix != "weight" && suffix != "bias") return std::nullopt;
+  if (arch == "gemma3") {  // norms around each block, as llama.cpp names them
+    static const auto* const kGemma = new absl::flat_hash_map<std::string, std::string>{
+        {"post_attention_layernorm", "post_attention_norm"},
+        {"pre_feedforward_layernorm", "ffn_norm"},
+        {"post_feedforward_layernorm", "post_ffw_norm"}};
+    if (const auto it = kGemma->find(module); it != kGemma->end()) {
+      return absl::StrCat("blk.", layer, ".", it->second, ".", suffix);
+    }
+  }
+  const auto it = kLayer->find(module);
+  if (it == kLayer->end()) return std::nullopt;
   return absl::StrCat("blk.", layer, ".", it->second, ".", suffix);
 }
 
@@ -490,7 +542,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
         continue;
       }
       if (IsScaleReadPast(t.name)) continue;
-      const std::optional<std::string> gguf = GgufName(t.name);
+      const std::optional<std::string> gguf = GgufName(t.name, arch);
       if (!gguf.has_value()) {
         return Error(file, absl::StrCat("tensor ", t.name, " is not part of a ", arch,
                                         " model tpserve knows"));
@@ -554,7 +606,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
         "mlp.gate_proj",            "mlp.up_proj",      "mlp.down_proj"};
     for (const char* part : arch == "phi3" ? fused : split) {
       const std::string hf = absl::StrCat("model.layers.", layer, ".", part, ".weight");
-      if (!where.contains(*GgufName(hf))) {
+      if (!where.contains(*GgufName(hf, arch))) {
         return Error(dir.string(), absl::StrCat(hf, " is in no weight file"));
       }
     }

@@ -139,6 +139,38 @@ absl::Status ReadRopeScaling(const GgufFile& file, const std::string& arch, Mode
   return absl::OkStatus();
 }
 
+// Gemma 3's choices, which llama.cpp fixes for the architecture rather than storing them: the
+// local/global pattern (every 6th layer global), the local layers' base of 10000, and the
+// attention scale.
+absl::Status ReadGemma3(const GgufFile& file, ModelConfig* c) {
+  c->ffn_activation = FfnActivation::kGeluTanh;
+  c->embedding_scale = std::sqrt(static_cast<float>(c->hidden_size));
+  c->block_output_norms = true;
+  c->local_layer_period = 6;
+  c->rope_theta_local = 10000.0f;
+  constexpr char kScalar[] = "tpserve.attention.query_pre_attn_scalar";
+  float scalar =
+      static_cast<float>(c->num_layers == 62 ? c->hidden_size / c->num_heads : c->head_dim);
+  if (file.Find(kScalar) != nullptr) {
+    ASSIGN_OR_RETURN(scalar, ReadPositiveFloat(file, kScalar));
+  }
+  c->attention_scale = 1.0f / std::sqrt(scalar);
+  constexpr char kOffset[] = "tpserve.norm.weight_offset";
+  if (file.Find(kOffset) != nullptr) {
+    ASSIGN_OR_RETURN(c->norm_weight_offset, ReadPositiveFloat(file, kOffset));
+  }
+  constexpr char kLocalBase[] = "tpserve.rope.freq_base_local";
+  if (file.Find(kLocalBase) != nullptr) {
+    ASSIGN_OR_RETURN(c->rope_theta_local, ReadPositiveFloat(file, kLocalBase));
+  }
+  for (const char* softcap : {"gemma3.attn_logit_softcapping", "gemma3.final_logit_softcapping"}) {
+    if (file.Find(softcap) != nullptr) {
+      return ConfigError(softcap, "logit soft-capping is not supported (Gemma 3 has none)");
+    }
+  }
+  return absl::OkStatus();
+}
+
 // q/k/v biases are all present or all absent, on every layer; biases this forward pass has no
 // place for are refused rather than ignored (the model would run and print garbage). The checks
 // walk the file's tensors, never block_count's layers alone: a file may declare 2^31 - 1.
@@ -203,15 +235,17 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
     return ConfigError("general.architecture", "required key is missing");
   }
   if (!arch.ok()) return ConfigError("general.architecture", arch.status().message());
-  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3" && *arch != "phi3") {
+  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3" && *arch != "phi3" &&
+      *arch != "gemma3") {
     return ConfigError("general.architecture",
                        absl::StrCat("'", absl::CHexEscape(*arch),
-                                    "' is not supported; 'llama', 'qwen2', 'qwen3' and 'phi3' are"));
+                                    "' is not supported; 'llama', 'qwen2', 'qwen3', 'phi3' and "
+                                    "'gemma3' are"));
   }
   c.architecture = *arch;
   // llama.cpp's converter permutes only "llama" files' Q/K rows; the others keep HF's order.
   c.rope_rotate_half = c.architecture != "llama";
-  c.qk_norm = c.architecture == "qwen3";
+  c.qk_norm = c.architecture == "qwen3" || c.architecture == "gemma3";
   if (file.Find("tpserve.rope.rotate_half") != nullptr) {
     absl::StatusOr<bool> rotate_half = file.GetBool("tpserve.rope.rotate_half");
     if (!rotate_half.ok())
@@ -258,6 +292,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
                        absl::StrCat(c.rope_dims, " is odd or exceeds head_dim ", c.head_dim));
   }
   RETURN_IF_ERROR(ReadRopeScaling(file, c.architecture, &c));
+  if (c.architecture == "gemma3") RETURN_IF_ERROR(ReadGemma3(file, &c));
   RETURN_IF_ERROR(ReadBiases(file, &c));
 
   ASSIGN_OR_RETURN(c.vocab_size, ReadVocabSize(file, c.architecture));

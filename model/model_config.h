@@ -1,7 +1,8 @@
-// Hyperparameters of a Llama-family model (GGUF architectures "llama", "qwen2", "qwen3" and
-// "phi3"), read from GGUF metadata.
+// Hyperparameters of a Llama-family model (GGUF architectures "llama", "qwen2", "qwen3", "phi3"
+// and "gemma3"), read from GGUF metadata.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -9,6 +10,10 @@
 #include "model/gguf_file.h"
 
 namespace tpserve {
+
+// The MLP's gate: Llama's SiLU, or Gemma's GELU with the tanh approximation
+// (0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))).
+enum class FfnActivation { kSilu, kGeluTanh };
 
 // How the rotary frequencies are stretched beyond the trained context.
 enum class RopeScaling {
@@ -23,7 +28,7 @@ enum class RopeScaling {
 };
 
 struct ModelConfig {
-  std::string architecture;       // general.architecture: "llama", "qwen2", "qwen3", "phi3"; keys
+  std::string architecture;       // general.architecture: "llama", "qwen2", …, "gemma3"; keys
                                   // read under that prefix (`<arch>.block_count`, …)
   int64_t vocab_size = 0;         // rows of token_embd.weight
   int64_t hidden_size = 0;        // <arch>.embedding_length
@@ -56,6 +61,34 @@ struct ModelConfig {
   // Qwen3: each head's q and k RMS-normalized (blk.N.attn_{q,k}_norm.weight [head_dim], the
   // model's rms_norm_eps) after the projection, before RoPE.
   bool qk_norm = false;
+  // Gemma 3 (the text model): the embedding scaled by sqrt(hidden_size); each block's attention
+  // and MLP outputs RMS-normalized before they join the residual (blk.N.post_attention_norm,
+  // post_ffw_norm); GELU (tanh approximation) gating; every `local_layer_period`-th layer global,
+  // the others local: local layers rotate with `rope_theta_local` and no scaling, global ones with
+  // rope_theta and rope_scaling. Both kinds attend within the sliding window, which the served
+  // context never exceeds (see sliding_window).
+  FfnActivation ffn_activation = FfnActivation::kSilu;
+  float embedding_scale = 1.0f;
+  bool block_output_norms = false;
+  int64_t local_layer_period = 0;  // 0: every layer global
+  float rope_theta_local = 10000.0f;
+  // Gemma 3's query_pre_attn_scalar^-0.5 (tpserve.attention.query_pre_attn_scalar from a Hugging
+  // Face folder; in a GGUF file, as llama.cpp infers it: hidden / heads for the 62-layer 27B,
+  // head_dim otherwise); 0 for the usual 1 / sqrt(head_dim).
+  float attention_scale = 0.0f;
+  // Added to every RMSNorm weight at load: 1 for a Gemma Hugging Face folder, whose norms multiply
+  // by 1 + w (llama.cpp's converter stores 1 + w; tpserve.norm.weight_offset).
+  float norm_weight_offset = 0.0f;
+
+  // What attention multiplies q · k by.
+  float AttentionScale() const {
+    return attention_scale > 0 ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
+
+  // Whether layer `layer` (of the whole model) is local: Gemma 3's sliding-window layers.
+  bool IsLocalLayer(int64_t layer) const {
+    return local_layer_period > 0 && (layer + 1) % local_layer_period != 0;
+  }
 
   // Reads and validates the config. INVALID_ARGUMENT naming the key for a missing required key,
   // a key of the wrong type, a non-positive value, or an inconsistency (hidden_size not divisible

@@ -58,6 +58,15 @@ absl::StatusOr<std::vector<double>> RopeInverseFrequencies(const GgufFile& file,
   return inv_freq;
 }
 
+std::vector<double> LocalRopeInverseFrequencies(const ModelConfig& config) {
+  std::vector<double> inv_freq(config.rope_dims / 2);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    inv_freq[i] = std::pow(static_cast<double>(config.rope_theta_local),
+                           -2.0 * static_cast<double>(i) / static_cast<double>(config.rope_dims));
+  }
+  return inv_freq;
+}
+
 std::vector<float> Llama3FrequencyDivisors(double theta, int64_t rope_dims,
                                            const Llama3RopeScaling& scaling) {
   const double context = scaling.original_context;

@@ -20,6 +20,10 @@ namespace tpserve {
 absl::StatusOr<std::vector<double>> RopeInverseFrequencies(const GgufFile& file,
                                                            const ModelConfig& config);
 
+// Those of Gemma 3's local layers (ModelConfig::IsLocalLayer): theta = rope_theta_local, no
+// scaling.
+std::vector<double> LocalRopeInverseFrequencies(const ModelConfig& config);
+
 // Llama-3.1's "llama3" rule, as a Hugging Face rope_scaling gives it.
 struct Llama3RopeScaling {
   double factor = 8.0;

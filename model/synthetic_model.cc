@@ -121,8 +121,9 @@ absl::Status ValidateSyntheticModelSpec(const SyntheticModelSpec& spec) {
   if (spec.vocab < kSpecialTokens + 256) return fail("vocab must be at least 259");
   if (spec.context_length < 1) return fail("context length must be positive");
   if (spec.architecture != "llama" && spec.architecture != "qwen2" &&
-      spec.architecture != "qwen3" && spec.architecture != "phi3") {
-    return fail("architecture must be llama, qwen2, qwen3 or phi3");
+      spec.architecture != "qwen3" && spec.architecture != "phi3" &&
+      spec.architecture != "gemma3") {
+    return fail("architecture must be llama, qwen2, qwen3, phi3 or gemma3");
   }
   if (spec.architecture == "phi3" && spec.k_quant_mix) {
     return fail("phi3's fused matrices take one type: no K mix");
@@ -252,9 +253,13 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& original, const std::
       RETURN_IF_ERROR(make.Vector(b + "attn_k.bias", kv_rows, 1.0f));
       RETURN_IF_ERROR(make.Vector(b + "attn_v.bias", kv_rows, 1.0f));
     }
-    if (arch == "qwen3") {
+    if (arch == "qwen3" || arch == "gemma3") {
       RETURN_IF_ERROR(make.NormWeight(b + "attn_q_norm.weight", head_dim));
       RETURN_IF_ERROR(make.NormWeight(b + "attn_k_norm.weight", head_dim));
+    }
+    if (arch == "gemma3") {  // the block outputs' norms
+      RETURN_IF_ERROR(make.NormWeight(b + "post_attention_norm.weight", spec.hidden));
+      RETURN_IF_ERROR(make.NormWeight(b + "post_ffw_norm.weight", spec.hidden));
     }
     RETURN_IF_ERROR(make.Matrix(b + "attn_output.weight", spec.hidden, q_rows, spec.dtype));
     RETURN_IF_ERROR(make.NormWeight(b + "ffn_norm.weight", spec.hidden));

@@ -29,8 +29,9 @@ struct SyntheticModelSpec {
   std::string vocab_from;
   int64_t context_length = 4096;
   double rope_theta = 10000.0;
-  // "llama", "qwen2", "qwen3" or "phi3": the metadata's key prefix; qwen2 also gets q/k/v biases,
-  // qwen3 per-head q and k norm weights, phi3 fused attn_qkv and [gate | up] ffn_up matrices.
+  // "llama", "qwen2", "qwen3", "phi3" or "gemma3": the metadata's key prefix; qwen2 also gets
+  // q/k/v biases, qwen3 per-head q and k norm weights, phi3 fused attn_qkv and [gate | up] ffn_up
+  // matrices, gemma3 q/k norms and the block outputs' norms.
   std::string architecture = "llama";
   bool tied_embeddings = false;  // no output.weight: the logits reuse token_embd
   // "none", "linear" (<arch>.rope.scaling.{type, factor}) or "llama3" (rope_freqs.weight computed

@@ -132,9 +132,13 @@ ARCHITECTURES = {
     "mistral_nemo": ["--arch", "llama", "--heads", "4", "--kv-heads", "1", "--head-dim", "64",
                      "--rope-theta", "1000000"],
     "phi3": ["--arch", "phi3", "--heads", "8", "--kv-heads", "4", "--sliding-window", "128"],
+    # 7 layers: layer 6 global, the others local (a window of 128 that the prompts stay within).
+    "gemma3": ["--arch", "gemma3", "--heads", "4", "--kv-heads", "1", "--head-dim", "64",
+               "--rope-theta", "1000000", "--rope-scaling", "linear", "--rope-scaling-factor",
+               "8", "--sliding-window", "128", "--tied-embeddings", "--layers", "7"],
 }
-ARCHITECTURE_SHAPE = ["--layers", "2", "--hidden", "256", "--ffn", "512", "--vocab", "512",
-                      "--context", "512", "--seed", "11", "--dtype", "q8_0"]
+ARCHITECTURE_SHAPE = ["--hidden", "256", "--ffn", "512", "--vocab", "512", "--context", "512",
+                      "--seed", "11", "--dtype", "q8_0"]
 ARCHITECTURE_PROMPTS = [(40, 1), (17, 2)]  # (length, seed)
 
 
@@ -164,7 +168,8 @@ def architectures_golden(threads):
     with tempfile.TemporaryDirectory() as tmp:
         binary = llama_cpp_logits_binary(tmp)
         for name, arch_args in ARCHITECTURES.items():
-            args = arch_args + ARCHITECTURE_SHAPE
+            args = (arch_args + ARCHITECTURE_SHAPE
+                    + ([] if "--layers" in arch_args else ["--layers", "2"]))
             path = os.path.join(tmp, name + ".gguf")
             subprocess.run([os.path.join(ROOT, "build", "bin", "tpserve-mkmodel"), "--output",
                             path] + args, check=True, capture_output=True)

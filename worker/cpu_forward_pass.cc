@@ -7,6 +7,7 @@
 #include "common/check.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/add_bias.h"
+#include "kernels/cpu/gelu_tanh_mul.h"
 #include "kernels/cpu/lora_product.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/parallel_for.h"
@@ -18,7 +19,7 @@ namespace tpserve {
 namespace {
 
 // SiLU rows per ParallelFor chunk: a row is ffn_local elements.
-constexpr int64_t kSiluRowsPerChunk = 4;
+constexpr int64_t kActivationRowsPerChunk = 4;
 
 // `v` grown to at least n floats (never shrunk, so steady-state steps allocate nothing).
 float* Sized(std::vector<float>& v, int64_t n) {
@@ -44,6 +45,8 @@ CpuForwardPass::CpuForwardPass(const ModelConfig& config, const ShardLayout& lay
   TP_CHECK(kv_shape.num_kv_heads == layout_.kv_heads.size);
   TP_CHECK(kv_shape.head_dim == config_.head_dim);
   TP_CHECK(static_cast<int64_t>(weights_.rope_inv_freq.size()) == config_.rope_dims / 2);
+  TP_CHECK(config_.local_layer_period == 0 ||
+           static_cast<int64_t>(weights_.rope_inv_freq_local.size()) == config_.rope_dims / 2);
   for (const LayerWeights& w : weights_.layers) {
     TP_CHECK(static_cast<int64_t>(w.k_cache_scales.size()) == layout_.kv_heads.size &&
              static_cast<int64_t>(w.v_cache_scales.size()) == layout_.kv_heads.size);
@@ -81,6 +84,9 @@ absl::Status CpuForwardPass::Forward(const ForwardBatch& batch, std::vector<floa
   float* partial = Sized(buffers_.partial, n * hidden);    // this rank's share before all-reduce
   if (layout_.first_stage()) {
     LookupRows(weights_.token_embedding, batch.token_ids.data(), n, residual);
+    if (config_.embedding_scale != 1.0f) {  // Gemma
+      for (int64_t i = 0; i < n * hidden; ++i) residual[i] *= config_.embedding_scale;
+    }
   } else {
     RETURN_IF_ERROR(links_->Receive(residual, n * hidden));
   }
@@ -89,10 +95,16 @@ absl::Status CpuForwardPass::Forward(const ForwardBatch& batch, std::vector<floa
     cpu::RmsNorm(residual, w.attn_norm.data(), n, hidden, eps, normed);
     Attention(layer, batch, normed, partial);
     RETURN_IF_ERROR(comm_->AllReduceSum(partial, n * hidden));
+    if (!w.post_attention_norm.empty()) {  // Gemma 3: normed before it joins the residual
+      cpu::RmsNorm(partial, w.post_attention_norm.data(), n, hidden, eps, partial);
+    }
     for (int64_t i = 0; i < n * hidden; ++i) residual[i] += partial[i];
     cpu::RmsNorm(residual, w.ffn_norm.data(), n, hidden, eps, normed);
     Mlp(layer, normed, n, partial);
     RETURN_IF_ERROR(comm_->AllReduceSum(partial, n * hidden));
+    if (!w.post_ffw_norm.empty()) {
+      cpu::RmsNorm(partial, w.post_ffw_norm.data(), n, hidden, eps, partial);
+    }
     for (int64_t i = 0; i < n * hidden; ++i) residual[i] += partial[i];
   }
   if (!layout_.last_stage()) {
@@ -133,7 +145,7 @@ void CpuForwardPass::Attention(int layer, const ForwardBatch& batch, const float
     cpu::RmsNorm(q, w.q_norm.data(), n * q_heads, head_dim, eps, q);
     cpu::RmsNorm(k, w.k_norm.data(), n * kv_heads, head_dim, eps, k);
   }
-  const double* inv_freq = weights_.rope_inv_freq.data();
+  const double* inv_freq = weights_.RopeTable(config_, layout_.layers.begin + layer).data();
   const cpu::RopeStyle style =
       config_.rope_rotate_half ? cpu::RopeStyle::kRotateHalf : cpu::RopeStyle::kAdjacentPairs;
   cpu::ApplyRope(q, batch.positions.data(), n, q_heads, head_dim, config_.rope_dims, inv_freq,
@@ -169,7 +181,7 @@ void CpuForwardPass::Attention(int layer, const ForwardBatch& batch, const float
   params.num_kv_heads = kv_heads;
   params.head_dim = head_dim;
   params.block_size = kv_cache_.shape().block_size;
-  params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  params.scale = config_.AttentionScale();
   params.out = attn;
   cpu::PagedAttention(params);
   ApplyLinear(w.attn_output, attn, n, out);
@@ -183,10 +195,15 @@ void CpuForwardPass::Mlp(int layer, const float* normed, int64_t num_tokens, flo
   ApplyLinear(w.gate_up, normed, num_tokens, gate_up);
   AddLora(layer, &LoraLayerShard::gate_up, normed, config_.hidden_size, gate_up, 2 * ffn);
   float* act = Sized(buffers_.act, num_tokens * ffn);  // [n, ffn_local]
-  cpu::ParallelFor(num_tokens, kSiluRowsPerChunk, [&](int64_t begin, int64_t end) {
+  const bool gelu = config_.ffn_activation == FfnActivation::kGeluTanh;
+  cpu::ParallelFor(num_tokens, kActivationRowsPerChunk, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const float* row = gate_up + t * 2 * ffn;
-      cpu::SiluMul(row, row + ffn, ffn, act + t * ffn);
+      if (gelu) {
+        cpu::GeluTanhMul(row, row + ffn, ffn, act + t * ffn);
+      } else {
+        cpu::SiluMul(row, row + ffn, ffn, act + t * ffn);
+      }
     }
   });
   ApplyLinear(w.down, act, num_tokens, out);

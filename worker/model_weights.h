@@ -8,6 +8,7 @@
 #include "kernels/cpu/packed_matmul.h"
 #include "kernels/cpu/packed_weight.h"
 #include "model/ggml_type.h"
+#include "model/model_config.h"
 #include "model/shard_layout.h"
 
 namespace tpserve {
@@ -67,6 +68,8 @@ struct LayerWeights {
   std::vector<float> q_norm, k_norm;
   Linear attn_output;           // [hidden, q_heads * head_dim] (row-parallel)
   std::vector<float> ffn_norm;  // [hidden]
+  // Gemma 3: the attention and MLP outputs' norms before the residual, [hidden]; empty without.
+  std::vector<float> post_attention_norm, post_ffw_norm;
   Linear gate_up;               // [2 * ffn_local, hidden]: gate rows, then up rows
   Linear down;                  // [hidden, ffn_local] (row-parallel)
   // [kv_heads local]: what an FP8 KV cache stores of this layer's K and V of each local KV head is
@@ -86,6 +89,12 @@ struct ModelWeights {
   // [rope_dims / 2]: the angle per position of each rotated pair, the model's RoPE scaling
   // applied (model/rope_frequencies.h); replicated.
   std::vector<double> rope_inv_freq;
+  // Gemma 3's local layers' (LocalRopeInverseFrequencies); empty without local layers.
+  std::vector<double> rope_inv_freq_local;
+  // The table layer `layer` of the whole model rotates with.
+  const std::vector<double>& RopeTable(const ModelConfig& config, int64_t layer) const {
+    return config.IsLocalLayer(layer) ? rope_inv_freq_local : rope_inv_freq;
+  }
   std::vector<LayerWeights> layers;
 
   // Bytes of every weight as stored (blocks or fp32).

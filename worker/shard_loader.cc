@@ -186,6 +186,15 @@ absl::StatusOr<std::vector<float>> LoadVector(const GgufFile& file, const std::s
   return out;
 }
 
+// An RMSNorm weight, plus the config's norm_weight_offset (Gemma's 1 + w from a Hugging Face
+// folder).
+absl::StatusOr<std::vector<float>> LoadNorm(const GgufFile& file, const ModelConfig& config,
+                                            const std::string& name, int64_t size) {
+  ASSIGN_OR_RETURN(std::vector<float> weight, LoadVector(file, name, size));
+  for (float& w : weight) w += config.norm_weight_offset;
+  return weight;
+}
+
 // The scales an FP8 KV cache stores this layer's K (or V) of the rank's KV heads at: the model's
 // `name` tensor, one value for the layer or one per KV head, or 1 where it has none.
 absl::StatusOr<std::vector<float>> LoadCacheScales(const GgufFile& file, const std::string& name,
@@ -225,11 +234,17 @@ absl::StatusOr<LayerWeights> LoadLayer(const GgufFile& file, const ModelConfig& 
   const int64_t hidden = config.hidden_size;
   const int64_t head_dim = config.head_dim;
   LayerWeights w;
-  ASSIGN_OR_RETURN(w.attn_norm, LoadVector(file, prefix + "attn_norm.weight", hidden));
-  ASSIGN_OR_RETURN(w.ffn_norm, LoadVector(file, prefix + "ffn_norm.weight", hidden));
+  ASSIGN_OR_RETURN(w.attn_norm, LoadNorm(file, config, prefix + "attn_norm.weight", hidden));
+  ASSIGN_OR_RETURN(w.ffn_norm, LoadNorm(file, config, prefix + "ffn_norm.weight", hidden));
+  if (config.block_output_norms) {
+    ASSIGN_OR_RETURN(w.post_attention_norm,
+                     LoadNorm(file, config, prefix + "post_attention_norm.weight", hidden));
+    ASSIGN_OR_RETURN(w.post_ffw_norm,
+                     LoadNorm(file, config, prefix + "post_ffw_norm.weight", hidden));
+  }
   if (config.qk_norm) {
-    ASSIGN_OR_RETURN(w.q_norm, LoadVector(file, prefix + "attn_q_norm.weight", head_dim));
-    ASSIGN_OR_RETURN(w.k_norm, LoadVector(file, prefix + "attn_k_norm.weight", head_dim));
+    ASSIGN_OR_RETURN(w.q_norm, LoadNorm(file, config, prefix + "attn_q_norm.weight", head_dim));
+    ASSIGN_OR_RETURN(w.k_norm, LoadNorm(file, config, prefix + "attn_k_norm.weight", head_dim));
   }
 
   const int64_t q_rows = layout.q_heads.size * head_dim;
@@ -349,8 +364,9 @@ absl::StatusOr<ModelWeights> LoadShardWeights(const GgufFile& file, const ModelC
                      LoadRows(file, decoded, hidden, {{embedding, {0, config.vocab_size}}}));
   }
   ASSIGN_OR_RETURN(out.rope_inv_freq, RopeInverseFrequencies(file, config));
+  if (config.local_layer_period > 0) out.rope_inv_freq_local = LocalRopeInverseFrequencies(config);
   if (layout.last_stage()) {
-    ASSIGN_OR_RETURN(out.output_norm, LoadVector(file, "output_norm.weight", hidden));
+    ASSIGN_OR_RETURN(out.output_norm, LoadNorm(file, config, "output_norm.weight", hidden));
   }
   if (layout.last_stage() && !config.tie_word_embeddings) {
     ASSIGN_OR_RETURN(const GgufTensorInfo* output,

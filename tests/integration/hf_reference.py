@@ -3,7 +3,12 @@
 code: RMSNorm, rotate-half RoPE with the scaling rules of HF's rope_init functions, GQA causal
 attention (with Mistral's sliding window), SwiGLU, q/k/v biases, Qwen3's per-head q/k RMSNorm
 (Qwen3Attention: q_norm and k_norm over head_dim, before RoPE) and explicit head_dim, and
-Phi3ForCausalLM's fused qkv_proj ([q | k | v] rows) and gate_up_proj (gate, up = chunk(2)). Weights come from a gguf_reader.Gguf; llama.cpp's
+Phi3ForCausalLM's fused qkv_proj ([q | k | v] rows) and gate_up_proj (gate, up = chunk(2)), and
+Gemma3ForCausalLM: Gemma3RMSNorm (x * rsqrt(mean x^2 + eps) * (1 + w), where llama.cpp's converter
+stores 1 + w), the embedding times sqrt(hidden_size), q/k norms, every 6th layer global and the
+others local (rope_local_base_freq 10000, unscaled, a sliding window), scores scaled by
+query_pre_attn_scalar^-0.5, the attention and MLP outputs normed (post_attention_layernorm,
+post_feedforward_layernorm) before the residual, gelu_pytorch_tanh gating. Weights come from a gguf_reader.Gguf; llama.cpp's
 converter permutes the Q/K rows of "llama" files, which are put back into HF's order first."""
 
 import math
@@ -25,6 +30,11 @@ class HfConfig:
         self.theta = m[p + "rope.freq_base"]
         self.eps = m[p + "attention.layer_norm_rms_epsilon"]
         self.sliding_window = m.get(p + "attention.sliding_window")
+        self.gemma = self.arch == "gemma3"
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
 def default_inv_freq(theta, dim):
@@ -90,15 +100,26 @@ def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True, kv_c
     n = len(tokens)
     positions = np.arange(n, dtype=np.float64)
     group = c.heads // c.kv_heads
+    def norm(x, name):
+        if c.gemma:  # Gemma3RMSNorm's (1 + w), with w as HF stores it
+            return rms_norm(x, 1.0 + (t[name] - 1.0), c.eps)
+        return rms_norm(x, t[name], c.eps)
+
     x = t["token_embd.weight"][tokens]
-    causal = np.tril(np.ones((n, n), dtype=bool))
+    if c.gemma:
+        x = x * math.sqrt(c.hidden)
+    full = np.tril(np.ones((n, n), dtype=bool))
+    windowed = full.copy()
     if c.sliding_window:
-        # Mistral: query i sees keys j with i - j < sliding_window.
+        # Mistral, Gemma 3's local layers: query i sees keys j with i - j < sliding_window.
         distance = positions[:, None] - positions[None, :]
-        causal &= distance < c.sliding_window
+        windowed &= distance < c.sliding_window
     for layer in range(c.layers):
         b = "blk.%d." % layer
-        h = rms_norm(x, t[b + "attn_norm.weight"], c.eps)
+        local = c.gemma and (layer + 1) % 6 != 0
+        causal = windowed if (local or not c.gemma) else full
+        layer_freq = default_inv_freq(10000.0, c.head_dim) if local else inv_freq
+        h = norm(x, b + "attn_norm.weight")
         if b + "attn_qkv.weight" in t:  # Phi-3
             q_rows, kv_rows = c.heads * c.head_dim, c.kv_heads * c.head_dim
             wq, wk, wv = np.split(t[b + "attn_qkv.weight"], [q_rows, q_rows + kv_rows])
@@ -119,30 +140,37 @@ def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True, kv_c
         k = k.reshape(n, c.kv_heads, c.head_dim).transpose(1, 0, 2)
         v = v.reshape(n, c.kv_heads, c.head_dim).transpose(1, 0, 2)
         if qk_norm and b + "attn_q_norm.weight" in t:
-            q = rms_norm(q, t[b + "attn_q_norm.weight"], c.eps)
-            k = rms_norm(k, t[b + "attn_k_norm.weight"], c.eps)
-        q = apply_rope(q, positions, inv_freq)
-        k = apply_rope(k, positions, inv_freq)
+            q = norm(q, b + "attn_q_norm.weight")
+            k = norm(k, b + "attn_k_norm.weight")
+        q = apply_rope(q, positions, layer_freq)
+        k = apply_rope(k, positions, layer_freq)
         if kv_cache is not None:
             k, v = kv_cache(layer, k, v)
         k = np.repeat(k, group, axis=0)  # repeat_kv
         v = np.repeat(v, group, axis=0)
-        scores = q @ k.transpose(0, 2, 1) / math.sqrt(c.head_dim)
+        scores = q @ k.transpose(0, 2, 1) / math.sqrt(c.head_dim)  # query_pre_attn_scalar
         scores = np.where(causal, scores, -np.inf)
         scores -= scores.max(axis=-1, keepdims=True)
         weights = np.exp(scores)
         weights /= weights.sum(axis=-1, keepdims=True)
         attn = (weights @ v).transpose(1, 0, 2).reshape(n, c.heads * c.head_dim)
-        x = x + attn @ weight(layer, "o_proj", t[b + "attn_output.weight"]).T
-        h = rms_norm(x, t[b + "ffn_norm.weight"], c.eps)
+        out = attn @ weight(layer, "o_proj", t[b + "attn_output.weight"]).T
+        if c.gemma:
+            out = norm(out, b + "post_attention_norm.weight")
+        x = x + out
+        h = norm(x, b + "ffn_norm.weight")
         if b + "ffn_gate.weight" in t:
             w_gate, w_up = t[b + "ffn_gate.weight"], t[b + "ffn_up.weight"]
         else:  # Phi-3's gate_up_proj
             w_gate, w_up = np.split(t[b + "ffn_up.weight"], 2)
         gate = h @ weight(layer, "gate_proj", w_gate).T
         up = h @ weight(layer, "up_proj", w_up).T
-        x = x + (silu(gate) * up) @ weight(layer, "down_proj", t[b + "ffn_down.weight"]).T
-    x = rms_norm(x, t["output_norm.weight"], c.eps)
+        out = ((gelu_tanh(gate) if c.gemma else silu(gate)) * up) @ weight(
+            layer, "down_proj", t[b + "ffn_down.weight"]).T
+        if c.gemma:
+            out = norm(out, b + "post_ffw_norm.weight")
+        x = x + out
+    x = norm(x, "output_norm.weight")
     head = t.get("output.weight", t["token_embd.weight"])  # tied when output.weight is absent
     return x @ head.T
 

@@ -18,6 +18,10 @@ _LAYER_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_laye
                 "attn_qkv": "self_attn.qkv_proj"}
 # Phi-3's ffn_up is its fused [gate | up] projection.
 _PHI3_NAMES = dict(_LAYER_NAMES, ffn_up="mlp.gate_up_proj")
+# Gemma 3's norms around each block.
+_GEMMA3_NAMES = dict(_LAYER_NAMES, ffn_norm="pre_feedforward_layernorm",
+                     post_attention_norm="post_attention_layernorm",
+                     post_ffw_norm="post_feedforward_layernorm")
 _TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
               "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
 
@@ -26,7 +30,7 @@ def hf_name(gguf_name, arch="llama"):
     if gguf_name in _TOP_NAMES:
         return _TOP_NAMES[gguf_name]
     _, layer, part, suffix = gguf_name.split(".")
-    names = _PHI3_NAMES if arch == "phi3" else _LAYER_NAMES
+    names = {"phi3": _PHI3_NAMES, "gemma3": _GEMMA3_NAMES}.get(arch, _LAYER_NAMES)
     return "model.layers.%s.%s.%s" % (layer, names[part], suffix)
 
 
@@ -46,6 +50,8 @@ def hf_tensors(gguf):
             values = unpermute_llama_qk(values, heads)
         elif arch == "llama" and ".attn_k.weight" in name:
             values = unpermute_llama_qk(values, kv_heads)
+        if arch == "gemma3" and name.endswith("norm.weight"):
+            values = values - 1.0  # Gemma3RMSNorm stores w of 1 + w; llama.cpp stores 1 + w
         tensors[hf_name(name, arch)] = np.ascontiguousarray(values, dtype=np.float32)
     return tensors
 
@@ -73,7 +79,13 @@ def config_json(gguf, rope_scaling=None):
     }
     if p + "attention.key_length" in m:
         config["head_dim"] = m[p + "attention.key_length"]
-    if arch == "phi3":
+    if arch == "gemma3":
+        config.update(architectures=["Gemma3ForCausalLM"], model_type="gemma3_text",
+                      sliding_window=window, sliding_window_pattern=6,
+                      rope_local_base_freq=10000.0, query_pre_attn_scalar=config["head_dim"],
+                      hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=None,
+                      attn_logit_softcapping=None)
+    elif arch == "phi3":
         config.update(architectures=["Phi3ForCausalLM"], model_type="phi3",
                       sliding_window=window)
     elif arch in ("qwen2", "qwen3"):

@@ -40,7 +40,7 @@ EPS = 1e-5  # what tpserve-mkmodel writes as layer_norm_rms_epsilon
 # ---------------------------------------------------------------------------------------------
 # The cases
 
-_COMMON = ["--layers", "2", "--hidden", "128", "--ffn", "192", "--vocab", "320", "--context",
+_COMMON = ["--hidden", "128", "--ffn", "192", "--vocab", "320", "--context",
            "256"]
 
 CASES = {
@@ -102,6 +102,19 @@ CASES = {
         served_context=128,
         hf_rope_scaling=None,
         controls=("other_qk_layout",)),
+    # Gemma 3 (1B's proportions): heads of 64 wider than hidden / heads, 1 KV head, q/k and
+    # block-output norms, GELU, sqrt(hidden) embedding scale; 7 layers, so that layer 6 is global
+    # (theta 1e6, linear scaling by 8 as 4B+ have it) and the others local (theta 1e4, no scaling),
+    # all within a window of 64 (512 there) that the context is served to.
+    "gemma3": dict(
+        args=["--arch", "gemma3", "--heads", "4", "--kv-heads", "1", "--head-dim", "64",
+              "--rope-theta", "1000000", "--rope-scaling", "linear", "--rope-scaling-factor", "8",
+              "--sliding-window", "64", "--tied-embeddings", "--layers", "7"],
+        tp=(1, 2, 4),
+        inv_freq=lambda c: linear_inv_freq(c.theta, c.head_dim, 8.0),
+        served_context=64,
+        hf_rope_scaling={"rope_type": "linear", "factor": 8.0},
+        controls=("unscaled_rope",)),
     # Mistral Nemo's shape on a Llama file: head_dim (here 64) other than hidden / heads (32).
     "mistral_nemo": dict(
         args=["--arch", "llama", "--heads", "4", "--kv-heads", "1", "--head-dim", "64",
@@ -134,7 +147,8 @@ class LogitsFamilies(unittest.TestCase):
     def make_model(self, name, args):
         path = os.path.join(self.tmp.name, name + ".gguf")
         subprocess.run([os.path.join(self.args.bin_dir, "tpserve-mkmodel"), "--output", path,
-                        "--seed", "11"] + _COMMON + args,
+                        "--seed", "11"] + _COMMON + args
+                       + ([] if "--layers" in args else ["--layers", "2"]),
                        check=True, capture_output=True, timeout=60)
         return path
 
@@ -212,6 +226,9 @@ class LogitsFamilies(unittest.TestCase):
 
     def test_phi3(self):
         self.check_family("phi3")
+
+    def test_gemma3(self):
+        self.check_family("gemma3")
 
     def test_mistral_nemo(self):
         self.check_family("mistral_nemo")

@@ -2,7 +2,8 @@
 
 tests/golden/logits_architectures_llamacpp.json (scripts/make-golden.py architectures) holds, for
 a random-weight Q8_0 model of each architecture's shape (Qwen2's biases, Qwen3's q/k norms and
-head size, Mistral Nemo's head size, Phi-3's fused matrices and window), the tpserve-mkmodel arguments that write it, the file's
+head size, Mistral Nemo's head size, Phi-3's fused matrices and window, Gemma 3's norms, GELU,
+embedding scale and local and global layers), the tpserve-mkmodel arguments that write it, the file's
 sha256, and llama.cpp's top-20 logits of every position of two prompts, computed by llama.cpp's
 own CPU kernels (Q8_0 weights against activations rounded to 8 bits per 32-value block, F32 KV
 cache). The test writes the same file again (its sha256 must match: the golden is of these
@@ -97,6 +98,9 @@ class LogitsLlamaCpp(unittest.TestCase):
 
     def test_phi3(self):
         self.check("phi3")
+
+    def test_gemma3(self):
+        self.check("gemma3")
 
 
 if __name__ == "__main__":
