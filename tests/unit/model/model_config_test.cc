@@ -144,7 +144,8 @@ TEST(ModelConfig, InvalidValuesAreNamed) {
   };
   const std::vector<Case> cases = {
       {[](GgufWriter* w) { w->SetString("general.architecture", "gemma"); },
-       "general.architecture: 'gemma' is not supported; 'llama', 'qwen2', 'qwen3' and 'phi3' are"},
+       "general.architecture: 'gemma' is not supported; 'llama', 'qwen2', 'qwen3', 'phi3' and "
+       "'gemma3' are"},
       {[](GgufWriter* w) { w->SetUint32("general.architecture", 1); },
        "general.architecture: gguf: key 'general.architecture' has type uint32, want string"},
       {[](GgufWriter* w) { w->SetUint32("llama.block_count", 0); },
@@ -241,6 +242,38 @@ TEST(ModelConfig, Qwen3HeadSizeFromTheKeyLengthAndQkNorm) {
   ASSERT_TRUE(llama.ok());
   EXPECT_FALSE(llama->qk_norm);
   EXPECT_EQ(llama->head_dim, 16);
+}
+
+// Gemma 3: what llama.cpp fixes for the architecture, and what a Hugging Face folder overrides.
+TEST(ModelConfig, Gemma3LayersScalesAndNorms) {
+  GgufWriter w = SmallModel("gemma3");
+  absl::StatusOr<ModelConfig> c = ConfigOf(w);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ffn_activation, FfnActivation::kGeluTanh);
+  EXPECT_FLOAT_EQ(c->embedding_scale, 8.0f);  // sqrt(64)
+  EXPECT_TRUE(c->block_output_norms);
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FLOAT_EQ(c->AttentionScale(), 0.25f);  // 1 / sqrt(head_dim 16)
+  for (int layer = 0; layer < 12; ++layer) {
+    EXPECT_EQ(c->IsLocalLayer(layer), layer != 5 && layer != 11) << layer;
+  }
+  EXPECT_FLOAT_EQ(c->rope_theta_local, 10000.0f);
+  EXPECT_EQ(c->norm_weight_offset, 0.0f);
+  w.SetFloat32("tpserve.attention.query_pre_attn_scalar", 64.0f);
+  w.SetFloat32("tpserve.norm.weight_offset", 1.0f);
+  w.SetFloat32("tpserve.rope.freq_base_local", 5000.0f);
+  c = ConfigOf(w);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FLOAT_EQ(c->AttentionScale(), 0.125f);
+  EXPECT_EQ(c->norm_weight_offset, 1.0f);
+  EXPECT_FLOAT_EQ(c->rope_theta_local, 5000.0f);
+  w.SetFloat32("gemma3.final_logit_softcapping", 30.0f);
+  EXPECT_THAT(ConfigError(w), HasSubstr("gemma3.final_logit_softcapping: logit soft-capping"));
+  absl::StatusOr<ModelConfig> llama = ConfigOf(SmallLlama());
+  ASSERT_TRUE(llama.ok());
+  EXPECT_FALSE(llama->IsLocalLayer(0));
+  EXPECT_FLOAT_EQ(llama->AttentionScale(), 0.25f);
+  EXPECT_EQ(llama->ffn_activation, FfnActivation::kSilu);
 }
 
 TEST(ModelConfig, QkvBiasesOnEveryLayerOrNone) {
