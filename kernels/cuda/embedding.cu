@@ -29,6 +29,14 @@ __global__ void EmbeddingKernel(const Pack* __restrict__ table, int64_t vocab,
   for (int64_t i = threadIdx.x; i < packs_per_row; i += blockDim.x) dst[i] = src[i];
 }
 
+__global__ void ScaleKernel(bf16* x, int64_t count, float scale) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    x[i] = ToBf16(ToFloat(x[i]) * scale);
+  }
+}
+
 int ThreadsFor(int64_t items) {
   // A multiple of the warp size, at most 256: rows are short (hidden <= 8192 -> 1024 packs), so
   // one block per row keeps every thread busy with a few 16-byte moves.
@@ -52,6 +60,14 @@ void Embedding(const bf16* table, int64_t vocab, int64_t hidden, const int32_t* 
     EmbeddingKernel<<<static_cast<unsigned>(n), ThreadsFor(hidden), 0, stream>>>(table, vocab,
                                                                                  hidden, ids, out);
   }
+  TP_CUDA_CHECK_LAUNCH();
+}
+
+void ScaleInPlace(bf16* x, int64_t count, float scale, cudaStream_t stream) {
+  TP_CHECK(count >= 0);
+  if (count == 0) return;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, 4096));
+  ScaleKernel<<<blocks, 256, 0, stream>>>(x, count, scale);
   TP_CUDA_CHECK_LAUNCH();
 }
 

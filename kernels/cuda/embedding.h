@@ -19,4 +19,8 @@ namespace tpserve::cuda {
 void Embedding(const bf16* table, int64_t vocab, int64_t hidden, const int32_t* ids, int64_t n,
                bf16* out, cudaStream_t stream);
 
+// x[i] = bf16(float(x[i]) * scale) for i in [0, count), queued on `stream`: Gemma's embedding
+// times sqrt(hidden), as the CPU model scales its fp32 rows.
+void ScaleInPlace(bf16* x, int64_t count, float scale, cudaStream_t stream);
+
 }  // namespace tpserve::cuda

@@ -1,4 +1,5 @@
-// The gated activation of the Llama MLP (bf16, CUDA). Mirrors kernels/cpu/silu_mul.h.
+// The gated activations of the MLP (bf16, CUDA): Llama's SiLU, Gemma's GELU. Mirror
+// kernels/cpu/silu_mul.h and gelu_tanh_mul.h.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,5 +16,10 @@ namespace tpserve::cuda {
 // overlapping), queued on `stream`; device pointers. fp32 math with IEEE expf and division (no
 // fast-math intrinsics), one bf16 rounding per output.
 void SiluMulRows(const bf16* gate_up, int64_t rows, int64_t width, bf16* out, cudaStream_t stream);
+
+// The same with Gemma's gate, GELU's tanh approximation (kernels/cpu/gelu_tanh_mul.h):
+// out[r, i] = 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))) * u, tanhf in fp32.
+void GeluTanhMulRows(const bf16* gate_up, int64_t rows, int64_t width, bf16* out,
+                     cudaStream_t stream);
 
 }  // namespace tpserve::cuda

@@ -37,6 +37,7 @@
 #include "kernels/cpu/add_bias.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/fp8_e4m3.h"
+#include "kernels/cpu/gelu_tanh_mul.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
@@ -560,6 +561,32 @@ TEST_F(CudaOpsTest, SiluMulRowsOnUnalignedPointers) {
   cpu::SiluMul(gate.data(), up.data(), rows * width, want.data());
   const std::vector<float> got = DownloadFloats(out_d);
   EXPECT_LE(NormalizedError(std::vector<float>(got.begin() + 1, got.end()), want), kOneRounding);
+}
+
+TEST_F(CudaOpsTest, GeluTanhMulRowsMatchesCpu) {
+  for (const auto& [rows, width] :
+       {std::pair<int64_t, int64_t>{1, 1152}, {5, 6912}, {3, 7}, {1, 1}}) {
+    const std::vector<float> gate_up = RandomBf16Values(rows * 2 * width, 12.0f, rng_);
+    const std::vector<float> gate = Columns(gate_up, 2 * width, 0, width);
+    const std::vector<float> up = Columns(gate_up, 2 * width, width, width);
+    DeviceBuffer<bf16> gate_up_d = UploadBf16(gate_up);
+    DeviceBuffer<bf16> out_d = OrDie(DeviceBuffer<bf16>::Allocate(rows * width), "Allocate");
+    GeluTanhMulRows(gate_up_d.data(), rows, width, out_d.data(), stream());
+    std::vector<float> want(rows * width);
+    cpu::GeluTanhMul(gate.data(), up.data(), rows * width, want.data());
+    EXPECT_LE(NormalizedError(DownloadFloats(out_d), want), kOneRounding)
+        << "rows " << rows << " width " << width;
+  }
+}
+
+// Gemma's embedding scale: one rounding of each product.
+TEST_F(CudaOpsTest, ScaleInPlaceMatchesCpu) {
+  const std::vector<float> x = RandomBf16Values(5000, 3.0f, rng_);
+  DeviceBuffer<bf16> x_d = UploadBf16(x);
+  ScaleInPlace(x_d.data(), static_cast<int64_t>(x.size()), 33.94112549695428f, stream());
+  std::vector<float> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = x[i] * 33.94112549695428f;
+  EXPECT_LE(NormalizedError(DownloadFloats(x_d), want), kOneRounding);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 // The CUDA model against the CPU model on each model family's random-weight shape: Qwen2 (q/k/v
 // biases, rotate-half RoPE; tied, and untied with linear RoPE scaling), Llama with Llama-3.1's
-// llama3 RoPE scaling, Mistral's 8 heads over 2 KV heads, and Qwen3 (per-head q/k norms, heads
-// wider than hidden / heads). The CPU model is checked against
-// an independent reference of the HF formulas (tests/integration/logits_families_test.py), so it
-// is the reference here; the bar is cuda_forward_pass_test's bf16 one, scaled to 2 layers: a
-// family feature missing or misplaced on the device (a bias dropped, the other RoPE pairing, the
-// unscaled table) moves the logits by far more.
+// llama3 RoPE scaling, Mistral's 8 heads over 2 KV heads, Qwen3 (per-head q/k norms, heads
+// wider than hidden / heads) and Gemma 3 (GELU, norms around each block, local and global layers).
+// The CPU model is checked against an independent reference of the HF formulas
+// (tests/integration/logits_families_test.py), so it is the reference here; the bar is
+// cuda_forward_pass_test's bf16 one, scaled to 2 layers: a family feature missing or misplaced on
+// the device (a bias dropped, the other RoPE pairing, the unscaled table) moves the logits by far
+// more.
 #include <unistd.h>
 
 #include <filesystem>
@@ -74,6 +75,18 @@ std::vector<Family> Families() {
   qwen3.tied_embeddings = true;
   qwen3.rope_theta = 1e6;
   families.push_back({"qwen3", qwen3});
+  // Gemma 3: GELU gating, sqrt(hidden) embedding scale, block-output norms; 7 layers so that
+  // layer 6 is global (scaled RoPE) and the others local (their own base).
+  SyntheticModelSpec gemma3 = base;
+  gemma3.architecture = "gemma3";
+  gemma3.layers = 7;
+  gemma3.kv_heads = 1;
+  gemma3.head_dim = 128;
+  gemma3.tied_embeddings = true;
+  gemma3.rope_theta = 1e6;
+  gemma3.rope_scaling = "linear";
+  gemma3.sliding_window = 512;
+  families.push_back({"gemma3", gemma3});
   // Q4_K with Q6_K parts: packed on the host, decoded there for the device (a stack for the qkv of
   // layer 0, whose v is Q6_K).
   SyntheticModelSpec k_quants = base;

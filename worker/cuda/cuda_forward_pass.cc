@@ -46,7 +46,9 @@ absl::Status CheckShapes(const ModelConfig& config, const ShardLayout& layout,
           absl::StrCat("CUDA model: layer ", i, "'s weight shapes do not match the layout"));
     }
   }
-  if (static_cast<int64_t>(weights.rope_inv_freq.size()) != config.rope_dims / 2) {
+  if (static_cast<int64_t>(weights.rope_inv_freq.size()) != config.rope_dims / 2 ||
+      (config.local_layer_period > 0 &&
+       static_cast<int64_t>(weights.rope_inv_freq_local.size()) != config.rope_dims / 2)) {
     return absl::InternalError("CUDA model: the RoPE frequency table does not match rope_dims");
   }
   // A pipeline stage holds the embedding where it looks tokens up or is the tied lm_head.
@@ -249,6 +251,9 @@ absl::Status CudaForwardPass::EnqueueLayers(const StepShape& shape, const StepAr
   if (layout_.first_stage()) {
     Embedding(weights_.token_embedding.weight.data(), config_.vocab_size, hidden, arrays.token_ids,
               n, residual_.data(), stream);
+    if (config_.embedding_scale != 1.0f) {  // Gemma
+      ScaleInPlace(residual_.data(), n * hidden, config_.embedding_scale, stream);
+    }
   } else {
     // The previous stage's residual and its last MLP output, which AddRmsNorm adds below.
     RETURN_IF_ERROR(from_previous_->EnqueueRecv(residual_.data(), n * hidden, 1, stream));
@@ -321,7 +326,9 @@ absl::Status CudaForwardPass::EnqueueAttention(int layer, const StepShape& shape
   split.qkv = qkv_.data();
   split.positions = arrays.positions;
   split.slot_mapping = arrays.slot_mapping;
-  split.inv_freq = weights_.rope_inv_freq.data();
+  split.inv_freq = config_.IsLocalLayer(layout_.layers.begin + layer)
+                       ? weights_.rope_inv_freq_local.data()
+                       : weights_.rope_inv_freq.data();
   split.q = q_.data();
   split.num_tokens = n;
   split.num_q_heads = q_heads;
@@ -344,7 +351,7 @@ absl::Status CudaForwardPass::EnqueueAttention(int layer, const StepShape& shape
   p.num_kv_heads = kv_heads;
   p.head_dim = head_dim;
   p.block_size = kv_shape_.block_size;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  p.scale = config_.AttentionScale();
   p.decode_work = arrays.decode_work;
   p.workspace = attention_workspace_.data();
   p.workspace_bytes = static_cast<size_t>(attention_workspace_.bytes());
@@ -355,7 +362,12 @@ absl::Status CudaForwardPass::EnqueueAttention(int layer, const StepShape& shape
     lora_pool_->Apply(layer, {LoraTarget::kO}, attn_.data(), layout_.q_width(head_dim),
                       partial_.data(), hidden, stream);
   }
-  return comm_->EnqueueAllReduceSum(partial_.data(), n * hidden, stream);
+  RETURN_IF_ERROR(comm_->EnqueueAllReduceSum(partial_.data(), n * hidden, stream));
+  if (!w.post_attention_norm.empty()) {  // Gemma 3: normed before it joins the residual
+    RmsNorm(partial_.data(), w.post_attention_norm.data(), n, hidden,
+            static_cast<float>(config_.rms_norm_eps), partial_.data(), stream);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaForwardPass::EnqueueMlp(int layer, int64_t num_tokens) {
@@ -369,13 +381,22 @@ absl::Status CudaForwardPass::EnqueueMlp(int layer, int64_t num_tokens) {
     lora_pool_->Apply(layer, {LoraTarget::kGate, LoraTarget::kUp}, normed_.data(), hidden,
                       gate_up_.data(), 2 * ffn, stream);
   }
-  SiluMulRows(gate_up_.data(), num_tokens, ffn, act_.data(), stream);
+  if (config_.ffn_activation == FfnActivation::kGeluTanh) {
+    GeluTanhMulRows(gate_up_.data(), num_tokens, ffn, act_.data(), stream);
+  } else {
+    SiluMulRows(gate_up_.data(), num_tokens, ffn, act_.data(), stream);
+  }
   RETURN_IF_ERROR(Linear(w.down, act_.data(), num_tokens, partial_.data()));
   if (lora_step_) {
     lora_pool_->Apply(layer, {LoraTarget::kDown}, act_.data(), ffn, partial_.data(), hidden,
                       stream);
   }
-  return comm_->EnqueueAllReduceSum(partial_.data(), num_tokens * hidden, stream);
+  RETURN_IF_ERROR(comm_->EnqueueAllReduceSum(partial_.data(), num_tokens * hidden, stream));
+  if (!w.post_ffw_norm.empty()) {
+    RmsNorm(partial_.data(), w.post_ffw_norm.data(), num_tokens, hidden,
+            static_cast<float>(config_.rms_norm_eps), partial_.data(), stream);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaForwardPass::EnqueueLogits(const int32_t* rows, int64_t count) {

@@ -1,10 +1,12 @@
 // The Llama forward pass of one tensor-parallel rank on a CUDA device: bf16 weights, activations
 // and KV pool in device memory (plain cudaMalloc), fp32 inside every kernel. The same layer as
 // CpuForwardPass (worker/cpu_forward_pass.h), fused where the kernels allow:
-//   embedding → [AddRmsNorm → QKV GEMM → + QKV bias (Qwen2) → split, RoPE (the CPU model's pair
-//   layout and frequency table) and KV write in one kernel → paged attention → o_proj GEMM →
-//   all-reduce → AddRmsNorm → gate_up GEMM → SiLU·mul → down GEMM → all-reduce] × layers →
-//   AddRmsNorm (final norm) → rows that want logits → lm_head GEMM (fp32 out) → gather to rank 0.
+//   embedding (× sqrt(hidden): Gemma) → [AddRmsNorm → QKV GEMM → + QKV bias (Qwen2) → q/k head
+//   norms (Qwen3, Gemma 3) → split, RoPE (the CPU model's pair layout and frequency table, the
+//   local layers' own table for Gemma 3) and KV write in one kernel → paged attention → o_proj
+//   GEMM → all-reduce → (its norm: Gemma 3) → AddRmsNorm → gate_up GEMM → SiLU·mul (GELU·mul:
+//   Gemma) → down GEMM → all-reduce → (its norm: Gemma 3)] × layers → AddRmsNorm (final norm) →
+//   rows that want logits → lm_head GEMM (fp32 out) → gather to rank 0.
 // A pipeline stage runs its own layers (ShardLayout::layers): one after the first receives the
 // residual and the last MLP output from the previous stage (NCCL recv on the link's group)
 // instead of the embedding, one before the last sends them on instead of the final norm and

@@ -134,7 +134,8 @@ int64_t DeviceWeights::bytes() const {
   int64_t total = token_embedding.bytes() + output_norm.bytes() + lm_head.bytes();
   for (const DeviceLayerWeights& l : layers) {
     total += l.attn_norm.bytes() + l.qkv.bytes() + l.qkv_bias.bytes() + l.q_norm.bytes() +
-             l.k_norm.bytes() + l.attn_output.bytes() + l.ffn_norm.bytes() + l.gate_up.bytes() +
+             l.k_norm.bytes() + l.attn_output.bytes() + l.ffn_norm.bytes() +
+             l.post_attention_norm.bytes() + l.post_ffw_norm.bytes() + l.gate_up.bytes() +
              l.down.bytes() + l.k_cache_scales.bytes() + l.v_cache_scales.bytes();
   }
   return total;
@@ -147,6 +148,7 @@ absl::StatusOr<DeviceWeights> UploadWeights(ModelWeights host, bool fp8, cudaStr
   ASSIGN_OR_RETURN(out.output_norm, UploadVector(host.output_norm, staging, stream));
   ASSIGN_OR_RETURN(out.lm_head, UploadLinear(host.lm_head, staging, stream));
   ASSIGN_OR_RETURN(out.rope_inv_freq, UploadExact(host.rope_inv_freq, stream));
+  ASSIGN_OR_RETURN(out.rope_inv_freq_local, UploadExact(host.rope_inv_freq_local, stream));
   out.layers.reserve(host.layers.size());
   for (LayerWeights& layer : host.layers) {
     DeviceLayerWeights& d = out.layers.emplace_back();
@@ -157,6 +159,9 @@ absl::StatusOr<DeviceWeights> UploadWeights(ModelWeights host, bool fp8, cudaStr
     ASSIGN_OR_RETURN(d.k_norm, UploadVector(layer.k_norm, staging, stream));
     ASSIGN_OR_RETURN(d.attn_output, UploadLayerLinear(layer.attn_output, fp8, staging, stream));
     ASSIGN_OR_RETURN(d.ffn_norm, UploadVector(layer.ffn_norm, staging, stream));
+    ASSIGN_OR_RETURN(d.post_attention_norm,
+                     UploadVector(layer.post_attention_norm, staging, stream));
+    ASSIGN_OR_RETURN(d.post_ffw_norm, UploadVector(layer.post_ffw_norm, staging, stream));
     ASSIGN_OR_RETURN(d.gate_up, UploadLayerLinear(layer.gate_up, fp8, staging, stream));
     ASSIGN_OR_RETURN(d.down, UploadLayerLinear(layer.down, fp8, staging, stream));
     ASSIGN_OR_RETURN(d.k_cache_scales, UploadExact(layer.k_cache_scales, stream));

@@ -34,6 +34,8 @@ struct DeviceLayerWeights {
   DeviceBuffer<bf16> q_norm, k_norm;  // [head_dim] each: Qwen3's per-head norms; else empty
   DeviceLinear attn_output;           // [hidden, q_heads * head_dim]
   DeviceBuffer<bf16> ffn_norm;   // [hidden]
+  // Gemma 3's norms of the attention and MLP outputs, [hidden] each; empty without.
+  DeviceBuffer<bf16> post_attention_norm, post_ffw_norm;
   DeviceLinear gate_up;          // [2 * ffn_local, hidden]: gate rows, then up rows
   DeviceLinear down;             // [hidden, ffn_local]
   // [kv_heads local] each: LayerWeights::k_cache_scales and v_cache_scales, read by an FP8 KV
@@ -47,6 +49,7 @@ struct DeviceWeights {
   DeviceBuffer<bf16> output_norm;
   DeviceLinear lm_head;  // [vocab_local, hidden]; empty when tied (token_embedding's rows serve)
   DeviceBuffer<double> rope_inv_freq;  // [rope_dims / 2], as ModelWeights::rope_inv_freq
+  DeviceBuffer<double> rope_inv_freq_local;  // Gemma 3's local layers'; empty without
   std::vector<DeviceLayerWeights> layers;
 
   int64_t bytes() const;
