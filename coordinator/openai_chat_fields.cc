@@ -206,11 +206,8 @@ absl::StatusOr<ordered_json> GetMessages(const json& body) {
                      GetContent(message, param + ".content", name == "assistant"));
     ordered_json rendered = message;
     rendered["role"] = name;
-    if (tool_calls != nullptr && Find(message, "content") == nullptr) {
-      rendered["content"] = nullptr;
-    } else {
-      rendered["content"] = std::move(content);
-    }
+    // A call's null content is "" to the template, as vLLM renders it: Qwen3's tests it with `in`.
+    rendered["content"] = std::move(content);
     result.push_back(std::move(rendered));
   }
   return result;

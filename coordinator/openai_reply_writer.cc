@@ -8,10 +8,20 @@
 
 namespace tpserve {
 
+namespace {
+
+ResponseHeader WithCallIds(ResponseHeader header, const OpenAiRequest& request) {
+  header.mistral_call_ids = request.tool_syntax == ToolCallSyntax::kMistralJson ||
+                            request.tool_syntax == ToolCallSyntax::kMistralArgs;
+  return header;
+}
+
+}  // namespace
+
 OpenAiReplyWriter::OpenAiReplyWriter(ResponseHeader header, const Tokenizer* tokenizer,
                                      const OpenAiRequest& request, int32_t num_samples,
                                      std::vector<TokenLogprob> prompt_logprobs)
-    : responder_(std::move(header), tokenizer, request.params.logprobs >= 0,
+    : responder_(WithCallIds(std::move(header), request), tokenizer, request.params.logprobs >= 0,
                  request.reasoning != ReasoningStart::kNone && request.include_reasoning),
       chat_(request.endpoint == OpenAiEndpoint::kChatCompletions),
       with_logprobs_(request.params.logprobs >= 0),

@@ -223,6 +223,27 @@ json OpenAiResponder::ToolCallsChunk(int32_t index, absl::Span<const ParsedToolC
   return chunk;
 }
 
+namespace {
+
+// `unique` folded into 9 letters and digits (a 64-bit FNV-1a hash in base 62: distinct calls of a
+// response collide with odds of about 2^-53).
+std::string NineCharacterId(std::string_view unique) {
+  constexpr std::string_view kDigits =
+      "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  uint64_t hash = 1469598103934665603ull;
+  for (const char c : unique) {
+    hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  }
+  std::string id(9, '0');
+  for (char& c : id) {
+    c = kDigits[hash % kDigits.size()];
+    hash /= kDigits.size();
+  }
+  return id;
+}
+
+}  // namespace
+
 json OpenAiResponder::ToolCallsJson(int32_t index, absl::Span<const ParsedToolCall> calls,
                                     int32_t first, bool numbered) const {
   // Unique within the response: the request's id, the sample and the call's place in its reply.
@@ -231,7 +252,9 @@ json OpenAiResponder::ToolCallsJson(int32_t index, absl::Span<const ParsedToolCa
   json list = json::array();
   for (size_t k = 0; k < calls.size(); ++k) {
     const int32_t number = first + static_cast<int32_t>(k);
-    json call = {{"id", absl::StrCat(prefix, number)},
+    std::string id = absl::StrCat(prefix, number);
+    if (header_.mistral_call_ids) id = NineCharacterId(id);
+    json call = {{"id", std::move(id)},
                  {"type", "function"},
                  {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
     if (numbered) call["index"] = number;

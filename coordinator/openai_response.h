@@ -42,6 +42,9 @@ struct ResponseHeader {
   std::string id;       // "cmpl-<request id>" or "chatcmpl-<request id>"
   int64_t created = 0;  // unix seconds
   std::string model;    // the served model name
+  // Tool-call ids of 9 letters and digits, which Mistral's templates demand of the calls a client
+  // sends back; otherwise "call_<request>_<sample>_<n>".
+  bool mistral_call_ids = false;
 };
 ResponseHeader MakeResponseHeader(OpenAiEndpoint endpoint, uint64_t request_id, std::string model,
                                   absl::Time now);

@@ -33,9 +33,9 @@ class ToolCallStream {
   ToolCallDelta Finish();
 
  private:
-  // Where a call starting at buffer_[0] ends (the index after it), with the call; 0 when more
-  // text is needed; std::string::npos when it is not a call.
-  size_t ParseCall(ParsedToolCall* call) const;
+  // Where the calls starting at buffer_[0] end (the index after them), with the calls (one, or a
+  // Mistral list's); 0 when more text is needed; std::string::npos when it is not a call.
+  size_t ParseCalls(std::vector<ParsedToolCall>* calls) const;
   void Release(std::string_view text, ToolCallDelta* out);
 
   ToolCallSyntax syntax_;

@@ -16,6 +16,11 @@ ToolCallFormat DetectToolCallFormat(const std::string& chat_template_source) {
   } else if (absl::StrContains(chat_template_source, "\"parameters\": dictionary of argument")) {
     format.syntax = ToolCallSyntax::kLlama3Json;
     format.template_renders_tools = true;
+  } else if (absl::StrContains(chat_template_source, "[TOOL_CALLS]")) {
+    format.syntax = absl::StrContains(chat_template_source, "[ARGS]")
+                        ? ToolCallSyntax::kMistralArgs
+                        : ToolCallSyntax::kMistralJson;
+    format.template_renders_tools = absl::StrContains(chat_template_source, "[AVAILABLE_TOOLS]");
   }
   return format;
 }
@@ -27,20 +32,52 @@ std::string ToolCallBegin(ToolCallSyntax syntax, const std::string& name) {
       return absl::StrCat("<tool_call>\n{\"name\": ", quoted, ", \"arguments\": ");
     case ToolCallSyntax::kLlama3Json:
       return absl::StrCat("{\"name\": ", quoted, ", \"parameters\": ");
+    case ToolCallSyntax::kMistralJson:
+      return absl::StrCat("[TOOL_CALLS][{\"name\": ", quoted, ", \"arguments\": ");
+    case ToolCallSyntax::kMistralArgs:
+      return absl::StrCat("[TOOL_CALLS]", name, "[ARGS]");
   }
   return "";
 }
 
 std::string ToolCallEnd(ToolCallSyntax syntax) {
-  return syntax == ToolCallSyntax::kHermes ? "}\n</tool_call>" : "}";
+  switch (syntax) {
+    case ToolCallSyntax::kHermes:
+      return "}\n</tool_call>";
+    case ToolCallSyntax::kLlama3Json:
+      return "}";
+    case ToolCallSyntax::kMistralJson:
+      return "}]";
+    case ToolCallSyntax::kMistralArgs:
+      return "";  // the arguments object ends the call
+  }
+  return "";
 }
 
 std::string ToolCallTrigger(ToolCallSyntax syntax) {
-  return syntax == ToolCallSyntax::kHermes ? "<tool_call>" : "{\"name\": \"";
+  switch (syntax) {
+    case ToolCallSyntax::kHermes:
+      return "<tool_call>";
+    case ToolCallSyntax::kLlama3Json:
+      return "{\"name\": \"";
+    case ToolCallSyntax::kMistralJson:
+    case ToolCallSyntax::kMistralArgs:
+      return "[TOOL_CALLS]";
+  }
+  return "";
 }
 
 std::string ToolCallSeparator(ToolCallSyntax syntax) {
-  return syntax == ToolCallSyntax::kHermes ? "\n" : "; ";
+  switch (syntax) {
+    case ToolCallSyntax::kHermes:
+      return "\n";
+    case ToolCallSyntax::kLlama3Json:
+      return "; ";
+    case ToolCallSyntax::kMistralJson:
+    case ToolCallSyntax::kMistralArgs:
+      return "";  // each call opens with its own [TOOL_CALLS]
+  }
+  return "";
 }
 
 OutputConstraint ToolCallConstraint(ToolCallSyntax syntax, const std::vector<ToolFunction>& tools,

@@ -2,9 +2,14 @@
 // constrains the output, and how the served family writes a call.
 //
 // Each family writes calls its own way, and its chat template says which:
-//   Hermes (Qwen2/2.5, Hermes, and the fallback)  <tool_call>\n{"name": "f", "arguments":
-//   {...}}\n</tool_call> Llama-3.1 JSON                                 {"name": "f", "parameters":
-//   {...}}
+//   Hermes (Qwen2/2.5/3, Hermes, and the fallback)
+//       <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
+//   Llama-3.1 JSON             {"name": "f", "parameters": {...}}
+//   Mistral JSON (Nemo)        [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]
+//   Mistral [ARGS] (Small 3.2, Devstral)
+//                              [TOOL_CALLS]f[ARGS]{...}
+// tpserve's own calls in the Mistral JSON syntax are one per [TOOL_CALLS] list; a list of several
+// (as the model may write unconstrained) is parsed as as many calls.
 // A template that does not render `tools` at all gets the tools described in a system message
 // (FallbackToolPrompt) and the Hermes syntax.
 //
@@ -37,7 +42,7 @@ struct ToolChoice {
   bool parallel = true;  // parallel_tool_calls: more than one call in a reply
 };
 
-enum class ToolCallSyntax { kHermes, kLlama3Json };
+enum class ToolCallSyntax { kHermes, kLlama3Json, kMistralJson, kMistralArgs };
 
 struct ToolCallFormat {
   ToolCallSyntax syntax = ToolCallSyntax::kHermes;
@@ -45,7 +50,8 @@ struct ToolCallFormat {
 };
 
 // From the chat template's source: Hermes where it writes <tool_call>, Llama-3.1 JSON where it
-// asks for {"name": ..., "parameters": ...}; otherwise Hermes, with the tools described by
+// asks for {"name": ..., "parameters": ...}, Mistral's where it writes [TOOL_CALLS] (with [ARGS]
+// after the name, or a JSON list); otherwise Hermes, with the tools described by
 // FallbackToolPrompt unless the template renders `tools` itself.
 ToolCallFormat DetectToolCallFormat(const std::string& chat_template_source);
 

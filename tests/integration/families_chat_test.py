@@ -1,8 +1,9 @@
-"""families_chat: SentencePiece (llama-spm, phi-3), Qwen2 and Qwen3 models served end to end at tp 2.
+"""families_chat: Llama, Phi-3, Gemma 3, Qwen2 and Qwen3 models served end to end at tp 2.
 
 tpserve-mkmodel marries each vocabulary of llama.cpp's suite (fetched by
 scripts/fetch-llama-cpp-models.sh) with random weights of its family's shape: llama-spm's
-32,000-token SentencePiece vocabulary on a Llama, phi-3's on a Phi-3 (fused matrices), qwen2's
+32,000-token SentencePiece vocabulary on a Llama and on a Gemma 3 (with Gemma 2's template, the
+corpus's Gemma one), phi-3's on a Phi-3 (fused matrices), qwen2's
 151,643-token byte-level vocabulary on a
 Qwen2 with q/k/v biases and on a Qwen3 (q/k norms, heads of 64 over a hidden size of 128; Qwen3
 ships Qwen2's tokenizer). Each is served at tp 2 with a real chat template of the family
@@ -12,15 +13,18 @@ references: jinja2 renders the template, HF's `tokenizers` (with the tokenizer.j
 hf_tokenizer_families writes for the family) tokenizes the text; tpserve's gRPC Tokenize of that
 text, and its /tokenize of the messages (its own rendering of the template), must both give those
 ids, and the chat completion must count exactly as many prompt tokens and generate its max_tokens.
-For the Qwen families, a tool call with tool_choice "required" comes back as a parsed call of the
-function (their <tool_call> syntax) whose arguments validate against its schema.
+For the Qwen and Mistral templates, a tool call with tool_choice "required" comes back as a parsed
+call of the function (Qwen's <tool_call> syntax, Mistral Nemo's [TOOL_CALLS][{...}] and Mistral
+Small 3.2's [TOOL_CALLS]name[ARGS]{...}) whose arguments validate against its schema.
 """
 
+import datetime
 import json
 import os
 import subprocess
 import sys
 import unittest
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +43,12 @@ MESSAGES = [{"role": "system", "content": "You answer in one word."},
 MAX_TOKENS = 6
 CASES = {
     "llama-spm": {"arch": "llama", "template": "mistralai-Mistral-Nemo-Instruct-2407.jinja",
-                  "tokenizer": families.sentencepiece_tokenizer, "args": []},
+                  "tokenizer": families.sentencepiece_tokenizer, "args": [], "tools": True},
+    # Mistral Small 3.2's template and its [TOOL_CALLS]name[ARGS]{...} calls, on Nemo's head size.
+    "mistral-small": {"vocab": "llama-spm", "arch": "llama",
+                      "template": "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+                      "tokenizer": families.sentencepiece_tokenizer,
+                      "args": ["--head-dim", "64"], "tools": True},
     "qwen2": {"arch": "qwen2", "template": "Qwen-Qwen2.5-7B-Instruct.jinja",
               "tokenizer": lambda g: families.byte_level_tokenizer(g, "qwen2"), "args": [],
               "tools": True},
@@ -50,6 +59,12 @@ CASES = {
               "call_fields": {"chat_template_kwargs": {"enable_thinking": False}}},
     "phi3": {"vocab": "phi-3", "arch": "phi3", "template": "microsoft-Phi-3.5-mini-instruct.jinja",
              "tokenizer": families.sentencepiece_tokenizer, "args": []},
+    # The corpus holds Gemma 2's template (Gemma 3's differs in folding a system turn into the
+    # first user turn; this one refuses a system role) and no Gemma SentencePiece vocabulary, so
+    # llama-spm's stands in for it.
+    "gemma3": {"vocab": "llama-spm", "arch": "gemma3", "template": "google-gemma-2-2b-it.jinja",
+               "tokenizer": families.sentencepiece_tokenizer, "args": ["--head-dim", "64"],
+               "messages": MESSAGES[1:]},
 }
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
@@ -57,7 +72,7 @@ WEATHER = {"type": "function", "function": {
                    "required": ["city"], "additionalProperties": False}}}
 
 
-def render(template_path, gguf):
+def render(template_path, gguf, messages):
     """The prompt as Hugging Face renders it: jinja2 with HF's settings and special tokens."""
     import jinja2
 
@@ -70,10 +85,12 @@ def render(template_path, gguf):
         raise jinja2.exceptions.TemplateError(message)
 
     environment.globals["raise_exception"] = raise_exception
+    # transformers' global for templates that write today's date (Mistral Small 3.2).
+    environment.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     m = gguf.metadata
     tokens = m["tokenizer.ggml.tokens"]
     return environment.from_string(source).render(
-        messages=MESSAGES, add_generation_prompt=True,
+        messages=messages, add_generation_prompt=True,
         bos_token=tokens[m["tokenizer.ggml.bos_token_id"]] if "tokenizer.ggml.bos_token_id" in m
         else "",
         eos_token=tokens[m["tokenizer.ggml.eos_token_id"]])
@@ -82,8 +99,11 @@ def render(template_path, gguf):
 def post(cluster, path, body):
     request = urllib.request.Request(cluster.http_url + path, json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=120) as response:
-        return json.load(response)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as error:
+        raise AssertionError("%s: %d %s" % (path, error.code, error.read().decode())) from None
 
 
 class FamiliesChat(unittest.TestCase):
@@ -107,7 +127,8 @@ class FamiliesChat(unittest.TestCase):
                         "--context", "1024", "--seed", "7"] + case["args"],
                        check=True, capture_output=True, timeout=120)
         template = os.path.join(SUITE, "templates", case["template"])
-        text = render(template, gguf)
+        messages = case.get("messages", MESSAGES)
+        text = render(template, gguf, messages)
         tokenizer_json = os.path.join(self.tmp.name, family + "-tokenizer.json")
         with open(tokenizer_json, "w", encoding="utf-8") as f:
             json.dump(case["tokenizer"](gguf), f, ensure_ascii=False)
@@ -126,17 +147,28 @@ class FamiliesChat(unittest.TestCase):
                 stub = self.protos.inference_pb2_grpc.InferenceServiceStub(channel)
                 got = list(stub.Tokenize(pb.TokenizeRequest(text=text), timeout=30).token_ids)
                 name = stub.ListModels(pb.ListModelsRequest(), timeout=30).models[0].id
-            rendered = post(cluster, "/tokenize", {"model": name, "messages": MESSAGES})["tokens"]
+            rendered = post(cluster, "/tokenize", {"model": name, "messages": messages})["tokens"]
             chat = post(cluster, "/v1/chat/completions",
-                        {"model": name, "messages": MESSAGES, "max_tokens": MAX_TOKENS,
+                        {"model": name, "messages": messages, "max_tokens": MAX_TOKENS,
                          "temperature": 0, "ignore_eos": True})
-            call = None
+            call = answer = None
             if case.get("tools"):
+                ask = [{"role": "user", "content": "Weather in Oslo?"}]
+                fields = dict({"model": name, "max_tokens": 60, "temperature": 0,
+                               "tools": [WEATHER], "parallel_tool_calls": False},
+                              **case.get("call_fields", {}))
                 call = post(cluster, "/v1/chat/completions",
-                            dict({"model": name, "max_tokens": 60, "temperature": 0,
-                                  "messages": [{"role": "user", "content": "Weather in Oslo?"}],
-                                  "tools": [WEATHER], "tool_choice": "required",
-                                  "parallel_tool_calls": False}, **case.get("call_fields", {})))
+                            dict(fields, messages=ask, tool_choice="required"))
+                # The call and its result sent back, as a client does: the template must render
+                # them (Mistral's demand ids of 9 letters and digits).
+                message = call["choices"][0]["message"]
+                calls = message.get("tool_calls") or []
+                if calls:
+                    answer = post(cluster, "/v1/chat/completions", dict(
+                        fields, tool_choice="none", max_tokens=4, messages=ask + [
+                            {"role": "assistant", "content": None, "tool_calls": calls},
+                            {"role": "tool", "tool_call_id": calls[0]["id"],
+                             "content": "18 degrees"}]))
         print("%s: %d prompt tokens, answer %r" % (family, len(want),
                                                   chat["choices"][0]["message"]["content"]),
               flush=True)
@@ -158,6 +190,10 @@ class FamiliesChat(unittest.TestCase):
             self.assertEqual(function["name"], "get_weather")
             jsonschema.validate(json.loads(function["arguments"]),
                                 WEATHER["function"]["parameters"])
+            self.assertEqual(answer["choices"][0]["message"]["role"], "assistant")
+
+    def test_mistral_small(self):
+        self.check("mistral-small")
 
     def test_sentencepiece_llama(self):
         self.check("llama-spm")
@@ -170,6 +206,9 @@ class FamiliesChat(unittest.TestCase):
 
     def test_phi3(self):
         self.check("phi3")
+
+    def test_gemma3(self):
+        self.check("gemma3")
 
 
 if __name__ == "__main__":

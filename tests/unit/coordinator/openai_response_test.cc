@@ -2,7 +2,10 @@
 // ChatCompletion and ChatCompletionChunk, logprobs included.
 #include "coordinator/openai_response.h"
 
+#include <algorithm>
+#include <cctype>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -92,6 +95,28 @@ TEST_F(OpenAiResponseTest, ChatCompletionWithToolCalls) {
   EXPECT_EQ(responder.DeltaChunk(0, "", {}, FinishReason::kStop, &offset,
                                  /*called_tools=*/true)["choices"][0]["finish_reason"],
             "tool_calls");
+}
+
+// Mistral's templates take back only ids of 9 letters and digits.
+TEST_F(OpenAiResponseTest, MistralToolCallIdsAreNineAlphanumerics) {
+  ResponseHeader header =
+      MakeResponseHeader(OpenAiEndpoint::kChatCompletions, 42, "smollm2", absl::FromUnixSeconds(7));
+  header.mistral_call_ids = true;
+  const OpenAiResponder responder(header, tokenizer_, false);
+  const std::vector<ParsedToolCall> calls = {{"a", "{}"}, {"b", "{}"}, {"c", "{}"}};
+  const json response = responder.Response({{"", {}, FinishReason::kStop, calls}}, {1, 1, 0});
+  std::set<std::string> ids;
+  for (const json& call : response["choices"][0]["message"]["tool_calls"]) {
+    const std::string id = call["id"];
+    EXPECT_EQ(id.size(), 9u) << id;
+    EXPECT_TRUE(std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(c); })) << id;
+    ids.insert(id);
+  }
+  EXPECT_EQ(ids.size(), 3u);
+  // Streamed, a call keeps the id the whole reply gives it.
+  EXPECT_EQ(
+      responder.ToolCallsChunk(0, {calls[1]}, 1)["choices"][0]["delta"]["tool_calls"][0]["id"],
+      response["choices"][0]["message"]["tool_calls"][1]["id"]);
 }
 
 TEST_F(OpenAiResponseTest, LegacyLogprobs) {

@@ -43,6 +43,13 @@ TEST(DetectToolCallFormat, ReadsTheFamilyFromTheTemplate) {
       DetectToolCallFormat("{% for message in messages %}<|im_start|>{{ message['content'] }}");
   EXPECT_EQ(chatml.syntax, ToolCallSyntax::kHermes);
   EXPECT_FALSE(chatml.template_renders_tools);
+  const ToolCallFormat nemo = DetectToolCallFormat(
+      "{{- \"[AVAILABLE_TOOLS][\" }}...{{- \"[TOOL_CALLS][\" }}{%- for tool_call in ...");
+  EXPECT_EQ(nemo.syntax, ToolCallSyntax::kMistralJson);
+  EXPECT_TRUE(nemo.template_renders_tools);
+  const ToolCallFormat small = DetectToolCallFormat(
+      "[AVAILABLE_TOOLS]...{{- '[TOOL_CALLS]' + tool_call.function.name }}{{- '[ARGS]' + ...");
+  EXPECT_EQ(small.syntax, ToolCallSyntax::kMistralArgs);
 }
 
 TEST(ParseToolCalls, SplitsContentFromHermesCalls) {
@@ -78,30 +85,72 @@ TEST(ParseToolCalls, ReadsLlama3Json) {
   EXPECT_EQ(ordered_json::parse(parsed.calls[0].arguments)["note"], "a } in \"text\"");
 }
 
+TEST(ParseToolCalls, ReadsMistralsTwoSyntaxes) {
+  const ToolCallDelta nemo = ParseToolCalls(
+      ToolCallSyntax::kMistralJson,
+      R"(Sure. [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo"}}, )"
+      R"({"name": "get_time", "arguments": {"timezone": "CET"}, "id": "abcdefghi"}])");
+  EXPECT_EQ(nemo.content, "Sure.");
+  ASSERT_EQ(nemo.calls.size(), 2u);
+  EXPECT_EQ(nemo.calls[0].name, "get_weather");
+  EXPECT_EQ(ordered_json::parse(nemo.calls[0].arguments), ordered_json({{"city", "Oslo"}}));
+  EXPECT_EQ(nemo.calls[1].name, "get_time");
+  const ToolCallDelta small = ParseToolCalls(
+      ToolCallSyntax::kMistralArgs,
+      R"([TOOL_CALLS]get_weather[ARGS]{"city": "Rome"}[TOOL_CALLS]get_time[ARGS]{"timezone": "X"})");
+  EXPECT_EQ(small.content, "");
+  ASSERT_EQ(small.calls.size(), 2u);
+  EXPECT_EQ(small.calls[0].name, "get_weather");
+  EXPECT_EQ(ordered_json::parse(small.calls[1].arguments), ordered_json({{"timezone", "X"}}));
+  for (const auto& [syntax, text] :
+       {std::pair{ToolCallSyntax::kMistralJson, std::string("[TOOL_CALLS] no list")},
+        std::pair{ToolCallSyntax::kMistralJson, std::string(R"([TOOL_CALLS][{"name": "f"}])")},
+        std::pair{ToolCallSyntax::kMistralJson, std::string("[TOOL_CALLS][]")},
+        std::pair{ToolCallSyntax::kMistralArgs, std::string(R"([TOOL_CALLS][ARGS]{"a": 1})")},
+        std::pair{ToolCallSyntax::kMistralArgs, std::string("[TOOL_CALLS]f g[ARGS]{}")},
+        std::pair{ToolCallSyntax::kMistralArgs, std::string("[TOOL_CALLS]f[ARGS][1]")}}) {
+    const ToolCallDelta parsed = ParseToolCalls(syntax, text);
+    EXPECT_TRUE(parsed.calls.empty()) << text;
+    EXPECT_EQ(parsed.content, text);
+  }
+}
+
 // Every split of the text into pieces of `piece` bytes releases what the whole parse gives.
 TEST(ToolCallStream, ReleasesWhatTheWholeParseGivesHoweverSplit) {
-  const std::string text = std::string("Checking.  \n") + kHermesCall + "\nthen <tool more\n" +
-                           kHermesCall + "\n  Done. \n";
-  const ToolCallDelta whole = ParseToolCalls(ToolCallSyntax::kHermes, text);
-  ASSERT_EQ(whole.calls.size(), 2u);
-  EXPECT_EQ(whole.content, "Checking.  \n\nthen <tool more\n\n  Done.");
-  for (size_t piece = 1; piece <= text.size(); ++piece) {
-    ToolCallStream stream(ToolCallSyntax::kHermes);
-    std::string content;
-    std::vector<ParsedToolCall> calls;
-    for (size_t at = 0; at < text.size(); at += piece) {
-      ToolCallDelta delta = stream.Add(std::string_view(text).substr(at, piece));
-      content += delta.content;
-      for (ParsedToolCall& call : delta.calls) calls.push_back(std::move(call));
-    }
-    content += stream.Finish().content;
-    EXPECT_EQ(content, whole.content) << "pieces of " << piece;
-    ASSERT_EQ(calls.size(), whole.calls.size()) << "pieces of " << piece;
-    for (size_t k = 0; k < calls.size(); ++k) {
-      EXPECT_EQ(calls[k].name, whole.calls[k].name);
-      EXPECT_EQ(calls[k].arguments, whole.calls[k].arguments);
+  const std::string hermes = std::string("Checking.  \n") + kHermesCall + "\nthen <tool more\n" +
+                             kHermesCall + "\n  Done. \n";
+  const std::string mistral =
+      R"(Checking. [TOOL_CALLS]get_weather[ARGS]{"city": "Rome"} then [TOOL_ more)"
+      R"([TOOL_CALLS]get_time[ARGS] {"timezone": "X"} Done.)";
+  for (const auto& [syntax, text] : {std::pair{ToolCallSyntax::kHermes, hermes},
+                                     std::pair{ToolCallSyntax::kMistralArgs, mistral}}) {
+    const ToolCallDelta whole = ParseToolCalls(syntax, text);
+    ASSERT_EQ(whole.calls.size(), 2u);
+    for (size_t piece = 1; piece <= text.size(); ++piece) {
+      ToolCallStream stream(syntax);
+      std::string content;
+      std::vector<ParsedToolCall> calls;
+      for (size_t at = 0; at < text.size(); at += piece) {
+        ToolCallDelta delta = stream.Add(std::string_view(text).substr(at, piece));
+        content += delta.content;
+        for (ParsedToolCall& call : delta.calls) calls.push_back(std::move(call));
+      }
+      content += stream.Finish().content;
+      EXPECT_EQ(content, whole.content) << "pieces of " << piece;
+      ASSERT_EQ(calls.size(), whole.calls.size()) << "pieces of " << piece;
+      for (size_t k = 0; k < calls.size(); ++k) {
+        EXPECT_EQ(calls[k].name, whole.calls[k].name);
+        EXPECT_EQ(calls[k].arguments, whole.calls[k].arguments);
+      }
     }
   }
+}
+
+TEST(ToolCallStream, KeepsHermesContentAroundCalls) {
+  const std::string text = std::string("Checking.  \n") + kHermesCall + "\nthen <tool more\n" +
+                           kHermesCall + "\n  Done. \n";
+  EXPECT_EQ(ParseToolCalls(ToolCallSyntax::kHermes, text).content,
+            "Checking.  \n\nthen <tool more\n\n  Done.");
 }
 
 TEST(FallbackToolTurns, WritesEarlierCallsAndResultsAsText) {
@@ -181,6 +230,24 @@ TEST_F(ToolCallConstraintTest, AutoTakesTextAndCalls) {
   const OutputConstraint llama =
       ToolCallConstraint(ToolCallSyntax::kLlama3Json, Tools(), automatic);
   EXPECT_TRUE(Accepts(llama, R"({"name": "get_weather", "parameters": {"city": "Rome"}})"));
+}
+
+// Mistral's calls, one per [TOOL_CALLS], back to back.
+TEST_F(ToolCallConstraintTest, MistralSyntaxes) {
+  const ToolChoice required{ToolChoiceMode::kRequired, "", true};
+  const OutputConstraint nemo = ToolCallConstraint(ToolCallSyntax::kMistralJson, Tools(), required);
+  const std::string nemo_call =
+      R"([TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo"}}])";
+  EXPECT_TRUE(Accepts(nemo, nemo_call));
+  EXPECT_TRUE(Accepts(nemo, nemo_call + nemo_call));
+  EXPECT_FALSE(Accepts(nemo, "It is sunny."));
+  const OutputConstraint small =
+      ToolCallConstraint(ToolCallSyntax::kMistralArgs, Tools(), required);
+  EXPECT_TRUE(Accepts(small, R"([TOOL_CALLS]get_weather[ARGS]{"city": "Oslo"})"));
+  EXPECT_FALSE(Accepts(small, R"([TOOL_CALLS]get_news[ARGS]{"city": "Oslo"})"));
+  const ToolChoice automatic{ToolChoiceMode::kAuto, "", true};
+  EXPECT_TRUE(Accepts(ToolCallConstraint(ToolCallSyntax::kMistralArgs, Tools(), automatic),
+                      R"(Let me see. [TOOL_CALLS]get_time[ARGS]{"timezone": "UTC"})"));
 }
 
 }  // namespace
