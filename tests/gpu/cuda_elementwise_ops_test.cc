@@ -239,6 +239,35 @@ TEST_F(CudaOpsTest, RmsNormMatchesCpu) {
   }
 }
 
+// Qwen3's and Gemma 3's q/k norms: each q and k head of the fused rows as its own RMSNorm row; v
+// untouched.
+TEST_F(CudaOpsTest, QkHeadRmsNormMatchesCpuPerHead) {
+  const int64_t tokens = 5, q_heads = 4, kv_heads = 2, head_dim = 128;
+  const int64_t width = (q_heads + 2 * kv_heads) * head_dim;
+  const std::vector<float> qkv = RandomBf16Values(tokens * width, 3.0f, rng_);
+  const std::vector<float> q_weight = RandomBf16Values(head_dim, 1.5f, rng_);
+  const std::vector<float> k_weight = RandomBf16Values(head_dim, 1.5f, rng_);
+  DeviceBuffer<bf16> qkv_d = UploadBf16(qkv);
+  DeviceBuffer<bf16> q_weight_d = UploadBf16(q_weight);
+  DeviceBuffer<bf16> k_weight_d = UploadBf16(k_weight);
+  QkHeadRmsNorm(qkv_d.data(), q_weight_d.data(), k_weight_d.data(), tokens, q_heads, kv_heads,
+                head_dim, kEps, stream());
+  std::vector<float> want = qkv;
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < q_heads + kv_heads; ++h) {
+      float* row = want.data() + t * width + h * head_dim;
+      cpu::RmsNorm(row, (h < q_heads ? q_weight : k_weight).data(), 1, head_dim, kEps, row);
+    }
+  }
+  const std::vector<float> got = DownloadFloats(qkv_d);
+  EXPECT_LE(NormalizedError(got, want), kOneRounding);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t e = (q_heads + kv_heads) * head_dim; e < width; ++e) {
+      ASSERT_EQ(got[t * width + e], qkv[t * width + e]) << "v of token " << t;
+    }
+  }
+}
+
 TEST_F(CudaOpsTest, AddRmsNormMatchesCpu) {
   for (const int64_t dim : kNormDims) {
     const int64_t rows = 3;

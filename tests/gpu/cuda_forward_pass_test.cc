@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_test_model.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/model_steps.h"
 #include "tests/unit/worker/fp8_checkpoint_view.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/comm/single_rank_device_communicator.h"
@@ -35,6 +36,9 @@
 
 namespace tpserve {
 namespace {
+
+using gpu_test::Forward;
+using gpu_test::Prompt;
 
 constexpr int64_t kBlockSize = 16;
 constexpr int64_t kBlocks = 64;
@@ -67,13 +71,6 @@ std::unique_ptr<LoadedShard> MakeRunner(const RunnerConfig& config, Communicator
   return runner.ok() ? *std::move(runner) : nullptr;
 }
 
-// Token ids 1.. of a prompt: inside every vocabulary, and varied.
-std::vector<int32_t> Prompt(int length, int salt) {
-  std::vector<int32_t> ids(length);
-  for (int i = 0; i < length; ++i) ids[i] = 100 + (i * 37 + salt * 101) % 4000;
-  return ids;
-}
-
 std::vector<int32_t> Table(int first_block, int count) {
   std::vector<int32_t> table(count);
   std::iota(table.begin(), table.end(), first_block);
@@ -82,13 +79,6 @@ std::vector<int32_t> Table(int first_block, int count) {
 
 int Argmax(const float* row, int64_t n) {
   return static_cast<int>(std::max_element(row, row + n) - row);
-}
-
-std::vector<float> Forward(LoadedShard& runner, const ForwardBatch& batch) {
-  std::vector<float> logits;
-  const absl::Status status = runner.forward_pass().Forward(batch, &logits);
-  EXPECT_TRUE(status.ok()) << status;
-  return logits;
 }
 
 // Three sequences (5, 17 and 33 prompt tokens, 4 blocks each) prefilled in one step, then 8

@@ -119,7 +119,7 @@ CASES = {
     "mistral_nemo": dict(
         args=["--arch", "llama", "--heads", "4", "--kv-heads", "1", "--head-dim", "64",
               "--rope-theta", "1000000"],
-        tp=(1, 4),
+        tp=(1, 2, 4),
         inv_freq=lambda c: default_inv_freq(c.theta, c.head_dim),
         hf_rope_scaling=None,
         controls=("other_qk_layout",)),

@@ -28,6 +28,7 @@
 #include "model/lora_adapter.h"
 #include "tests/gpu/gpu_test_model.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/model_steps.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/comm/single_rank_device_communicator.h"
 #include "worker/cuda/cuda_forward_pass.h"
@@ -37,6 +38,9 @@
 
 namespace tpserve {
 namespace {
+
+using gpu_test::Forward;
+using gpu_test::Prompt;
 
 using cuda::bf16;
 
@@ -188,19 +192,6 @@ std::unique_ptr<LoadedShard> MakeRunner(Device device, bool enforce_eager, Commu
   auto runner = LoadShard(options, comm, device_comm);
   EXPECT_TRUE(runner.ok()) << runner.status();
   return runner.ok() ? *std::move(runner) : nullptr;
-}
-
-std::vector<int32_t> Prompt(int length, int salt) {
-  std::vector<int32_t> ids(length);
-  for (int i = 0; i < length; ++i) ids[i] = 100 + (i * 37 + salt * 101) % 4000;
-  return ids;
-}
-
-std::vector<float> Forward(LoadedShard& runner, const ForwardBatch& batch) {
-  std::vector<float> logits;
-  const absl::Status status = runner.forward_pass().Forward(batch, &logits);
-  EXPECT_TRUE(status.ok()) << status;
-  return logits;
 }
 
 // Rows [first, first + count) of [rows, vocab] logits.
