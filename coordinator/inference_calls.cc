@@ -6,6 +6,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/inference_wire.h"
+#include "coordinator/tool_calls.h"
 
 namespace tpserve {
 namespace {
@@ -74,7 +75,8 @@ void GenerateCall::Pump() {
     v1::GenerateResponse chunk = ToChunk(update);
     if (chat_.has_value()) {
       const ReplyDelta delta = streams_[update.index].Next(update.text, update.done);
-      SetChatReply(delta, handle_->request_id(), &calls_[update.index], &chunk);
+      SetChatReply(delta, handle_->request_id(), &calls_[update.index],
+                   WantsMistralCallIds(chat_->tools), &chunk);
     }
     queue_.push_back(std::move(chunk));
   }

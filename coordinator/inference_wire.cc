@@ -6,6 +6,7 @@
 #include "common/json_depth.h"
 #include "common/status_macros.h"
 #include "coordinator/openai_error.h"
+#include "coordinator/tool_calls.h"
 
 namespace tpserve {
 namespace {
@@ -96,13 +97,14 @@ v1::GenerateResponse ToChunk(const StreamUpdate& update) {
 
 namespace tpserve {
 
-void SetChatReply(const ReplyDelta& delta, uint64_t request_id, int32_t* calls,
+void SetChatReply(const ReplyDelta& delta, uint64_t request_id, int32_t* calls, bool mistral_ids,
                   v1::GenerateResponse* chunk) {
   chunk->set_text(delta.content);
   chunk->set_reasoning_text(delta.reasoning);
   for (const ParsedToolCall& call : delta.calls) {
     v1::ToolCall* out = chunk->add_tool_calls();
-    out->set_id(absl::StrCat("call_", request_id, "_", chunk->index(), "_", (*calls)++));
+    const std::string id = absl::StrCat("call_", request_id, "_", chunk->index(), "_", (*calls)++);
+    out->set_id(mistral_ids ? MistralToolCallId(id) : id);
     out->set_name(call.name);
     out->set_arguments(call.arguments);
   }

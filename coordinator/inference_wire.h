@@ -18,8 +18,9 @@ OutputConstraint FromProto(const v1::OutputConstraint& c);
 // A Generate chunk: the update's tokens, text and log-probabilities; finish and usage when done.
 v1::GenerateResponse ToChunk(const StreamUpdate& update);
 // A chat prompt's chunk: `delta` (the update's text split by the sample's ReplyStream) replaces
-// the text; its calls are numbered from `*calls` (the sample's calls so far), which advances.
-void SetChatReply(const ReplyDelta& delta, uint64_t request_id, int32_t* calls,
+// the text; its calls are numbered from `*calls` (the sample's calls so far), which advances, and
+// take Mistral's 9-character ids for a Mistral template (`mistral_ids`).
+void SetChatReply(const ReplyDelta& delta, uint64_t request_id, int32_t* calls, bool mistral_ids,
                   v1::GenerateResponse* chunk);
 
 // GenerateRequest.chat and .constraint as the body of a /v1/chat/completions request (only the

@@ -11,8 +11,7 @@ namespace tpserve {
 namespace {
 
 ResponseHeader WithCallIds(ResponseHeader header, const OpenAiRequest& request) {
-  header.mistral_call_ids = request.tool_syntax == ToolCallSyntax::kMistralJson ||
-                            request.tool_syntax == ToolCallSyntax::kMistralArgs;
+  header.mistral_call_ids = WantsMistralCallIds(request.tool_syntax);
   return header;
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "coordinator/tool_calls.h"
 
 namespace tpserve {
 namespace {
@@ -223,27 +224,6 @@ json OpenAiResponder::ToolCallsChunk(int32_t index, absl::Span<const ParsedToolC
   return chunk;
 }
 
-namespace {
-
-// `unique` folded into 9 letters and digits (a 64-bit FNV-1a hash in base 62: distinct calls of a
-// response collide with odds of about 2^-53).
-std::string NineCharacterId(std::string_view unique) {
-  constexpr std::string_view kDigits =
-      "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-  uint64_t hash = 1469598103934665603ull;
-  for (const char c : unique) {
-    hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  }
-  std::string id(9, '0');
-  for (char& c : id) {
-    c = kDigits[hash % kDigits.size()];
-    hash /= kDigits.size();
-  }
-  return id;
-}
-
-}  // namespace
-
 json OpenAiResponder::ToolCallsJson(int32_t index, absl::Span<const ParsedToolCall> calls,
                                     int32_t first, bool numbered) const {
   // Unique within the response: the request's id, the sample and the call's place in its reply.
@@ -253,7 +233,7 @@ json OpenAiResponder::ToolCallsJson(int32_t index, absl::Span<const ParsedToolCa
   for (size_t k = 0; k < calls.size(); ++k) {
     const int32_t number = first + static_cast<int32_t>(k);
     std::string id = absl::StrCat(prefix, number);
-    if (header_.mistral_call_ids) id = NineCharacterId(id);
+    if (header_.mistral_call_ids) id = MistralToolCallId(id);
     json call = {{"id", std::move(id)},
                  {"type", "function"},
                  {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};

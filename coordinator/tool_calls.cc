@@ -25,6 +25,23 @@ ToolCallFormat DetectToolCallFormat(const std::string& chat_template_source) {
   return format;
 }
 
+bool WantsMistralCallIds(std::optional<ToolCallSyntax> syntax) {
+  return syntax == ToolCallSyntax::kMistralJson || syntax == ToolCallSyntax::kMistralArgs;
+}
+
+std::string MistralToolCallId(std::string_view unique) {
+  constexpr std::string_view kDigits =
+      "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  uint64_t hash = 1469598103934665603ull;
+  for (const char c : unique) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  std::string id(9, '0');
+  for (char& c : id) {
+    c = kDigits[hash % kDigits.size()];
+    hash /= kDigits.size();
+  }
+  return id;
+}
+
 std::string ToolCallBegin(ToolCallSyntax syntax, const std::string& name) {
   const std::string quoted = ordered_json(name).dump();
   switch (syntax) {

@@ -20,7 +20,9 @@
 // one call per turn); a named function is exactly one call of it.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -48,6 +50,13 @@ struct ToolCallFormat {
   ToolCallSyntax syntax = ToolCallSyntax::kHermes;
   bool template_renders_tools = false;  // false: FallbackToolPrompt describes them
 };
+
+// Whether calls in `syntax` go back to a Mistral template, which takes only ids of 9 letters and
+// digits (MistralToolCallId).
+bool WantsMistralCallIds(std::optional<ToolCallSyntax> syntax);
+// `unique` (an id unique within the response) folded into 9 letters and digits: a 64-bit FNV-1a
+// hash in base 62, so distinct calls of a response collide with odds of about 2^-53.
+std::string MistralToolCallId(std::string_view unique);
 
 // From the chat template's source: Hermes where it writes <tool_call>, Llama-3.1 JSON where it
 // asks for {"name": ..., "parameters": ...}, Mistral's where it writes [TOOL_CALLS] (with [ARGS]
