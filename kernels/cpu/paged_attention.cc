@@ -214,8 +214,8 @@ AttendFn PickGroup(int64_t group, std::integer_sequence<int, kGroups...>) {
   return fn;
 }
 
-// The vector path for this shape, cache type and CPU (head_dim 64 or 128, up to 8 query heads per
-// KV head), or null: the portable path.
+// The vector path for this shape, cache type and CPU (head_dim 64, 128 or 256, up to 8 query heads
+// per KV head), or null: the portable path.
 AttendFn VectorAttend(int64_t head_dim, int64_t group, bool fp8) {
   static const bool avx512 =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
@@ -227,6 +227,9 @@ AttendFn VectorAttend(int64_t head_dim, int64_t group, bool fp8) {
   }
   if (head_dim == 128) {
     return fp8 ? PickGroup<8, true>(group, kGroups) : PickGroup<8, false>(group, kGroups);
+  }
+  if (head_dim == 256) {  // Gemma 3: more registers than the CPU has, spilled to L1, still ahead
+    return fp8 ? PickGroup<16, true>(group, kGroups) : PickGroup<16, false>(group, kGroups);
   }
   return nullptr;
 }

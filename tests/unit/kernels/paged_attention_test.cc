@@ -241,12 +241,14 @@ INSTANTIATE_TEST_SUITE_P(
                     AttentionCase{1, 1}, AttentionCase{3, 1}, AttentionCase{4, 1},
                     AttentionCase{3, 5}, AttentionCase{3, 32}, AttentionCase{8, 16},
                     AttentionCase{2, 16, /*head_dim=*/128}, AttentionCase{1, 16, /*head_dim=*/12},
+                    AttentionCase{4, 16, /*head_dim=*/256}, AttentionCase{2, 5, /*head_dim=*/256},
                     // FP8 caches: scales that put the values among normals and among subnormals,
                     // or past E4M3's largest (saturated), on the vector paths (64, 128) and the
                     // portable one (12).
                     AttentionCase{3, 16, 64, 1.0f, /*fp8_scale=*/0.01f},
                     AttentionCase{2, 16, 64, 1.0f, /*fp8_scale=*/0.001f},
                     AttentionCase{2, 16, 128, 1.0f, /*fp8_scale=*/1.0f},
+                    AttentionCase{4, 16, 256, 1.0f, /*fp8_scale=*/0.01f},
                     AttentionCase{4, 5, 64, 1.0f, /*fp8_scale=*/0.5f},
                     AttentionCase{1, 16, 12, 1.0f, /*fp8_scale=*/0.01f}),
     [](const testing::TestParamInfo<AttentionCase>& info) {
