@@ -62,9 +62,10 @@ absl::StatusOr<std::unique_ptr<CudaLoraPool>> CudaLoraPool::Create(const ModelCo
                                                                         sizeof(int32_t))));
   ASSIGN_OR_RETURN(pool->scratch_,
                    DeviceBuffer<float>::Allocate(max_groups * kLoraGroupTokens * max_rank));
-  // An empty slot targets nothing.
+  // An empty slot targets nothing. Finished before any step's upload, whichever stream that uses.
   RETURN_IF_ERROR(CudaStatus(cudaMemset(pool->ranks_.data(), 0, pool->ranks_.bytes()),
                              "LoRA rank table clear"));
+  RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "LoRA rank table clear"));
   return pool;
 }
 
