@@ -214,8 +214,8 @@ AttendFn PickGroup(int64_t group, std::integer_sequence<int, kGroups...>) {
   return fn;
 }
 
-// The vector path for this shape, cache type and CPU (head_dim 64, 128 or 256, up to 8 query heads
-// per KV head), or null: the portable path.
+// The vector path for this shape, cache type and CPU (head_dim 64, 96, 128 or 256, up to 8 query
+// heads per KV head), or null: the portable path.
 AttendFn VectorAttend(int64_t head_dim, int64_t group, bool fp8) {
   static const bool avx512 =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
@@ -224,6 +224,9 @@ AttendFn VectorAttend(int64_t head_dim, int64_t group, bool fp8) {
   constexpr auto kGroups = std::make_integer_sequence<int, 8>();
   if (head_dim == 64) {
     return fp8 ? PickGroup<4, true>(group, kGroups) : PickGroup<4, false>(group, kGroups);
+  }
+  if (head_dim == 96) {  // Phi-3-mini
+    return fp8 ? PickGroup<6, true>(group, kGroups) : PickGroup<6, false>(group, kGroups);
   }
   if (head_dim == 128) {
     return fp8 ? PickGroup<8, true>(group, kGroups) : PickGroup<8, false>(group, kGroups);

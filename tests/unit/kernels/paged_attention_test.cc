@@ -242,6 +242,7 @@ INSTANTIATE_TEST_SUITE_P(
                     AttentionCase{3, 5}, AttentionCase{3, 32}, AttentionCase{8, 16},
                     AttentionCase{2, 16, /*head_dim=*/128}, AttentionCase{1, 16, /*head_dim=*/12},
                     AttentionCase{4, 16, /*head_dim=*/256}, AttentionCase{2, 5, /*head_dim=*/256},
+                    AttentionCase{1, 16, /*head_dim=*/96}, AttentionCase{3, 5, /*head_dim=*/96},
                     // FP8 caches: scales that put the values among normals and among subnormals,
                     // or past E4M3's largest (saturated), on the vector paths (64, 128) and the
                     // portable one (12).
