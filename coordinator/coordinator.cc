@@ -242,6 +242,8 @@ absl::Status Coordinator::LoadModel() {
   // The model file gives the tokenizer and the head counts that decide the tensor-parallel split.
   ASSIGN_OR_RETURN(file_, WithPrefix("--model: ", OpenModel(flags_.model)));
   ASSIGN_OR_RETURN(config_, WithPrefix("--model: ", ModelConfig::FromGguf(*file_)));
+  // As the workers see it: CPU ranks apply sliding windows and serve the whole context.
+  if (flags_.device == "cpu") config_.ServeWholeContext();
   ASSIGN_OR_RETURN(tokenizer_, WithPrefix("--model: ", Tokenizer::FromGguf(*file_)));
   // The coordinator checks client token ids against the tokenizer, workers against the config:
   // the two must agree, or ids accepted here would be refused by every worker.

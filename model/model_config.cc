@@ -263,6 +263,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& file) {
   ASSIGN_OR_RETURN(c.rms_norm_eps, ReadPositiveFloat(file, p + "attention.layer_norm_rms_epsilon"));
   ASSIGN_OR_RETURN(c.rope_theta, ReadPositiveFloat(file, p + "rope.freq_base", 10000.0f));
   ASSIGN_OR_RETURN(c.sliding_window, ReadSlidingWindow(file, p + "attention.sliding_window"));
+  c.declared_context_length = c.context_length;
   if (c.sliding_window > 0) c.context_length = std::min(c.context_length, c.sliding_window);
 
   // An explicit head size (Qwen3, Mistral Nemo: heads * head_dim != hidden), else hidden / heads.

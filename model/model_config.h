@@ -52,9 +52,11 @@ struct ModelConfig {
   int64_t context_length = 0;
   // <arch>.attention.sliding_window (Mistral-7B-v0.1: 4096 of 32768), 0 when absent or 0. A
   // context no longer than the window attends exactly as sliding-window attention does (no key
-  // is ever outside any query's window), so tpserve serves such a model with context_length
-  // clamped to the window rather than implementing the window in the attention kernels.
+  // is ever outside any query's window), so a device whose attention kernels take no window (CUDA)
+  // serves such a model with context_length clamped to the window; the CPU's attention applies
+  // the window (AttentionWindow) and serves the whole context (ServeWholeContext).
   int64_t sliding_window = 0;
+  int64_t declared_context_length = 0;  // <arch>.context_length, before any clamp
   bool qkv_bias = false;             // blk.N.attn_{q,k,v}.bias present (Qwen2): added after the
                                      // projections
   bool tie_word_embeddings = false;  // true when output.weight is absent: logits use token_embd
@@ -79,6 +81,16 @@ struct ModelConfig {
   // Added to every RMSNorm weight at load: 1 for a Gemma Hugging Face folder, whose norms multiply
   // by 1 + w (llama.cpp's converter stores 1 + w; tpserve.norm.weight_offset).
   float norm_weight_offset = 0.0f;
+
+  // The window layer `layer` (of the whole model) attends within: sliding_window on every layer,
+  // or on Gemma 3's local ones only; 0 for the whole causal context.
+  int64_t AttentionWindow(int64_t layer) const {
+    if (sliding_window == 0 || (local_layer_period > 0 && !IsLocalLayer(layer))) return 0;
+    return sliding_window;
+  }
+  // For a forward pass that applies AttentionWindow itself: the model's own context, no longer
+  // clamped to the window.
+  void ServeWholeContext() { context_length = declared_context_length; }
 
   // What attention multiplies q · k by.
   float AttentionScale() const {

@@ -182,6 +182,7 @@ void CpuForwardPass::Attention(int layer, const ForwardBatch& batch, const float
   params.head_dim = head_dim;
   params.block_size = kv_cache_.shape().block_size;
   params.scale = config_.AttentionScale();
+  params.window = config_.AttentionWindow(layout_.layers.begin + layer);
   params.out = attn;
   cpu::PagedAttention(params);
   ApplyLinear(w.attn_output, attn, n, out);

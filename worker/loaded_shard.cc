@@ -103,6 +103,8 @@ absl::StatusOr<std::unique_ptr<LoadedShard>> LoadShard(const ModelRunnerOptions&
   runner->loras_ = std::make_shared<LoraTable>(options.max_loras);
   ASSIGN_OR_RETURN(runner->file_, OpenModel(options.model_path));
   ASSIGN_OR_RETURN(runner->config_, ModelConfig::FromGguf(*runner->file_));
+  // The CPU's attention applies sliding windows (CpuForwardPass); CUDA's serves the window alone.
+  if (options.device == Device::kCpu) runner->config_.ServeWholeContext();
   if (options.num_layers > 0) {
     if (options.num_layers > runner->config_.num_layers) {
       return absl::InvalidArgumentError(absl::StrCat("asked for the first ", options.num_layers,

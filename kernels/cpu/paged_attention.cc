@@ -40,7 +40,8 @@ int64_t ScratchFloats(const PagedAttentionParams& p, int64_t group) {
 //   scratch: [ScratchFloats] floats
 //   out:     [group, head_dim]
 void AttendGroup(const PagedAttentionParams& p, int64_t group, const float* q, const int32_t* table,
-                 int64_t num_positions, int64_t kv_head, float* scratch, float* out) {
+                 int64_t first_position, int64_t num_positions, int64_t kv_head, float* scratch,
+                 float* out) {
   const int64_t head_dim = p.head_dim;
   const int64_t block_size = p.block_size;
   const int64_t slot_stride = p.num_kv_heads * head_dim;  // elements between consecutive slots
@@ -55,11 +56,12 @@ void AttendGroup(const PagedAttentionParams& p, int64_t group, const float* q, c
   const float k_scale = Fp8(p) ? p.k_scales[kv_head] : 1.0f;
   const float v_scale = Fp8(p) ? p.v_scales[kv_head] : 1.0f;
 
-  for (int64_t b = 0; b * block_size < num_positions; ++b) {
+  for (int64_t b = first_position / block_size; b * block_size < num_positions; ++b) {
     const int64_t in_block = std::min(block_size, num_positions - b * block_size);
+    const int64_t start = std::max<int64_t>(0, first_position - b * block_size);
     const int64_t base = int64_t{table[b]} * block_size * slot_stride + kv_head * head_dim;
 
-    for (int64_t j = 0; j < in_block; ++j) {
+    for (int64_t j = start; j < in_block; ++j) {
       const float* kj = CacheRow(p, p.k_cache, p.k_cache_fp8, k_scale, base + j * slot_stride, row);
       for (int64_t h = 0; h < group; ++h) {
         scores[h * block_size + j] = Dot(q + h * head_dim, kj, head_dim) * p.scale;
@@ -67,7 +69,7 @@ void AttendGroup(const PagedAttentionParams& p, int64_t group, const float* q, c
     }
     for (int64_t h = 0; h < group; ++h) {
       float* s = scores + h * block_size;
-      const float block_max = *std::max_element(s, s + in_block);
+      const float block_max = *std::max_element(s + start, s + in_block);
       if (block_max > running_max[h]) {
         // Rescale what was accumulated under the old maximum (exp(-inf) = 0 on the first block).
         const float correction = std::exp(running_max[h] - block_max);
@@ -75,12 +77,12 @@ void AttendGroup(const PagedAttentionParams& p, int64_t group, const float* q, c
         Scale(correction, acc + h * head_dim, acc + h * head_dim, head_dim);
         running_max[h] = block_max;
       }
-      for (int64_t j = 0; j < in_block; ++j) {
+      for (int64_t j = start; j < in_block; ++j) {
         s[j] = std::exp(s[j] - running_max[h]);  // the score becomes its softmax weight
         running_sum[h] += s[j];
       }
     }
-    for (int64_t j = 0; j < in_block; ++j) {
+    for (int64_t j = start; j < in_block; ++j) {
       const float* vj = CacheRow(p, p.v_cache, p.v_cache_fp8, v_scale, base + j * slot_stride, row);
       for (int64_t h = 0; h < group; ++h) {
         Axpy(scores[h * block_size + j], vj, acc + h * head_dim, head_dim);
@@ -131,8 +133,8 @@ TP_TARGET_AVX512 inline __m512 Load16(const float* cache, const uint8_t* fp8, in
 // are loaded.
 template <int kChunks, int kGroup, bool kFp8>
 TP_TARGET_AVX512 void AttendGroupAvx512(const PagedAttentionParams& p, const float* q,
-                                        const int32_t* table, int64_t num_positions,
-                                        int64_t kv_head, float* out) {
+                                        const int32_t* table, int64_t first_position,
+                                        int64_t num_positions, int64_t kv_head, float* out) {
   const __m512 k_scale = _mm512_set1_ps(kFp8 ? p.k_scales[kv_head] : 1.0f);
   const __m512 v_scale = _mm512_set1_ps(kFp8 ? p.v_scales[kv_head] : 1.0f);
   const int64_t block_size = p.block_size;
@@ -150,10 +152,11 @@ TP_TARGET_AVX512 void AttendGroupAvx512(const PagedAttentionParams& p, const flo
     running_sum[h] = 0.0f;
   }
   alignas(64) float weights[kGroup][16];
-  for (int64_t b = 0; b * block_size < num_positions; ++b) {
+  for (int64_t b = first_position / block_size; b * block_size < num_positions; ++b) {
     const int64_t in_block = std::min(block_size, num_positions - b * block_size);
     const int64_t base = int64_t{table[b]} * block_size * slot_stride + kv_head * kChunks * 16;
-    for (int64_t j0 = 0; j0 < in_block; j0 += 16) {
+    for (int64_t j0 = std::max<int64_t>(0, first_position - b * block_size); j0 < in_block;
+         j0 += 16) {
       const int n = static_cast<int>(std::min<int64_t>(16, in_block - j0));
       const int64_t first = base + j0 * slot_stride;
       for (int j = 0; j < n; ++j) {
@@ -205,7 +208,7 @@ TP_TARGET_AVX512 void AttendGroupAvx512(const PagedAttentionParams& p, const flo
 }
 
 using AttendFn = void (*)(const PagedAttentionParams&, const float*, const int32_t*, int64_t,
-                          int64_t, float*);
+                          int64_t, int64_t, float*);
 
 template <int kChunks, bool kFp8, int... kGroups>
 AttendFn PickGroup(int64_t group, std::integer_sequence<int, kGroups...>) {
@@ -238,7 +241,7 @@ AttendFn VectorAttend(int64_t head_dim, int64_t group, bool fp8) {
 }
 #else
 using AttendFn = void (*)(const PagedAttentionParams&, const float*, const int32_t*, int64_t,
-                          int64_t, float*);
+                          int64_t, int64_t, float*);
 AttendFn VectorAttend(int64_t, int64_t, bool) { return nullptr; }
 #endif  // __x86_64__
 
@@ -314,11 +317,12 @@ void PagedAttention(const PagedAttentionParams& p) {
       const int64_t position = p.context_lens[s] - q_len + (token - p.query_start[s]);
       const int64_t first_head = token * p.num_heads + kv_head * group;
       const int32_t* table = p.block_tables + s * p.max_blocks_per_seq;
+      const int64_t first = p.window > 0 ? std::max<int64_t>(0, position + 1 - p.window) : 0;
       if (vector_attend != nullptr) {
-        vector_attend(p, p.q + first_head * p.head_dim, table, position + 1, kv_head,
+        vector_attend(p, p.q + first_head * p.head_dim, table, first, position + 1, kv_head,
                       p.out + first_head * p.head_dim);
       } else {
-        AttendGroup(p, group, p.q + first_head * p.head_dim, table, position + 1, kv_head,
+        AttendGroup(p, group, p.q + first_head * p.head_dim, table, first, position + 1, kv_head,
                     scratch.data(), p.out + first_head * p.head_dim);
       }
     }

@@ -55,6 +55,9 @@ struct PagedAttentionParams {
   int64_t head_dim = 0;
   int64_t block_size = 0;  // tokens per block
   float scale = 0.0f;      // softmax scale, normally 1 / sqrt(head_dim)
+  // Sliding-window attention (Mistral, Phi-3, Gemma 3's local layers): a query at position p
+  // attends to positions (p - window, p] only; 0 for the whole causal context.
+  int64_t window = 0;
   float* out = nullptr;    // [num_tokens, num_heads, head_dim]; must not overlap the inputs
 };
 

@@ -81,13 +81,14 @@ def silu(x):
 
 
 def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True, kv_cache=None,
-                     deltas=None, qk_norm=True):
+                     deltas=None, qk_norm=True, windows=True):
     """[tokens, vocab] logits of the HF model the GGUF file holds. `permuted_qk`: whether the
     file's Q/K rows are the converter's permutation of HF's (by default: for llama files only);
     `biases`: add the q/k/v biases the file has; `kv_cache(layer, k, v)`, when given, returns the
     K and V ([kv_heads, tokens, head_dim], K rotated) that attention reads, as a KV cache stores
     them; `deltas[(layer, "q_proj")]` (HF module names, HF row order), when given, is added to that
-    weight: a LoRA adapter merged into the model; `qk_norm`: apply the q/k norms the file has."""
+    weight: a LoRA adapter merged into the model; `qk_norm`: apply the q/k norms the file has;
+    `windows`: attend within the sliding window the file declares."""
     deltas = deltas or {}
 
     def weight(layer, module, w):
@@ -110,7 +111,7 @@ def reference_logits(gguf, tokens, inv_freq, permuted_qk=None, biases=True, kv_c
         x = x * math.sqrt(c.hidden)
     full = np.tril(np.ones((n, n), dtype=bool))
     windowed = full.copy()
-    if c.sliding_window:
+    if c.sliding_window and windows:
         # Mistral, Gemma 3's local layers: query i sees keys j with i - j < sliding_window.
         distance = positions[:, None] - positions[None, :]
         windowed &= distance < c.sliding_window

@@ -73,16 +73,17 @@ CASES = {
         inv_freq=lambda c: linear_inv_freq(c.theta, c.head_dim, 4.0),
         hf_rope_scaling={"rope_type": "linear", "factor": 4.0},
         controls=("no_bias", "unscaled_rope")),
-    # Mistral-7B-v0.1's proportions: 8 heads over 2 KV heads, theta 1e6, a sliding window (64 of
-    # a 256 context here, 4096 of 32768 there). tpserve serves the window as the context.
+    # Mistral-7B-v0.1's proportions: 8 heads over 2 KV heads, theta 1e6, a sliding window (16 of
+    # a 256 context here, 4096 of 32768 there), which the 40-token prompt outgrows: the CPU's
+    # attention applies it and serves the whole context.
     "mistral": dict(
         args=["--arch", "llama", "--heads", "8", "--kv-heads", "2", "--rope-theta", "1000000",
-              "--sliding-window", "64"],
+              "--sliding-window", "16"],
         tp=(1, 4),
         inv_freq=lambda c: default_inv_freq(c.theta, c.head_dim),
-        served_context=64,
+        served_context=256,
         hf_rope_scaling=None,
-        controls=("other_qk_layout",)),
+        controls=("other_qk_layout", "no_window")),
     # Qwen3-0.6B's proportions: each head's q and k RMS-normalized before RoPE, no biases, heads
     # of 48 whose 4 q heads (192) outnumber the hidden size (128), as 16 x 128 do 1024 there.
     "qwen3": dict(
@@ -93,28 +94,28 @@ CASES = {
         hf_rope_scaling=None,
         controls=("no_qk_norm", "other_qk_layout")),
     # Phi-3-mini's layout: fused [q | k | v] and [gate | up] matrices, rotate-half RoPE, a window
-    # (2047 of 4096 there, 128 of 256 here), 8 heads over 4 KV heads (Phi-3 has no GQA; Phi-4-mini
+    # (2047 of 4096 there, 16 of 256 here), 8 heads over 4 KV heads (Phi-3 has no GQA; Phi-4-mini
     # does).
     "phi3": dict(
-        args=["--arch", "phi3", "--heads", "8", "--kv-heads", "4", "--sliding-window", "128"],
+        args=["--arch", "phi3", "--heads", "8", "--kv-heads", "4", "--sliding-window", "16"],
         tp=(1, 2, 4, 8),
         inv_freq=lambda c: default_inv_freq(c.theta, c.head_dim),
-        served_context=128,
+        served_context=256,
         hf_rope_scaling=None,
-        controls=("other_qk_layout",)),
+        controls=("other_qk_layout", "no_window")),
     # Gemma 3 (1B's proportions): heads of 64 wider than hidden / heads, 1 KV head, q/k and
     # block-output norms, GELU, sqrt(hidden) embedding scale; 7 layers, so that layer 6 is global
-    # (theta 1e6, linear scaling by 8 as 4B+ have it) and the others local (theta 1e4, no scaling),
-    # all within a window of 64 (512 there) that the context is served to.
+    # (theta 1e6, linear scaling by 8 as 4B+ have it, the whole context) and the others local
+    # (theta 1e4, no scaling, a window of 16 here, 512 there, which the prompt outgrows).
     "gemma3": dict(
         args=["--arch", "gemma3", "--heads", "4", "--kv-heads", "1", "--head-dim", "64",
               "--rope-theta", "1000000", "--rope-scaling", "linear", "--rope-scaling-factor", "8",
-              "--sliding-window", "64", "--tied-embeddings", "--layers", "7"],
+              "--sliding-window", "16", "--tied-embeddings", "--layers", "7"],
         tp=(1, 2, 4),
         inv_freq=lambda c: linear_inv_freq(c.theta, c.head_dim, 8.0),
-        served_context=64,
+        served_context=256,
         hf_rope_scaling={"rope_type": "linear", "factor": 8.0},
-        controls=("unscaled_rope",)),
+        controls=("unscaled_rope", "no_window")),
     # Mistral Nemo's shape on a Llama file: head_dim (here 64) other than hidden / heads (32).
     "mistral_nemo": dict(
         args=["--arch", "llama", "--heads", "4", "--kv-heads", "1", "--head-dim", "64",
@@ -136,6 +137,8 @@ def control_logits(name, gguf, tokens, inv_freq):
         return reference_logits(gguf, tokens, inv_freq, biases=False)
     if name == "no_qk_norm":
         return reference_logits(gguf, tokens, inv_freq, qk_norm=False)
+    if name == "no_window":
+        return reference_logits(gguf, tokens, inv_freq, windows=False)
     raise ValueError(name)
 
 
@@ -206,7 +209,7 @@ class LogitsFamilies(unittest.TestCase):
             self.assertEqual(top1, 1.0, label)
             if window:
                 self.assertEqual(context, window, label)
-                self.assertIsNotNone(refused, "a prompt one past the window was scored")
+                self.assertIsNotNone(refused, "a prompt one past the context was scored")
                 self.assertIn("context length is %d" % window, refused.details())
 
     def test_llama3_rope(self):

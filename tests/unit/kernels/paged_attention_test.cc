@@ -66,11 +66,13 @@ struct AttentionCase {
   // attends to the values it holds. The scales differ by head and between K and V
   // (KvScales), around fp8_scale.
   float fp8_scale = 0.0f;
+  int64_t window = 0;  // sliding-window attention; 0 for the whole causal context
 };
 
 std::string CaseName(const AttentionCase& c) {
   return "group " + std::to_string(c.group) + ", block_size " + std::to_string(c.block_size) +
-         ", head_dim " + std::to_string(c.head_dim) + (c.fp8_scale > 0 ? ", FP8" : "");
+         ", head_dim " + std::to_string(c.head_dim) + (c.fp8_scale > 0 ? ", FP8" : "") +
+         (c.window > 0 ? ", window " + std::to_string(c.window) : "");
 }
 
 void PrintTo(const AttentionCase& c, std::ostream* os) { *os << CaseName(c); }
@@ -191,6 +193,7 @@ double MaxErrorAgainstNaive(const AttentionCase& c) {
   p.head_dim = head_dim;
   p.block_size = bs;
   p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  p.window = c.window;
   p.out = out.data();
   PagedAttention(p);
 
@@ -203,9 +206,11 @@ double MaxErrorAgainstNaive(const AttentionCase& c) {
       for (int64_t h = 0; h < num_heads; ++h) {
         const int64_t g = h / c.group;
         const float* qh = q.data() + (token * num_heads + h) * head_dim;
-        std::vector<double> scores(position + 1);
+        // The keys the query sees: all before it, or the last `window` of them.
+        const int64_t first = c.window > 0 ? std::max<int64_t>(0, position + 1 - c.window) : 0;
+        std::vector<double> scores(position + 1, -std::numeric_limits<double>::infinity());
         double max_score = -std::numeric_limits<double>::infinity();
-        for (int64_t pos = 0; pos <= position; ++pos) {
+        for (int64_t pos = first; pos <= position; ++pos) {
           const float* kp = k_full[s].data() + pos * row + g * head_dim;
           double dot = 0;
           for (int64_t d = 0; d < head_dim; ++d) dot += double{qh[d]} * kp[d];
@@ -216,7 +221,7 @@ double MaxErrorAgainstNaive(const AttentionCase& c) {
         for (double& sc : scores) sum += (sc = std::exp(sc - max_score));
         for (int64_t d = 0; d < head_dim; ++d) {
           double want = 0;
-          for (int64_t pos = 0; pos <= position; ++pos) {
+          for (int64_t pos = first; pos <= position; ++pos) {
             want += scores[pos] / sum * v_full[s][pos * row + g * head_dim + d];
           }
           const double got = out[(token * num_heads + h) * head_dim + d];
@@ -243,6 +248,13 @@ INSTANTIATE_TEST_SUITE_P(
                     AttentionCase{2, 16, /*head_dim=*/128}, AttentionCase{1, 16, /*head_dim=*/12},
                     AttentionCase{4, 16, /*head_dim=*/256}, AttentionCase{2, 5, /*head_dim=*/256},
                     AttentionCase{1, 16, /*head_dim=*/96}, AttentionCase{3, 5, /*head_dim=*/96},
+                    // Windows shorter than the contexts, starting inside blocks and on their
+                    // edges, on both paths (head_dim 64: the vector one; 12: the portable one).
+                    AttentionCase{3, 16, 64, 1.0f, 0.0f, /*window=*/7},
+                    AttentionCase{2, 5, 64, 1.0f, 0.0f, /*window=*/10},
+                    AttentionCase{4, 16, 128, 1.0f, 0.0f, /*window=*/1},
+                    AttentionCase{1, 16, 12, 1.0f, 0.0f, /*window=*/9},
+                    AttentionCase{2, 5, 64, 1.0f, /*fp8_scale=*/0.01f, /*window=*/6},
                     // FP8 caches: scales that put the values among normals and among subnormals,
                     // or past E4M3's largest (saturated), on the vector paths (64, 128) and the
                     // portable one (12).
@@ -255,7 +267,8 @@ INSTANTIATE_TEST_SUITE_P(
     [](const testing::TestParamInfo<AttentionCase>& info) {
       return "Group" + std::to_string(info.param.group) + "Block" +
              std::to_string(info.param.block_size) + "HeadDim" +
-             std::to_string(info.param.head_dim) + (info.param.fp8_scale > 0 ? "Fp8" : "");
+             std::to_string(info.param.head_dim) + (info.param.fp8_scale > 0 ? "Fp8" : "") +
+             (info.param.window > 0 ? "Window" + std::to_string(info.param.window) : "");
     });
 
 // Scores in the hundreds overflow a softmax that does not subtract the maximum. The tolerance is

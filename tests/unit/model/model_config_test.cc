@@ -394,6 +394,9 @@ TEST(ModelConfig, RopeScalingRefusalsNameTheType) {
   }
 }
 
+// SmallModel is defined below; declared here for the window test.
+GgufWriter SmallModel(const std::string& arch);
+
 TEST(ModelConfig, ContextClampedToASmallerSlidingWindow) {
   {
     GgufWriter w = SmallLlama();
@@ -402,6 +405,20 @@ TEST(ModelConfig, ContextClampedToASmallerSlidingWindow) {
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_EQ(c->sliding_window, 64);
     EXPECT_EQ(c->context_length, 64);
+    EXPECT_EQ(c->AttentionWindow(0), 64);
+    // A pass that applies the window itself serves the model's whole context.
+    ModelConfig whole = *c;
+    whole.ServeWholeContext();
+    EXPECT_EQ(whole.context_length, 256);
+  }
+  {  // Gemma 3: the window on the local layers only.
+    GgufWriter w = SmallModel("gemma3");
+    w.SetUint32("gemma3.attention.sliding_window", 32);
+    absl::StatusOr<ModelConfig> c = ConfigOf(w);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->AttentionWindow(0), 32);
+    EXPECT_EQ(c->AttentionWindow(5), 0);
+    EXPECT_EQ(c->AttentionWindow(6), 32);
   }
   for (const uint32_t window : {0u, 256u, 4096u}) {  // none, or no smaller than the context
     GgufWriter w = SmallLlama();
