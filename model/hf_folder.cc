@@ -339,10 +339,10 @@ struct FoundScale {
   absl::Span<const uint8_t> bytes;
 };
 
-// The shape config.json implies for a tensor of GGUF name `name`, row-major; nullopt when it
-// implies none (the shard loader and ModelConfig check what is left).
+// The shape config.json implies for a tensor of GGUF name `name` of an `arch` model, row-major;
+// nullopt when it implies none (the shard loader and ModelConfig check what is left).
 std::optional<std::vector<int64_t>> ExpectedShape(const std::string& name, const Config& c,
-                                                  int64_t vocab) {
+                                                  const std::string& arch, int64_t vocab) {
   const int64_t hidden = c.Int("hidden_size").value_or(0);
   const int64_t heads = c.Int("num_attention_heads").value_or(1);
   const int64_t kv_heads = c.Int("num_key_value_heads", heads).value_or(heads);
@@ -369,7 +369,7 @@ std::optional<std::vector<int64_t>> ExpectedShape(const std::string& name, const
   if (ends("attn_q.bias")) return std::vector<int64_t>{heads * head_dim};
   if (ends("attn_k.bias") || ends("attn_v.bias")) return std::vector<int64_t>{kv_heads * head_dim};
   if (ends("attn_output.weight")) return std::vector<int64_t>{hidden, heads * head_dim};
-  if (ends("ffn_up.weight") && Architecture(c.raw()).value_or("") == "phi3") {
+  if (ends("ffn_up.weight") && arch == "phi3") {
     return std::vector<int64_t>{2 * ffn, hidden};  // [gate | up]
   }
   if (ends("ffn_gate.weight") || ends("ffn_up.weight")) return std::vector<int64_t>{ffn, hidden};
@@ -589,7 +589,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::filesystem::path& dir)
                                              " rows of model.embed_tokens.weight"));
   }
   for (const auto& [name, shape] : shapes) {
-    const std::optional<std::vector<int64_t>> want = ExpectedShape(name, config, vocab);
+    const std::optional<std::vector<int64_t>> want = ExpectedShape(name, config, arch, vocab);
     if (want.has_value() && *want != shape) {
       return Error(where[name], absl::StrCat("shape ", Shape(shape),
                                              " disagrees with config.json (", Shape(*want), ")"));

@@ -14,6 +14,7 @@
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/silu_mul.h"
+#include "kernels/cpu/vector_ops.h"
 
 namespace tpserve {
 namespace {
@@ -85,7 +86,7 @@ absl::Status CpuForwardPass::Forward(const ForwardBatch& batch, std::vector<floa
   if (layout_.first_stage()) {
     LookupRows(weights_.token_embedding, batch.token_ids.data(), n, residual);
     if (config_.embedding_scale != 1.0f) {  // Gemma
-      for (int64_t i = 0; i < n * hidden; ++i) residual[i] *= config_.embedding_scale;
+      cpu::Scale(config_.embedding_scale, residual, residual, n * hidden);
     }
   } else {
     RETURN_IF_ERROR(links_->Receive(residual, n * hidden));
