@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 1;  // --help is 0; every flag error exits 1
   }
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::Notification stop;
   tpserve::HandleSignals(&stop);
   return tpserve::Coordinator(flags, &stop).Run();

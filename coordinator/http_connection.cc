@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/check.h"
 #include "common/logging.h"
 
 namespace tpserve {
@@ -53,6 +54,13 @@ std::string PeerOf(const net::ip::tcp::socket& socket) {
   return absl::StrCat(peer.address().to_string(), ":", peer.port());
 }
 
+// The listener accepts every socket on a strand of its own.
+HttpConnection::Strand StrandOf(net::ip::tcp::socket& socket) {
+  const auto* strand = socket.get_executor().target<HttpConnection::Strand>();
+  TP_CHECK(strand != nullptr);
+  return *strand;
+}
+
 }  // namespace
 
 HttpConnection::HttpConnection(net::ip::tcp::socket socket, std::shared_ptr<Shared> shared,
@@ -60,6 +68,7 @@ HttpConnection::HttpConnection(net::ip::tcp::socket socket, std::shared_ptr<Shar
     : shared_(std::move(shared)),
       counted_(counted),
       peer_(PeerOf(socket)),
+      strand_(StrandOf(socket)),
       stream_(std::move(socket)) {
   if (counted_) shared_->open.fetch_add(1);
   // Chunks are first written at once (Flush); a full socket buffer must not block the thread.
@@ -76,15 +85,14 @@ std::shared_ptr<HttpConnection> HttpConnection::Start(net::ip::tcp::socket socke
                                                       std::optional<HttpReply> refusal) {
   auto connection =
       std::make_shared<HttpConnection>(std::move(socket), std::move(shared), !refusal.has_value());
-  net::dispatch(connection->stream_.get_executor(),
-                [connection, refusal = std::move(refusal)]() mutable {
-                  if (refusal.has_value()) {
-                    connection->ended_.store(true);
-                    connection->WriteReply(*std::move(refusal));
-                  } else {
-                    connection->ReadHead();
-                  }
-                });
+  net::dispatch(connection->strand_, [connection, refusal = std::move(refusal)]() mutable {
+    if (refusal.has_value()) {
+      connection->ended_.store(true);
+      connection->WriteReply(*std::move(refusal));
+    } else {
+      connection->ReadHead();
+    }
+  });
   return connection;
 }
 
@@ -218,16 +226,15 @@ void HttpConnection::SetCommonFields(Message& message, const HttpReply& reply) {
 
 void HttpConnection::Reply(HttpReply reply) {
   ended_.store(true);
-  net::dispatch(stream_.get_executor(),
-                [self = shared_from_this(), reply = std::move(reply)]() mutable {
-                  // A handler that failed halfway through a stream: its head is out, so the stream
-                  // just ends.
-                  if (self->stream_head_ != nullptr) {
-                    self->why_ = reply.body.substr(0, kLoggedErrorBytes);
-                    return self->EndExchange(net::error::connection_aborted);
-                  }
-                  self->WriteReply(std::move(reply));
-                });
+  net::dispatch(strand_, [self = shared_from_this(), reply = std::move(reply)]() mutable {
+    // A handler that failed halfway through a stream: its head is out, so the stream
+    // just ends.
+    if (self->stream_head_ != nullptr) {
+      self->why_ = reply.body.substr(0, kLoggedErrorBytes);
+      return self->EndExchange(net::error::connection_aborted);
+    }
+    self->WriteReply(std::move(reply));
+  });
 }
 
 void HttpConnection::WriteReply(HttpReply reply) {
@@ -243,21 +250,18 @@ void HttpConnection::WriteReply(HttpReply reply) {
                     });
 }
 
-void HttpConnection::Post(std::function<void()> task) {
-  net::post(stream_.get_executor(), std::move(task));
-}
+void HttpConnection::Post(std::function<void()> task) { net::post(strand_, std::move(task)); }
 
 void HttpConnection::SetOnGone(std::function<void()> on_gone) {
-  net::dispatch(stream_.get_executor(), [self = shared_from_this(), on_gone = std::move(on_gone)] {
+  net::dispatch(strand_, [self = shared_from_this(), on_gone = std::move(on_gone)] {
     if (self->client_gone_.load()) return on_gone();
     self->on_gone_ = on_gone;
   });
 }
 
 void HttpConnection::SetOnEnd(std::function<void()> on_end) {
-  net::dispatch(stream_.get_executor(), [self = shared_from_this(), on_end = std::move(on_end)] {
-    self->on_end_ = on_end;
-  });
+  net::dispatch(
+      strand_, [self = shared_from_this(), on_end = std::move(on_end)] { self->on_end_ = on_end; });
 }
 
 void HttpConnection::MarkGone() {
@@ -266,7 +270,7 @@ void HttpConnection::MarkGone() {
 }
 
 void HttpConnection::StartStream(const HttpReply& head) {
-  net::dispatch(stream_.get_executor(), [self = shared_from_this(), head] {
+  net::dispatch(strand_, [self = shared_from_this(), head] {
     self->stream_head_ = std::make_unique<StreamHead>(static_cast<http::status>(head.status), 11);
     self->SetCommonFields(*self->stream_head_, head);
     self->stream_head_->chunked(true);
@@ -278,16 +282,19 @@ void HttpConnection::StartStream(const HttpReply& head) {
 }
 
 void HttpConnection::WriteChunk(std::string data, std::function<void()> written) {
-  net::dispatch(stream_.get_executor(), [self = shared_from_this(), data = std::move(data),
-                                         written = std::move(written)]() mutable {
-    self->outgoing_.push_back({Outgoing::Kind::kChunk, std::move(data), std::move(written)});
-    self->Flush();
-  });
+  if (!strand_.running_in_this_thread()) {
+    return net::post(strand_, [self = shared_from_this(), data = std::move(data),
+                               written = std::move(written)]() mutable {
+      self->WriteChunk(std::move(data), std::move(written));
+    });
+  }
+  outgoing_.push_back({Outgoing::Kind::kChunk, std::move(data), std::move(written)});
+  Flush();
 }
 
 void HttpConnection::EndStream() {
   ended_.store(true);
-  net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+  net::dispatch(strand_, [self = shared_from_this()] {
     self->outgoing_.push_back({Outgoing::Kind::kLast, "", nullptr});
     self->Flush();
   });
@@ -305,10 +312,12 @@ void HttpConnection::Flush() {
     return;
   }
   writing_ = true;
-  stream_.expires_after(ToSteady(shared_->limits.write_timeout));
   const Outgoing::Kind kind = outgoing_.front().kind;
-  if (kind == Outgoing::Kind::kHead) {
+  if (kind != Outgoing::Kind::kChunk) {
+    stream_.expires_after(ToSteady(shared_->limits.write_timeout));
     outgoing_.pop_front();
+  }
+  if (kind == Outgoing::Kind::kHead) {
     return http::async_write_header(stream_, *stream_serializer_,
                                     [self = shared_from_this()](beast::error_code error, size_t) {
                                       self->writing_ = false;
@@ -317,7 +326,6 @@ void HttpConnection::Flush() {
                                     });
   }
   if (kind == Outgoing::Kind::kLast) {
-    outgoing_.pop_front();
     return net::async_write(stream_, http::make_chunk_last(),
                             [self = shared_from_this()](beast::error_code error, size_t) {
                               self->writing_ = false;
@@ -325,40 +333,52 @@ void HttpConnection::Flush() {
                               self->EndExchange(error);
                             });
   }
-  // Every chunk queued goes in one: SSE events stay whole, and a burst costs one write.
-  std::string data;
-  auto written = std::make_shared<std::vector<std::function<void()>>>();
-  while (!outgoing_.empty() && outgoing_.front().kind == Outgoing::Kind::kChunk) {
-    data.append(outgoing_.front().data);
-    if (outgoing_.front().written) written->push_back(std::move(outgoing_.front().written));
-    outgoing_.pop_front();
+  // Every chunk queued goes in one: SSE events stay whole, and a burst costs one write. They stay
+  // queued until written.
+  size_t chunks = 0;
+  size_t bytes = 0;
+  for (auto it = outgoing_.begin(); it != outgoing_.end() && it->kind == Outgoing::Kind::kChunk;
+       ++it) {
+    ++chunks;
+    bytes += it->data.size();
   }
-  auto sent = [this, written] {
-    writing_ = false;
-    for (const std::function<void()>& done : *written) done();
-    Flush();
-  };
-  if (data.empty()) return sent();  // an empty chunk would end the stream
+  if (bytes == 0) return Written(chunks);  // an empty chunk would end the stream
   // Framed here, so that a partial write goes on from where it stopped.
-  auto frame =
-      std::make_shared<std::string>(absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n"));
+  auto frame = std::make_shared<std::string>();
+  frame->reserve(bytes + 16);
+  absl::StrAppend(frame.get(), absl::Hex(bytes), "\r\n");
+  for (size_t k = 0; k < chunks; ++k) frame->append(outgoing_[k].data);
+  frame->append("\r\n");
   // Most chunks fit the socket's buffer: written now, they leave without a handler's round trip
   // through the I/O queue, behind every other stream's news of the same step.
   beast::error_code error;
   const size_t now = stream_.socket().write_some(net::buffer(*frame), error);
-  if (!error && now == frame->size()) return sent();
-  if (error && error != net::error::would_block) {
-    writing_ = false;
-    MarkGone();
-    return Flush();
-  }
+  if (!error && now == frame->size()) return Written(chunks);
+  if (error && error != net::error::would_block) return WriteFailed(chunks);
+  // Only a write that waits for the client needs the deadline.
+  stream_.expires_after(ToSteady(shared_->limits.write_timeout));
   net::async_write(stream_, net::buffer(frame->data() + now, frame->size() - now),
-                   [self = shared_from_this(), frame, sent](beast::error_code error, size_t) {
-                     if (!error) return sent();
-                     self->writing_ = false;
-                     self->MarkGone();
-                     self->Flush();
+                   [self = shared_from_this(), frame, chunks](beast::error_code error, size_t) {
+                     if (error) return self->WriteFailed(chunks);
+                     self->Written(chunks);
                    });
+}
+
+void HttpConnection::Written(size_t chunks) {
+  writing_ = false;
+  for (size_t k = 0; k < chunks; ++k) {
+    std::function<void()> written = std::move(outgoing_.front().written);
+    outgoing_.pop_front();
+    if (written) written();
+  }
+  Flush();
+}
+
+void HttpConnection::WriteFailed(size_t chunks) {
+  writing_ = false;
+  outgoing_.erase(outgoing_.begin(), outgoing_.begin() + static_cast<std::ptrdiff_t>(chunks));
+  MarkGone();
+  Flush();
 }
 
 void HttpConnection::EndExchange(beast::error_code error) {

@@ -21,16 +21,17 @@
 
 #include <array>
 #include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
-
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 
 #include "coordinator/http_exchange.h"
 #include "coordinator/http_message.h"
@@ -39,6 +40,8 @@ namespace tpserve {
 
 class HttpConnection : public HttpExchange, public std::enable_shared_from_this<HttpConnection> {
  public:
+  using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
+
   // What every connection of one listener shares; outlives them all (each holds it).
   struct Shared {
     HttpLimits limits;
@@ -101,12 +104,19 @@ class HttpConnection : public HttpExchange, public std::enable_shared_from_this<
   // Starts the next write of the stream, if none runs: the head, the chunks queued (as one), or
   // the last chunk, which ends the exchange. Once the client is gone, drops what is queued.
   void Flush();
+  // The first `chunks` queued were written: drops them, tells their callers, and flushes on.
+  void Written(size_t chunks);
+  // Writing the first `chunks` failed: the client is gone.
+  void WriteFailed(size_t chunks);
   template <typename Message>
   void SetCommonFields(Message& message, const HttpReply& reply);
 
   const std::shared_ptr<Shared> shared_;
   const bool counted_;
   std::string peer_;
+  // The socket's executor, kept as its concrete type: running_in_this_thread, and posting
+  // without the type-erased executor's copies.
+  const Strand strand_;
   boost::beast::tcp_stream stream_;
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;

@@ -32,7 +32,31 @@ OpenAiReplyWriter::OpenAiReplyWriter(ResponseHeader header, const Tokenizer* tok
       num_samples_(num_samples),
       prompt_logprobs_(std::move(prompt_logprobs)),
       tool_calls_(num_samples, 0),
-      text_offsets_(num_samples, 0) {}
+      text_offsets_(num_samples, 0),
+      content_events_(num_samples),
+      reasoning_events_(num_samples) {}
+
+std::string OpenAiReplyWriter::ContentEvent(int32_t i, const std::string& text) {
+  std::optional<SseTextEvent>& event = content_events_[i];
+  if (!event.has_value()) {
+    int32_t unused_offset = 0;
+    event = SseTextEvent::From(
+        responder_.DeltaChunk(i, SseTextEvent::kMarker, {}, std::nullopt, &unused_offset));
+  }
+  if (!event.has_value()) {
+    return SseEvent(responder_.DeltaChunk(i, text, {}, std::nullopt, &text_offsets_[i]));
+  }
+  return event->Render(text);
+}
+
+std::string OpenAiReplyWriter::ReasoningEvent(int32_t i, const std::string& text) {
+  std::optional<SseTextEvent>& event = reasoning_events_[i];
+  if (!event.has_value()) {
+    event = SseTextEvent::From(responder_.ReasoningChunk(i, SseTextEvent::kMarker));
+  }
+  if (!event.has_value()) return SseEvent(responder_.ReasoningChunk(i, text));
+  return event->Render(text);
+}
 
 std::string OpenAiReplyWriter::Open() {
   std::string events;
@@ -55,16 +79,19 @@ std::string OpenAiReplyWriter::Add(const SampleNews& news) {
   const ReplyDelta& delta = news.delta;
   const bool has_logprobs = with_logprobs_ && !news.logprobs.empty();
   std::string events;
-  if (!delta.reasoning.empty()) {
-    events += SseEvent(responder_.ReasoningChunk(i, delta.reasoning));
-  }
+  if (!delta.reasoning.empty()) events += ReasoningEvent(i, delta.reasoning);
+  // Without logprobs a chunk's text is all that changes in it.
+  const bool text_only = !with_logprobs_ && !delta.content.empty();
   if (!with_tools_) {
     if (delta.content.empty() && !has_logprobs && !news.finish.has_value()) return events;
+    if (text_only && !news.finish.has_value()) return events + ContentEvent(i, delta.content);
     return events + SseEvent(responder_.DeltaChunk(i, delta.content, news.logprobs, news.finish,
                                                    &text_offsets_[i]));
   }
   // Content as the parser releases it, each call once whole, the finish after them.
-  if (!delta.content.empty() || has_logprobs) {
+  if (text_only) {
+    events += ContentEvent(i, delta.content);
+  } else if (!delta.content.empty() || has_logprobs) {
     events += SseEvent(
         responder_.DeltaChunk(i, delta.content, news.logprobs, std::nullopt, &text_offsets_[i]));
   }

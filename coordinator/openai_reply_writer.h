@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "coordinator/openai_request.h"
 #include "coordinator/openai_response.h"
 #include "coordinator/reply_writer.h"
+#include "coordinator/sse_text_event.h"
 
 namespace tpserve {
 
@@ -27,6 +29,10 @@ class OpenAiReplyWriter : public ReplyWriter {
   HttpReply Whole(std::vector<ChoiceOutput>& choices, const Usage& usage) override;
 
  private:
+  // A text-only chunk of sample `i` (no logprobs, no finish): the common one, from a template.
+  std::string ContentEvent(int32_t i, const std::string& text);
+  std::string ReasoningEvent(int32_t i, const std::string& text);
+
   const OpenAiResponder responder_;
   const bool chat_;
   const bool with_logprobs_;
@@ -39,6 +45,9 @@ class OpenAiReplyWriter : public ReplyWriter {
   const std::vector<TokenLogprob> prompt_logprobs_;
   std::vector<int32_t> tool_calls_;    // calls streamed per sample
   std::vector<int32_t> text_offsets_;  // legacy logprobs' text_offset per sample
+  // Per sample, made on first use.
+  std::vector<std::optional<SseTextEvent>> content_events_;
+  std::vector<std::optional<SseTextEvent>> reasoning_events_;
 };
 
 }  // namespace tpserve

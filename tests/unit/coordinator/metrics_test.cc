@@ -408,7 +408,7 @@ TEST(MetricsTest, EveryFamilyHasItsSamples) {
       {"tpserve:recovery_duration_seconds_bucket", 22},
       {"tpserve:recovery_duration_seconds_sum", 1},
       {"tpserve:recovery_duration_seconds_count", 1},
-      {"tpserve:token_delivery_seconds_bucket", 13},
+      {"tpserve:token_delivery_seconds_bucket", 21},
       {"tpserve:token_delivery_seconds_sum", 1},
       {"tpserve:token_delivery_seconds_count", 1},
       {"tpserve:num_requests_held", 1},

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cctype>
 #include <limits>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "coordinator/sse_text_event.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/unit/coordinator/bundled_model.h"
@@ -196,6 +198,57 @@ TEST_F(OpenAiResponseTest, CompletionChunksCarryTextOffsets) {
 TEST(Sse, EventFraming) {
   EXPECT_EQ(SseEvent(json{{"a", 1}}), "data: {\"a\":1}\n\n");
   EXPECT_EQ(std::string(kSseDone), "data: [DONE]\n\n");
+}
+
+// The template's bytes against the chunk dumped whole, for texts that escape every way nlohmann
+// does: quotes, backslashes, control characters, multi-byte UTF-8, and bytes that are not UTF-8
+// (replaced by U+FFFD).
+TEST_F(OpenAiResponseTest, TextEventsEqualWholeChunks) {
+  const std::vector<std::string> texts = {"Hello",
+                                          " world",
+                                          "",
+                                          "\"quoted\"",
+                                          "back\\slash",
+                                          "line\nfeed\ttab\r\b\f",
+                                          std::string("nul\0and\x01\x1f", 10),
+                                          "\x7f",
+                                          "caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80",
+                                          "half \xe2\x82",
+                                          "\xff\xfe lone",
+                                          "</script>\u2028"};
+  for (const OpenAiEndpoint endpoint :
+       {OpenAiEndpoint::kCompletions, OpenAiEndpoint::kChatCompletions}) {
+    const OpenAiResponder responder = Responder(endpoint, false);
+    for (const int32_t index : {0, 3}) {
+      int32_t offset = 0;
+      const std::optional<SseTextEvent> event = SseTextEvent::From(
+          responder.DeltaChunk(index, SseTextEvent::kMarker, {}, std::nullopt, &offset));
+      ASSERT_TRUE(event.has_value());
+      for (const std::string& text : texts) {
+        if (text.empty() && endpoint == OpenAiEndpoint::kChatCompletions) continue;  // {} delta
+        EXPECT_EQ(event->Render(text),
+                  SseEvent(responder.DeltaChunk(index, text, {}, std::nullopt, &offset)))
+            << text;
+      }
+    }
+  }
+  const OpenAiResponder chat = Responder(OpenAiEndpoint::kChatCompletions, false);
+  const std::optional<SseTextEvent> reasoning =
+      SseTextEvent::From(chat.ReasoningChunk(1, SseTextEvent::kMarker));
+  ASSERT_TRUE(reasoning.has_value());
+  for (const std::string& text : texts) {
+    EXPECT_EQ(reasoning->Render(text), SseEvent(chat.ReasoningChunk(1, text))) << text;
+  }
+}
+
+TEST(Sse, TextEventNeedsTheMarkerOnce) {
+  EXPECT_FALSE(SseTextEvent::From(json{{"text", "no marker"}}).has_value());
+  EXPECT_FALSE(SseTextEvent::From(json{{"a", SseTextEvent::kMarker}, {"b", SseTextEvent::kMarker}})
+                   .has_value());
+  const std::optional<SseTextEvent> event =
+      SseTextEvent::From(json{{"a", 1}, {"t", SseTextEvent::kMarker}, {"z", "end"}});
+  ASSERT_TRUE(event.has_value());
+  EXPECT_EQ(event->Render("x\"y"), "data: {\"a\":1,\"t\":\"x\\\"y\",\"z\":\"end\"}\n\n");
 }
 
 }  // namespace
