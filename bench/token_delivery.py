@@ -14,11 +14,18 @@ the scheduler to give the coordinator's I/O thread a core back; with --pin the w
 core but the first, and the coordinator the first alone, as on a GPU host where the step runs on
 the GPU and leaves the CPUs to the front end (this script shares the workers' cores).
 
-  bench/token_delivery.py --streams 256 --max-tokens 64 [--pin] [--http-io-threads N]
+Over loopback, the kernel runs the client's side of TCP (receiving, waking the reader) in the
+sender's context: the coordinator's core pays for its clients' receive path, which with clients on
+other machines runs there. --remote-clients (root; Linux RPS) hands the loopback device's received
+packets to the client's cores for the run, and restores the setting after.
+
+  bench/token_delivery.py --streams 256 --max-tokens 64 [--pin [--remote-clients]]
+                          [--http-io-threads N]
 """
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -100,6 +107,27 @@ def pin_front_end(launcher_pid, core, others):
     os.sched_setaffinity(0, set(others))
 
 
+LOOPBACK_RPS = "/sys/class/net/lo/queues/rx-0/rps_cpus"
+
+
+@contextlib.contextmanager
+def loopback_receive_on(cores):
+    """Received loopback packets processed on `cores` (RPS) while inside; the old mask after."""
+    with open(LOOPBACK_RPS) as f:
+        old = f.read().strip()
+    mask = sum(1 << core for core in cores)
+    try:
+        with open(LOOPBACK_RPS, "w") as f:
+            f.write(f"{mask:x}")
+    except PermissionError:
+        raise SystemExit(f"token_delivery: --remote-clients writes {LOOPBACK_RPS}: run as root")
+    try:
+        yield
+    finally:
+        with open(LOOPBACK_RPS, "w") as f:
+            f.write(old)
+
+
 async def run_streams(port, n, max_tokens, launcher_pid):
     body = json.dumps({"prompt": "Tell me a long story about the sea.", "max_tokens": max_tokens,
                        "ignore_eos": True, "stream": True}).encode()
@@ -128,7 +156,12 @@ def main():
                         help="the coordinator's --http-io-threads (0: its default)")
     parser.add_argument("--pin", action="store_true",
                         help="the coordinator alone on the first core; workers and client on the others")
+    parser.add_argument("--remote-clients", action="store_true",
+                        help="with --pin: the clients' TCP receive path on their own cores, as for "
+                        "clients on other machines (root)")
     args = parser.parse_args()
+    if args.remote_clients and not args.pin:
+        raise SystemExit("token_delivery: --remote-clients needs --pin")
 
     port = free_port()
     argv = [os.path.join(ROOT, "build", "bin", "tpserve"), "--model", args.model, "--tp",
@@ -145,18 +178,21 @@ def main():
         server.wait_ready("/health/ready")
         if args.pin:
             pin_front_end(server.process.pid, cores[0], cores[1:])
-        asyncio.run(run_streams(port, 4, 8, server.process.pid))  # warm-up
-        before, sum_before, count_before = histogram(port)
-        start = time.monotonic()
-        threads = asyncio.run(run_streams(port, args.streams, args.max_tokens, server.process.pid))
-        seconds = time.monotonic() - start
-        after, sum_after, count_after = histogram(port)
+        receive = loopback_receive_on(cores[1:]) if args.remote_clients else contextlib.nullcontext()
+        with receive:
+            asyncio.run(run_streams(port, 4, 8, server.process.pid))  # warm-up
+            before, sum_before, count_before = histogram(port)
+            start = time.monotonic()
+            threads = asyncio.run(
+                run_streams(port, args.streams, args.max_tokens, server.process.pid))
+            seconds = time.monotonic() - start
+            after, sum_after, count_after = histogram(port)
     finally:
         server.stop()
     grown = {le: after[le] - before.get(le, 0) for le in after}
     count = count_after - count_before
     print(f"{args.streams} streams x {args.max_tokens} tokens in {seconds:.1f} s"
-          f"{' (pinned)' if args.pin else ''}; "
+          f"{' (pinned)' if args.pin else ''}{', remote clients' if args.remote_clients else ''}; "
           f"{int(count)} deliveries measured; coordinator threads at most {threads}")
     print(f"token delivery: mean {1e3 * (sum_after - sum_before) / max(count, 1):.3f} ms, "
           f"p50 {1e3 * quantile(0.5, grown):.3f} ms, p90 {1e3 * quantile(0.9, grown):.3f} ms, "

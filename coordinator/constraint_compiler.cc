@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "coordinator/openai_error.h"
 
 namespace tpserve {
@@ -90,7 +91,10 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::Co
   }
   queue_.push_back(job);
   if (static_cast<int32_t>(threads_.size()) < options_.threads) {
-    threads_.emplace_back([this] { Work(); });
+    threads_.emplace_back([this] {
+      NameThisThread("tp-grammar");
+      Work();
+    });
   }
   auto done = [&job]() { return job->done; };
   while (!job->done) {

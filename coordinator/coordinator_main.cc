@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_flags.h"
 
@@ -29,6 +30,7 @@ void HandleSignals(absl::Notification* stop) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::thread([signals, stop] {
+    NameThisThread("tp-signals");
     int signal = 0;
     sigwait(&signals, &signal);
     LogInfo(kLog, "received %s; shutting down", signal == SIGINT ? "SIGINT" : "SIGTERM");
@@ -48,6 +50,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 1;  // --help is 0; every flag error exits 1
   }
+  // absl's lock-order check (on in Debian's build of absl) takes a global lock in every Mutex
+  // acquisition: a debugging aid, left to the unit tests.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::Notification stop;
   tpserve::HandleSignals(&stop);

@@ -9,6 +9,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 #include "coordinator/radix_cache.h"
 #include "coordinator/step_wire.h"
 
@@ -67,7 +68,10 @@ Engine::~Engine() { Stop(); }
 
 void Engine::Start() {
   TP_CHECK(!thread_.joinable());
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("tp-engine");
+    Run();
+  });
 }
 
 void Engine::Stop() {

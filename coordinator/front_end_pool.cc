@@ -3,11 +3,18 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/thread_name.h"
+
 namespace tpserve {
 
 FrontEndPool::FrontEndPool(int threads, size_t max_queued) : max_queued_(max_queued) {
   threads_.reserve(threads);
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+  for (int i = 0; i < threads; ++i) {
+    threads_.emplace_back([this] {
+      NameThisThread("tp-front-end");
+      Work();
+    });
+  }
 }
 
 FrontEndPool::~FrontEndPool() { Stop(); }

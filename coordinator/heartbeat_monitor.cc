@@ -3,12 +3,17 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/thread_name.h"
+
 namespace tpserve {
 
 HeartbeatMonitor::HeartbeatMonitor(WorkerPool* pool, absl::Duration interval,
                                    std::function<void(const absl::Status&)> on_failure)
     : pool_(pool), interval_(interval), on_failure_(std::move(on_failure)) {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("tp-heartbeat");
+    Run();
+  });
 }
 
 HeartbeatMonitor::~HeartbeatMonitor() {

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "coordinator/http_connection.h"
 
 namespace tpserve {
@@ -153,7 +154,10 @@ absl::StatusOr<int> HttpListener::Start(const std::string& host, int port) {
   const int bound = acceptor.local_endpoint().port();
   impl_->Accept();
   for (int i = 0; i < impl_->shared->limits.io_threads; ++i) {
-    impl_->threads.emplace_back([this] { impl_->io.run(); });
+    impl_->threads.emplace_back([this] {
+      NameThisThread("tp-http-io");
+      impl_->io.run();
+    });
   }
   return bound;
 }

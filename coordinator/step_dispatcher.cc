@@ -4,13 +4,19 @@
 #include <utility>
 
 #include "common/check.h"
+#include "common/thread_name.h"
 
 namespace tpserve {
 
 StepDispatcher::StepDispatcher(WorkerPool* pool, int depth) : pool_(pool), depth_(depth) {
   TP_CHECK(depth_ >= 1);
   if (depth_ == 1) return;
-  for (int i = 0; i < depth_; ++i) threads_.emplace_back([this] { Loop(); });
+  for (int i = 0; i < depth_; ++i) {
+    threads_.emplace_back([this] {
+      NameThisThread("tp-step");
+      Loop();
+    });
+  }
 }
 
 StepDispatcher::~StepDispatcher() {

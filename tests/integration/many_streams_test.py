@@ -9,6 +9,7 @@ max_tokens of usage, "length" and [DONE].
 
 import asyncio
 import json
+import os
 import resource
 import time
 import unittest
@@ -123,6 +124,15 @@ class ManyStreams(unittest.TestCase):
               f"threads: {idle_threads} idle, at most {max(samples)} over {len(samples)} samples")
         self.assertEqual(most_open, STREAMS, "the streams were never all open at once")
         self.assertLess(max(samples), THREAD_LIMIT)
+
+    def test_threads_are_named_for_their_roles(self):
+        task_dir = f"/proc/{self.coordinator}/task"
+        names = set()
+        for task in os.listdir(task_dir):
+            with open(f"{task_dir}/{task}/comm") as f:
+                names.add(f.read().strip())
+        for role in ("tp-engine", "tp-http-io", "tp-front-end", "tp-heartbeat", "tp-signals"):
+            self.assertIn(role, names)
 
 
 if __name__ == "__main__":
