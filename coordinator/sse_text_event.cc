@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/json_escape.h"
 #include "coordinator/openai_response.h"
 
 namespace tpserve {
@@ -21,37 +22,12 @@ void AppendEscaped(absl::string_view text, std::string* out) {
       out->append(quoted, 1, quoted.size() - 2);
       return;
     }
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\b':
-        out->append("\\b");
-        break;
-      case '\f':
-        out->append("\\f");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      default:
-        if (byte < 0x20) {
-          static constexpr char kHex[] = "0123456789abcdef";
-          out->append("\\u00");
-          out->push_back(kHex[byte >> 4]);
-          out->push_back(kHex[byte & 0xf]);
-        } else {
-          out->push_back(c);
-        }
+    if (const char* escape = ShortJsonEscape(c); escape != nullptr) {
+      out->append(escape);
+    } else if (byte < 0x20) {
+      AppendJsonUnicodeEscape(byte, out);
+    } else {
+      out->push_back(c);
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_escape.h"
 #include "model/jinja/py_string.h"
 
 namespace tpserve::jinja {
@@ -102,41 +103,14 @@ absl::StatusOr<std::string> JsonKey(const Value& key) {
 void AppendJsonString(const std::string& s, bool ensure_ascii, std::string* out) {
   out->push_back('"');
   for (char32_t c : DecodeUtf8(s)) {
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        continue;
-      case '\\':
-        out->append("\\\\");
-        continue;
-      case '\n':
-        out->append("\\n");
-        continue;
-      case '\r':
-        out->append("\\r");
-        continue;
-      case '\t':
-        out->append("\\t");
-        continue;
-      case '\b':
-        out->append("\\b");
-        continue;
-      case '\f':
-        out->append("\\f");
-        continue;
-      default:
-        break;
-    }
-    char buffer[16];
-    if (c < 0x20 || (ensure_ascii && c >= 0x7F)) {
-      if (c >= 0x10000) {
-        const char32_t v = c - 0x10000;
-        std::snprintf(buffer, sizeof(buffer), "\\u%04x\\u%04x", 0xD800 + (v >> 10),
-                      0xDC00 + (v & 0x3FF));
-      } else {
-        std::snprintf(buffer, sizeof(buffer), "\\u%04x", static_cast<unsigned>(c));
-      }
-      out->append(buffer);
+    if (const char* escape = ShortJsonEscape(c); escape != nullptr) {
+      out->append(escape);
+    } else if (c >= 0x10000 && ensure_ascii) {
+      const char32_t v = c - 0x10000;
+      AppendJsonUnicodeEscape(0xD800 + (v >> 10), out);
+      AppendJsonUnicodeEscape(0xDC00 + (v & 0x3FF), out);
+    } else if (c < 0x20 || (ensure_ascii && c >= 0x7F)) {
+      AppendJsonUnicodeEscape(c, out);
     } else {
       AppendUtf8(c, out);
     }
