@@ -8,11 +8,12 @@ engine's OutputProcessor's).
     include_layers_test.py --root REPO
 """
 
-import argparse
 import os
 import re
 import sys
 import unittest
+
+import source_tree
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # Files that must not reach a header, with why.
@@ -55,8 +56,4 @@ class IncludeLayers(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--root", required=True)
-    parsed, rest = parser.parse_known_args()
-    ROOT = parsed.root
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    source_tree.run_tests(sys.modules[__name__])

@@ -5,12 +5,13 @@ on events, never on sleeps (the engine's clock is injected, its stats awaited).
     source_rules_test.py --root REPO
 """
 
-import argparse
 import glob
 import os
 import re
 import sys
 import unittest
+
+import source_tree
 
 LIMIT = 600
 FOLDERS = ("coordinator", "worker")
@@ -48,8 +49,4 @@ class SourceRules(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--root", required=True)
-    parsed, rest = parser.parse_known_args()
-    ROOT = parsed.root
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    source_tree.run_tests(sys.modules[__name__])
