@@ -15,6 +15,14 @@ ResponseHeader WithCallIds(ResponseHeader header, const OpenAiRequest& request) 
   return header;
 }
 
+// `chunk(text)` as an SSE event, from `*event`, made of chunk(kMarker) the first time.
+template <typename Chunk>
+std::string TemplatedEvent(std::optional<SseTextEvent>* event, const std::string& text,
+                           const Chunk& chunk) {
+  if (!event->has_value()) *event = SseTextEvent::From(chunk(SseTextEvent::kMarker));
+  return event->has_value() ? (*event)->Render(text) : SseEvent(chunk(text));
+}
+
 }  // namespace
 
 OpenAiReplyWriter::OpenAiReplyWriter(ResponseHeader header, const Tokenizer* tokenizer,
@@ -37,25 +45,16 @@ OpenAiReplyWriter::OpenAiReplyWriter(ResponseHeader header, const Tokenizer* tok
       reasoning_events_(num_samples) {}
 
 std::string OpenAiReplyWriter::ContentEvent(int32_t i, const std::string& text) {
-  std::optional<SseTextEvent>& event = content_events_[i];
-  if (!event.has_value()) {
-    int32_t unused_offset = 0;
-    event = SseTextEvent::From(
-        responder_.DeltaChunk(i, SseTextEvent::kMarker, {}, std::nullopt, &unused_offset));
-  }
-  if (!event.has_value()) {
-    return SseEvent(responder_.DeltaChunk(i, text, {}, std::nullopt, &text_offsets_[i]));
-  }
-  return event->Render(text);
+  // Without logprobs the text offset is not touched.
+  return TemplatedEvent(&content_events_[i], text, [&](const std::string& t) {
+    int32_t offset = 0;
+    return responder_.DeltaChunk(i, t, {}, std::nullopt, &offset);
+  });
 }
 
 std::string OpenAiReplyWriter::ReasoningEvent(int32_t i, const std::string& text) {
-  std::optional<SseTextEvent>& event = reasoning_events_[i];
-  if (!event.has_value()) {
-    event = SseTextEvent::From(responder_.ReasoningChunk(i, SseTextEvent::kMarker));
-  }
-  if (!event.has_value()) return SseEvent(responder_.ReasoningChunk(i, text));
-  return event->Render(text);
+  return TemplatedEvent(&reasoning_events_[i], text,
+                        [&](const std::string& t) { return responder_.ReasoningChunk(i, t); });
 }
 
 std::string OpenAiReplyWriter::Open() {
