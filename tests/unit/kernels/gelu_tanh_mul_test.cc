@@ -2,11 +2,10 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstdint>
-#include <random>
 #include <vector>
+
+#include "tests/unit/kernels/gated_activation_check.h"
 
 namespace tpserve::cpu {
 namespace {
@@ -34,23 +33,7 @@ TEST(GeluTanhMulTest, HandComputed) {
 
 // Both the vector and the scalar tail (10007 is not a multiple of 16), and in place.
 TEST(GeluTanhMulTest, MatchesTheFormulaAndWorksInPlace) {
-  const int64_t n = 10007;
-  std::mt19937_64 rng(9);
-  std::uniform_real_distribution<float> dist(-12.0f, 12.0f);
-  std::vector<float> gate(n), up(n);
-  for (int64_t i = 0; i < n; ++i) {
-    gate[i] = dist(rng);
-    up[i] = dist(rng);
-  }
-  std::vector<float> out(n);
-  GeluTanhMul(gate.data(), up.data(), n, out.data());
-  for (int64_t i = 0; i < n; ++i) {
-    const double want = Reference(gate[i]) * up[i];
-    ASSERT_NEAR(out[i], want, 4e-6 * std::max(1.0, std::abs(want))) << "index " << i;
-  }
-  std::vector<float> in_place = gate;
-  GeluTanhMul(in_place.data(), up.data(), n, in_place.data());
-  EXPECT_EQ(in_place, out);
+  ExpectMatchesFormulaAndWorksInPlace(GeluTanhMul, Reference, 4e-6, 9);
 }
 
 }  // namespace

@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdint>
-#include <random>
 #include <vector>
+
+#include "tests/unit/kernels/gated_activation_check.h"
 
 namespace tpserve::cpu {
 namespace {
@@ -26,24 +26,8 @@ TEST(SiluMulTest, HandComputed) {
 }
 
 TEST(SiluMulTest, MatchesNaiveAndWorksInPlace) {
-  const int64_t n = 10007;
-  std::mt19937_64 rng(7);
-  std::uniform_real_distribution<float> dist(-12.0f, 12.0f);
-  std::vector<float> gate(n), up(n);
-  for (int64_t i = 0; i < n; ++i) {
-    gate[i] = dist(rng);
-    up[i] = dist(rng);
-  }
-  std::vector<float> out(n);
-  SiluMul(gate.data(), up.data(), n, out.data());
-  for (int64_t i = 0; i < n; ++i) {
-    const double g = gate[i];
-    const double want = g / (1.0 + std::exp(-g)) * up[i];
-    ASSERT_NEAR(out[i], want, 2e-6 * std::max(1.0, std::abs(want))) << "index " << i;
-  }
-  std::vector<float> in_place = gate;
-  SiluMul(in_place.data(), up.data(), n, in_place.data());
-  EXPECT_EQ(in_place, out);
+  ExpectMatchesFormulaAndWorksInPlace(
+      SiluMul, [](double g) { return g / (1.0 + std::exp(-g)); }, 2e-6, 7);
 }
 
 }  // namespace
